@@ -36,18 +36,6 @@ from pathlib import Path
 import numpy as np
 
 
-def _contraction(ws: list[np.ndarray], beta: float) -> float:
-    """Mean over W of the largest E||M e||^2/||e||^2 for e orthogonal to 1: lambda_max of E[M^T P M] on 1-perp."""
-    n = ws[0].shape[0]
-    p = np.eye(n) - np.full((n, n), 1.0 / n)
-    second = np.zeros((n, n))
-    for w in ws:
-        m = (1 + beta) * w - beta * np.eye(n)
-        second += (p @ m).T @ (p @ m)
-    second /= len(ws)
-    return float(np.linalg.eigvalsh(p @ second @ p)[-1])
-
-
 def uniform_random(n: int, k: int, seed: int, round_num: int) -> np.ndarray:
     """Each node averages itself and k peers it drew, weights 1/(k+1) (row-stochastic, not symmetric)."""
     rng = np.random.default_rng([seed, round_num, 7])
@@ -60,7 +48,7 @@ def uniform_random(n: int, k: int, seed: int, round_num: int) -> np.ndarray:
 
 
 def eigen_report(n: int, k: int, betas: list[float], samples: int = 200) -> str:
-    from common.topology import mixing_matrix
+    from common.topology import mixing_matrix, ole_gossip_contraction
 
     lines = [f"# Spectra, {n} nodes, random k = {k} ({samples} rounds' matrices)", "",
              "| W | lambda_min (mean, min over rounds) | lambda_2 (mean) | mean self-weight | "
@@ -79,7 +67,7 @@ def eigen_report(n: int, k: int, betas: list[float], samples: int = 200) -> str:
         lam_min = [e[0] for e in eig]
         lam_2 = [e[-2] for e in eig]
         selfw = float(np.mean([np.mean(np.diag(w)) for w in ws]))
-        contr = [_contraction(ws, b) for b in betas]
+        contr = [ole_gossip_contraction(ws, b) for b in betas]
         lines.append(f"| {name} | {np.mean(lam_min):.3f}, {np.min(lam_min):.3f} | {np.mean(lam_2):.3f} | {selfw:.3f} | "
                      + " | ".join(f"{c:.3f}" for c in contr) + " |")
     lines += ["", "Ole's gossip M = (1+beta) W - beta I maps an eigenvalue lambda of W to (1+beta) lambda - beta: "

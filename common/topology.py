@@ -15,6 +15,7 @@ the same matrix without exchanging it.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -187,6 +188,46 @@ def spectral_psi(w: np.ndarray) -> float:
         return 0.0
     eigenvalues = np.linalg.eigvalsh(w)  # ascending; the last one is 1
     return float(max(abs(eigenvalues[-2]), abs(eigenvalues[0])))
+
+
+def ole_gossip_contraction(ws: Sequence[np.ndarray], beta: float) -> float:
+    """Worst mean-square factor by which OledFL's restart shrinks the nodes' disagreement per round.
+
+    Ole's restart x_i + beta (x_i - z_i) with x = W z is gossip with
+    M = (1+beta) W - beta I (OledFL section III-C), which maps each eigenvalue
+    lambda of W to (1+beta) lambda - beta.  For a disagreement vector e (its
+    mean removed by P = I - J) and W drawn from `ws` each round, this is the
+    largest E||P M e||^2 / ||e||^2: beta = 0 is plain gossip, a value above 1
+    means the restarts alone push the nodes apart faster than mixing pulls
+    them together.  A static topology passes its one W.
+    """
+    if not ws:
+        raise ValueError("need at least one mixing matrix")
+    n = ws[0].shape[0]
+    if n == 1:
+        return 0.0
+    projector = np.eye(n) - np.full((n, n), 1.0 / n)
+    second_moment = np.zeros((n, n))
+    for w in ws:
+        m = projector @ ((1 + beta) * np.asarray(w, dtype=np.float64) - beta * np.eye(n))
+        second_moment += m.T @ m
+    second_moment /= len(ws)
+    return float(np.linalg.eigvalsh(projector @ second_moment @ projector)[-1])
+
+
+def ole_beta_bound(w: np.ndarray) -> float:
+    """Largest beta for which Ole's gossip (1+beta) W - beta I expands no disagreement mode of a fixed W.
+
+    |(1+beta) lambda - beta| <= 1 for every eigenvalue lambda of W holds
+    iff beta <= (1 + lambda_min) / (1 - lambda_min): a W with a negative
+    eigenvalue (ring: -1/3, bound 1/2) caps beta, a positive semi-definite W
+    (full: bound 1) does not.
+    """
+    w = _check_symmetric(w)
+    lambda_min = float(np.linalg.eigvalsh(w)[0])
+    if lambda_min >= 1.0:  # one node: nothing to disagree about
+        return 1.0
+    return min(1.0, (1 + lambda_min) / (1 - lambda_min))
 
 
 def renormalize_present(w: np.ndarray, present: np.ndarray) -> np.ndarray:

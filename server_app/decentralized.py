@@ -57,7 +57,7 @@ from common.protocol import (
 from common.records import Weights, check_weights, from_record, message_array_bytes, model_weights, to_record
 from common.results import RunResults
 from common.task import make_model
-from common.topology import mixing_matrix, spectral_psi
+from common.topology import mixing_matrix, ole_beta_bound, ole_gossip_contraction, spectral_psi
 from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from server_app.evaluation import CentralEvaluator
 from server_app.loop import TooManyFailedRounds
@@ -242,6 +242,27 @@ class DecentralizedRelay:
         """Log what this relay will do."""
         log(INFO, "decentralized %s: %d nodes, topology %s%s, relay-mixing %s", self.cfg.algorithm, len(self.nodes),
             self.cfg.topology, f" (k={self.cfg.peers})" if self.cfg.topology == "random" else "", self.cfg.relay_mixing)
+        if self.cfg.algorithm.startswith("oledfl"):
+            self.warn_if_ole_diverges()
+
+    def warn_if_ole_diverges(self) -> None:
+        """Warn when `ole-beta` makes Ole's gossip push the nodes apart on this topology.
+
+        Its restart is gossip with (1+beta) W - beta I; above the bound the
+        nodes' disagreement grows every round whatever the training does
+        (benchmarks/results/oledfl-investigation.md), which is easy to hit with
+        the paper's beta = 0.99 on a sparse static topology.
+        """
+        cfg = self.cfg
+        rounds = range(1, min(cfg.num_server_rounds, 20) + 1) if cfg.topology == "random" else [0]
+        ws = [mixing_matrix(cfg.topology, len(self.nodes), peers=cfg.peers, seed=cfg.seed, round_num=t) for t in rounds]
+        contraction = ole_gossip_contraction(ws, cfg.ole_beta)
+        if contraction <= 1.0:
+            return
+        bound = f"; on this topology beta <= {ole_beta_bound(ws[0]):.2f} is stable" if cfg.topology != "random" else ""
+        log(WARNING, "ole-beta %g on topology %s: Ole's restart multiplies the nodes' disagreement by up to %.2f "
+            "per round (mean square), so they drift apart unless local training pulls them back%s",
+            cfg.ole_beta, cfg.topology, contraction, bound)
 
     def run(self, grid: Grid, results: RunResults) -> dict[str, Any]:
         """Run every round, then the final evaluations; returns the summary (also summary.json)."""

@@ -32,6 +32,7 @@ from common.task import make_model
 from common.topology import mixing_matrix, spectral_psi
 from server_app.decentralized import DecentralizedRelay, traffic
 from server_app.registry import SERVER_STRATEGIES
+from server_app.strategies.fedavg import NodeInfo
 from common.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
 
@@ -316,3 +317,24 @@ def test_resume_from_checkpoint_restores_nodes_and_their_state(tmp_path, tiny_da
     for za, zb in zip(relay_straight.models, relay_resumed.models, strict=True):
         for name in za:
             assert za[name].tobytes() == zb[name].tobytes()
+
+
+@pytest.mark.parametrize(("topology", "beta", "warned"), [
+    ("ring", 0.99, True), ("ring", 0.5, False), ("grid", 0.5, True), ("random", 0.99, False), ("full", 0.99, False)])
+def test_relay_warns_when_ole_beta_makes_the_nodes_drift_apart(monkeypatch, topology: str, beta: float,
+                                                             warned: bool) -> None:
+    """ring: lambda_min -1/3 caps beta at 1/2; grid (4x5 torus): lambda_min -0.52, cap 0.31; the random
+    topology's fresh W each round contracts in mean square even at 0.99 (oledfl-investigation.md)."""
+    import server_app.decentralized as relay_module
+
+    warnings = []
+    monkeypatch.setattr(relay_module, "log", lambda level, msg, *args: warnings.append(msg % args)
+                        if level == relay_module.WARNING else None)
+    raw = {"algorithm": "oledfl-sgd", "topology": topology, "peers": 4, "ole-beta": beta, "num-server-rounds": 30}
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    nodes = [NodeInfo(node_id=100 + i, partition_id=i, num_train_examples=10, num_test_examples=2) for i in range(20)]
+    DecentralizedRelay(cfg, nodes).summary()
+    assert bool(warnings) == warned, warnings
+    if warned:
+        assert f"ole-beta {beta:g} on topology {topology}" in warnings[0]
+        assert "beta <= 0.50" in warnings[0] if topology == "ring" else "beta <= 0.31" in warnings[0]

@@ -14,6 +14,8 @@ from common.topology import (
     metropolis_hastings_weights,
     mixing_matrix,
     neighbours,
+    ole_beta_bound,
+    ole_gossip_contraction,
     renormalize_present,
     spectral_psi,
 )
@@ -229,3 +231,29 @@ def test_ole_slows_gossip_on_a_well_connected_graph_and_speeds_up_the_ring_sligh
     lam2, lam2_ole = np.linalg.eigvalsh(ring)[-2], np.linalg.eigvalsh(ole(ring))[-2]
     assert 1 - lam2_ole == pytest.approx((1 + beta) * (1 - lam2))
     assert spectral_psi(ole(ring)) < spectral_psi(ring)  # beta 0.3 < (1 + lambda_min) / (1 - lambda_min) = 0.5
+
+
+def test_ole_gossip_contraction_hand_values() -> None:
+    """Ole's gossip maps lambda to (1+beta) lambda - beta; the contraction is the largest square on 1-perp."""
+    full4 = mixing_matrix("full", 4)
+    assert ole_gossip_contraction([full4], 0.5) == pytest.approx(0.25)  # lambda 0 -> -0.5
+    ring4 = mixing_matrix("ring", 4)  # eigenvalues 1, 1/3, 1/3, -1/3
+    assert ole_gossip_contraction([ring4], 0.0) == pytest.approx(1 / 9)
+    assert ole_gossip_contraction([ring4], 0.5) == pytest.approx(1.0)  # -1/3 -> -1
+    assert ole_gossip_contraction([ring4], 0.9) == pytest.approx((1.9 / 3 + 0.9) ** 2)
+    # a fresh W each round: J (disagreement -> -beta e) or I (untouched) with equal odds
+    assert ole_gossip_contraction([full4, np.eye(4)], 0.5) == pytest.approx((0.25 + 1.0) / 2)
+    assert ole_gossip_contraction([np.ones((1, 1))], 0.9) == 0.0
+    with pytest.raises(ValueError, match="at least one"):
+        ole_gossip_contraction([], 0.5)
+
+
+def test_ole_beta_bound_hand_values() -> None:
+    """beta <= (1 + lambda_min) / (1 - lambda_min): ring 1/2, full 1, a lone node 1."""
+    assert ole_beta_bound(mixing_matrix("ring", 4)) == pytest.approx(0.5)
+    assert ole_beta_bound(mixing_matrix("full", 5)) == pytest.approx(1.0)
+    assert ole_beta_bound(np.ones((1, 1))) == 1.0
+    grid = mixing_matrix("grid", 20)
+    bound = ole_beta_bound(grid)
+    assert ole_gossip_contraction([grid], bound) == pytest.approx(1.0)
+    assert ole_gossip_contraction([grid], bound + 0.01) > 1.0
