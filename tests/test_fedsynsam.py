@@ -12,6 +12,7 @@ from torch import nn
 
 from client_app.sam_family import STATE_SYNTHETIC, fedsam_rule, fedsynsam_update, fixed_direction_rule, fedlesam_direction
 from client_app.training import LocalJob, run_local_steps
+from client_app.updates import CLIENT_UPDATES
 from common.config import ConfigError, RunConfig, parse_run_config
 from common.datasets import dataset_info
 from common.protocol import PREVIOUS_UPDATE, SYNTHETIC_DATA
@@ -319,3 +320,34 @@ def test_cosine_feddyn_and_fedsmoo_server_hand_values():
 def test_bad_fedsynsam_keys_are_refused_by_name(key, value):
     with pytest.raises(ConfigError, match=f"'{key}'"):
         parse_run_config({key: value}, SERVER_STRATEGIES)
+
+
+def _mofedsam_job(optimizer: str, alpha: float, update: dict | None = None) -> tuple[LocalJob, dict]:
+    cfg = RunConfig(model="mlp", algorithm="mofedsam", local_optimizer=optimizer, mofedsam_alpha=alpha,
+                    sam_rho=0.05, lr=0.01, weight_decay=0.0, local_steps=3, batch_size=8)
+    model = make_model(cfg, seeded=True)
+    rng = np.random.default_rng(5)
+    update = update or {name: (rng.standard_normal(p.shape) * 0.02).astype(np.float32)
+                        for name, p in model.named_parameters()}
+    return _job(cfg, RecordDict({PREVIOUS_UPDATE: to_record(update)})), update
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_mofedsam_with_alpha_zero_replays_the_previous_global_update(optimizer):
+    """alpha = 0: K steps of pure global momentum move the model by exactly the previous global update,
+    with SGD (gradient m = -update / (K lr)) and with Adam (whose normalisation must not rescale it)."""
+    job, update = _mofedsam_job(optimizer, 0.0)
+    start = {name: p.detach().numpy().copy() for name, p in job.model.named_parameters()}
+    CLIENT_UPDATES["mofedsam"](job)
+    for name, p in job.model.named_parameters():
+        np.testing.assert_allclose(p.detach().numpy(), start[name] + update[name], rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_mofedsam_with_alpha_one_is_fedsam(optimizer):
+    job, update = _mofedsam_job(optimizer, 1.0)
+    CLIENT_UPDATES["mofedsam"](job)
+    reference, _ = _mofedsam_job(optimizer, 1.0, update)
+    CLIENT_UPDATES["fedsam"](reference)
+    for (name, p), q in zip(job.model.named_parameters(), reference.model.parameters()):
+        np.testing.assert_allclose(p.detach().numpy(), q.detach().numpy(), rtol=0, atol=1e-6, err_msg=name)
