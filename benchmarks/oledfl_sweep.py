@@ -2,7 +2,7 @@
 
     PYTHONPATH=. python -m benchmarks.oledfl_sweep eigen [--nodes 20 --peers 4]
     PYTHONPATH=. python -m benchmarks.oledfl_sweep run --algorithm oledfl-sgd --beta 0.5 --rounds 30 \
-        --local-steps 20 --lr 0.1 [--out FILE.json]
+        --local-steps 20 --lr 0.1 [--topology ring --nodes 100] [--classes-per-client 2] [--out FILE.json]
 
 `eigen`: for the random topology (the project's Metropolis-Hastings weights)
 and the static ones, the eigenvalues of W and of Ole's effective gossip matrix
@@ -92,8 +92,9 @@ def run(args: argparse.Namespace) -> dict:
     from server_app.registry import SERVER_STRATEGIES
 
     torch.set_num_threads(args.threads)
-    raw = {"algorithm": "dfedavg", "dataset": "fashion-mnist", "model": "cnn", "partition": "dirichlet",
-           "alpha": args.alpha, "local-steps": args.local_steps, "local-epochs": args.local_epochs,
+    split = ({"partition": "pathological", "classes-per-client": args.classes_per_client} if args.classes_per_client
+             else {"partition": "dirichlet", "alpha": args.alpha})
+    raw = {"algorithm": "dfedavg", "dataset": "fashion-mnist", "model": "cnn", **split, "local-steps": args.local_steps, "local-epochs": args.local_epochs,
            "batch-size": args.batch_size, "lr": args.lr, "lr-decay": args.lr_decay, "weight-decay": args.wd,
            "seed": args.seed, "data-dir": args.data_dir, "cache-dir": args.cache_dir, "device": "cpu"}
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
@@ -171,7 +172,8 @@ def run(args: argparse.Namespace) -> dict:
     reached = {str(tg): next((i + 1 for i, a in enumerate(curve) if a >= tg), None) for tg in targets}
     out = {"algorithm": args.algorithm, "beta": beta, "lr": args.lr, "lr-decay": args.lr_decay, "wd": args.wd,
            "local-steps": args.local_steps, "local-epochs": args.local_epochs, "steps-per-round": steps,
-           "topology": args.topology, "peers": args.peers, "nodes": n, "alpha": args.alpha, "rounds": args.rounds,
+           "topology": args.topology, "peers": args.peers, "nodes": n, "alpha": args.alpha,
+           "classes-per-client": args.classes_per_client, "rounds": args.rounds,
            "accuracy": curve, "consensus": consensus, "rounds-to-target": reached, "best": max(curve) if curve else None,
            "wall": time.monotonic() - start}
     return out
@@ -198,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--nodes", type=int, default=20)
     r.add_argument("--peers", type=int, default=4)
     r.add_argument("--alpha", type=float, default=0.3)
+    r.add_argument("--classes-per-client", type=int, default=0, help="> 0: pathological split instead of Dirichlet")
     r.add_argument("--topology", default="random", help="a project topology, or 'uniform' (1/(k+1), directed draws)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--targets", default="0.65,0.7,0.75,0.8")

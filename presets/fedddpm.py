@@ -2,6 +2,7 @@
 
     .venv/bin/python -m presets.fedddpm --size cpu|paper [--out DIR] [--algorithms a,b] [--splits shard,dir0.1]
                                         [--fractions 0.3] [--data-dir DIR] [--fid-features classifier|inception]
+                                        [--seed N]
 
 Every run goes through Flower's simulation engine (`common.cli.run_simulation`,
 the same app as `flwr run .`), one algorithm after the other on the same split
@@ -106,8 +107,8 @@ SIZES = {
         "sampler": "ddpm", "fid-samples": 10000, "fid-every": 10, "fid-features": "inception",
     }),
 }
-# Shared by every run: FedDDPM's uniform mean, the paper's Adam, one seed.
-COMMON_KEYS = {"aggregation": "uniform", "local-optimizer": "adam", "seed": 0, "checkpoint-every": 0,
+# Shared by every run: FedDDPM's uniform mean, the paper's Adam (the seed is --seed).
+COMMON_KEYS = {"aggregation": "uniform", "local-optimizer": "adam", "checkpoint-every": 0,
                "proximal-mu": 0.01, "mofedsam-alpha": 0.1, "sam-rho": 0.05}
 
 
@@ -234,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data-dir", default="", help="torchvision root (MNIST for the paper size)")
     parser.add_argument("--fid-features", default="", help="override the size's FID extractor")
     parser.add_argument("--gpus-per-client", type=float, default=0.0, help="GPUs reserved per ClientApp (GPU hosts)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of every run (split, models, sampling)")
     args = parser.parse_args(argv)
 
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
@@ -262,7 +264,7 @@ def main(argv: list[str] | None = None) -> int:
         for algorithm in algorithms:
             overrides = {
                 **COMMON_KEYS, **size.keys, **SPLITS[split], "algorithm": algorithm, "fraction-train": fraction,
-                "data-dir": args.data_dir, "cache-dir": str(out / "cache"),
+                "data-dir": args.data_dir, "cache-dir": str(out / "cache"), "seed": args.seed,
             }
             if args.rounds:
                 overrides["num-server-rounds"] = args.rounds
@@ -272,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
                                                          args.gpus_per_client)
             (out / "fedddpm.md").write_text(table(args.size, runs, configs, algorithms))
     report = table(args.size, runs, configs, algorithms)
-    report += f"\nTotal wall time: {time.monotonic() - start:.0f} s.\n"
+    report += f"\nSeed {args.seed}. Total wall time: {time.monotonic() - start:.0f} s.\n"
     (out / "fedddpm.md").write_text(report)
     plot(out, runs, configs, algorithms)
     print(report)
