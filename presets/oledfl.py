@@ -161,11 +161,6 @@ def run_all(size: Size, out: Path, app_dir: Path, rounds: int | None, skip_topol
     return runs
 
 
-def stable_beta(lambda_min: float) -> float:
-    """Largest beta for which (1+beta) lambda - beta stays >= -1 at W's smallest eigenvalue (at most 1)."""
-    return min(1.0, (1 + lambda_min) / (1 - lambda_min))
-
-
 def _label(name: str, summary: dict[str, Any]) -> str:
     label = NAMES[summary["algorithm"]]
     if summary.get("ole-beta") is not None:
@@ -200,7 +195,7 @@ def speedups(ours: dict[str, int | None], reference: dict[str, int | None]) -> d
 
 def write_report(runs: dict[str, Path], out: Path, size_name: str, size: Size) -> str:
     """oledfl.md: the three tables with the paper's numbers, psi per topology, traffic; and oledfl.png."""
-    from common.topology import mixing_matrix, spectral_psi
+    from common.topology import mixing_matrix, ole_beta_bound, spectral_psi
 
     summaries = {name: _summary(folder) for name, folder in runs.items()}
     random_rows = [(name, _label(name, summaries[name]), summaries[name]["algorithm"])
@@ -269,7 +264,7 @@ def write_report(runs: dict[str, Path], out: Path, size_name: str, size: Size) -
         w = mixing_matrix(t, n)
         psi, lam_min = spectral_psi(w), float(np.linalg.eigvalsh(w)[0])
         inverse = "-" if psi >= 1 else f"{1 / (1 - psi):.1f}"
-        lines.append(f"| {t} | {psi:.4f} | {inverse} | {lam_min:.4f} | {stable_beta(lam_min):.3f} |")
+        lines.append(f"| {t} | {psi:.4f} | {inverse} | {lam_min:.4f} | {ole_beta_bound(w):.3f} |")
 
     lines += ["", "## Traffic per run (MB, all rounds)", "",
               "| run | uplink | downlink, neighbours' models | downlink, relay mixing |", "| --- | --- | --- | --- |"]
