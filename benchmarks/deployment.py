@@ -10,7 +10,7 @@ run of this script measures, on this machine:
 - the floor: wall time of `python -c 'import torch'` (median of 5);
 - the message process's imports: what `flwr-clientapp` imports (`flwr.supernode.cli`) plus this
   app's ClientApp module (median of 5): the part of a message's cost the app controls;
-- a loopback deployment (`common.loopback`: SuperLink + 2 SuperNodes, the
+- a loopback deployment (`fedsynth.loopback`: SuperLink + 2 SuperNodes, the
   apps started per message by the SuperNodes' `flower-superexec`) running
   trivial FedAvg rounds on Fashion-MNIST (mlp, one local step, no central evaluation): each
   round is one train message per node, handled in parallel, so the round's
@@ -43,7 +43,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from common.loopback import LoopbackFederation  # noqa: E402
+from fedsynth.loopback import LoopbackFederation  # noqa: E402
 
 
 def command_time(code: str, repeats: int) -> float:

@@ -9,7 +9,7 @@
 CODEC is `qsgd4`, `topk0.1` or `none`. The setup is the `fedsynsam` preset's
 cpu size (Fashion-MNIST, mlp, Path(1), 10 clients in full participation,
 K = 10 steps of batch 128, lr 0.05, rho 0.05, R = 30), run in process
-(common/inprocess.py). WORK is --work (default /tmp/fedsynsam-distillation).
+(fedsynth/inprocess.py). WORK is --work (default /tmp/fedsynsam-distillation).
 Results: benchmarks/results/fedsynsam-distillation.md.
 """
 
@@ -42,7 +42,7 @@ PRESET = {"algorithm": "fedsynsam", "model": "mlp", "dataset": "fashion-mnist", 
 def run_inprocess(raw: dict, num_nodes: int):
     """The ServerApp's main on an in-process grid; returns the strategy (trajectory, D_syn, report)."""
     from common.config import parse_run_config
-    from common.inprocess import InProcessGrid
+    from fedsynth.inprocess import InProcessGrid
     from common.results import RunResults
     from server_app.handshake import handshake
     from server_app.registry import SERVER_STRATEGIES

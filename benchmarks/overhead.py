@@ -32,7 +32,7 @@ from flwr.app import RecordDict
 
 from client_app.training import LocalJob
 from client_app.updates import CLIENT_UPDATES
-from common.cli import app_defaults, find_app_dir, run_simulation
+from fedsynth.cli import app_defaults, find_app_dir, run_simulation
 from common.config import parse_run_config
 from common.evaluation import as_tensors, evaluate_model
 from common.partition import PartitionSpec, load_client_data
@@ -94,7 +94,7 @@ def simulation(app_dir: Path, overrides: dict[str, Any], num_clients: int) -> di
 
 def in_process(app_dir: Path, overrides: dict[str, Any], num_clients: int) -> dict[str, Any]:
     """The same ServerApp/ClientApp logic on the in-process grid (no Flower engine, no Ray)."""
-    from common.inprocess import InProcessGrid, run_federation
+    from fedsynth.inprocess import InProcessGrid, run_federation
 
     raw = {**app_defaults(app_dir), **overrides}
     run_federation(raw, InProcessGrid(num_clients, raw))

@@ -17,7 +17,7 @@ The continuations must start from the same server *and node* state (SCAFFOLD's
 c_i, MOON's and FedCOG's previous local models live in each node's
 `Context.state`), which Flower's simulation engine cannot fork. So the preset
 runs the real ServerApp and ClientApp code in one process through the
-in-process grid of `common/inprocess.py`, resumes each continuation from a copy
+in-process grid of `fedsynth/inprocess.py`, resumes each continuation from a copy
 of the base's checkpoint file (`resume = true`), and hands every node a copy of
 its state. It writes `fedcog.md` (tables, with the paper's numbers beside ours)
 and `fedcog.png` (accuracy curves) into the output folder, one subfolder per run,
@@ -137,7 +137,7 @@ def run(raw: dict[str, Any], grid: Any) -> Finished:
 
 def start(raw: dict[str, Any]) -> Finished:
     """A run from round 1 with fresh nodes."""
-    from common.inprocess import InProcessGrid
+    from fedsynth.inprocess import InProcessGrid
 
     return run(raw, InProcessGrid(NUM_CLIENTS, raw))
 
@@ -151,7 +151,7 @@ def fork(base: Finished, name: str, total_rounds: int, **overrides: Any) -> Fini
     from flwr.app import Context
 
     from server_app.checkpoint import CHECKPOINT_FILE
-    from common.inprocess import InProcessGrid
+    from fedsynth.inprocess import InProcessGrid
 
     raw = {**base.raw, **overrides, "run-name": name, "resume": True, "num-server-rounds": total_rounds,
            "eval-every": 1, "checkpoint-every": 0}

@@ -4,7 +4,7 @@
                                         [--fractions 0.3] [--data-dir DIR] [--fid-features classifier|inception]
                                         [--seed N]
 
-Every run goes through Flower's simulation engine (`common.cli.run_simulation`,
+Every run goes through Flower's simulation engine (`fedsynth.cli.run_simulation`,
 the same app as `flwr run .`), one algorithm after the other on the same split
 and seed. The preset writes into the output folder (default
 `results/presets/fedddpm-<size>/`):
@@ -115,7 +115,7 @@ COMMON_KEYS = {"aggregation": "uniform", "local-optimizer": "adam", "checkpoint-
 def run_one(app_dir: Path, folder: Path, name: str, overrides: dict[str, Any], num_clients: int,
             gpus_per_client: float) -> dict[str, Any]:
     """One run in Flower's simulation engine; returns its summary and rounds."""
-    from common.cli import run_simulation
+    from fedsynth.cli import run_simulation
     from common.results import read_metrics
 
     start = time.monotonic()
@@ -243,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     torch.set_num_threads(1)  # the server's sampling and correction share the cores with the ClientApps
-    from common.cli import find_app_dir
+    from fedsynth.cli import find_app_dir
     from common.results import results_root
 
     size = SIZES[args.size]

@@ -3,7 +3,7 @@
     .venv/bin/python -m presets.fedsynsam --size cpu|paper [--out DIR] [--data-dir DIR]
 
 Every algorithm runs on the same split and seed, once per uplink codec, each
-run in Flower's simulation engine (`common.cli.run_simulation`, the same app as
+run in Flower's simulation engine (`fedsynth.cli.run_simulation`, the same app as
 `flwr run .`). The preset writes into the output folder, one subfolder per run:
 
 - `fedsynsam.md`: per codec, final central accuracy and total uplink bytes
@@ -137,7 +137,7 @@ DIAGNOSTIC_CODECS = ("qsgd4",)
 def run_one(app_dir: Path, folder: Path, name: str, overrides: dict[str, Any], num_clients: int,
             gpus_per_client: float = 0.0) -> dict[str, Any]:
     """One run in Flower's simulation engine; returns its summary, rounds and sharpness."""
-    from common.cli import run_simulation
+    from fedsynth.cli import run_simulation
     from common.results import read_metrics
     from common.sharpness import results_folder_sharpness
 
@@ -285,7 +285,7 @@ def main(argv: list[str] | None = None) -> int:
 
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    from common.cli import find_app_dir
+    from fedsynth.cli import find_app_dir
     from common.results import results_root
 
     app_dir = find_app_dir()

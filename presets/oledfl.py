@@ -2,7 +2,7 @@
 
     .venv/bin/python -m presets.oledfl --size cpu|paper [--out DIR]
 
-Runs in Flower's simulation engine (`common.cli.run_simulation`), every run on
+Runs in Flower's simulation engine (`fedsynth.cli.run_simulation`), every run on
 the same split and seed:
 
 - the six decentralized algorithms (dpsgd, dfedavg, dfedavgm, dfedsam,
@@ -135,7 +135,7 @@ SIZES = {
 
 def run_all(size: Size, out: Path, app_dir: Path, rounds: int | None, skip_topologies: bool) -> dict[str, Path]:
     """Every run of the preset; returns run name -> results folder (runs already done are kept)."""
-    from common.cli import run_simulation
+    from fedsynth.cli import run_simulation
 
     base = {**size.run_config, "results-dir": str(out)}
     if rounds is not None:
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
-    from common.cli import find_app_dir
+    from fedsynth.cli import find_app_dir
 
     size = SIZES[args.size]
     out = (args.out or Path("results") / f"oledfl-{args.size}-{time.strftime('%Y%m%d-%H%M%S')}").resolve()

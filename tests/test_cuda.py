@@ -18,7 +18,7 @@ import pytest
 import torch
 
 from tests.diffusion_tiny import TINY_DIFFUSION
-from common.inprocess import InProcessGrid, run_federation
+from fedsynth.inprocess import InProcessGrid, run_federation
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device on this machine")
 

@@ -33,7 +33,7 @@ from common.topology import mixing_matrix, spectral_psi
 from server_app.decentralized import DecentralizedRelay, traffic
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.fedavg import NodeInfo
-from common.inprocess import InProcessGrid
+from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
 
 

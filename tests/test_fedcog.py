@@ -37,7 +37,7 @@ from common.fedcog_math import (
 from common.models import build_model
 from common.records import record_dict_array_bytes
 from server_app.registry import SERVER_STRATEGIES
-from common.inprocess import InProcessGrid
+from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
 
 # A short generation so that whole runs take seconds.

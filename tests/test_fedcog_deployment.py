@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from common.loopback import LoopbackFederation
+from fedsynth.loopback import LoopbackFederation
 
 REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

@@ -15,7 +15,7 @@ from common.task import make_model
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.fedddpm import FedDDPMStrategy, auxiliary_count, quicktest
 from tests.diffusion_tiny import TINY_DIFFUSION
-from common.inprocess import InProcessGrid
+from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
 
 torch.set_num_threads(1)

@@ -22,7 +22,7 @@ from server_app.distillation import DistillSettings, distill, matching_loss, spl
 from server_app.perturbation import cosine
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.sam_baselines import feddyn_server_state, smoo_global_perturbation
-from common.inprocess import InProcessGrid
+from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
 
 
@@ -268,7 +268,7 @@ def test_synthetic_set_reaches_every_node_once_even_after_a_missed_round(tmp_pat
 
 
 def test_fedsynsam_resumes_to_the_same_model(tmp_path, tiny_data_dir):
-    from common.inprocess import run_federation
+    from fedsynth.inprocess import run_federation
 
     def cfg(name, rounds, **extra):
         return _fss_config(tmp_path, tiny_data_dir, **{"run-name": name, "num-server-rounds": rounds,

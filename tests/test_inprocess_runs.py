@@ -18,7 +18,7 @@ from common.task import make_model
 from server_app.handshake import handshake
 from server_app.registry import SERVER_STRATEGIES
 from tests.diffusion_tiny import TINY_DIFFUSION
-from common.inprocess import InProcessGrid
+from fedsynth.inprocess import InProcessGrid
 
 
 def run_inprocess(raw: dict, num_nodes: int, grid: InProcessGrid | None = None):

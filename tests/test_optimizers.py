@@ -82,7 +82,7 @@ def test_a_clientapp_message_does_not_import_torch_dynamo(tmp_path, tiny_data_di
     """torch.optim imports torch._dynamo (1.8 s here), once per process: every deployed message would pay it."""
     code = f"""
 import sys, json
-from common.inprocess import InProcessGrid, run_federation
+from fedsynth.inprocess import InProcessGrid, run_federation
 for algorithm, extra in [("fedavg", {{}}), ("fedsam", {{}}), ("fedavg", {{"local-optimizer": "adam"}})]:
     raw = {{"data-dir": {str(tiny_data_dir)!r}, "cache-dir": {str(tmp_path / 'cache')!r},
            "results-dir": {str(tmp_path / 'results')!r}, "run-name": algorithm + str(len(extra)),

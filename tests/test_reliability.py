@@ -18,7 +18,7 @@ from flwr.app import Array, ArrayRecord
 from common.records import from_record
 from server_app.strategies.fedavg import weighted_mean
 from tests.diffusion_tiny import TINY_DIFFUSION
-from common.inprocess import InProcessGrid, run_federation
+from fedsynth.inprocess import InProcessGrid, run_federation
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -43,7 +43,7 @@ def run_and_kill_after_round(raw: dict, nodes: int, kill_after: int, timeout: fl
     # Same intra-op thread count as this process, so float reductions happen in the same order.
     env = {**os.environ, "OMP_NUM_THREADS": str(torch.get_num_threads())}
     process = subprocess.Popen(
-        [sys.executable, "-m", "common.inprocess", json.dumps(raw), str(nodes), "0.5"], cwd=REPO,
+        [sys.executable, "-m", "fedsynth.inprocess", json.dumps(raw), str(nodes), "0.5"], cwd=REPO,
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env,
     )
     deadline = time.monotonic() + timeout

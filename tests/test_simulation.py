@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from common.cli import main
+from fedsynth.cli import main
 from server_app.registry import SERVER_STRATEGIES
 from tests.diffusion_tiny import TINY_DIFFUSION
 

@@ -14,7 +14,7 @@ from common.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, MODEL, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, message_array_bytes, to_record
 from common.uplink import compressed_name, compression_spec, decode_reply, float32_equivalent_bytes
-from common.inprocess import InProcessGrid
+from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
 
 # ~1M float32 parameters with one dominant layer, like a small CNN.

@@ -100,7 +100,7 @@ class SlowGrid(InProcessGrid):
 
 
 if __name__ == "__main__":
-    # python -m common.inprocess '<run config as JSON>' <num nodes> [<seconds per round>]
+    # python -m fedsynth.inprocess '<run config as JSON>' <num nodes> [<seconds per round>]
     import json
     import sys
 
