@@ -4,7 +4,8 @@
 fused run config, the same results) but in this process, and it exits non-zero
 when the run fails — `flwr run --stream` exits 0 even then. `fedsynth compare`
 runs several algorithms on the same split and seed and writes one markdown
-table and one plot.
+table and one plot; `fedsynth study FILE.toml` tests a paper's claims
+(`fedsynth.study`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 from common.config import ConfigError, parse_overrides, parse_run_config
 from common.results import default_run_name, read_metrics, results_root
+from fedsynth.study_cli import add_study_parser, study_command
 
 
 def find_app_dir(start: Path | None = None) -> Path:
@@ -173,6 +175,7 @@ def _parser() -> argparse.ArgumentParser:
         if name == "compare":
             cmd.add_argument("--algorithms", required=True, help="comma-separated, e.g. fedavg,fedprox,scaffold")
             cmd.add_argument("--name", default="", help="results folder name (default compare-<time>)")
+    add_study_parser(sub)
     return parser
 
 
@@ -182,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     app_dir = find_app_dir(args.app_dir)
+    if args.command == "study":
+        return study_command(args, app_dir)
     try:
         overrides = parse_overrides(args.run_config)
         if args.command == "run":
