@@ -15,6 +15,7 @@ The report (`fedsynth.study_report`) is remade from the ledger alone.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import math
 import os
@@ -257,6 +258,21 @@ def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1
     """Both phases, then the report; returns the ledger. Safe to call again after a kill."""
     from fedsynth.study_report import write_report
 
+    paths.out.mkdir(parents=True, exist_ok=True)
+    with open(paths.out / ".study.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StudyBusyError(f"another `fedsynth study` is running on {paths.out}; wait for it or use another --out") from None
+        return _run_locked(study, paths, executor, jobs, max_runs, retry_failed, write, write_report)
+
+
+class StudyBusyError(RuntimeError):
+    """A second study process on the same output folder."""
+
+
+def _run_locked(study: Study, paths: StudyPaths, executor: Executor, jobs: int, max_runs: int | None,
+                retry_failed: bool, write: Callable[[str], None], write_report: Callable[..., None]) -> Ledger:
     ledger = Ledger(paths.ledger)
     tuning, report, _ = plan(study, ledger)
     remaining = total_runs(study) - sum(1 for spec in tuning + report if spec.key in ledger)

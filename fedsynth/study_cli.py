@@ -36,7 +36,7 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     from common.results import results_root
     from fedsynth.cli import app_defaults
     from fedsynth.ledger import Ledger
-    from fedsynth.study import StudyPaths, plan, run_study, simulation_executor, total_runs
+    from fedsynth.study import StudyBusyError, StudyPaths, plan, run_study, simulation_executor, total_runs
     from fedsynth.study_report import write_report
     from fedsynth.studyfile import StudyError, load_study
     from server_app.registry import SERVER_STRATEGIES
@@ -73,7 +73,11 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
         print(f"report: {paths.out / 'report.md'}")
         return 0
     executor = simulation_executor(app_dir, study, args.jobs, args.gpus_per_client, args.cpus_per_client)
-    ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed)
+    try:
+        ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed)
+    except StudyBusyError as err:
+        print(f"fedsynth study: {err}", file=sys.stderr)
+        return 2
     failed = [e for e in ledger.entries.values() if e.get("exit-code") != 0]
     if failed:
         print(f"fedsynth study: {len(failed)} run(s) exited non-zero (see runs.csv and {paths.runs / 'logs'})",
