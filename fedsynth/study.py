@@ -76,6 +76,7 @@ def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client:
         env = dict(os.environ)
         # Torch in N processes at once with its default threads oversubscribes the cores.
         env.setdefault("OMP_NUM_THREADS", str(threads))
+        env["RAY_ADDRESS"] = "local"  # each run its own Ray instance: never join a concurrent run's cluster
         env["PYTHONPATH"] = os.pathsep.join([str(app_dir), *filter(None, [env.get("PYTHONPATH")])])
         log_path.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
