@@ -172,7 +172,9 @@ def markdown_table(results: list[CodecResult], size: int, repeats: int) -> str:
     """Render the results as a markdown table with a one-line context header."""
     lines = [
         f"Codecs on one float32 tensor of {size:,} elements, one thread, best of {repeats} "
-        f"(numpy {np.__version__}, Python {platform.python_version()}, {platform.machine()}).",
+        f"(numpy {np.__version__}, Python {platform.python_version()}, {platform.machine()}; "
+        f"1-min load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: timings above a load of the core "
+        "count are slowed by other processes, the sizes are exact).",
         "MB/s are MB of float32 input per second (1 MB = 10^6 B); ratio = float32 bytes / payload bytes.",
         "",
         "| codec | encode ms | decode ms | encode MB/s | decode MB/s | encode+decode MB/s "

@@ -308,9 +308,11 @@ def qsgd_quantize_buckets(
     negative = flat < 0
     if n == 0:
         return np.zeros(0, dtype=np.float32), negative, np.zeros(0, dtype=level_dtype)
-    # Pad to whole buckets with zeros: they add nothing to a norm and are cut off again.
-    magnitude = np.zeros(count * bucket, dtype=np.float32)
-    np.abs(flat, out=magnitude[:n])
+    if count * bucket == n:
+        magnitude = np.abs(flat)
+    else:  # pad to whole buckets with zeros: they add nothing to a norm and are cut off again
+        magnitude = np.zeros(count * bucket, dtype=np.float32)
+        np.abs(flat, out=magnitude[:n])
     rows = magnitude.reshape(count, bucket)
     peak = rows.max(axis=1)
     if not np.isfinite(peak).all():
@@ -318,7 +320,8 @@ def qsgd_quantize_buckets(
     nonzero = peak > 0
     # Normalise by the peak before squaring: a float32 sum of squares
     # overflows above ~1e19 and underflows below ~1e-23, the ratios cannot.
-    rows[nonzero] /= peak[nonzero, None]
+    # (A zero bucket is divided by 1 and stays zero.)
+    rows /= np.where(nonzero, peak, np.float32(1))[:, None]
     # A float64 pairwise sum along each row rather than np.dot: a BLAS dot
     # product may split the sum over as many threads as the process has, so
     # the same update could encode differently in another process; numpy's
