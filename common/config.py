@@ -123,7 +123,11 @@ class RunConfig:
         "SPEC 3.5",
     )
     bits: int = _key(4, "qsgd: bits per coordinate on the wire (1 sign bit + bits-1 level bits).", "FedSynSAM: 4, 8")
-    levels: int = _key(0, "qsgd: number of levels s, overriding bits (0: s = 2^(bits-1) - 1).", "SPEC 3.5")
+    levels: int = _key(0, "qsgd: number of levels s, overriding bits (0: s = 2^(bits-1) - 1); the FedSynSAM paper's "
+                       "b-bit form is 2^b + 1 (17: 6 bits per coordinate; 257: 10 bits).", "SPEC 3.5; FedSynSAM eq. 3")
+    qsgd_scope: str = _key("tensor", "qsgd: one norm per tensor, per model (the whole update, FedSynSAM eq. 3) "
+                           "or per bucket of qsgd-bucket coordinates of the whole update.", "SPEC 3.5")
+    qsgd_bucket: int = _key(512, "qsgd-scope = bucket: coordinates per bucket (one float32 norm each).", "SPEC 3.5")
     topk_ratio: float = _key(0.1, "topk: fraction of each tensor's coordinates kept (largest magnitudes).",
                              "FedSynSAM: 0.1, 0.25")
     error_feedback: bool = _key(
@@ -149,6 +153,10 @@ class RunConfig:
     distill_alpha_lr: float = _key(1e-5, "SGD learning rate of alpha.", "FedSynSAM")
     synsam_beta: float = _key(
         0.9, "FedSynSAM: weight of the local gradient in the ascent direction (1 - beta: synthetic).", "FedSynSAM"
+    )
+    synsam_mix: str = _key(
+        "paper", "FedSynSAM ascent mix: paper (beta grad_local + (1 - beta) grad_syn) or normalized (an ablation, "
+        "not the paper's: each gradient scaled to unit norm before mixing).", "FedSynSAM eq. 14; ablation",
     )
     dynafed_lr: float = _key(1e-4, "DynaFed: Adam learning rate of the server's training on the synthetic set.",
                              "SPEC 4.1")
@@ -378,7 +386,9 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     # FedSynSAM (issue 3)
     _check_choice("compression", cfg.compression, ("none", "qsgd", "topk"))
     _require(2 <= cfg.bits <= 9, "bits", cfg.bits, "an integer in 2..9 (1 sign bit + 1..8 level bits)")
-    _require(0 <= cfg.levels <= 255, "levels", cfg.levels, "an integer in 0..255 (0: from bits)")
+    _require(0 <= cfg.levels <= 65535, "levels", cfg.levels, "an integer in 0..65535 (0: from bits)")
+    _check_choice("qsgd-scope", cfg.qsgd_scope, ("tensor", "model", "bucket"))
+    _require(cfg.qsgd_bucket >= 1, "qsgd-bucket", cfg.qsgd_bucket, "an integer >= 1")
     _require(0 < cfg.topk_ratio <= 1, "topk-ratio", cfg.topk_ratio, "a number in (0, 1]")
     _require(cfg.trajectory_rounds >= 1, "trajectory-rounds", cfg.trajectory_rounds, "an integer >= 1")
     _require(cfg.synthetic_ipc >= 1, "synthetic-ipc", cfg.synthetic_ipc, "an integer >= 1")
@@ -390,6 +400,7 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(cfg.distill_alpha_init > 0, "distill-alpha-init", cfg.distill_alpha_init, "a number > 0")
     _require(cfg.distill_alpha_lr >= 0, "distill-alpha-lr", cfg.distill_alpha_lr, "a number >= 0")
     _require(0 <= cfg.synsam_beta <= 1, "synsam-beta", cfg.synsam_beta, "a number in [0, 1]")
+    _check_choice("synsam-mix", cfg.synsam_mix, ("paper", "normalized"))
     _require(cfg.dynafed_lr > 0, "dynafed-lr", cfg.dynafed_lr, "a number > 0")
     _require(cfg.dynafed_epochs >= 0, "dynafed-epochs", cfg.dynafed_epochs, "an integer >= 0")
     _require(cfg.dyn_alpha > 0, "dyn-alpha", cfg.dyn_alpha, "a number > 0")

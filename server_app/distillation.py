@@ -22,7 +22,9 @@ levels per tensor) on the cpu preset (mlp, Path(1), 10 clients) that share is
 about 98-99 %: the loss ends near 0.99 although the synthetic gradient lines
 up with the true global gradient far better than a local one does (see
 benchmarks/results/fedsynsam-distillation.md). On an uncompressed trajectory
-of the same setup the same settings bring it from 1.06 to 0.30.
+of the same setup the same settings bring it from 1.06 to 0.30. This floor
+does not explain why FedSynSAM ties FedSAM: it ties without compression too
+(issue 16; docs/fedsynsam.md).
 """
 
 from __future__ import annotations

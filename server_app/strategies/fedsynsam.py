@@ -36,6 +36,7 @@ from common.evaluation import resolve_device
 from common.protocol import SYNTHETIC_DATA
 from common.records import Weights, subtract, to_record
 from common.task import make_model
+from common.uplink import compression_spec
 from server_app.distillation import DistillSettings, distill
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, partition_of
@@ -133,8 +134,9 @@ class TrajectoryStrategy(FedAvgStrategy):
 
     def summary(self) -> None:
         super().summary()
-        log(INFO, "%s: trajectory of R=%d rounds, distillation of %d images per class after round R",
-            type(self).__name__, self.cfg.trajectory_rounds, self.cfg.synthetic_ipc)
+        log(INFO, "%s: trajectory of R=%d rounds, distillation of %d images per class after round R; uplink %s",
+            type(self).__name__, self.cfg.trajectory_rounds, self.cfg.synthetic_ipc,
+            compression_spec(self.cfg).describe())
 
 
 class FedSynSAMStrategy(TrajectoryStrategy):
