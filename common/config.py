@@ -45,20 +45,20 @@ class RunConfig:
     algorithm: str = _key("fedavg", "Algorithm to run (see the algorithm table).")
     num_server_rounds: int = _key(20, "Number of federated rounds.")
     dataset: str = _key(
-        "fashion-mnist", "Dataset: mnist, fashion-mnist, cifar10, cifar100, or hf:<repo> (a Hugging Face "
+        "fashion-mnist", "Dataset: mnist, fashion-mnist, cifar10, cifar100, or `hf:<repo>` (a Hugging Face "
         "dataset through flwr-datasets, see docs/data.md).", "SPEC 3.1"
     )
     data_dir: str = _key(
         "",
-        "Directory used as torchvision root (and where hf:<repo> is looked for as <data-dir>/<repo>); empty: "
+        "Directory used as torchvision root (and where `hf:<repo>` is looked for, as `<data-dir>/<repo>`); empty: "
         "~/.cache/fedsynth/data, and for Fashion-MNIST the Debian package files are found automatically.",
         "SPEC 3.1",
     )
     cache_dir: str = _key(
         "", "Where client partitions are cached; empty: ~/.cache/fedsynth/partitions."
     )
-    hf_image_column: str = _key("", "hf:<repo> datasets: the image column; empty: found from the features.")
-    hf_label_column: str = _key("", "hf:<repo> datasets: the label column; empty: found from the features.")
+    hf_image_column: str = _key("", "`hf:<repo>` datasets: the image column; empty: found from the features.")
+    hf_label_column: str = _key("", "`hf:<repo>` datasets: the label column; empty: found from the features.")
     model: str = _key("cnn", "Model: cnn, mlp, convnet, resnet18; a U-Net (unet-small, unet-paper-mnist, "
                       "unet-paper-cifar) makes the run a diffusion task.", "SPEC 3.3")
     partition: str = _key(
@@ -525,14 +525,41 @@ def parse_overrides(text: str) -> dict[str, Any]:
 
 
 def config_table_markdown() -> str:
-    """The README's run-config table, generated from the fields above."""
+    """The run-config table, generated from the fields above."""
     rows = ["| key | default | meaning | source |", "| --- | --- | --- | --- |"]
     for f in config_fields():
         default = f.default
         shown = f'"{default}"' if isinstance(default, str) else str(default).lower() if isinstance(default, bool) else default
-        rows.append(f"| `{key_name(f.name)}` | `{shown}` | {f.metadata['meaning']} | {f.metadata['source']} |")
+        meaning, source = (str(f.metadata[k]).replace("|", "\\|") for k in ("meaning", "source"))
+        rows.append(f"| `{key_name(f.name)}` | `{shown}` | {meaning} | {source} |")
     return "\n".join(rows)
 
 
+CONFIGURATION_PAGE_INTRO = """\
+# Run configuration
+
+<!-- Generated from common/config.py: do not edit by hand. Regenerate with
+     python -m common.config --markdown > docs/configuration.md
+     (tests/test_docs.py fails when this page and common/config.py disagree.) -->
+
+Every key below lives in `[tool.flwr.app.config]` in `pyproject.toml` and can be overridden with
+`--run-config "key=value key2='text'"` (`fedsynth run`, `fedsynth compare`, `flwr run .`) or in a study
+file ([studies.md](studies.md)). Server and clients validate the config before any work: an unknown key or
+algorithm lists the known ones, and a bad value stops the run with one message naming the key and the
+accepted values. On a SuperNode, the node config keys `partition-id`, `num-partitions` (required),
+`data-dir`, `cache-dir` and `device` (optional, overriding the run config on that node) are set with
+`flower-supernode --node-config` ([deployment.md](deployment.md)). The *source* column names where a
+default comes from (a paper, or SPEC.md).
+"""
+
+
+def configuration_page() -> str:
+    """docs/configuration.md: the introduction and the generated table."""
+    return f"{CONFIGURATION_PAGE_INTRO}\n{config_table_markdown()}\n"
+
+
 if __name__ == "__main__":
-    print(config_table_markdown())
+    import sys
+
+    # python -m common.config --markdown > docs/configuration.md   (no flag: the table alone)
+    sys.stdout.write(configuration_page() if "--markdown" in sys.argv[1:] else config_table_markdown() + "\n")

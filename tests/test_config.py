@@ -229,15 +229,6 @@ def test_every_field_has_a_default_and_meaning() -> None:
         assert f.metadata.get("meaning"), f.name
 
 
-def test_readme_mentions_every_key() -> None:
-    readme = ROOT / "README.md"
-    if not readme.is_file():
-        pytest.skip("README.md not written yet")
-    text = readme.read_text()
-    missing = [key_name(f.name) for f in config_fields() if f"`{key_name(f.name)}`" not in text]
-    assert not missing, f"README.md lacks `{missing}`"
-
-
 # ----- node config -------------------------------------------------------------------
 
 
