@@ -141,9 +141,17 @@ def test_split(splits: list[str]) -> str:
     raise ValueError(f"the dataset has splits {', '.join(splits)}; a 'test' or 'validation' split is needed")
 
 
+def _pixels(image: Any) -> np.ndarray:
+    """One image as an array: PIL images in modes other than grey (L) and RGB are converted to RGB."""
+    mode = getattr(image, "mode", None)
+    if mode is not None and mode not in ("L", "RGB"):
+        image = image.convert("RGB")
+    return np.asarray(image)
+
+
 def to_arrays(split: Any, image_column: str, label_column: str) -> tuple[np.ndarray, np.ndarray]:
     """A split's images as uint8 (N, H, W, C) and its labels as int64."""
-    images = [np.asarray(image) for image in split[image_column]]
+    images = [_pixels(image) for image in split[image_column]]
     shapes = {image.shape for image in images}
     if len(shapes) != 1:
         raise ValueError(f"column {image_column!r} holds images of several shapes {sorted(shapes)[:4]}; "

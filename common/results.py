@@ -31,8 +31,9 @@ def results_root(results_dir: str) -> Path:
 
 
 def default_run_name(cfg: RunConfig) -> str:
-    """algorithm-dataset-partition-YYYYmmdd-HHMMSS."""
-    return f"{cfg.algorithm}-{cfg.dataset}-{cfg.partition}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """algorithm-dataset-partition-YYYYmmdd-HHMMSS (`hf:owner/name` written as `hf-owner-name`)."""
+    dataset = cfg.dataset.replace(":", "-").replace("/", "-")
+    return f"{cfg.algorithm}-{dataset}-{cfg.partition}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def _json_safe(value: Any) -> Any:

@@ -34,6 +34,20 @@ def test_columns_are_found_from_features_or_taken_from_keys():
         find_columns(features, label_column="nope")
 
 
+def test_palette_and_alpha_images_become_rgb_and_mixed_sizes_are_refused():
+    from PIL import Image
+
+    from common.hf_datasets import to_arrays
+
+    palette = Image.new("P", (5, 4), color=3)
+    rgba = Image.new("RGBA", (5, 4), color=(10, 20, 30, 40))
+    x, y = to_arrays({"im": [palette, rgba], "lab": [1, 0]}, "im", "lab")
+    assert x.shape == (2, 4, 5, 3) and x.dtype == np.uint8 and y.tolist() == [1, 0]
+    assert x[1, 0, 0].tolist() == [10, 20, 30]
+    with pytest.raises(ValueError, match="several shapes"):
+        to_arrays({"im": [rgba, Image.new("RGB", (6, 4))], "lab": [0, 0]}, "im", "lab")
+
+
 @pytest.mark.parametrize("repo", ["saved", "pq"])
 def test_local_copy_loads_as_arrays_with_its_shape_and_classes(hf_data_dir, repo):
     info = dataset_info(f"hf:{repo}", hf_data_dir)
@@ -76,6 +90,13 @@ def test_config_accepts_hf_names_and_the_column_keys():
     assert cfg.hf_image_column == "img" and HfSource.from_name(cfg.dataset).repo == "uoft-cs/cifar10"
     with pytest.raises(ConfigError, match="hf:<repo>"):
         parse_run_config({"dataset": "hf:"}, ["fedavg"])
+
+
+def test_the_default_run_name_of_an_hf_dataset_is_one_folder():
+    from common.results import default_run_name
+
+    name = default_run_name(parse_run_config({"dataset": "hf:uoft-cs/cifar10"}, ["fedavg"]))
+    assert name.startswith("fedavg-hf-uoft-cs-cifar10-dirichlet-") and "/" not in name and ":" not in name
 
 
 def _run_config(tmp_path: Path, data_dir: Path) -> dict:
