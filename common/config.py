@@ -4,7 +4,8 @@ A run is configured through Flower's run config (`[tool.flwr.app.config]` in
 `pyproject.toml`, overridden with `--run-config`). Both the ServerApp and every
 ClientApp read the same keys, so both validate them with `parse_run_config`
 before doing any work. Each field below is one run-config key (the field name
-with `_` written as `-`); its metadata holds the text of the README table.
+with `_` written as `-`); its metadata holds the text of the table in docs/configuration.md
+(generated: `python -m common.config --markdown > docs/configuration.md`).
 
 Validation errors are `ConfigError`s whose message names the key, the bad value
 and the accepted values, so a user can fix the run from the message alone.

@@ -202,7 +202,7 @@ def test_parsed_overrides_validate() -> None:
     assert cfg.num_server_rounds == 3 and cfg.lr == 1.0 and cfg.aggregation == "uniform" and not cfg.central_eval
 
 
-# ----- pyproject and README ----------------------------------------------------------
+# ----- pyproject (the docs page: tests/test_docs.py) ----------------------------------------------------------
 
 
 def _pyproject_config() -> dict:
