@@ -1,12 +1,14 @@
 """The `fedsynth` command: run the app in Flower's simulation engine, or compare algorithms.
 
+`fedsynth data fetch` downloads a dataset with torchvision (fedsynth/data.py);
+`--gpus-per-client` gives each simulated ClientApp a fraction of a GPU through
+Ray (with `device = "auto"`, the app then uses CUDA).
+
 `fedsynth run` does what `flwr run .` does in simulation (the same app, the same
 fused run config, the same results) but in this process, and it exits non-zero
 when the run fails — `flwr run --stream` exits 0 even then. `fedsynth compare`
 runs several algorithms on the same split and seed and writes one markdown
-table and one plot. `fedsynth data fetch` downloads a dataset with torchvision
-(fedsynth/data.py). `--gpus-per-client` gives each simulated ClientApp a
-fraction of a GPU through Ray (with `device = "auto"`, the app then uses CUDA).
+table and one plot.
 """
 
 from __future__ import annotations

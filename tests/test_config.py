@@ -202,7 +202,7 @@ def test_parsed_overrides_validate() -> None:
     assert cfg.num_server_rounds == 3 and cfg.lr == 1.0 and cfg.aggregation == "uniform" and not cfg.central_eval
 
 
-# ----- pyproject (the docs page: tests/test_docs.py) ----------------------------------------------------------
+# ----- pyproject and README ----------------------------------------------------------
 
 
 def _pyproject_config() -> dict:
@@ -227,6 +227,16 @@ def test_every_field_has_a_default_and_meaning() -> None:
     for f in dataclasses.fields(RunConfig):
         assert f.default is not dataclasses.MISSING, f.name
         assert f.metadata.get("meaning"), f.name
+
+
+def test_readme_mentions_every_key() -> None:
+    readme = ROOT / "README.md"
+    if not readme.is_file():
+        pytest.skip("README.md not written yet")
+    # the README's run-config table, or a docs/ page (docs/fedsynsam.md documents the FedSynSAM keys)
+    text = readme.read_text() + "".join(page.read_text() for page in sorted((ROOT / "docs").glob("*.md")))
+    missing = [key_name(f.name) for f in config_fields() if f"`{key_name(f.name)}`" not in text]
+    assert not missing, f"README.md and docs/ lack `{missing}`"
 
 
 # ----- node config -------------------------------------------------------------------
