@@ -189,6 +189,7 @@ def write_comparison(runs: dict[str, Path], folder: Path) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedsynth", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_data_parser(sub)
     for name, text in (("run", "run the app in simulation"), ("compare", "run several algorithms on the same split")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--run-config", default="", help='overrides, e.g. "num-server-rounds=5 alpha=0.1"')
@@ -199,12 +200,16 @@ def _parser() -> argparse.ArgumentParser:
         if name == "compare":
             cmd.add_argument("--algorithms", required=True, help="comma-separated, e.g. fedavg,fedprox,scaffold")
             cmd.add_argument("--name", default="", help="results folder name (default compare-<time>)")
+    return parser
+
+
+def _add_data_parser(sub: argparse._SubParsersAction) -> None:
+    """`fedsynth data fetch DATASET [DIR]`."""
     data = sub.add_parser("data", help="fetch datasets").add_subparsers(dest="data_command", required=True)
     fetch = data.add_parser("fetch", help="download a dataset with torchvision (checksummed) into DIR")
     fetch.add_argument("dataset", choices=("mnist", "fashion-mnist", "cifar10", "cifar100"))
     fetch.add_argument("dir", nargs="?", default="", help="data directory (default ~/.cache/fedsynth/data, "
                        "where an empty data-dir looks)")
-    return parser
 
 
 def _fetch(dataset: str, folder: str) -> int:
