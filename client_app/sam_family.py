@@ -45,7 +45,7 @@ import torch
 from flwr.app import RecordDict
 
 from client_app.training import GradientRule, LocalJob, LocalResult, plain_rule, run_local_steps
-from common.datasets import dataset_info
+from common.datasets import run_dataset_info
 from common.losses import scaffold_client_control
 from common.protocol import (
     CLIENT_STAT_PREFIX,
@@ -129,7 +129,7 @@ def fedlesam_update(job: LocalJob) -> LocalResult:
 
 def check_synthetic(x: np.ndarray, y: np.ndarray, job: LocalJob) -> None:
     """Refuse a synthetic set that does not fit the run's data (shape, dtype, labels, finiteness)."""
-    info = dataset_info(job.cfg.dataset)
+    info = run_dataset_info(job.cfg)
     if x.dtype != np.float32 or x.ndim != 4 or tuple(x.shape[1:]) != info.shape:
         raise ValueError(f"synthetic data: x has dtype {x.dtype} and shape {x.shape}, expected float32 (n, {info.shape})")
     if y.dtype != np.int64 or y.shape != (x.shape[0],):

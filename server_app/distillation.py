@@ -42,7 +42,7 @@ from torch import nn
 from torch.func import functional_call
 
 from common.config import RunConfig
-from common.datasets import dataset_info
+from common.datasets import run_dataset_info
 from common.records import Weights, load_weights, model_weights
 
 Tensors = dict[str, torch.Tensor]
@@ -64,7 +64,7 @@ class DistillSettings:
     @classmethod
     def from_config(cfg_cls, cfg: RunConfig) -> "DistillSettings":
         """Resolve the `auto`/0 values by dataset: grey images s=3 and Adam 0.05, colour s=5 and SGD 1000."""
-        grey = dataset_info(cfg.dataset).channels == 1
+        grey = run_dataset_info(cfg).channels == 1
         optimizer = cfg.distill_optimizer if cfg.distill_optimizer != "auto" else ("adam" if grey else "sgd")
         return cfg_cls(
             ipc=cfg.synthetic_ipc,

@@ -63,6 +63,7 @@ class PerturbationDiagnostic:
         self.spec = PartitionSpec(
             dataset=cfg.dataset, partition=cfg.partition, num_partitions=num_partitions, seed=cfg.seed,
             alpha=cfg.alpha, classes_per_client=cfg.classes_per_client, local_test_fraction=cfg.local_test_fraction,
+            image_column=cfg.hf_image_column, label_column=cfg.hf_label_column,
         )
         self.data: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 

@@ -31,7 +31,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.config import RunConfig
-from common.datasets import dataset_info
+from common.datasets import run_dataset_info
 from common.evaluation import resolve_device
 from common.protocol import SYNTHETIC_DATA
 from common.records import Weights, subtract, to_record
@@ -66,7 +66,7 @@ class TrajectoryStrategy(FedAvgStrategy):
     def distil(self) -> None:
         """Learn D_syn from the trajectory; its matching losses go into this round's metrics."""
         start = time.monotonic()
-        info = dataset_info(self.cfg.dataset)
+        info = run_dataset_info(self.cfg)
         result = distill(
             make_model(self.cfg), self.trajectory, info.num_classes, info.shape,
             DistillSettings.from_config(self.cfg), resolve_device(self.cfg.device),
