@@ -1,7 +1,7 @@
 """SCAFFOLD with local momentum on FedCOG's NIID-2: control-variate norms and the effective step, per round.
 
-    .venv/bin/python benchmarks/scaffold_momentum.py [--rounds 8] [--local-steps 30] [--momentum 0,0.9]
-        [--algorithms scaffold,fedavg] [--lr 0.01] [--out benchmarks/results/scaffold-momentum.md]
+    .venv/bin/python benchmarks/scaffold_momentum.py [--configs scaffold:0.9:0.01,scaffold:0:0.1,...]
+        [--rounds 12] [--local-steps 30] [--out FILE]   (a config is algorithm:momentum:lr)
 
 Runs the real ServerApp and ClientApp code on the in-process grid (10 clients,
 `pairs` split, the FedCOG cpu setting: simple CNN, SGD lr 0.01, weight decay
@@ -47,6 +47,7 @@ def measure(raw: dict[str, Any], num_nodes: int) -> list[dict[str, float]]:
     from common.results import RunResults
     from fedsynth.inprocess import InProcessGrid
     from server_app.handshake import handshake
+    from server_app.loop import TooManyFailedRounds
     from server_app.registry import SERVER_STRATEGIES
 
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
@@ -77,7 +78,10 @@ def measure(raw: dict[str, Any], num_nodes: int) -> list[dict[str, float]]:
 
     strategy.server_step = recording_step
     results = RunResults(cfg)
-    strategy.run(grid, results)
+    try:
+        strategy.run(grid, results)
+    except TooManyFailedRounds:  # diverged: the clients refuse a non-finite model; keep the rows so far
+        pass
     accuracy = {r["round"]: r["central-accuracy"] for r in results.rounds if "central-accuracy" in r}
     for row in rows:
         row["acc"] = accuracy.get(row["round"], float("nan"))
@@ -86,13 +90,12 @@ def measure(raw: dict[str, Any], num_nodes: int) -> list[dict[str, float]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--configs", default="scaffold:0.9:0.01,scaffold:0:0.01,scaffold:0:0.1,fedavg:0.9:0.01",
+                        help="comma-separated algorithm:momentum:lr")
+    parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--local-steps", type=int, default=30)
-    parser.add_argument("--lr", type=float, default=0.01)
-    parser.add_argument("--momentum", default="0,0.9")
-    parser.add_argument("--algorithms", default="scaffold,fedavg")
     parser.add_argument("--partition", default="pairs")
-    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--out", type=Path, default=None, help="append the table to this file")
     args = parser.parse_args(argv)
 
     import tempfile
@@ -101,31 +104,39 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     lines = [
-        "| algorithm | momentum | round | acc % | |c| | |c_i| mean | |c_i| max | ||x-y_i||/(K·lr) | |Δx| |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        f"K = {args.local_steps} local steps of batch 32, partition `{args.partition}`, 10 clients, seed 0.", "",
+        "| algorithm | momentum | lr | lr/(1-momentum) | round | acc % | |c| | |c_i| mean | |c_i| max "
+        "| ||x-y_i||/(K·lr) | |Δx| |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     with tempfile.TemporaryDirectory() as folder:
-        for algorithm in args.algorithms.split(","):
-            for momentum in (float(m) for m in args.momentum.split(",")):
-                raw = {
-                    "algorithm": algorithm, "model": "cnn", "dataset": "fashion-mnist", "partition": args.partition,
-                    "classes-per-client": 2, "lr": args.lr, "momentum": momentum, "weight-decay": 1e-5,
-                    "local-steps": args.local_steps, "batch-size": 32, "num-server-rounds": args.rounds,
-                    "eval-every": 1, "checkpoint-every": 0, "save-model": False, "seed": 0, "results-dir": folder,
-                    "run-name": f"{algorithm}-{momentum}", "device": "cpu",
-                }
-                started = time.monotonic()
-                rows = measure(raw, 10)
-                seconds = (time.monotonic() - started) / args.rounds
-                for row in rows:
-                    cells = [f"{100 * row['acc']:.2f}"] + [
-                        f"{row[k]:.3g}" if k in row else "–" for k in ("c", "ci_mean", "ci_max", "eff", "dx")]
-                    lines.append(f"| {algorithm} | {momentum} | {row['round']} | " + " | ".join(cells) + " |")
-                print(f"{algorithm} momentum {momentum}: {seconds:.1f} s/round", flush=True)
-                print("\n".join(lines[-len(rows):]), flush=True)
+        for config in args.configs.split(","):
+            algorithm, momentum, lr = config.split(":")
+            momentum, lr = float(momentum), float(lr)
+            raw = {
+                "algorithm": algorithm, "model": "cnn", "dataset": "fashion-mnist", "partition": args.partition,
+                "classes-per-client": 2, "lr": lr, "momentum": momentum, "weight-decay": 1e-5,
+                "local-steps": args.local_steps, "batch-size": 32, "num-server-rounds": args.rounds,
+                "eval-every": 1, "checkpoint-every": 0, "save-model": False, "seed": 0, "results-dir": folder,
+                "run-name": f"{algorithm}-{momentum}-{lr}", "device": "cpu",
+            }
+            started = time.monotonic()
+            rows = measure(raw, 10)
+            seconds = (time.monotonic() - started) / max(len(rows), 1)
+            for row in rows:
+                cells = [f"{100 * row['acc']:.2f}"] + [
+                    f"{row[k]:.3g}" if k in row else "–" for k in ("c", "ci_mean", "ci_max", "eff", "dx")]
+                lines.append(f"| {algorithm} | {momentum} | {lr} | {lr / (1 - momentum):.3g} | {row['round']} | "
+                             + " | ".join(cells) + " |")
+            if len(rows) < args.rounds:
+                lines.append(f"| {algorithm} | {momentum} | {lr} | {lr / (1 - momentum):.3g} | {len(rows) + 1}- "
+                             "| diverged: non-finite model, clients refuse it | | | | | |")
+            print(f"{config}: {seconds:.1f} s/round", flush=True)
+            print("\n".join(lines[-len(rows) - 1:]), flush=True)
     text = "\n".join(lines) + "\n"
     if args.out:
-        args.out.write_text(text)
+        with open(args.out, "a") as handle:
+            handle.write(text)
     print(text)
     return 0
 
