@@ -1,7 +1,7 @@
 """SCAFFOLD with local momentum on FedCOG's NIID-2: control-variate norms and the effective step, per round.
 
     .venv/bin/python benchmarks/scaffold_momentum.py [--configs scaffold:0.9:0.01,scaffold:0:0.1,...]
-        [--rounds 12] [--local-steps 30] [--out FILE]   (a config is algorithm:momentum:lr)
+        [--rounds 12] [--local-steps 30] [--batch-size 32] [--out FILE]   (a config is algorithm:momentum:lr)
 
 Runs the real ServerApp and ClientApp code on the in-process grid (10 clients,
 `pairs` split, the FedCOG cpu setting: simple CNN, SGD lr 0.01, weight decay
@@ -94,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="comma-separated algorithm:momentum:lr")
     parser.add_argument("--rounds", type=int, default=12)
     parser.add_argument("--local-steps", type=int, default=30)
+    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--partition", default="pairs")
     parser.add_argument("--out", type=Path, default=None, help="append the table to this file")
     args = parser.parse_args(argv)
@@ -104,7 +105,8 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(1)
     lines = [
-        f"K = {args.local_steps} local steps of batch 32, partition `{args.partition}`, 10 clients, seed 0.", "",
+        f"K = {args.local_steps} local steps of batch {args.batch_size}, partition `{args.partition}`, "
+        "10 clients, seed 0.", "",
         "| algorithm | momentum | lr | lr/(1-momentum) | round | acc % | |c| | |c_i| mean | |c_i| max "
         "| ||x-y_i||/(K·lr) | |Δx| |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -116,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
             raw = {
                 "algorithm": algorithm, "model": "cnn", "dataset": "fashion-mnist", "partition": args.partition,
                 "classes-per-client": 2, "lr": lr, "momentum": momentum, "weight-decay": 1e-5,
-                "local-steps": args.local_steps, "batch-size": 32, "num-server-rounds": args.rounds,
+                "local-steps": args.local_steps, "batch-size": args.batch_size, "num-server-rounds": args.rounds,
                 "eval-every": 1, "checkpoint-every": 0, "save-model": False, "seed": 0, "results-dir": folder,
                 "run-name": f"{algorithm}-{momentum}-{lr}", "device": "cpu",
             }

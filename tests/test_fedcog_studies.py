@@ -97,7 +97,8 @@ def test_cpu_study_has_every_base_with_and_without_cog_and_a_claim_each() -> Non
 def test_paper_study_is_the_papers_size() -> None:
     study = load(STUDIES / "fedcog-paper.toml")
     (raw,) = {k: v for k, v in runs(study).items() if k == "fedavg+cog"}.values()
-    assert (raw["num-server-rounds"], raw["cog-start-round"], raw["local-steps"], raw["batch-size"]) == (70, 51, 400, 64)
+    size = (raw["num-server-rounds"], raw["cog-start-round"], raw["local-steps"], raw["batch-size"])
+    assert size == (70, 51, 400, 64)
     assert raw["partition"] == "pairs"
     assert len(study["study"]["report-seeds"]) >= 2
 

@@ -238,7 +238,8 @@ def test_pairs_uneven_class_sizes_split_within_one_sample() -> None:
     assert [int((labels[parts[i]] == 2).sum()) for i in holders] == [150] * 4
 
 
-@pytest.mark.parametrize("num_partitions, k, words", [(7, 2, "multiple of 5"), (10, 3, "divide"), (3, 5, "multiple of 2")])
+@pytest.mark.parametrize("num_partitions, k, words",
+                         [(7, 2, "multiple of 5"), (10, 3, "divide"), (3, 5, "multiple of 2")])
 def test_pairs_refuses_counts_that_do_not_divide(num_partitions: int, k: int, words: str) -> None:
     with pytest.raises(ConfigError, match=words):
         partition_indices(shuffled_labels(), spec("pairs", num_partitions, classes_per_client=k))
