@@ -86,6 +86,12 @@ def test_cpu_study_has_every_base_with_and_without_cog_and_a_claim_each() -> Non
     study = load(STUDIES / "fedcog-cpu.toml")
     assert set(study["arms"]) == set(COG_BASES) | {f"{b}+cog" for b in COG_BASES}
     assert [c["claim"] for c in study["claims"]] == [f"{b}+cog > {b}" for b in COG_BASES]
+    # X and X+cog differ only in the plug-in, so that the paired claim compares FedCOG alone
+    for base in COG_BASES:
+        plain = {k: v for k, v in study["arms"][base].items() if k not in ("algorithm", "paper")}
+        cog = {k: v for k, v in study["arms"][f"{base}+cog"].items() if k not in ("algorithm", "paper")}
+        assert plain == cog, base
+        assert study["arms"][f"{base}+cog"]["algorithm"] == f"{base}+cog"
     assert study["variants"]["niid1"] == {"partition": "dirichlet", "alpha": 0.1}
     assert study["variants"]["niid2"] == {"partition": "pairs", "classes-per-client": 2}
     assert len(study["study"]["report-seeds"]) >= 3
