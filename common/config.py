@@ -27,7 +27,7 @@ from common.gossip import DECENTRALIZED_ALGORITHMS, parse_targets
 from common.models import MODELS, check_model_fits
 from common.topology import TOPOLOGIES
 
-PARTITIONS = ("iid", "dirichlet", "shard", "pathological")
+PARTITIONS = ("iid", "dirichlet", "shard", "pathological", "pairs")
 AGGREGATIONS = ("weighted", "uniform")
 
 
@@ -63,11 +63,13 @@ class RunConfig:
     model: str = _key("cnn", "Model: cnn, mlp, convnet, resnet18; a U-Net (unet-small, unet-paper-mnist, "
                       "unet-paper-cifar) makes the run a diffusion task.", "SPEC 3.3")
     partition: str = _key(
-        "dirichlet", "Split over clients: iid, dirichlet, shard, pathological.", "SPEC 3.2"
+        "dirichlet", "Split over clients: iid, dirichlet, shard, pathological, pairs (disjoint groups of "
+        "classes-per-client classes, each group's samples split evenly over N / groups clients).",
+        "SPEC 3.2; pairs: FedCOG NIID-2",
     )
     alpha: float = _key(0.3, "Dirichlet concentration (smaller is more skewed).", "SPEC 3.2")
     classes_per_client: int = _key(
-        2, "Classes per client for the pathological split.", "FedCOG NIID-2, OledFL"
+        2, "Classes per client for the pathological and pairs splits.", "FedCOG NIID-2, OledFL"
     )
     local_test_fraction: float = _key(
         0.2, "Fraction of each client's partition held out as its local test split."
@@ -361,6 +363,9 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
             cfg.classes_per_client,
             f"an integer in 1..{num_classes} (dataset '{cfg.dataset}' has {num_classes} classes)",
         )
+        _require(cfg.partition != "pairs" or num_classes % cfg.classes_per_client == 0, "classes-per-client",
+                 cfg.classes_per_client, f"with partition 'pairs' a divisor of the {num_classes} classes of "
+                 f"'{cfg.dataset}'")
     _require(0 <= cfg.local_test_fraction < 1, "local-test-fraction", cfg.local_test_fraction, "a number in [0, 1)")
     _require(0 < cfg.fraction_train <= 1, "fraction-train", cfg.fraction_train, "a number in (0, 1]")
     _require(cfg.min_nodes >= 1, "min-nodes", cfg.min_nodes, "an integer >= 1")

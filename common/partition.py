@@ -2,8 +2,9 @@
 
 Splits use `flwr-datasets` partitioners on a table holding only the labels (the
 partitioners look at nothing else), so a split is reproducible from
-(dataset, partitioner, parameters, num-partitions, seed). Each client's partition
-is then cut into a local train and a local test split.
+(dataset, partitioner, parameters, num-partitions, seed). The `pairs` split,
+which no flwr-datasets partitioner gives, is `pairs_indices` below. Each
+client's partition is then cut into a local train and a local test split.
 
 In deployment every ClientApp message runs in a fresh process, so a client must
 not reload and re-split the whole dataset every round: the first call computes
@@ -25,7 +26,8 @@ from pathlib import Path
 
 import numpy as np
 
-from common.datasets import DatasetArrays, load_dataset
+from common.config import ConfigError
+from common.datasets import DatasetArrays, dataset_info, load_dataset
 
 CACHE_VERSION = 1
 
@@ -98,9 +100,67 @@ def _partitioner(spec: PartitionSpec, partition_by: str = "label"):
     raise ValueError(f"unknown partition {spec.partition!r}")
 
 
+def class_groups(num_classes: int, classes_per_client: int, num_partitions: int) -> list[list[int]]:
+    """The classes of each client under the `pairs` split: client i holds group i mod G.
+
+    The classes are cut into G = C / k disjoint groups of k consecutive classes
+    ((0, 1), (2, 3), ... for k = 2), and each group is shared by N / G clients.
+    Refuses counts that do not divide: the split exists only when k divides C
+    and G divides N.
+    """
+    if classes_per_client < 1 or num_classes % classes_per_client:
+        raise ConfigError(
+            f"partition 'pairs' needs 'classes-per-client' to divide the {num_classes} classes of the dataset; "
+            f"got {classes_per_client} (accepted: "
+            + ", ".join(str(k) for k in range(1, num_classes + 1) if num_classes % k == 0) + ")"
+        )
+    groups = num_classes // classes_per_client
+    if num_partitions % groups:
+        raise ConfigError(
+            f"partition 'pairs' with classes-per-client = {classes_per_client} makes {groups} disjoint class "
+            f"groups, each shared by the same number of clients, so the number of nodes ('num-partitions') "
+            f"must be a multiple of {groups}; got {num_partitions}"
+        )
+    return [list(range((i % groups) * classes_per_client, (i % groups + 1) * classes_per_client))
+            for i in range(num_partitions)]
+
+
+def pairs_indices(labels: np.ndarray, num_classes: int, classes_per_client: int, num_partitions: int,
+                  seed: int) -> list[np.ndarray]:
+    """FedCOG's NIID-2 split: disjoint class groups, each group's samples split evenly over its clients.
+
+    With 10 classes, 2 classes per client and 10 clients: classes (0, 1) go to
+    clients 0 and 5, (2, 3) to clients 1 and 6, and so on; each class's samples
+    are shuffled (seeded) and cut into N / G parts whose sizes differ by at most
+    one, and client i takes part i // G of each of its classes. This is the
+    authors' `noniid-skew-2` split (their code keeps the dataset's order instead
+    of shuffling and drops the remainder of each class).
+    """
+    groups = class_groups(num_classes, classes_per_client, num_partitions)
+    num_groups = num_classes // classes_per_client
+    sharing = num_partitions // num_groups
+    rng = np.random.default_rng([seed, 19])
+    parts_of_class = [
+        np.array_split(rng.permutation(np.flatnonzero(labels == c)), sharing) for c in range(num_classes)
+    ]
+    return [
+        np.sort(np.concatenate([parts_of_class[c][i // num_groups] for c in groups[i]])).astype(np.int64)
+        for i in range(num_partitions)
+    ]
+
+
 def partition_indices(labels: np.ndarray, spec: PartitionSpec) -> list[np.ndarray]:
     """Indices into `labels` of each partition, per the spec's partitioner."""
     from datasets import Dataset
+
+    if spec.partition == "pairs":
+        parts = pairs_indices(labels, dataset_info(spec.dataset).num_classes, spec.classes_per_client,
+                              spec.num_partitions, spec.seed)
+        empty = [i for i, part in enumerate(parts) if len(part) == 0]
+        if empty:
+            raise ValueError(f"partition 'pairs' left partitions {empty} empty: too few samples for "
+                             f"{spec.num_partitions} partitions")
+        return parts
 
     table = Dataset.from_dict({"label": labels.astype(np.int64), "index": np.arange(len(labels))})
     if spec.partition == "iid":

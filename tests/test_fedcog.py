@@ -305,3 +305,28 @@ def test_table5_ablations_run_and_differ_from_full_fedcog(tmp_path, tiny_data_di
         last = results.rounds[2]
         assert last["stat-cog-disagreement"] == (0.0 if ablation in ("noise", "global-only") else 1.0)
         assert ("stat-cog-gen-loss-first" in last) == (ablation != "noise")
+
+
+# ----- NIID-2: the pairs split in a federation ------------------------------------------
+
+
+def test_on_pairs_every_client_holds_its_pair_and_generates_its_budget(tmp_path, tiny_data_dir):
+    raw = base_config(tmp_path, tiny_data_dir, algorithm="fedavg+cog", partition="pairs", **{
+        "num-server-rounds": 1, "cog-start-round": 1, "local-test-fraction": 0.0, **SMALL_GEN})
+    _, results, strategy, grid = run_inprocess(raw, 10)
+    for node in strategy.nodes:
+        held = [c for c, n in enumerate(node.label_counts) if n > 0]
+        assert held == [2 * (node.partition_id % 5), 2 * (node.partition_id % 5) + 1]
+    # 24 inputs over the classes each client lacks (the 8 missing ones, and a few of its smaller held
+    # class where the stand-in data's two classes differ in size): the budget up to per-class rounding
+    assert 23.0 <= results.rounds[1]["stat-cog-generated"] <= 25.0
+
+
+def test_pairs_with_a_node_count_that_does_not_divide_fails_the_handshake_with_the_reason(tmp_path, tiny_data_dir):
+    from server_app.handshake import HandshakeError
+
+    raw = base_config(tmp_path, tiny_data_dir, partition="pairs", **{"node-wait-timeout": 5.0})
+    # the nodes load their data in the handshake; the in-process grid raises the ClientApp's error
+    # where a deployment's handshake reports it (HandshakeError with the nodes' reasons)
+    with pytest.raises((HandshakeError, ConfigError), match="multiple of 5"):
+        run_inprocess(raw, 7)

@@ -17,8 +17,10 @@ import pytest
 
 import common.datasets as datasets_module
 from common.datasets import DatasetMissingError, load_dataset, read_idx
+from common.config import ConfigError
 from common.partition import (
     PartitionSpec,
+    class_groups,
     load_client_data,
     partition_cache_folder,
     partition_indices,
@@ -27,7 +29,7 @@ from common.partition import (
 
 NUM_CLASSES = 10
 PER_CLASS = 600
-SCHEMES = ("iid", "dirichlet", "shard", "pathological")
+SCHEMES = ("iid", "dirichlet", "shard", "pathological", "pairs")
 
 pytestmark = pytest.mark.filterwarnings("ignore::UserWarning", "ignore::FutureWarning")
 
@@ -199,6 +201,72 @@ def test_impossible_split_is_a_value_error() -> None:
         partition_indices(labels, spec("pathological", 5, classes_per_client=3))
 
 
+# ----- pairs (FedCOG's NIID-2) ---------------------------------------------------------
+
+
+def test_pairs_ten_clients_hold_the_papers_class_pairs_in_equal_halves() -> None:
+    labels = shuffled_labels()
+    parts = partition_indices(labels, spec("pairs", 10, classes_per_client=2))
+    assert_disjoint(parts, len(labels))
+    # every sample is used: 5 pairs x 2 clients, each client half of each of its two classes
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(len(labels)))
+    for i, part in enumerate(parts):
+        counts = np.bincount(labels[part], minlength=NUM_CLASSES)
+        pair = [2 * (i % 5), 2 * (i % 5) + 1]
+        expected = np.zeros(NUM_CLASSES, dtype=np.int64)
+        expected[pair] = PER_CLASS // 2
+        assert np.array_equal(counts, expected), (i, counts)
+    # clients i and i + 5 share a pair and hold disjoint halves of it
+    for i in range(5):
+        assert set(labels[parts[i]]) == set(labels[parts[i + 5]])
+
+
+def test_pairs_class_groups_generalise_to_other_divisible_counts() -> None:
+    assert class_groups(10, 2, 10) == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]] * 2
+    assert class_groups(10, 2, 5) == [[0, 1], [2, 3], [4, 5], [6, 7], [8, 9]]
+    assert class_groups(10, 5, 4) == [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]] * 2
+    assert class_groups(10, 1, 20) == [[c] for c in range(10)] * 2
+
+
+def test_pairs_uneven_class_sizes_split_within_one_sample() -> None:
+    labels = np.concatenate([np.repeat(np.arange(NUM_CLASSES), PER_CLASS), [3] * 7])  # class 3 has 607
+    parts = partition_indices(labels, spec("pairs", 20, classes_per_client=2))  # 4 clients per pair
+    assert np.array_equal(np.sort(np.concatenate(parts)), np.arange(len(labels)))
+    holders = [i for i, p in enumerate(parts) if 3 in labels[p]]
+    assert holders == [1, 6, 11, 16]
+    assert sorted(int((labels[parts[i]] == 3).sum()) for i in holders) == [151, 152, 152, 152]
+    assert [int((labels[parts[i]] == 2).sum()) for i in holders] == [150] * 4
+
+
+@pytest.mark.parametrize("num_partitions, k, words",
+                         [(7, 2, "multiple of 5"), (10, 3, "divide"), (3, 5, "multiple of 2")])
+def test_pairs_refuses_counts_that_do_not_divide(num_partitions: int, k: int, words: str) -> None:
+    with pytest.raises(ConfigError, match=words):
+        partition_indices(shuffled_labels(), spec("pairs", num_partitions, classes_per_client=k))
+
+
+def test_pairs_config_refuses_classes_per_client_not_dividing_the_classes() -> None:
+    from common.config import parse_run_config
+    from server_app.registry import SERVER_STRATEGIES
+
+    with pytest.raises(ConfigError, match="classes-per-client"):
+        parse_run_config({"partition": "pairs", "classes-per-client": 3}, SERVER_STRATEGIES)
+    assert parse_run_config({"partition": "pairs", "classes-per-client": 5}, SERVER_STRATEGIES).partition == "pairs"
+
+
+@pytest.mark.skipif(not (datasets_module.DEBIAN_FASHION_MNIST / "train-labels-idx1-ubyte.gz").is_file()
+                    and not (datasets_module.DEBIAN_FASHION_MNIST / "train-labels-idx1-ubyte").is_file(),
+                    reason="Fashion-MNIST (Debian package) not installed")
+def test_pairs_on_fashion_mnist_gives_3000_of_each_of_two_classes() -> None:
+    labels = load_dataset("fashion-mnist", "/nonexistent").y_train
+    parts = partition_indices(labels, spec("pairs", 10, classes_per_client=2))
+    table = np.stack([np.bincount(labels[p], minlength=NUM_CLASSES) for p in parts])
+    expected = np.zeros((10, NUM_CLASSES), dtype=np.int64)
+    for i in range(10):
+        expected[i, [2 * (i % 5), 2 * (i % 5) + 1]] = 3000
+    assert np.array_equal(table, expected)
+
+
 # ----- determinism -------------------------------------------------------------------
 
 
@@ -210,6 +278,14 @@ def test_same_spec_gives_identical_indices(scheme: str) -> None:
     assert len(first) == len(second)
     for a, b in zip(first, second):
         assert np.array_equal(a, b)
+
+
+def test_pairs_different_seed_gives_different_halves_but_the_same_classes() -> None:
+    labels = shuffled_labels()
+    first = partition_indices(labels, spec("pairs", 10, seed=1))
+    second = partition_indices(labels, spec("pairs", 10, seed=2))
+    assert all(not np.array_equal(a, b) for a, b in zip(first, second))
+    assert all(set(labels[a]) == set(labels[b]) for a, b in zip(first, second))
 
 
 @pytest.mark.parametrize("scheme", ["dirichlet", "shard", "pathological"])
