@@ -96,7 +96,8 @@ def test_psi_orders_ring_grid_exponential_full(num_nodes: int) -> None:
 
 
 @pytest.mark.parametrize(("key", "value"), [
-    ("ole-beta", 1.0), ("ole-beta", -0.1), ("topology", "star"), ("peers", 0), ("dfedavgm-momentum", 1.0),
+    ("ole-beta", 1.0), ("ole-beta", -0.1), ("topology", "star"), ("peers", 0), ("mixing", "lazy"),
+    ("clip-grad-norm", -1.0), ("dfedavgm-momentum", 1.0),
     ("target-accuracies", "0.7,high"), ("target-accuracies", "1.5"),
 ])
 def test_bad_decentralized_config_names_the_key(key: str, value) -> None:
@@ -320,11 +321,13 @@ def test_resume_from_checkpoint_restores_nodes_and_their_state(tmp_path, tiny_da
 
 
 @pytest.mark.parametrize(("topology", "beta", "warned"), [
-    ("ring", 0.99, True), ("ring", 0.5, False), ("grid", 0.5, True), ("random", 0.99, False), ("full", 0.99, False)])
+    ("ring", 0.99, True), ("ring", 0.5, False), ("grid", 0.5, True), ("random-draws", 0.99, False),
+    ("random", 0.99, True), ("random", 0.5, False), ("full", 0.99, False)])
 def test_relay_warns_when_ole_beta_makes_the_nodes_drift_apart(monkeypatch, topology: str, beta: float,
                                                              warned: bool) -> None:
-    """ring: lambda_min -1/3 caps beta at 1/2; grid (4x5 torus): lambda_min -0.52, cap 0.31; the random
-    topology's fresh W each round contracts in mean square even at 0.99 (oledfl-investigation.md)."""
+    """ring: lambda_min -1/3 caps beta at 1/2; grid (4x5 torus): lambda_min -0.52, cap 0.31; random-draws'
+    fresh W each round (mean degree ~7 at k = 4) contracts in mean square even at 0.99, the 4-regular
+    random graph's does not (1.13 per round; oledfl-investigation.md)."""
     import server_app.decentralized as relay_module
 
     warnings = []
@@ -337,4 +340,21 @@ def test_relay_warns_when_ole_beta_makes_the_nodes_drift_apart(monkeypatch, topo
     assert bool(warnings) == warned, warnings
     if warned:
         assert f"ole-beta {beta:g} on topology {topology}" in warnings[0]
-        assert "beta <= 0.50" in warnings[0] if topology == "ring" else "beta <= 0.31" in warnings[0]
+        bound = {"ring": "beta <= 0.50", "grid": "beta <= 0.31", "random": "drift apart"}[topology]
+        assert bound in warnings[0]
+
+
+@pytest.mark.parametrize(("raw", "match"), [
+    ({"topology": "random", "peers": 10}, "peers <= 5"),          # 6 nodes cannot have 10 neighbours each
+    ({"topology": "random", "peers": 3, "num": 5}, "odd"),         # no 3-regular graph on 5 nodes
+    ({"topology": "random-draws", "peers": 2, "mixing": "uniform"}, "random-draws"),
+])
+def test_relay_refuses_a_topology_the_nodes_cannot_form(raw: dict, match: str) -> None:
+    raw = {"algorithm": "dfedavg", **raw}
+    count = raw.pop("num", 6)
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    nodes = [NodeInfo(node_id=100 + i, partition_id=i, num_train_examples=10, num_test_examples=2)
+             for i in range(count)]
+    with pytest.raises(ConfigError, match=match) as info:
+        DecentralizedRelay(cfg, nodes)
+    assert "peers" in str(info.value) and f"{count} nodes" in str(info.value)
