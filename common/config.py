@@ -55,7 +55,7 @@ class RunConfig:
     cache_dir: str = _key(
         "", "Where client partitions are cached; empty: ~/.cache/fedsynth/partitions."
     )
-    model: str = _key("cnn", "Model: cnn, mlp, convnet, resnet18; a U-Net (unet-small, unet-paper-mnist, "
+    model: str = _key("cnn", "Model: cnn, cnn-gn (cnn with GroupNorm), mlp, convnet, resnet18; a U-Net (unet-small, unet-paper-mnist, "
                       "unet-paper-cifar) makes the run a diffusion task.", "SPEC 3.3")
     partition: str = _key(
         "dirichlet", "Split over clients: iid, dirichlet, shard, pathological.", "SPEC 3.2"

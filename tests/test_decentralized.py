@@ -130,13 +130,15 @@ def _job(algorithm: str, state: RecordDict, **extra) -> LocalJob:
                     device=torch.device("cpu"), incoming=RecordDict(), state=state)
 
 
-def _plain_sgd(job: LocalJob, start: dict, steps: int, momentum: float) -> dict:
+def _plain_sgd(job: LocalJob, start: dict, steps: int, momentum: float, clip: float = 0.0) -> dict:
     model = make_model(job.cfg)
     load_weights(model, start)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum, weight_decay=1e-3)
     for idx in batch_indices(len(job.y), dataclasses.replace(job.cfg, local_steps=steps), 2, 1):
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(job.x[idx]), job.y[idx]).backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
     return model_weights(model)
 
@@ -153,6 +155,39 @@ def test_node_rules_equal_plain_sgd_and_keep_the_model_in_state(algorithm: str, 
     for name, value in expected.items():
         np.testing.assert_allclose(model_weights(job.model)[name], value, rtol=0, atol=1e-6)
         np.testing.assert_array_equal(kept[name], model_weights(job.model)[name])
+
+
+@pytest.mark.parametrize("algorithm", ["dfedavg", "oledfl-sgd", "fedavg"])
+def test_clip_grad_norm_clips_every_local_step_as_torch_does(algorithm: str) -> None:
+    """clip-grad-norm in local training = torch.nn.utils.clip_grad_norm_ before each SGD step."""
+    job = _job(algorithm, RecordDict(), **{"clip-grad-norm": 0.05, "model": "cnn-gn"})
+    start = model_weights(job.model)
+    CLIENT_UPDATES[algorithm](job)  # first round: the Ole restart from z^{-1} = x^0 is x itself
+    expected = _plain_sgd(job, start, 4, 0.0, clip=0.05)
+    unclipped = _plain_sgd(job, start, 4, 0.0)
+    for name, value in expected.items():
+        np.testing.assert_allclose(model_weights(job.model)[name], value, rtol=0, atol=1e-6)
+    assert any(np.abs(expected[k] - unclipped[k]).max() > 1e-4 for k in expected)  # the bound was active
+
+
+def test_cnn_gn_is_the_simple_cnn_with_groupnorm_and_normalises_each_sample_alone() -> None:
+    from common.datasets import dataset_info
+    from common.models import build_model
+
+    for dataset in ("fashion-mnist", "cifar10"):
+        info = dataset_info(dataset)
+        gn, plain = build_model("cnn-gn", info), build_model("cnn", info)
+        norms = [m for m in gn.modules() if isinstance(m, torch.nn.GroupNorm)]
+        assert [(m.num_groups, m.num_channels) for m in norms] == [(2, 6), (2, 16)]
+        # the same layers plus the two GroupNorms' affine parameters
+        assert sum(p.numel() for p in gn.parameters()) == sum(p.numel() for p in plain.parameters()) + 2 * (6 + 16)
+        x = torch.randn(5, info.channels, info.height, info.width, generator=torch.Generator().manual_seed(0))
+        out = gn(x)
+        assert out.shape == (5, info.num_classes)
+        # no batch statistics: a sample's logits do not depend on the rest of its batch
+        torch.testing.assert_close(gn(x[:1]), out[:1], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="'cnn-gn' needs images of at least 16x16"):
+        build_model("cnn-gn", dataclasses.replace(dataset_info("mnist"), height=12, width=12))
 
 
 def test_dfedsam_takes_fedsams_sam_steps() -> None:
