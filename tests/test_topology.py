@@ -320,3 +320,17 @@ def test_ole_beta_bound_hand_values() -> None:
     bound = ole_beta_bound(grid)
     assert ole_gossip_contraction([grid], bound) == pytest.approx(1.0)
     assert ole_gossip_contraction([grid], bound + 0.01) > 1.0
+
+
+def test_oledfl_diagnostic_predicts_beta_one_over_gain_on_the_full_graph() -> None:
+    """benchmarks/oledfl_jacobian.py: on W = J Ole's gossip factor is beta^2, so q^2 beta^2 = 1 at beta = 1/q."""
+    from benchmarks.oledfl_jacobian import growth_factor, predicted_beta
+
+    full = mixing_matrix("full", 10)
+    contraction = lambda beta: ole_gossip_contraction([full], beta)  # noqa: E731
+    assert predicted_beta(2.0, contraction) == pytest.approx(0.5, abs=1e-3)
+    assert predicted_beta(1.25, contraction) == pytest.approx(0.8, abs=1e-3)
+    assert predicted_beta(1.0, contraction) is None  # gossip alone never expands on the full graph
+    assert growth_factor([1.0, 2.0, 4.0]) == pytest.approx(2.0)
+    assert growth_factor([0.5, 0.25]) == pytest.approx(0.5)
+    assert growth_factor([1.0, float("nan")]) == float("inf")
