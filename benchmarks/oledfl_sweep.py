@@ -4,12 +4,14 @@
     PYTHONPATH=. python -m benchmarks.oledfl_sweep run --algorithm oledfl-sgd --beta 0.5 --rounds 30 \
         --local-steps 20 --lr 0.1 [--topology ring --nodes 100] [--classes-per-client 2] [--out FILE.json]
 
-`eigen`: for the random topology (the project's Metropolis-Hastings weights)
+`eigen`: for the random topologies (`random`, k-regular, and `random-draws`)
 and the static ones, the eigenvalues of W and of Ole's effective gossip matrix
-M = (1+beta) W - beta I, and the mean-square contraction per round of a
+M = (1+beta) W - beta I, the mean-square contraction per round of a
 disagreement vector under M (E ||M e||^2 / ||e||^2 over fresh random W; <1:
-consensus, >1: the nodes drift apart). Also for the "uniform 1/(k+1)" random
-matrix (each node averages itself and k peers it drew), for comparison.
+consensus, >1: the nodes drift apart) and the beta where it reaches 1. Also for
+the directed "uniform 1/(k+1)" random matrix (each node averages itself and k
+peers it drew), for comparison; and psi and Ole's stable beta per static
+topology (formerly the `oledfl` preset's table).
 
 `run`: the decentralized algorithms of client_app/decentralized.py
 (dfedavg, dfedavgm, oledfl-sgd) in one process without Flower's messages and
@@ -22,7 +24,7 @@ Ole's restart x_i + beta (x_i - z_i^{t-1}) with z_i^{-1} = x^0, and the
 accuracy of x-bar on the dataset's test set. Checked against the in-process
 Flower apps at cpu size: the same x-bar accuracy after round 1 (0.1148) and
 round 2 of OledFL (0.3175), then float-rounding drift of ~0.02. A research
-tool for sweeps; the preset (presets/oledfl.py) runs the real Flower apps.
+tool for sweeps; the studies (studies/oledfl-*.toml) run the real Flower apps.
 """
 
 from __future__ import annotations
@@ -48,17 +50,27 @@ def uniform_random(n: int, k: int, seed: int, round_num: int) -> np.ndarray:
 
 
 def eigen_report(n: int, k: int, betas: list[float], samples: int = 200) -> str:
-    from common.topology import mixing_matrix, ole_gossip_contraction
+    """Spectra of W and Ole's gossip factor per topology, and psi with Ole's stable beta for the static ones.
 
-    lines = [f"# Spectra, {n} nodes, random k = {k} ({samples} rounds' matrices)", "",
-             "| W | lambda_min (mean, min over rounds) | lambda_2 (mean) | mean self-weight | "
-             + " | ".join(f"E-contraction beta={b:g}" for b in betas) + " |",
-             "| --- | --- | --- | --- |" + " --- |" * len(betas)]
+    The static-topology table was the `oledfl` preset's psi table (issue 18 replaced the preset by studies).
+    """
+    from common.topology import mixing_matrix, ole_beta_bound, ole_gossip_contraction, spectral_psi
+
+    lines = [f"# Spectra, {n} nodes, random k = {k} ({samples} rounds' matrices; 100-node rows: 40)", "",
+             "| W | mean degree | lambda_min (mean, min over rounds) | lambda_2 (mean) | mean self-weight | "
+             + " | ".join(f"E-contraction beta={b:g}" for b in betas) + " | beta where it reaches 1 |",
+             "| --- | --- | --- | --- | --- |" + " --- |" * len(betas) + " --- |"]
+
+    def random_ws(kind: str, nodes: int, peers: int, count: int) -> list[np.ndarray]:
+        return [mixing_matrix(kind, nodes, peers=peers, seed=0, round_num=t) for t in range(1, count + 1)]
+
     cases = {
-        f"random MH (project), k={k}": [mixing_matrix("random", n, peers=k, seed=0, round_num=t) for t in range(1, samples + 1)],
+        f"random (k-regular; MH = uniform 1/(k+1)), k={k}": random_ws("random", n, k, samples),
+        f"random-draws MH (before issue 18), k={k}": random_ws("random-draws", n, k, samples),
         f"uniform 1/(k+1), directed draws, k={k}": [uniform_random(n, k, 0, t) for t in range(1, samples + 1)],
-        "uniform 1/11, 100 nodes, k=10 (paper scale)": [uniform_random(100, 10, 0, t) for t in range(1, 41)],
-        "random MH, 100 nodes, k=10 (paper scale)": [mixing_matrix("random", 100, peers=10, seed=0, round_num=t) for t in range(1, 41)],
+        "random (k-regular), 100 nodes, k=10 (paper scale)": random_ws("random", 100, 10, 40),
+        "random-draws MH, 100 nodes, k=10": random_ws("random-draws", 100, 10, 40),
+        "uniform 1/11, directed draws, 100 nodes, k=10": [uniform_random(100, 10, 0, t) for t in range(1, 41)],
     }
     for t in ("ring", "grid", "exponential", "full"):
         cases[t] = [mixing_matrix(t, n)]
@@ -66,16 +78,39 @@ def eigen_report(n: int, k: int, betas: list[float], samples: int = 200) -> str:
         eig = [np.sort(np.linalg.eigvals(w).real) for w in ws]
         lam_min = [e[0] for e in eig]
         lam_2 = [e[-2] for e in eig]
+        degree = float(np.mean([((w > 0).sum(axis=1) - 1).mean() for w in ws]))
         selfw = float(np.mean([np.mean(np.diag(w)) for w in ws]))
         contr = [ole_gossip_contraction(ws, b) for b in betas]
-        lines.append(f"| {name} | {np.mean(lam_min):.3f}, {np.min(lam_min):.3f} | {np.mean(lam_2):.3f} | {selfw:.3f} | "
-                     + " | ".join(f"{c:.3f}" for c in contr) + " |")
+        lines.append(f"| {name} | {degree:.1f} | {np.mean(lam_min):.3f}, {np.min(lam_min):.3f} | {np.mean(lam_2):.3f} | "
+                     f"{selfw:.3f} | " + " | ".join(f"{c:.3f}" for c in contr) + f" | {critical_beta(ws)} |")
     lines += ["", "Ole's gossip M = (1+beta) W - beta I maps an eigenvalue lambda of W to (1+beta) lambda - beta: "
               "|.| < 1 needs beta < (1+lambda)/(1-lambda) for the most negative lambda; and |(1+beta) lambda - beta| < |lambda| "
               "(faster consensus than W) only for lambda > beta/(2+beta). E-contraction is the largest "
               "E||P M e||^2/||e||^2 over disagreement vectors e (P removes the mean) with a fresh W per round: "
-              "beta = 0 is plain gossip; > 1 means Ole's restarts alone push the nodes apart."]
+              "beta = 0 is plain gossip; > 1 means Ole's restarts alone push the nodes apart. The directed "
+              "uniform rows are not symmetric (their lambda columns are real parts).", "",
+              f"## psi of the static topologies ({n} nodes)", "",
+              "| topology | psi | 1/(1-psi) | lambda_min | largest stable beta (1+lambda_min)/(1-lambda_min) |",
+              "| --- | --- | --- | --- | --- |"]
+    for t in ("ring", "grid", "exponential", "full"):
+        w = mixing_matrix(t, n)
+        psi, lam_min = spectral_psi(w), float(np.linalg.eigvalsh(w)[0])
+        inverse = "-" if psi >= 1 else f"{1 / (1 - psi):.1f}"
+        lines.append(f"| {t} | {psi:.4f} | {inverse} | {lam_min:.4f} | {ole_beta_bound(w):.3f} |")
     return "\n".join(lines)
+
+
+def critical_beta(ws: list[np.ndarray]) -> str:
+    """The beta in [0, 1) at which Ole's mean-square gossip factor reaches 1 (bisection), or '>= 1'."""
+    from common.topology import ole_gossip_contraction
+
+    if ole_gossip_contraction(ws, 0.999) < 1.0:
+        return ">= 1"
+    low, high = 0.0, 0.999
+    for _ in range(25):
+        middle = (low + high) / 2
+        low, high = (low, middle) if ole_gossip_contraction(ws, middle) >= 1.0 else (middle, high)
+    return f"{high:.3f}"
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -201,7 +236,9 @@ def main(argv: list[str] | None = None) -> int:
     r.add_argument("--peers", type=int, default=4)
     r.add_argument("--alpha", type=float, default=0.3)
     r.add_argument("--classes-per-client", type=int, default=0, help="> 0: pathological split instead of Dirichlet")
-    r.add_argument("--topology", default="random", help="a project topology, or 'uniform' (1/(k+1), directed draws)")
+    r.add_argument("--topology", default="random",
+                   help="a project topology (random: k-regular; random-draws: the issue-6 graph), "
+                        "or 'uniform' (1/(k+1), directed draws)")
     r.add_argument("--seed", type=int, default=0)
     r.add_argument("--targets", default="0.65,0.7,0.75,0.8")
     r.add_argument("--data-dir", default="")

@@ -130,8 +130,9 @@ def plain_rule(job: "LocalJob") -> GradientRule:
 
 def local_optimizer(model: nn.Module, cfg: RunConfig, lr: float) -> SGD | Adam:
     """Local SGD (or Adam, `local-optimizer`: Adam by default for the diffusion task); a new one each round,
-    so no optimizer state carries over."""
-    return make_optimizer(model.parameters(), optimizer_kind(cfg), lr, cfg.momentum, cfg.weight_decay)
+    so no optimizer state carries over. `clip-grad-norm` clips every step's gradient (0: off)."""
+    return make_optimizer(model.parameters(), optimizer_kind(cfg), lr, cfg.momentum, cfg.weight_decay,
+                          cfg.clip_grad_norm)
 
 
 def run_local_steps(job: LocalJob, rule: GradientRule, after_step: AfterStep | None = None) -> LocalResult:

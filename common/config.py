@@ -25,7 +25,7 @@ from common.diffusion import DIFFUSION_ALGORITHMS, FID_EXTRACTORS, OPTIMIZERS, S
 from common.fedcog_math import COG_ABLATIONS, COG_BASES, KD_WEIGHTINGS
 from common.gossip import DECENTRALIZED_ALGORITHMS, parse_targets
 from common.models import MODELS, check_model_fits
-from common.topology import TOPOLOGIES
+from common.topology import MIXINGS, TOPOLOGIES
 
 PARTITIONS = ("iid", "dirichlet", "shard", "pathological", "pairs")
 AGGREGATIONS = ("weighted", "uniform")
@@ -60,7 +60,7 @@ class RunConfig:
     )
     hf_image_column: str = _key("", "`hf:<repo>` datasets: the image column; empty: found from the features.")
     hf_label_column: str = _key("", "`hf:<repo>` datasets: the label column; empty: found from the features.")
-    model: str = _key("cnn", "Model: cnn, mlp, convnet, resnet18; a U-Net (unet-small, unet-paper-mnist, "
+    model: str = _key("cnn", "Model: cnn, cnn-gn (cnn with GroupNorm), mlp, convnet, resnet18; a U-Net (unet-small, unet-paper-mnist, "
                       "unet-paper-cifar) makes the run a diffusion task.", "SPEC 3.3")
     partition: str = _key(
         "dirichlet", "Split over clients: iid, dirichlet, shard, pathological, pairs (disjoint groups of "
@@ -96,6 +96,10 @@ class RunConfig:
     lr_decay: float = _key(1.0, "Per-round decay: lr * lr-decay^(round-1).", "OledFL: 0.998")
     momentum: float = _key(0.0, "Local SGD momentum (buffer reset every round).")
     weight_decay: float = _key(0.0, "Local SGD weight decay.")
+    clip_grad_norm: float = _key(
+        0.0, "Local training: clip each step's gradient to this global L2 norm (as torch.nn.utils.clip_grad_norm_, "
+        "before weight decay); 0: off.", "OledFL/DisPFL code: 10",
+    )
     aggregation: str = _key(
         "weighted", "Server mean: weighted by sample count, or uniform 1/n.", "FedDDPM: uniform"
     )
@@ -182,11 +186,18 @@ class RunConfig:
 
     # --- Decentralized FL (issue 6): dpsgd, dfedavg, dfedavgm, dfedsam, oledfl-sgd, oledfl-sam ---
     topology: str = _key(
-        "random", "Decentralized topology: random (k peers per round), ring, grid (2-D torus), exponential, full.",
+        "random", "Decentralized topology: random (a fresh k-regular graph each round: every node has exactly k "
+        "neighbours), random-draws (each node draws k peers, links both ways: k to ~2k neighbours), ring, "
+        "grid (2-D torus), exponential, full.",
         "SPEC 4.5",
     )
-    peers: int = _key(10, "random topology: peers k each node draws per round; links are bidirectional.",
+    peers: int = _key(10, "Random topologies: neighbours k per node and round (random: n * k even, k < n).",
                       "OledFL: 10")
+    mixing: str = _key(
+        "metropolis", "Decentralized mixing weights: metropolis (Metropolis-Hastings) or uniform (1/(k+1) on the "
+        "node and each neighbour; needs every node to have k neighbours; equal to metropolis on such graphs).",
+        "SPEC 4.5; DisPFL code",
+    )
     ole_beta: float = _key(0.99, "OledFL: Ole coefficient beta, start from x_i + beta (x_i - z_i^{t-1}); in [0, 1).",
                            "OledFL: 0.99 CIFAR-10, 0.8 CIFAR-100")
     relay_mixing: bool = _key(
@@ -380,6 +391,8 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(0 < cfg.lr_decay <= 1, "lr-decay", cfg.lr_decay, "a number in (0, 1]")
     _require(0 <= cfg.momentum < 1, "momentum", cfg.momentum, "a number in [0, 1)")
     _require(cfg.weight_decay >= 0, "weight-decay", cfg.weight_decay, "a number >= 0")
+    _require(cfg.clip_grad_norm >= 0 and math.isfinite(cfg.clip_grad_norm), "clip-grad-norm", cfg.clip_grad_norm,
+             "a number >= 0 (0: no clipping)")
     _require(cfg.server_lr > 0, "server-lr", cfg.server_lr, "a number > 0")
     _require(0 <= cfg.server_momentum < 1, "server-momentum", cfg.server_momentum, "a number in [0, 1)")
     _require(cfg.proximal_mu >= 0, "proximal-mu", cfg.proximal_mu, "a number >= 0")
@@ -426,6 +439,7 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     # Decentralized FL (issue 6)
     _check_choice("topology", cfg.topology, TOPOLOGIES)
     _require(cfg.peers >= 1, "peers", cfg.peers, "an integer >= 1")
+    _check_choice("mixing", cfg.mixing, MIXINGS)
     _require(0 <= cfg.ole_beta < 1, "ole-beta", cfg.ole_beta, "a number in [0, 1) (OledFL diverges for beta >= 1)")
     _require(0 <= cfg.dfedavgm_momentum < 1, "dfedavgm-momentum", cfg.dfedavgm_momentum, "a number in [0, 1)")
     try:

@@ -8,8 +8,23 @@ non-negative and to have self-loops; how fast the nodes agree is governed by
 psi, the second largest eigenvalue modulus of W.  This module builds W for
 the named topologies, measures psi, and adapts W to nodes that dropped out of
 a round.  Everything is a pure function of its arguments (the random
-topology is seeded by (seed, round)), so every node and the simulator derive
-the same matrix without exchanging it.
+topologies are seeded by (seed, round)), so every node and the simulator
+derive the same matrix without exchanging it.
+
+`random` is the OledFL paper's "each client randomly selecting 10
+neighbours": a fresh random k-regular graph every round (networkx's
+Steger-Wormald sampler), so every node has exactly k neighbours.
+`random-draws` is the project's earlier reading: each node draws k peers and
+every draw is a bidirectional link, which gives each node between k and
+about 2k neighbours (mean degree 7.1 at 20 nodes and k = 4).
+
+Weights: `metropolis` (Metropolis-Hastings, symmetric and doubly stochastic
+for any graph) or `uniform` (1/(d+1) on the node and each of its d
+neighbours, the DisPFL/DFedSAM code base's averaging). Uniform weights are
+doubly stochastic only when every node has the same degree, so they are
+refused for a graph that is not regular; on a d-regular graph Metropolis-
+Hastings gives 1/(d+1) too, i.e. the two coincide on every topology where
+both are defined.
 """
 
 from __future__ import annotations
@@ -17,9 +32,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import networkx as nx
 import numpy as np
 
-TOPOLOGIES: tuple[str, ...] = ("random", "ring", "grid", "exponential", "full")
+TOPOLOGIES: tuple[str, ...] = ("random", "random-draws", "ring", "grid", "exponential", "full")
+RANDOM_TOPOLOGIES: tuple[str, ...] = ("random", "random-draws")
+MIXINGS: tuple[str, ...] = ("metropolis", "uniform")
 
 # Tolerance for the symmetry checks on caller-supplied matrices.
 _SYMMETRY_ATOL = 1e-12
@@ -34,6 +52,28 @@ def _validate(kind: str, num_nodes: int, peers: int) -> None:
         raise ValueError(f"num-nodes must be >= 1, got {num_nodes}")
     if peers < 1:
         raise ValueError(f"peers must be >= 1, got {peers}")
+    if kind == "random":
+        check_regular_degree(num_nodes, peers)
+
+
+def check_regular_degree(num_nodes: int, peers: int) -> None:
+    """Raise ValueError unless a k-regular graph on n nodes exists: k <= n - 1 and n * k even.
+
+    A single node (n = 1) has nothing to mix with and is accepted for any k.
+    """
+    if num_nodes == 1:
+        return
+    if peers > num_nodes - 1:
+        raise ValueError(
+            f"peers k = {peers} but the random topology's nodes have only {num_nodes - 1} others to pick "
+            f"from ({num_nodes} nodes); use peers <= {num_nodes - 1} (k = n - 1 is the full graph)"
+        )
+    if (num_nodes * peers) % 2:
+        raise ValueError(
+            f"no graph on {num_nodes} nodes gives every node exactly k = {peers} neighbours "
+            f"(n * k = {num_nodes * peers} is odd: every link has two ends); use an even peers, "
+            f"an even number of nodes, or topology random-draws"
+        )
 
 
 def _from_offsets(num_nodes: int, offsets: list[int]) -> np.ndarray:
@@ -84,11 +124,35 @@ def _grid(num_nodes: int) -> np.ndarray:
     return adj
 
 
-def _random(num_nodes: int, peers: int, seed: int, round_num: int) -> np.ndarray:
+def _check_seed(seed: int, round_num: int) -> None:
     if seed < 0 or round_num < 0:
         raise ValueError(
             f"seed and round must be >= 0, got seed={seed}, round={round_num}"
         )
+
+
+def _random_regular(num_nodes: int, peers: int, seed: int, round_num: int) -> np.ndarray:
+    """A random k-regular graph drawn from (seed, round): every node has exactly k neighbours."""
+    _check_seed(seed, round_num)
+    if num_nodes == 1:
+        return np.zeros((1, 1), dtype=bool)
+    # one 63-bit integer from (seed, round); networkx seeds Python's Mersenne Twister with it
+    graph_seed = int(np.random.SeedSequence([seed, round_num]).generate_state(1, dtype=np.uint64)[0] >> 1)
+    full = np.ones((num_nodes, num_nodes), dtype=bool)
+    np.fill_diagonal(full, False)
+    if peers == num_nodes - 1:
+        return full
+    # Steger-Wormald pairs stubs and retries on collisions; for dense graphs draw the sparse complement
+    dense = peers > (num_nodes - 1) // 2
+    degree = num_nodes - 1 - peers if dense else peers
+    graph = nx.random_regular_graph(degree, num_nodes, seed=graph_seed)
+    adj = nx.to_numpy_array(graph, nodelist=range(num_nodes), dtype=bool)
+    return full & ~adj if dense else adj
+
+
+def _random_draws(num_nodes: int, peers: int, seed: int, round_num: int) -> np.ndarray:
+    """Every node draws min(k, n-1) peers; every draw is a bidirectional link (degree k to ~2k)."""
+    _check_seed(seed, round_num)
     rng = np.random.default_rng([seed, round_num])
     draws = min(peers, num_nodes - 1)
     adj = np.zeros((num_nodes, num_nodes), dtype=bool)
@@ -110,12 +174,16 @@ def adjacency(
 ) -> np.ndarray:
     """Boolean (n, n) symmetric neighbour relation without self-loops.
 
-    `peers`, `seed` and `round_num` only affect the `random` kind, which draws
-    min(peers, n-1) peers per node and round; the others are static.
+    `peers`, `seed` and `round_num` only affect the random kinds: `random` is a
+    k-regular graph drawn per round (n * k must be even and k < n),
+    `random-draws` lets every node draw min(peers, n-1) peers per round and
+    links both ways. The others are static.
     """
     _validate(kind, num_nodes, peers)
     if kind == "random":
-        return _random(num_nodes, peers, seed, round_num)
+        return _random_regular(num_nodes, peers, seed, round_num)
+    if kind == "random-draws":
+        return _random_draws(num_nodes, peers, seed, round_num)
     if kind == "ring":
         return _ring(num_nodes)
     if kind == "grid":
@@ -149,6 +217,28 @@ def metropolis_hastings_weights(adj: np.ndarray) -> np.ndarray:
     return w
 
 
+def uniform_weights(adj: np.ndarray) -> np.ndarray:
+    """W = (I + A) / (d + 1) for a d-regular undirected graph: the node and each neighbour weigh 1/(d+1).
+
+    Only a regular graph makes these weights symmetric and doubly stochastic,
+    so any other graph is refused (use Metropolis-Hastings there).
+    """
+    adj = np.asarray(adj).astype(bool)
+    if adj.ndim != 2 or adj.shape[0] != adj.shape[1]:
+        raise ValueError(f"adjacency must be square, got shape {adj.shape}")
+    if not np.array_equal(adj, adj.T):
+        raise ValueError("adjacency must be symmetric")
+    adj = adj.copy()
+    np.fill_diagonal(adj, False)
+    degree = adj.sum(axis=1)
+    if degree.min() != degree.max():
+        raise ValueError(
+            f"uniform mixing needs every node to have the same number of neighbours, but degrees range "
+            f"from {degree.min()} to {degree.max()}; use mixing = metropolis for this topology"
+        )
+    return (adj + np.eye(adj.shape[0])) / (1.0 + degree[0])
+
+
 def mixing_matrix(
     kind: str,
     num_nodes: int,
@@ -156,15 +246,39 @@ def mixing_matrix(
     peers: int = 10,
     seed: int = 0,
     round_num: int = 0,
+    mixing: str = "metropolis",
 ) -> np.ndarray:
-    """float64 (n, n) mixing matrix W for a topology; deterministic."""
+    """float64 (n, n) mixing matrix W for a topology; deterministic in (kind, n, peers, seed, round, mixing)."""
     _validate(kind, num_nodes, peers)
+    if mixing not in MIXINGS:
+        raise ValueError(f"unknown mixing {mixing!r}; one of {', '.join(MIXINGS)}")
     if kind == "full":
-        # Exact uniform averaging (MH would give the same up to round-off).
+        # Exact uniform averaging (MH and uniform weights give the same up to round-off).
         return np.full((num_nodes, num_nodes), 1.0 / num_nodes)
-    return metropolis_hastings_weights(
-        adjacency(kind, num_nodes, peers=peers, seed=seed, round_num=round_num)
-    )
+    adj = adjacency(kind, num_nodes, peers=peers, seed=seed, round_num=round_num)
+    if mixing == "uniform":
+        return uniform_weights(adj)
+    return metropolis_hastings_weights(adj)
+
+
+def check_topology(kind: str, num_nodes: int, peers: int, mixing: str) -> None:
+    """Raise ValueError, naming the problem, when (kind, n, peers, mixing) cannot give a mixing matrix.
+
+    Checks what `mixing_matrix` would refuse in some round, before the first
+    round: a k-regular graph that cannot exist, and uniform weights on a
+    topology whose nodes differ in degree (random-draws; a static topology is
+    checked on its one graph).
+    """
+    _validate(kind, num_nodes, peers)
+    if mixing not in MIXINGS:
+        raise ValueError(f"unknown mixing {mixing!r}; one of {', '.join(MIXINGS)}")
+    if mixing == "uniform" and kind == "random-draws" and num_nodes > 1 and peers < num_nodes - 1:
+        raise ValueError(
+            "uniform mixing needs every node to have the same number of neighbours, which random-draws "
+            "does not give (degrees k to ~2k); use topology random (k-regular) or mixing = metropolis"
+        )
+    if mixing == "uniform" and kind not in RANDOM_TOPOLOGIES:
+        uniform_weights(adjacency(kind, num_nodes, peers=peers))
 
 
 def _check_symmetric(w: np.ndarray) -> np.ndarray:

@@ -34,7 +34,7 @@ CASES = [
     ("dynafed", {"algorithm": "dynafed", "model": "mlp", "trajectory-rounds": 1, "distill-iterations": 5,
                  "synthetic-ipc": 2, "dynafed-epochs": 1}, 3, 1e-3),
     ("fedcog", {"algorithm": "fedcog", "gen-steps": 3, "gen-budget": 16, "cog-start-round": 2}, 3, 1e-3),
-    ("oledfl-sam", {"algorithm": "oledfl-sam", "topology": "random", "peers": 1, "lr": 0.1}, 3, 1e-4),
+    ("oledfl-sam", {"algorithm": "oledfl-sam", "topology": "random", "peers": 1, "lr": 0.1}, 4, 1e-4),
     ("fedddpm", {"algorithm": "fedddpm", **TINY_DIFFUSION}, 2, None),
 ]
 

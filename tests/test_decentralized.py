@@ -96,7 +96,8 @@ def test_psi_orders_ring_grid_exponential_full(num_nodes: int) -> None:
 
 
 @pytest.mark.parametrize(("key", "value"), [
-    ("ole-beta", 1.0), ("ole-beta", -0.1), ("topology", "star"), ("peers", 0), ("dfedavgm-momentum", 1.0),
+    ("ole-beta", 1.0), ("ole-beta", -0.1), ("topology", "star"), ("peers", 0), ("mixing", "lazy"),
+    ("clip-grad-norm", -1.0), ("dfedavgm-momentum", 1.0),
     ("target-accuracies", "0.7,high"), ("target-accuracies", "1.5"),
 ])
 def test_bad_decentralized_config_names_the_key(key: str, value) -> None:
@@ -129,13 +130,15 @@ def _job(algorithm: str, state: RecordDict, **extra) -> LocalJob:
                     device=torch.device("cpu"), incoming=RecordDict(), state=state)
 
 
-def _plain_sgd(job: LocalJob, start: dict, steps: int, momentum: float) -> dict:
+def _plain_sgd(job: LocalJob, start: dict, steps: int, momentum: float, clip: float = 0.0) -> dict:
     model = make_model(job.cfg)
     load_weights(model, start)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=momentum, weight_decay=1e-3)
     for idx in batch_indices(len(job.y), dataclasses.replace(job.cfg, local_steps=steps), 2, 1):
         optimizer.zero_grad()
         torch.nn.functional.cross_entropy(model(job.x[idx]), job.y[idx]).backward()
+        if clip > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
         optimizer.step()
     return model_weights(model)
 
@@ -152,6 +155,39 @@ def test_node_rules_equal_plain_sgd_and_keep_the_model_in_state(algorithm: str, 
     for name, value in expected.items():
         np.testing.assert_allclose(model_weights(job.model)[name], value, rtol=0, atol=1e-6)
         np.testing.assert_array_equal(kept[name], model_weights(job.model)[name])
+
+
+@pytest.mark.parametrize("algorithm", ["dfedavg", "oledfl-sgd", "fedavg"])
+def test_clip_grad_norm_clips_every_local_step_as_torch_does(algorithm: str) -> None:
+    """clip-grad-norm in local training = torch.nn.utils.clip_grad_norm_ before each SGD step."""
+    job = _job(algorithm, RecordDict(), **{"clip-grad-norm": 0.05, "model": "cnn-gn"})
+    start = model_weights(job.model)
+    CLIENT_UPDATES[algorithm](job)  # first round: the Ole restart from z^{-1} = x^0 is x itself
+    expected = _plain_sgd(job, start, 4, 0.0, clip=0.05)
+    unclipped = _plain_sgd(job, start, 4, 0.0)
+    for name, value in expected.items():
+        np.testing.assert_allclose(model_weights(job.model)[name], value, rtol=0, atol=1e-6)
+    assert any(np.abs(expected[k] - unclipped[k]).max() > 1e-4 for k in expected)  # the bound was active
+
+
+def test_cnn_gn_is_the_simple_cnn_with_groupnorm_and_normalises_each_sample_alone() -> None:
+    from common.datasets import dataset_info
+    from common.models import build_model
+
+    for dataset in ("fashion-mnist", "cifar10"):
+        info = dataset_info(dataset)
+        gn, plain = build_model("cnn-gn", info), build_model("cnn", info)
+        norms = [m for m in gn.modules() if isinstance(m, torch.nn.GroupNorm)]
+        assert [(m.num_groups, m.num_channels) for m in norms] == [(2, 6), (2, 16)]
+        # the same layers plus the two GroupNorms' affine parameters
+        assert sum(p.numel() for p in gn.parameters()) == sum(p.numel() for p in plain.parameters()) + 2 * (6 + 16)
+        x = torch.randn(5, info.channels, info.height, info.width, generator=torch.Generator().manual_seed(0))
+        out = gn(x)
+        assert out.shape == (5, info.num_classes)
+        # no batch statistics: a sample's logits do not depend on the rest of its batch
+        torch.testing.assert_close(gn(x[:1]), out[:1], rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="'cnn-gn' needs images of at least 16x16"):
+        build_model("cnn-gn", dataclasses.replace(dataset_info("mnist"), height=12, width=12))
 
 
 def test_dfedsam_takes_fedsams_sam_steps() -> None:
@@ -320,11 +356,13 @@ def test_resume_from_checkpoint_restores_nodes_and_their_state(tmp_path, tiny_da
 
 
 @pytest.mark.parametrize(("topology", "beta", "warned"), [
-    ("ring", 0.99, True), ("ring", 0.5, False), ("grid", 0.5, True), ("random", 0.99, False), ("full", 0.99, False)])
+    ("ring", 0.99, True), ("ring", 0.5, False), ("grid", 0.5, True), ("random-draws", 0.99, False),
+    ("random", 0.99, True), ("random", 0.5, False), ("full", 0.99, False)])
 def test_relay_warns_when_ole_beta_makes_the_nodes_drift_apart(monkeypatch, topology: str, beta: float,
                                                              warned: bool) -> None:
-    """ring: lambda_min -1/3 caps beta at 1/2; grid (4x5 torus): lambda_min -0.52, cap 0.31; the random
-    topology's fresh W each round contracts in mean square even at 0.99 (oledfl-investigation.md)."""
+    """ring: lambda_min -1/3 caps beta at 1/2; grid (4x5 torus): lambda_min -0.52, cap 0.31; random-draws'
+    fresh W each round (mean degree ~7 at k = 4) contracts in mean square even at 0.99, the 4-regular
+    random graph's does not (1.13 per round; oledfl-investigation.md)."""
     import server_app.decentralized as relay_module
 
     warnings = []
@@ -337,4 +375,21 @@ def test_relay_warns_when_ole_beta_makes_the_nodes_drift_apart(monkeypatch, topo
     assert bool(warnings) == warned, warnings
     if warned:
         assert f"ole-beta {beta:g} on topology {topology}" in warnings[0]
-        assert "beta <= 0.50" in warnings[0] if topology == "ring" else "beta <= 0.31" in warnings[0]
+        bound = {"ring": "beta <= 0.50", "grid": "beta <= 0.31", "random": "drift apart"}[topology]
+        assert bound in warnings[0]
+
+
+@pytest.mark.parametrize(("raw", "match"), [
+    ({"topology": "random", "peers": 10}, "peers <= 5"),          # 6 nodes cannot have 10 neighbours each
+    ({"topology": "random", "peers": 3, "num": 5}, "odd"),         # no 3-regular graph on 5 nodes
+    ({"topology": "random-draws", "peers": 2, "mixing": "uniform"}, "random-draws"),
+])
+def test_relay_refuses_a_topology_the_nodes_cannot_form(raw: dict, match: str) -> None:
+    raw = {"algorithm": "dfedavg", **raw}
+    count = raw.pop("num", 6)
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    nodes = [NodeInfo(node_id=100 + i, partition_id=i, num_train_examples=10, num_test_examples=2)
+             for i in range(count)]
+    with pytest.raises(ConfigError, match=match) as info:
+        DecentralizedRelay(cfg, nodes)
+    assert "peers" in str(info.value) and f"{count} nodes" in str(info.value)

@@ -94,3 +94,51 @@ print(json.dumps(sorted(m for m in sys.modules if m.startswith("torch._dynamo"))
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.strip().splitlines()[-1] == "[]"
+
+
+def train_clipped(model: torch.nn.Module, optimizer, max_norm: float, steps: int = 7) -> list[torch.Tensor]:
+    """`train` with torch.nn.utils.clip_grad_norm_ between backward() and step(), the usual torch recipe."""
+    generator = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        x = 10 * torch.randn(8, 6, generator=generator)  # large inputs: gradients well above the bound
+        y = torch.randint(0, 3, (8,), generator=generator)
+        optimizer.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        if max_norm > 0:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), max_norm)
+        optimizer.step()
+    return [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("kind, momentum, weight_decay", [("sgd", 0.0, 0.0), ("sgd", 0.9, 5e-4), ("adam", 0.0, 1e-3)])
+def test_clipping_equals_clip_grad_norm_before_torch_optim(kind, momentum, weight_decay):
+    """clip-grad-norm = torch.nn.utils.clip_grad_norm_ on the loss gradient, then torch.optim's step."""
+    ours, reference, unclipped = small_model(3), small_model(3), small_model(3)
+    lr = 0.1 if kind == "sgd" else 2e-3
+    got = train_clipped(ours, make_optimizer(ours.parameters(), kind, lr, momentum, weight_decay, clip_grad_norm=0.5), 0.0)
+    torch_optimizer = (torch.optim.SGD(reference.parameters(), lr=lr, momentum=momentum, weight_decay=weight_decay,
+                                       foreach=False) if kind == "sgd" else
+                       torch.optim.Adam(reference.parameters(), lr=lr, weight_decay=weight_decay, foreach=False))
+    want = train_clipped(reference, torch_optimizer, 0.5)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
+    free = train_clipped(unclipped, make_optimizer(unclipped.parameters(), kind, lr, momentum, weight_decay), 0.0)
+    assert any(not torch.equal(a, b) for a, b in zip(got, free))  # the bound was active
+
+
+def test_clipping_bounds_the_gradient_norm_and_keeps_its_direction():
+    a = torch.zeros(3, requires_grad=True)
+    b = torch.zeros(4, requires_grad=True)
+    a.grad = torch.tensor([3.0, 0.0, 0.0])
+    b.grad = torch.tensor([0.0, 4.0, 0.0, 0.0])  # global norm 5
+    optimizer = SGD([a, b], lr=1.0, clip_grad_norm=1.0)
+    assert optimizer.clip_gradients() == pytest.approx(5.0)
+    torch.testing.assert_close(a.grad, torch.tensor([0.6, 0.0, 0.0]), rtol=0, atol=1e-6)
+    torch.testing.assert_close(b.grad, torch.tensor([0.0, 0.8, 0.0, 0.0]), rtol=0, atol=1e-6)
+    # below the bound nothing changes (the factor 1 / (norm + 1e-6) is clamped at 1)
+    a.grad, b.grad = torch.tensor([0.3, 0.0, 0.0]), torch.tensor([0.0, 0.4, 0.0, 0.0])
+    optimizer.clip_gradients()
+    assert torch.equal(a.grad, torch.tensor([0.3, 0.0, 0.0])) and torch.equal(b.grad, torch.tensor([0.0, 0.4, 0.0, 0.0]))
+    assert SGD([a], lr=1.0).clip_gradients() is None  # 0: off
+    with pytest.raises(ValueError, match="clip_grad_norm"):
+        SGD([a], lr=1.0, clip_grad_norm=-1.0)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from common.gossip import DECENTRALIZED_ALGORITHMS
 from fedsynth.cli import main
 from server_app.registry import SERVER_STRATEGIES
 from tests.diffusion_tiny import TINY_DIFFUSION
@@ -60,8 +61,11 @@ def test_every_strategy_runs_two_rounds_in_flower_simulation(tmp_path, tiny_data
     cog = {"gen-steps": 3, "gen-budget": 16, "cog-start-round": 2} if "cog" in algorithm else {}
     # FedDDPM (issue 5): the diffusion task at test size
     ddpm = {k: f'"{v}"' if isinstance(v, str) else v for k, v in TINY_DIFFUSION.items()} if "ddpm" in algorithm else {}
+    # decentralized: 3 nodes can each have at most 2 neighbours (the random topology is k-regular)
+    gossip = {"peers": 2} if algorithm in DECENTRALIZED_ALGORITHMS else {}
     code = main(["run", "--app-dir", str(REPO), "--num-supernodes", "3",
-                 "--run-config", small_run_config(tmp_path, tiny_data_dir, algorithm=f'"{algorithm}"', **cog, **ddpm)])
+                 "--run-config", small_run_config(tmp_path, tiny_data_dir, algorithm=f'"{algorithm}"', **cog, **ddpm,
+                                                  **gossip)])
     assert code == 0
     folder = tmp_path / "results" / "run"
     rounds = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]

@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from common.topology import (
+    MIXINGS,
     TOPOLOGIES,
     adjacency,
+    check_topology,
     grid_shape,
     metropolis_hastings_weights,
     mixing_matrix,
@@ -18,6 +20,7 @@ from common.topology import (
     ole_gossip_contraction,
     renormalize_present,
     spectral_psi,
+    uniform_weights,
 )
 
 
@@ -29,7 +32,10 @@ def _degrees(w: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("kind", TOPOLOGIES)
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 16, 20, 33])
 def test_mixing_matrix_invariants(kind: str, n: int) -> None:
-    w = mixing_matrix(kind, n, peers=3, seed=1, round_num=2)
+    peers = min(3, max(n - 1, 1))
+    if kind == "random" and n > 1 and n * peers % 2:
+        peers -= 1  # a k-regular graph needs n * k even
+    w = mixing_matrix(kind, n, peers=peers, seed=1, round_num=2)
     assert w.shape == (n, n)
     assert w.dtype == np.float64
     assert np.array_equal(w, w.T)
@@ -105,15 +111,72 @@ def test_random_is_deterministic_per_seed_and_round() -> None:
     assert not np.array_equal(a, other_seed)
 
 
-def test_random_every_node_has_at_least_k_neighbours() -> None:
-    for round_num in range(5):
-        adj = adjacency("random", 40, peers=4, seed=0, round_num=round_num)
-        assert np.all(adj.sum(axis=1) >= 4)
+@pytest.mark.parametrize(("n", "k"), [(2, 1), (4, 1), (20, 4), (21, 4), (100, 10), (12, 7), (10, 8), (9, 8)])
+def test_random_gives_every_node_exactly_k_neighbours_every_round(n: int, k: int) -> None:
+    """The paper's "each client randomly selecting 10 neighbours": a k-regular graph per round (SPEC 4.5)."""
+    graphs = []
+    for round_num in range(1, 6):
+        adj = adjacency("random", n, peers=k, seed=3, round_num=round_num)
+        assert np.array_equal(adj, adj.T) and not np.any(np.diag(adj))
+        assert np.all(adj.sum(axis=1) == k), (round_num, adj.sum(axis=1))
+        w = mixing_matrix("random", n, peers=k, seed=3, round_num=round_num)
+        assert np.all(_degrees(w) == k)
+        assert np.array_equal(w, w.T)
+        np.testing.assert_allclose(w.sum(axis=0), 1.0, rtol=0, atol=1e-12)
+        np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+        graphs.append(adj)
+    if k < n - 1:  # the complete graph (k = n - 1) is the only 9-regular graph on 10 nodes
+        assert any(not np.array_equal(graphs[0], g) for g in graphs[1:])
 
 
-def test_random_with_k_at_least_n_minus_one_is_complete() -> None:
-    adj = adjacency("random", 6, peers=10)
-    assert adj.sum() == 6 * 5
+def test_random_mixing_matrix_is_reproducible_from_seed_and_round() -> None:
+    for mixing in MIXINGS:
+        a = mixing_matrix("random", 100, peers=10, seed=5, round_num=17, mixing=mixing)
+        b = mixing_matrix("random", 100, peers=10, seed=5, round_num=17, mixing=mixing)
+        assert a.tobytes() == b.tobytes()
+        assert not np.array_equal(a, mixing_matrix("random", 100, peers=10, seed=5, round_num=18, mixing=mixing))
+        assert not np.array_equal(a, mixing_matrix("random", 100, peers=10, seed=6, round_num=17, mixing=mixing))
+
+
+@pytest.mark.parametrize(("n", "k", "match"), [(5, 3, "odd"), (7, 1, "odd"), (6, 6, "peers <= 5"), (4, 10, "peers <= 3")])
+def test_random_refuses_impossible_regular_graphs(n: int, k: int, match: str) -> None:
+    for call in (lambda: mixing_matrix("random", n, peers=k), lambda: check_topology("random", n, k, "metropolis")):
+        with pytest.raises(ValueError, match=match):
+            call()
+
+
+def test_random_draws_keeps_the_bidirectional_draws() -> None:
+    """random-draws: every node draws k peers and links both ways, so degrees run from k to about 2k."""
+    degrees = np.concatenate([adjacency("random-draws", 20, peers=4, seed=0, round_num=t).sum(axis=1)
+                              for t in range(1, 41)])
+    assert degrees.min() >= 4
+    assert 6.5 < degrees.mean() < 7.7  # the issue's measurement: 7.1 at 20 nodes and k = 4
+    a = adjacency("random-draws", 30, peers=3, seed=7, round_num=5)
+    np.testing.assert_array_equal(a, adjacency("random-draws", 30, peers=3, seed=7, round_num=5))
+    assert adjacency("random-draws", 6, peers=10).sum() == 6 * 5  # k >= n - 1: complete
+
+
+def test_uniform_weights_are_one_over_k_plus_one() -> None:
+    w = mixing_matrix("random", 20, peers=4, seed=1, round_num=3, mixing="uniform")
+    assert set(np.unique(w)) == {0.0, 0.2}
+    np.testing.assert_array_equal(np.diag(w), np.full(20, 0.2))
+    np.testing.assert_allclose(w.sum(axis=0), 1.0, rtol=0, atol=1e-12)
+    # on a k-regular graph Metropolis-Hastings gives 1/(1 + max(k, k)) = 1/(k+1) too
+    np.testing.assert_allclose(w, mixing_matrix("random", 20, peers=4, seed=1, round_num=3), rtol=0, atol=1e-15)
+    np.testing.assert_allclose(mixing_matrix("ring", 5, mixing="uniform"), mixing_matrix("ring", 5), atol=1e-15)
+    path = np.array([[0, 1, 0], [1, 0, 1], [0, 1, 0]], dtype=bool)
+    with pytest.raises(ValueError, match="degrees range from 1 to 2"):
+        uniform_weights(path)
+
+
+def test_uniform_mixing_is_refused_where_degrees_differ() -> None:
+    with pytest.raises(ValueError, match="random-draws"):
+        check_topology("random-draws", 20, 4, "uniform")
+    check_topology("random-draws", 20, 4, "metropolis")
+    check_topology("random", 20, 4, "uniform")
+    check_topology("grid", 20, 4, "uniform")  # a 4x5 torus: every node has 4 neighbours
+    with pytest.raises(ValueError, match="unknown mixing"):
+        check_topology("ring", 20, 4, "lazy")
 
 
 def test_metropolis_hastings_path_of_three() -> None:
@@ -257,3 +320,17 @@ def test_ole_beta_bound_hand_values() -> None:
     bound = ole_beta_bound(grid)
     assert ole_gossip_contraction([grid], bound) == pytest.approx(1.0)
     assert ole_gossip_contraction([grid], bound + 0.01) > 1.0
+
+
+def test_oledfl_diagnostic_predicts_beta_one_over_gain_on_the_full_graph() -> None:
+    """benchmarks/oledfl_jacobian.py: on W = J Ole's gossip factor is beta^2, so q^2 beta^2 = 1 at beta = 1/q."""
+    from benchmarks.oledfl_jacobian import growth_factor, predicted_beta
+
+    full = mixing_matrix("full", 10)
+    contraction = lambda beta: ole_gossip_contraction([full], beta)  # noqa: E731
+    assert predicted_beta(2.0, contraction) == pytest.approx(0.5, abs=1e-3)
+    assert predicted_beta(1.25, contraction) == pytest.approx(0.8, abs=1e-3)
+    assert predicted_beta(1.0, contraction) is None  # gossip alone never expands on the full graph
+    assert growth_factor([1.0, 2.0, 4.0]) == pytest.approx(2.0)
+    assert growth_factor([0.5, 0.25]) == pytest.approx(0.5)
+    assert growth_factor([1.0, float("nan")]) == float("inf")
