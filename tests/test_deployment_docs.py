@@ -99,3 +99,13 @@ def test_without_central_evaluation_the_server_reads_no_data(tmp_path, tiny_data
     summary = json.loads((tmp_path / "r" / "run" / "summary.json").read_text())
     assert "final-central-accuracy" not in summary and 0 < summary["final-local-test-accuracy"] <= 1
     assert not (tmp_path / "no-data-here").exists()
+
+
+def test_the_resume_line_the_docs_show_is_the_one_a_run_prints():
+    from common.results import resume_hint
+
+    doc = (REPO / "docs" / "deployment.md").read_text()
+    shown = [line for line in doc.splitlines() if line.startswith("results folder: ")]
+    assert shown, "docs/deployment.md shows no results-folder line"
+    folder = Path(shown[0].split(" ", 3)[2])
+    assert shown[0] == resume_hint(folder)
