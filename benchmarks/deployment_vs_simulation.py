@@ -50,7 +50,7 @@ def rounds_of(folder: Path) -> list[dict]:
 def deployed(rounds: int, work: Path) -> tuple[list[dict], float]:
     results = work / "results"
     config = " ".join([f"num-server-rounds={rounds}", f'cache-dir="{work / "cache"}"', f'results-dir="{results}"',
-                       'run-name="deployed"', "node-wait-timeout=300.0"])
+                       'run-name="deployed"', "node-wait-timeout=600.0"])
     start = time.monotonic()
     saved = dict(os.environ)
     os.environ.clear()
@@ -69,7 +69,7 @@ def deployed(rounds: int, work: Path) -> tuple[list[dict], float]:
 def simulated(rounds: int, work: Path) -> tuple[list[dict], float]:
     results = work / "results"
     config = (f"num-server-rounds={rounds} cache-dir='{work / 'cache-sim'}' results-dir='{results}' "
-              "run-name='simulated'")
+              "run-name='simulated' node-wait-timeout=600.0")
     start = time.monotonic()
     subprocess.run([sys.executable, "-m", "fedsynth.cli", "run", "--num-supernodes", str(NODES), "--run-config",
                     config], cwd=REPO_ROOT, env={**clean_env(), "PYTHONPATH": str(REPO_ROOT)}, check=True,
