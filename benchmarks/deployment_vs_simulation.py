@@ -52,9 +52,9 @@ def deployed(rounds: int, work: Path) -> tuple[list[dict], float]:
     config = " ".join([f"num-server-rounds={rounds}", f'cache-dir="{work / "cache"}"', f'results-dir="{results}"',
                        'run-name="deployed"', "node-wait-timeout=600.0"])
     start = time.monotonic()
-    saved = dict(os.environ)
+    saved, env = dict(os.environ), clean_env()
     os.environ.clear()
-    os.environ.update(clean_env())
+    os.environ.update(env)
     try:
         with LoopbackFederation(work, num_nodes=NODES, node_config=f"supernodes-per-host={NODES}") as federation:
             run = federation.run(REPO_ROOT, config, timeout=1800)
