@@ -8,6 +8,7 @@ that must survive between rounds lives in `Context.state`.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 
 import torch
@@ -17,6 +18,7 @@ from flwr.clientapp import ClientApp
 from client_app.decentralized import gossip_start_model, is_gossip_round
 from client_app.diffusion import diffusion_train, feature_sums_reply
 from client_app.fedcog import client_algorithm
+from client_app.threads import torch_threads, usable_cores
 from client_app.training import LocalJob
 from client_app.updates import CLIENT_UPDATES
 from client_app.uplink import uplink_records
@@ -25,7 +27,7 @@ from common.datasets import run_dataset_info
 from common.diffusion import is_diffusion
 from common.evaluation import as_tensors, evaluate_model, resolve_device
 from common.partition import ClientData, PartitionSpec, load_client_data
-from common.protocol import FID_STATS, NODE_STATE_PREFIX
+from common.protocol import CLIENT_STAT_PREFIX, FID_STATS, NODE_STATE_PREFIX
 from common.records import check_weights, from_record, load_weights, model_weights, to_record
 from common.task import make_model
 
@@ -41,6 +43,7 @@ class NodeSettings:
     data_dir: str
     cache_dir: str
     device: torch.device
+    torch_threads: int  # see client_app/threads.py
 
 
 def _node_int(node_config: dict, key: str) -> int:
@@ -68,18 +71,25 @@ def node_settings(context: Context, cfg: RunConfig) -> NodeSettings:
         device = resolve_device(device_name)
     except ValueError as err:
         raise ConfigError(f"node config key 'device': {err}") from None
+    try:
+        threads = torch_threads(node_config, os.environ, usable_cores())
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
     return NodeSettings(
         partition_id=partition_id,
         num_partitions=num_partitions,
         data_dir=str(node_config.get("data-dir", cfg.data_dir)),
         cache_dir=str(node_config.get("cache-dir", cfg.cache_dir)),
         device=device,
+        torch_threads=threads,
     )
 
 
 def _setup(context: Context) -> tuple[RunConfig, NodeSettings, ClientData]:
     cfg = parse_run_config(context.run_config, CLIENT_UPDATES)
     node = node_settings(context, cfg)
+    if torch.get_num_threads() != node.torch_threads:  # every message: each may run in a new process
+        torch.set_num_threads(node.torch_threads)
     spec = PartitionSpec(
         dataset=cfg.dataset, partition=cfg.partition, num_partitions=node.num_partitions,
         seed=cfg.seed, alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
@@ -158,6 +168,7 @@ def train(msg: Message, context: Context) -> Message:
         "partition-id": node.partition_id,
         "train-loss": result.train_loss,
         "local-steps": result.num_steps,
+        f"{CLIENT_STAT_PREFIX}torch-threads": torch.get_num_threads(),  # client_app/threads.py
         **result.metrics,
     }
     if len(y_test) > 0:

@@ -14,10 +14,12 @@ import math
 import os
 import time
 from collections.abc import Mapping
+from logging import INFO
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from flwr.common.logger import log
 
 from common.config import RunConfig
 
@@ -34,6 +36,12 @@ def default_run_name(cfg: RunConfig) -> str:
     """algorithm-dataset-partition-YYYYmmdd-HHMMSS (`hf:owner/name` written as `hf-owner-name`)."""
     dataset = cfg.dataset.replace(":", "-").replace("/", "-")
     return f"{cfg.algorithm}-{dataset}-{cfg.partition}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def resume_hint(folder: Path) -> str:
+    """The line a run prints first: its results folder and the run config that resumes it (docs/deployment.md)."""
+    return (f"results folder: {folder} (to resume this run: --run-config \"run-name='{folder.name}' "
+            f"resume=true\" with the same other settings)")
 
 
 def _json_safe(value: Any) -> Any:
@@ -65,6 +73,7 @@ class RunResults:
         (self.path / "config.json").write_text(json.dumps(cfg.as_dict(), indent=2) + "\n")
         if not cfg.resume:  # a resumed run rewrites its metrics from the checkpoint instead
             self.metrics_path.write_text("")
+        log(INFO, "%s", resume_hint(self.path))
 
     def log_round(self, record: Mapping[str, Any], tensorboard: bool = True) -> None:
         """Append one round's metrics to metrics.jsonl and flush (and to TensorBoard when on)."""

@@ -9,7 +9,8 @@
 #    existing virtualenv with them (--venv, default this checkout's .venv) -- no package index is
 #    needed, and the image's pip then finds every requirement already satisfied;
 # 3. `docker import` the tree as fedsynth-base:local (PIP_NO_INDEX=1: a missing requirement fails
-#    the build instead of going to the network);
+#    the build instead of going to the network), labelled fedsynth.requirements=<sha256 of
+#    deploy/requirements.txt>, so that a cached base can be checked against the pins (.ci/run);
 # 4. build fedsynth:latest from deploy/Dockerfile on top of it (unless --skip-image).
 # The Debian mirror (default http://deb.debian.org/debian) must be reachable, or a local one given.
 set -euo pipefail
@@ -68,6 +69,7 @@ tar -C "$rootfs" --exclude='./proc/*' --exclude='./sys/*' --exclude='./dev/*' -c
         --change 'ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
         --change 'ENV PIP_NO_INDEX=1' \
         --change 'CMD ["/bin/bash"]' \
+        --change "LABEL fedsynth.requirements=$(sha256sum < "$here/requirements.txt" | cut -d' ' -f1)" \
         - fedsynth-base:local >/dev/null
 if [ "$image" = 1 ]; then
     step "docker build -f deploy/Dockerfile -> fedsynth:latest"

@@ -52,7 +52,7 @@ done
       - --superexec-auth-secret-file
       - /certs/supernode-$i.secret
       - --node-config
-      - partition-id=$i num-partitions=$n data-dir="/data" cache-dir="/cache" device="\${FEDSYNTH_DEVICE:-auto}"
+      - partition-id=$i num-partitions=$n data-dir="/data" cache-dir="/cache" device="\${FEDSYNTH_DEVICE:-auto}" supernodes-per-host=\${FEDSYNTH_SUPERNODES_PER_HOST:-$n}
     volumes:
       - ./deploy/certs:/certs:ro
     depends_on: [superlink]

@@ -8,7 +8,7 @@
 # --certs DIR holds ca.crt and NAME.crt/NAME.key (deploy/pki.sh); NAME.crt's subjectAltName must
 # list the addresses SuperNodes and the `flwr` CLI dial. Only SuperNodes whose public key was
 # registered (deploy/register-supernodes.sh) are accepted. The state database (runs, registered
-# keys) persists across restarts when --database is a file.
+# keys) persists across restarts when --database is a file; its directory is created if missing.
 #
 # Runtime dependency installation is disabled: by default a SuperLink runs `uv sync` for every run
 # and installs the app's dependencies into a fresh environment (torch with CUDA wheels, ~5 GB and
@@ -37,6 +37,12 @@ while [ $# -gt 0 ]; do
         *) die "unknown option '$1' (see --help)" ;;
     esac
 done
+
+if [ -n "$database" ] && [ "$database" != ":memory:" ]; then
+    dir="$(dirname -- "$database")"
+    mkdir -p -- "$dir" 2>/dev/null || die "cannot create the database directory $dir (for --database $database)"
+    [ -w "$dir" ] || die "the database directory $dir is not writable (for --database $database)"
+fi
 
 args=(--host "$host" --port "$port" --isolation "$isolation" --disable-runtime-dependency-installation)
 [ -n "$database" ] && args+=(--database "$database")

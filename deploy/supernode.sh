@@ -4,6 +4,7 @@
 #   deploy/supernode.sh --superlink HOST:PORT --ca CA.crt --key NODE_KEY
 #                       --partition-id I --num-partitions N
 #                       [--data-dir DIR] [--cache-dir DIR] [--device auto|cpu|cuda|cuda:K]
+#                       [--supernodes-per-host N] [--torch-threads K]
 #                       [--port 9094] [--host 127.0.0.1] [--isolation subprocess|process]
 #                       [--runtime-certs DIR --runtime-name NAME] [--superexec-secret FILE]
 #                       [--insecure] [-- extra flower-supernode flags]
@@ -15,6 +16,9 @@
 # Runtime API port (one per SuperNode on a host). With --isolation process, an executor
 # (flower-superexec) started separately runs the ClientApps; --runtime-certs serves that API
 # with TLS (DIR/NAME.crt, DIR/NAME.key, DIR/ca.crt).
+# CPU threads: each ClientApp runs torch with K threads (node config torch-threads), by default
+# this host's usable cores (nproc) divided by --supernodes-per-host N (how many SuperNodes you run
+# on this host, default 1), at least 1: SuperNodes sharing a host then do not oversubscribe it.
 # Runtime dependency installation stays off (flower-supernode's default): the host has the pinned
 # dependencies installed, see deploy/README.md.
 # --insecure (plain HTTP, no authentication) is for local experiments and must be asked for.
@@ -22,6 +26,7 @@ set -euo pipefail
 
 superlink="" ca="" key="" pid="" num="" data_dir="" cache_dir="" device="" port="9094"
 host="127.0.0.1" isolation="subprocess" runtime_certs="" runtime_name="" secret="" insecure=0 extra=()
+per_host="1" threads=""
 die() { echo "supernode.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -33,6 +38,8 @@ while [ $# -gt 0 ]; do
         --data-dir) data_dir="$2"; shift 2 ;;
         --cache-dir) cache_dir="$2"; shift 2 ;;
         --device) device="$2"; shift 2 ;;
+        --supernodes-per-host) per_host="$2"; shift 2 ;;
+        --torch-threads) threads="$2"; shift 2 ;;
         --port) port="$2"; shift 2 ;;
         --host) host="$2"; shift 2 ;;
         --isolation) isolation="$2"; shift 2 ;;
@@ -49,7 +56,12 @@ done
 [ -n "$superlink" ] || die "--superlink HOST:PORT is required"
 [[ "$pid" =~ ^[0-9]+$ && "$num" =~ ^[0-9]+$ ]] || die "--partition-id and --num-partitions must be integers"
 [ "$pid" -lt "$num" ] || die "--partition-id $pid must be below --num-partitions $num"
-node_config="partition-id=$pid num-partitions=$num"
+[[ "$per_host" =~ ^[1-9][0-9]*$ ]] || die "--supernodes-per-host must be a positive integer"
+if [ -z "$threads" ]; then
+    threads=$(( $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) / per_host )); [ "$threads" -ge 1 ] || threads=1
+fi
+[[ "$threads" =~ ^[1-9][0-9]*$ ]] || die "--torch-threads must be a positive integer"
+node_config="partition-id=$pid num-partitions=$num torch-threads=$threads"
 for pair in "data-dir=$data_dir" "cache-dir=$cache_dir" "device=$device"; do
     value="${pair#*=}"
     [ -z "$value" ] && continue

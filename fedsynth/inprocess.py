@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from typing import Any
+from uuid import uuid4
 
 from flwr.app import Context, Message, RecordDict
 
@@ -48,6 +49,8 @@ class InProcessGrid:
     def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
         replies = []
         for message in messages:
+            # a message id, as Flower's grids give each pushed message; replies name it in reply_to_message_id
+            message.metadata.__dict__["_message_id"] = uuid4().hex
             self.sent.append(message)
             node_id = message.metadata.dst_node_id
             context = self.contexts[node_id]

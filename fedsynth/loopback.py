@@ -66,9 +66,11 @@ def stop_process_groups(processes: list[subprocess.Popen]) -> None:
 class LoopbackFederation:
     """SuperLink + `num_nodes` SuperNodes (partition i of `num_nodes`) under `workdir`; use as a context manager."""
 
-    def __init__(self, workdir: Path, num_nodes: int, extra_env: dict[str, str] | None = None) -> None:
+    def __init__(self, workdir: Path, num_nodes: int, extra_env: dict[str, str] | None = None,
+                 node_config: str = "") -> None:
         self.workdir = Path(workdir)
         self.num_nodes = num_nodes
+        self.node_config = node_config  # added to every node's "partition-id=i num-partitions=N"
         self.link_port, *self.node_ports = free_ports(num_nodes + 1)
         self.flwr_home = self.workdir / "flwr-home"
         self.logs = self.workdir / "logs"
@@ -78,11 +80,13 @@ class LoopbackFederation:
             "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **(extra_env or {}),
         }
         self.processes: list[subprocess.Popen] = []
+        self.nodes: list[subprocess.Popen] = []  # SuperNode i is self.nodes[i]
 
-    def _start(self, name: str, args: list[str]) -> None:
+    def _start(self, name: str, args: list[str]) -> subprocess.Popen:
         handle = open(self.logs / f"{name}.log", "w")
         self.processes.append(subprocess.Popen(args, cwd=self.workdir, env=self.env, stdout=handle,
                                                stderr=subprocess.STDOUT, start_new_session=True))
+        return self.processes[-1]
 
     def __enter__(self) -> "LoopbackFederation":
         self.flwr_home.mkdir(parents=True, exist_ok=True)
@@ -97,10 +101,11 @@ class LoopbackFederation:
                                       "--disable-runtime-dependency-installation"])
             wait_for_port(self.link_port, 60)
             for pid, port in enumerate(self.node_ports):
-                self._start(f"supernode-{pid}", [
+                config = f"partition-id={pid} num-partitions={self.num_nodes} {self.node_config}".strip()
+                self.nodes.append(self._start(f"supernode-{pid}", [
                     str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.link_port}",
-                    "--node-config", f"partition-id={pid} num-partitions={self.num_nodes}", "--port", str(port),
-                ])
+                    "--node-config", config, "--port", str(port),
+                ]))
         except BaseException:
             stop_process_groups(self.processes)
             raise
@@ -114,6 +119,17 @@ class LoopbackFederation:
         """`flwr run <app_dir> loopback --stream --run-config <run_config>`, waiting for the run to end."""
         return subprocess.run([str(BIN / "flwr"), "run", ".", CONNECTION, "--stream", "--run-config", run_config],
                               cwd=app_dir, env=self.env, capture_output=True, text=True, timeout=timeout)
+
+    def start_run(self, app_dir: Path, run_config: str) -> subprocess.Popen:
+        """`run` without waiting: the `flwr run` process, its output piped (text)."""
+        return subprocess.Popen([str(BIN / "flwr"), "run", ".", CONNECTION, "--stream", "--run-config", run_config],
+                                cwd=app_dir, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def kill_node(self, partition_id: int) -> None:
+        """SIGKILL SuperNode `partition_id` and the ClientApp it runs (its process group), as a crash would."""
+        node = self.nodes[partition_id]
+        os.killpg(node.pid, signal.SIGKILL)
+        node.wait(timeout=15)
 
     def log_tails(self, chars: int = 1500) -> str:
         """The end of every process's log, for an assertion message."""

@@ -68,7 +68,7 @@ from common.topology import (
 from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from server_app.evaluation import CentralEvaluator
 from server_app.loop import TooManyFailedRounds
-from server_app.messaging import send_and_receive
+from server_app.messaging import match_replies, send_and_receive
 from server_app.strategies.fedavg import NodeInfo
 
 
@@ -219,10 +219,9 @@ class DecentralizedRelay:
         good: dict[int, Message] = {}
         failures: list[dict[str, Any]] = []
         uplink = 0
-        for reply in replies:
-            i = index_of.get(reply.metadata.src_node_id)
-            if i is None or i in answered:
-                continue  # not one of ours, or a duplicate: ignore
+        pairs, _ = match_replies(sent, replies)  # by the message answered: the SuperLink answers for lost nodes
+        for message, reply in pairs:
+            i = index_of[message.metadata.dst_node_id]
             answered.add(i)
             uplink += message_array_bytes(reply)
             reason = self.check_reply(reply, template)

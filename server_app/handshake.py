@@ -19,7 +19,7 @@ from flwr.serverapp import Grid
 
 from common.config import RunConfig
 from common.protocol import HANDSHAKE
-from server_app.messaging import send_and_receive
+from server_app.messaging import match_replies, send_and_receive
 from server_app.strategies.fedavg import NodeInfo
 
 
@@ -50,8 +50,9 @@ def handshake(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) -> list[No
                 Message(RecordDict(), dst_node_id=nid, message_type=f"query.{HANDSHAKE}") for nid in new
             ]
             remaining = max(deadline - time.monotonic(), 1.0)
-            for reply in send_and_receive(grid, messages, remaining, cfg.reply_poll_interval):
-                nid = reply.metadata.src_node_id
+            replies = send_and_receive(grid, messages, remaining, cfg.reply_poll_interval)
+            for message, reply in match_replies(messages, replies)[0]:
+                nid = message.metadata.dst_node_id  # the SuperLink answers for a node that went away
                 if reply.has_error():
                     errors[nid] = reply.error.reason
                     log(WARNING, "node %s failed the handshake: %s", nid, reply.error.reason)

@@ -29,7 +29,7 @@ from common.uplink import float32_equivalent_bytes
 from server_app.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from server_app.diffusion_eval import DiffusionEvaluator
 from server_app.evaluation import CentralEvaluator
-from server_app.messaging import send_and_receive
+from server_app.messaging import match_replies, send_and_receive
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 
 
@@ -51,12 +51,11 @@ def collect_replies(strategy: FedAvgStrategy, sent: list[Message], replies: list
     """Split replies into checked-good ones and recorded failures (error, invalid, timeout)."""
     partition_of_node = {n.node_id: n.partition_id for n in strategy.nodes}
     outcome = RoundOutcome()
-    answered = set()
     model_record = sent[0].content.array_records.get("arrays") if sent else None
     model_bytes = model_record.count_bytes() if model_record is not None else 0  # a compressed reply replaces it
-    for reply in replies:
-        node_id = reply.metadata.src_node_id
-        answered.add(node_id)
+    pairs, unanswered = match_replies(sent, replies)
+    for message, reply in pairs:
+        node_id = message.metadata.dst_node_id  # not the reply's source: the SuperLink answers for lost nodes
         outcome.uplink_bytes += message_array_bytes(reply)
         outcome.uplink_float32_bytes += float32_equivalent_bytes(reply, model_bytes)
         reason = f"error: {reply.error.reason}" if reply.has_error() else strategy.check_reply(reply)
@@ -64,10 +63,9 @@ def collect_replies(strategy: FedAvgStrategy, sent: list[Message], replies: list
             outcome.good.append(reply)
         else:
             outcome.failures.append({"node": node_id, "partition": partition_of_node.get(node_id), "reason": reason})
-    for message in sent:
+    for message in unanswered:
         node_id = message.metadata.dst_node_id
-        if node_id not in answered:
-            outcome.failures.append({"node": node_id, "partition": partition_of_node.get(node_id), "reason": "timeout"})
+        outcome.failures.append({"node": node_id, "partition": partition_of_node.get(node_id), "reason": "timeout"})
     for failure in outcome.failures:
         log(WARNING, "dropped reply of node %s (partition %s): %s", failure["node"], failure["partition"], failure["reason"])
     return outcome

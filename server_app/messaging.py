@@ -8,12 +8,19 @@ public `push_messages` / `pull_messages`, with a short interval: a pull is one
 small request to the SuperLink (or a lookup in simulation's in-memory state).
 Grids that are not Flower's (the in-process harness of tests and presets)
 deliver synchronously and keep their own `send_and_receive`.
+
+`match_replies` pairs each reply with the message it answers through
+`reply_to_message_id`. A reply's `src_node_id` is not the node it speaks for:
+when a node stops reporting heartbeats the SuperLink itself answers its
+pending message with a "Node Unavailable" error whose source is the SuperLink
+(node id 1), so failure records keyed by the sender would name the wrong node
+and count the lost one twice (once for the error, once as a timeout).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from flwr.app import Message
 from flwr.serverapp import Grid
@@ -41,3 +48,27 @@ def send_and_receive(grid: Grid, messages: Iterable[Message], timeout: float | N
             wait = min(wait, remaining)
         time.sleep(wait)
     return replies
+
+
+
+def match_replies(sent: Sequence[Message], replies: Iterable[Message]) -> tuple[list[tuple[Message, Message]], list[Message]]:
+    """Pair replies with the sent messages they answer; returns ([(sent, reply)...] in `sent` order, unanswered sent).
+
+    A reply is matched by its `reply_to_message_id`; replies answering none of
+    `sent`, and any second reply to the same message, are left out.
+    """
+    ids = [message.metadata.message_id for message in sent]
+    if "" in ids or len(set(ids)) != len(ids):
+        raise ValueError("every sent message needs its own message id (set when the grid pushes it)")
+    reply_to: dict[str, Message] = {}
+    for reply in replies:
+        reply_to.setdefault(reply.metadata.reply_to_message_id, reply)
+    pairs: list[tuple[Message, Message]] = []
+    unanswered: list[Message] = []
+    for message in sent:
+        reply = reply_to.get(message.metadata.message_id)
+        if reply is None:
+            unanswered.append(message)
+        else:
+            pairs.append((message, reply))
+    return pairs, unanswered

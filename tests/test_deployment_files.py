@@ -117,6 +117,7 @@ def test_compose_file_is_valid(scratch: Path, variant: str) -> None:
         node = services[f"supernode-{i}"]["command"]
         config = node[node.index("--node-config") + 1]
         assert f"partition-id={i} num-partitions={expected} " in config
+        assert f"supernodes-per-host={expected}" in config  # torch threads: the host's cores shared out
         assert f"supernode-{i}:9094" in services[f"clientapp-{i}"]["command"]
         # Each node has its own data volume and its own cache volume.
         mounts = [str(v["target"] if isinstance(v, dict) else v.split(":")[1]) for v in services[f"clientapp-{i}"]["volumes"]]
@@ -239,7 +240,38 @@ def test_supernode_script_puts_partition_data_and_device_into_node_config(tmp_pa
     assert argv[argv.index("--auth-supernode-private-key") + 1] == str(pki / "node-0")
     assert argv[argv.index("--ssl-certfile") + 1] == str(pki / "supernode-0.crt")
     node_config = parse_config_args([argv[argv.index("--node-config") + 1]])
-    assert node_config == {"partition-id": 3, "num-partitions": 4, "data-dir": "/srv/data", "device": "cuda:1"}
+    cores = len(os.sched_getaffinity(0))
+    assert node_config == {"partition-id": 3, "num-partitions": 4, "data-dir": "/srv/data", "device": "cuda:1",
+                           "torch-threads": cores}
+
+
+@pytest.mark.parametrize("args, threads", [
+    (["--supernodes-per-host", "2"], max(1, len(os.sched_getaffinity(0)) // 2)),
+    (["--supernodes-per-host", "1000"], 1),
+    (["--supernodes-per-host", "2", "--torch-threads", "3"], 3),
+])
+def test_supernode_script_sets_torch_threads_per_node_on_the_host(tmp_path: Path, args: list[str], threads: int) -> None:
+    from flwr.common.config import parse_config_args
+
+    out = record_argv(tmp_path / "bin", "flower-supernode")
+    result = run_script("supernode.sh", ["--superlink", "127.0.0.1:8000", "--insecure", "--partition-id", "0",
+                                         "--num-partitions", "1", *args], tmp_path / "bin")
+    assert result.returncode == 0, result.stderr
+    argv = out.read_text().split("\0")[:-1]
+    assert parse_config_args([argv[argv.index("--node-config") + 1]])["torch-threads"] == threads
+
+
+def test_superlink_script_creates_the_database_directory_or_says_which_it_cannot(tmp_path: Path) -> None:
+    out = record_argv(tmp_path / "bin", "flower-superlink")
+    database = tmp_path / "new" / "deeper" / "state.db"
+    result = run_script("superlink.sh", ["--insecure", "--database", str(database)], tmp_path / "bin")
+    assert result.returncode == 0, result.stderr
+    assert database.parent.is_dir()
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    refused = run_script("superlink.sh", ["--insecure", "--database", str(blocker / "state.db")], tmp_path / "bin")
+    lines = [line for line in refused.stderr.splitlines() if "WARNING" not in line]
+    assert refused.returncode == 2 and len(lines) == 1 and str(blocker) in lines[0], refused.stderr
 
 
 @pytest.mark.parametrize("args, message", [
@@ -247,6 +279,7 @@ def test_supernode_script_puts_partition_data_and_device_into_node_config(tmp_pa
     (["--partition-id", "2", "--num-partitions", "2", "--ca", "x"], "must be below"),
     (["--partition-id", "a", "--num-partitions", "2"], "must be integers"),
     (["--partition-id", "0", "--num-partitions", "2", "--data-dir", "/a b", "--insecure"], "spaces or quotes"),
+    (["--partition-id", "0", "--num-partitions", "2", "--supernodes-per-host", "0", "--insecure"], "positive integer"),
 ])
 def test_supernode_script_refuses_bad_or_insecure_setups(tmp_path: Path, args: list[str], message: str) -> None:
     out = record_argv(tmp_path / "bin", "flower-supernode")

@@ -330,7 +330,7 @@ def test_tls_authenticated_federation_across_hosts(tmp_path: Path, tiny_data_dir
             assert config["num-server-rounds"] == 2
 
             # The intruder was turned away: unknown key refused, unknown CA not trusted.
-            assert unregistered.wait(timeout=60) != 0
+            assert unregistered.wait(timeout=60) == 1  # Flower logs "Exit Code: 305" but exits with 1
             assert no_ca.wait(timeout=60) != 0
             unregistered_log = (logs / "intruder-unregistered.log").read_text()
             no_ca_log = (logs / "intruder-no-ca.log").read_text()
@@ -343,5 +343,14 @@ def test_tls_authenticated_federation_across_hosts(tmp_path: Path, tiny_data_dir
                 for name in ("operator", "node0", "node1"):
                     assert f"{net.hosts[name].address}:" in link_log, f"no request from {name}"
             phase("intruder refused twice (unregistered key, no CA certificate)")
+
+            # A CLI that does not trust our CA: what docs/deployment.md says the operator sees.
+            run(operator, [str(DEPLOY / "connection.sh"), "no-ca", operator.superlink, certifi.where()], env, home_op)
+            no_ca_cli = subprocess.run(operator.wrap(["flwr", "ls", "no-ca"]), capture_output=True, text=True,
+                                       timeout=120, env={**env, "FLWR_HOME": str(home_op)})
+            assert no_ca_cli.returncode != 0
+            assert "Connection to the SuperLink is unavailable" in no_ca_cli.stdout + no_ca_cli.stderr, (
+                no_ca_cli.stdout + no_ca_cli.stderr)
+            phase("a CLI without our CA: 'Connection to the SuperLink is unavailable'")
         finally:
             procs.stop_all()

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from flwr.app import Message, RecordDict
 from flwr.serverapp import Grid
 
-from server_app.messaging import send_and_receive
+from server_app.messaging import match_replies, send_and_receive
 
 
 class ScriptedGrid(Grid):
@@ -88,3 +89,56 @@ def test_all_replies_at_once_need_a_single_pull():
     grid = ScriptedGrid({1: 0.0, 2: 0.0})
     replies = send_and_receive(grid, messages_to([1, 2]), timeout=None, poll_interval=1.0)
     assert len(replies) == 2 and len(grid.pulls) == 1
+
+
+# ----- matching replies to what was sent ------------------------------------------------------
+
+
+def sent_with_ids(nodes):
+    messages = messages_to(nodes)
+    for number, message in enumerate(messages):
+        message.metadata.__dict__["_message_id"] = f"m{number}"
+    return messages
+
+
+def superlink_answer_for_lost_node(message):
+    """The reply the SuperLink itself makes when `message`'s node stopped sending heartbeats."""
+    from flwr.server.superlink.linkstate.utils import create_message_error_unavailable_res_message
+
+    return create_message_error_unavailable_res_message(message.metadata, "node_unavail")
+
+
+def test_replies_pair_with_the_message_they_answer_not_their_sender():
+    from flwr.app import Message as FlowerMessage
+
+    sent = sent_with_ids([11, 12, 13])
+    lost = superlink_answer_for_lost_node(sent[1])
+    assert lost.metadata.src_node_id == 1  # the SuperLink, not node 12
+    node_reply = FlowerMessage(RecordDict(), reply_to=sent[0])
+    stray = FlowerMessage(RecordDict(), reply_to=sent_with_ids([99])[0])
+    stray.metadata.__dict__["_reply_to_message_id"] = "not-ours"
+    pairs, unanswered = match_replies(sent, [lost, stray, node_reply, node_reply])
+    assert [(m.metadata.dst_node_id, r) for m, r in pairs] == [(11, node_reply), (12, lost)]
+    assert [m.metadata.dst_node_id for m in unanswered] == [13]
+
+
+def test_matching_needs_message_ids():
+    with pytest.raises(ValueError, match="message id"):
+        match_replies(messages_to([1, 2]), [])
+
+
+def test_a_node_lost_mid_round_is_one_failure_with_its_partition_and_reason():
+    from types import SimpleNamespace
+
+    from server_app.loop import collect_replies
+    from server_app.strategies.fedavg import NodeInfo
+
+    nodes = [NodeInfo(node_id=n, partition_id=p, num_train_examples=10, num_test_examples=5, label_counts=(10,))
+             for p, n in enumerate([11, 12, 13])]
+    strategy = SimpleNamespace(nodes=nodes, check_reply=lambda reply: None)
+    sent = sent_with_ids([11, 12, 13])
+    replies = [Message(RecordDict(), reply_to=sent[0]), superlink_answer_for_lost_node(sent[1])]
+    outcome = collect_replies(strategy, sent, replies)
+    assert len(outcome.good) == 1
+    assert [(f["node"], f["partition"]) for f in outcome.failures] == [(12, 1), (13, 2)]
+    assert "Node Unavailable" in outcome.failures[0]["reason"] and outcome.failures[1]["reason"] == "timeout"

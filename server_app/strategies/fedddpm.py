@@ -58,7 +58,7 @@ from common.protocol import DIFFUSION_PHASE, FID_EXTRACTOR, FID_STATS, FID_SUMS,
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
 from common.task import make_model
 from server_app.diffusion_eval import GRID_IMAGES, run_extractor, spread_indices
-from server_app.messaging import send_and_receive
+from server_app.messaging import match_replies, send_and_receive
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 
 if TYPE_CHECKING:
@@ -167,17 +167,17 @@ class FedDDPMStrategy(FedAvgStrategy):
         partition_of_node = {n.node_id: n.partition_id for n in self.nodes}
         warm: list[tuple[int, int, Weights, float]] = []
         failures: list[dict[str, Any]] = []
-        for reply in replies:
-            node_id = reply.metadata.src_node_id
+        pairs, unanswered = match_replies(messages, replies)
+        for message, reply in pairs:
+            node_id = message.metadata.dst_node_id  # the SuperLink answers for a lost node
             reason, weights = self._check_warm_reply(reply, initial)
             if reason is not None:
                 failures.append({"node": node_id, "partition": partition_of_node.get(node_id), "reason": reason})
                 continue
             metrics = reply.content.metric_records["metrics"]
             warm.append((partition_of_node[node_id], int(metrics["num-examples"]), weights, float(metrics["train-loss"])))
-        answered = {r.metadata.src_node_id for r in replies}
         failures += [{"node": m.metadata.dst_node_id, "partition": partition_of_node.get(m.metadata.dst_node_id),
-                      "reason": "timeout"} for m in messages if m.metadata.dst_node_id not in answered]
+                      "reason": "timeout"} for m in unanswered]
         for failure in failures:
             log(WARNING, "warmup: dropped node %s (partition %s): %s", failure["node"], failure["partition"], failure["reason"])
         if len(warm) < self.cfg.min_nodes:
@@ -347,10 +347,10 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
         replies = send_and_receive(self._grid, messages, self.cfg.round_timeout, self.cfg.reply_poll_interval)
         dim = extractor.features(self.auxiliary[:2]).shape[1] if self.auxiliary is not None else None
         sum_f, sum_ff, count, used = 0.0, 0.0, 0, 0
-        for reply in replies:
+        for message, reply in match_replies(messages, replies)[0]:
             problem, sums, n = check_feature_sums(reply, dim)
             if problem is not None:
-                log(WARNING, "QuickTest reference: dropped node %s: %s", reply.metadata.src_node_id, problem)
+                log(WARNING, "QuickTest reference: dropped node %s: %s", message.metadata.dst_node_id, problem)
                 continue
             sum_f, sum_ff, count, used = sum_f + sums["sum-f"], sum_ff + sums["sum-ff"], count + n, used + 1
         if used == 0 or count < 2:

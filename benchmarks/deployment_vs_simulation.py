@@ -1,0 +1,116 @@
+"""Deployed round time against simulation: `make run`'s config, 3 rounds, 2 nodes on this host.
+
+    python benchmarks/deployment_vs_simulation.py [--rounds 3] [--out benchmarks/results/deployment-vs-simulation.md]
+
+Issue 22: two ClientApps on one host with torch's default threads oversubscribed the cores
+(deployed rounds 70-189 s where simulation takes about 2 s). With `client_app/threads.py` each
+deployed ClientApp uses the host's cores / `supernodes-per-host` threads, and a simulated one
+`--cpus-per-client` (1). This runs, with the run config's defaults (pyproject.toml, as `make run`)
+and `num-server-rounds` = 3:
+
+- a loopback deployment (`fedsynth.loopback`: SuperLink + 2 SuperNodes, node config
+  `supernodes-per-host=2`, so default threads), and
+- Flower's simulation engine with 2 SuperNodes (`fedsynth run --num-supernodes 2`),
+
+both without `OMP_NUM_THREADS` in the environment, and reports each round's time, the server's
+share of it (central evaluation, aggregation) and the threads the ClientApps reported. Target:
+deployed within 3x of simulated.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO_ROOT))
+
+from fedsynth.loopback import LoopbackFederation  # noqa: E402
+
+NODES = 2
+
+
+def clean_env() -> dict[str, str]:
+    """This environment without the thread settings that would override the default rule."""
+    return {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+
+
+def rounds_of(folder: Path) -> list[dict]:
+    return [r for r in (json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines())
+            if r["round"] >= 1]
+
+
+def deployed(rounds: int, work: Path) -> tuple[list[dict], float]:
+    results = work / "results"
+    config = " ".join([f"num-server-rounds={rounds}", f'cache-dir="{work / "cache"}"', f'results-dir="{results}"',
+                       'run-name="deployed"', "node-wait-timeout=600.0"])
+    start = time.monotonic()
+    saved, env = dict(os.environ), clean_env()
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        with LoopbackFederation(work, num_nodes=NODES, node_config=f"supernodes-per-host={NODES}") as federation:
+            run = federation.run(REPO_ROOT, config, timeout=1800)
+            if not (results / "deployed" / "summary.json").is_file():
+                raise SystemExit(run.stdout[-3000:] + run.stderr[-3000:] + federation.log_tails())
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    return rounds_of(results / "deployed"), time.monotonic() - start
+
+
+def simulated(rounds: int, work: Path) -> tuple[list[dict], float]:
+    results = work / "results"
+    config = (f"num-server-rounds={rounds} cache-dir='{work / 'cache-sim'}' results-dir='{results}' "
+              "run-name='simulated' node-wait-timeout=600.0")
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-m", "fedsynth.cli", "run", "--num-supernodes", str(NODES), "--run-config",
+                    config], cwd=REPO_ROOT, env={**clean_env(), "PYTHONPATH": str(REPO_ROOT)}, check=True,
+                   stdout=subprocess.DEVNULL)
+    return rounds_of(results / "simulated"), time.monotonic() - start
+
+
+def row(name: str, rounds: list[dict], wall: float) -> str:
+    times = [r["round-time"] for r in rounds]
+    server = [r["server-time"] for r in rounds]
+    threads = sorted({r.get("stat-torch-threads-max") for r in rounds})
+    return (f"| {name} | {', '.join(f'{t:.1f}' for t in times)} | {statistics.median(times):.1f} | "
+            f"{statistics.median(server):.1f} | {', '.join(str(t) for t in threads)} | {wall:.0f} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks/results/deployment-vs-simulation.md")
+    args = parser.parse_args()
+    load_before = os.getloadavg()[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        sim, sim_wall = simulated(args.rounds, Path(tmp))
+        dep, dep_wall = deployed(args.rounds, Path(tmp))
+    ratio = statistics.median(r["round-time"] for r in dep) / statistics.median(r["round-time"] for r in sim)
+    lines = [
+        f"# Deployed vs simulated round time ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
+        f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after)", "",
+        f"Command: `python benchmarks/deployment_vs_simulation.py --rounds {args.rounds}`: `make run`'s run config "
+        f"(pyproject.toml defaults), {args.rounds} rounds, {NODES} nodes on this host, default threads, no "
+        "OMP_NUM_THREADS.", "",
+        "| engine | round times (s) | median round (s) | median server time (s) | ClientApp threads | wall (s) |",
+        "| --- | --- | --- | --- | --- | --- |",
+        row(f"deployment (loopback, {NODES} SuperNodes, supernodes-per-host={NODES})", dep, dep_wall),
+        row(f"simulation (`--num-supernodes {NODES}`, `--cpus-per-client 1`)", sim, sim_wall),
+        "", f"Deployed / simulated median round time: **{ratio:.2f}x** (target: within 3x).",
+    ]
+    text = "\n".join(lines) + "\n"
+    args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

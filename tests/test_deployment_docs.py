@@ -1,0 +1,111 @@
+"""What docs/deployment.md and deploy/README.md promise an operator, checked against what they get.
+
+- Every message of our scripts that the docs quote (`superlink.sh: …`, `supernode.sh: …`; `…`
+  stands for a path or value) is what the script prints in a case that produces it.
+- `central-eval=false`: the server reads no dataset, so the SuperLink host needs no data.
+(Flower's own messages that the docs quote are checked where they occur, in
+tests/test_deployment_multihost.py.)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DEPLOY = REPO / "deploy"
+DOCS = [REPO / "docs" / "deployment.md", DEPLOY / "README.md"]
+QUOTED = re.compile(r"`((?:superlink|supernode|pki|connection|register-supernodes|compose-init|compose-nodes|"
+                    r"build-local-base|compose-smoke|fetch-fashion-mnist)\.sh: [^`]+)`")
+
+
+def quoted_script_messages() -> list[str]:
+    return sorted({m for doc in DOCS for m in QUOTED.findall(doc.read_text())})
+
+
+def as_pattern(quote: str) -> re.Pattern[str]:
+    """The quote as a regex: `…` matches any text on the line."""
+    return re.compile(".*".join(re.escape(part.strip()) for part in quote.split("…")))
+
+
+def script(name: str, *args: str, user: bool = False) -> str:
+    """stderr of deploy/NAME with ARGS (as an unprivileged user when asked and we are root)."""
+    argv = [str(DEPLOY / name), *args]
+    if user and os.geteuid() == 0:
+        argv = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *argv]
+    env = {**os.environ, "PATH": f"/nonexistent-bin{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env).stderr
+
+
+@pytest.fixture(scope="module")
+def captured(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Everything the scripts print in the failure cases the docs describe."""
+    tmp = tmp_path_factory.mktemp("script-errors")
+    blocker = tmp / "a-file"
+    blocker.write_text("")
+    # a directory an unprivileged user can reach but not write (pytest's own tmp is private to us)
+    shared = Path(tempfile.mkdtemp(prefix="fedsynth-docs-", dir="/var/tmp"))
+    shared.chmod(0o755)
+    locked = shared / "locked"
+    locked.mkdir()
+    locked.chmod(0o555)
+    ca = tmp / "ca.crt"
+    ca.write_text("")
+    node = ["--superlink", "127.0.0.1:8000", "--partition-id", "0", "--num-partitions", "2"]
+    out = [
+        script("superlink.sh"),
+        script("superlink.sh", "--insecure", "--database", str(blocker / "state.db")),
+        script("supernode.sh", *node),
+        script("supernode.sh", *node, "--ca", str(ca)),
+        script("supernode.sh", *node, "--insecure", "--supernodes-per-host", "0"),
+    ]
+    if os.geteuid() != 0 or shutil.which("setpriv"):
+        out.append(script("superlink.sh", "--insecure", "--database", str(locked / "state.db"), user=True))
+    shutil.rmtree(shared)
+    return "\n".join(out)
+
+
+def test_the_docs_quote_script_messages():
+    assert len(quoted_script_messages()) >= 5, quoted_script_messages()
+
+
+@pytest.mark.parametrize("quote", quoted_script_messages())
+def test_each_quoted_script_message_is_what_the_script_prints(captured: str, quote: str):
+    lines = [line for line in captured.splitlines() if as_pattern(quote).search(line)]
+    assert lines, f"docs quote `{quote}`, but no script prints it; they print:\n{captured}"
+
+
+def test_every_script_failure_is_one_line(captured: str):
+    errors = [line for line in captured.splitlines() if line and "WARNING" not in line]
+    assert all(re.match(r"^(superlink|supernode)\.sh: ", line) for line in errors), errors
+
+
+def test_without_central_evaluation_the_server_reads_no_data(tmp_path, tiny_data_dir):
+    from fedsynth.inprocess import InProcessGrid, run_federation
+
+    raw = {"data-dir": str(tmp_path / "no-data-here"), "cache-dir": str(tmp_path / "cache"),
+           "results-dir": str(tmp_path / "r"), "run-name": "run", "num-server-rounds": 1, "local-steps": 2,
+           "batch-size": 16, "central-eval": False}
+    grid = InProcessGrid(2, raw, node_config=lambda pid: {"partition-id": pid, "num-partitions": 2,
+                                                         "data-dir": str(tiny_data_dir)})
+    run_federation(raw, grid)
+    summary = json.loads((tmp_path / "r" / "run" / "summary.json").read_text())
+    assert "final-central-accuracy" not in summary and 0 < summary["final-local-test-accuracy"] <= 1
+    assert not (tmp_path / "no-data-here").exists()
+
+
+def test_the_resume_line_the_docs_show_is_the_one_a_run_prints():
+    from common.results import resume_hint
+
+    doc = (REPO / "docs" / "deployment.md").read_text()
+    shown = [line for line in doc.splitlines() if line.startswith("results folder: ")]
+    assert shown, "docs/deployment.md shows no results-folder line"
+    folder = Path(shown[0].split(" ", 3)[2])
+    assert shown[0] == resume_hint(folder)
