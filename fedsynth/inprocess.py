@@ -81,7 +81,8 @@ def run_federation(raw: dict[str, Any], grid: "InProcessGrid") -> dict[str, Any]
 
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, handshake(grid, cfg))
-    return strategy.run(grid, RunResults(cfg))
+    with RunResults(cfg) as results:
+        return strategy.run(grid, results)
 
 
 class SlowGrid(InProcessGrid):

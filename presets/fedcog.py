@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import copy
 import json
-import shutil
 import sys
 import time
 from dataclasses import dataclass, field
@@ -130,8 +129,8 @@ def run(raw: dict[str, Any], grid: Any) -> Finished:
 
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, handshake(grid, cfg))
-    results = RunResults(cfg)
-    strategy.run(grid, results)
+    with RunResults(cfg) as results:
+        strategy.run(grid, results)
     return Finished(raw, grid, results.path, list(results.rounds))
 
 
@@ -150,14 +149,16 @@ def fork(base: Finished, name: str, total_rounds: int, **overrides: Any) -> Fini
     """
     from flwr.app import Context
 
-    from server_app.checkpoint import CHECKPOINT_FILE
+    from common.config import parse_run_config
     from fedsynth.inprocess import InProcessGrid
+    from server_app.checkpoint import fork_checkpoint
+    from server_app.registry import SERVER_STRATEGIES
 
     raw = {**base.raw, **overrides, "run-name": name, "resume": True, "num-server-rounds": total_rounds,
            "eval-every": 1, "checkpoint-every": 0}
     folder = Path(raw["results-dir"]) / name
     folder.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(base.folder / CHECKPOINT_FILE, folder / CHECKPOINT_FILE)
+    fork_checkpoint(base.folder, folder, parse_run_config(raw, SERVER_STRATEGIES))
     grid = InProcessGrid(NUM_CLIENTS, raw)
     for node_id, context in grid.contexts.items():
         grid.contexts[node_id] = Context(
