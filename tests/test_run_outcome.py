@@ -179,3 +179,18 @@ def test_a_second_run_on_a_folder_in_use_is_refused_at_once_and_the_first_finish
     folder = tmp_path / "results" / "run"
     assert [json.loads(line)["round"] for line in metrics.read_text().splitlines()] == [0, 1, 2, 3, 4]
     assert json.loads((folder / "summary.json").read_text())["status"] == STATUS_OK
+
+
+def test_a_fork_under_another_config_resumes_where_a_plain_resume_is_refused(tmp_path):
+    from common.records import model_weights
+    from common.task import make_model
+    from server_app.checkpoint import Checkpoint, fork_checkpoint, load_checkpoint, save_checkpoint
+
+    base = parse_run_config({"model": "mlp"}, SERVER_STRATEGIES)
+    fork = parse_run_config({"model": "mlp", "cog": True, "cog-start-round": 3}, SERVER_STRATEGIES)
+    weights = model_weights(make_model(base, seeded=True))
+    save_checkpoint(tmp_path / "base", base, Checkpoint(2, weights, {}, {}, [{"round": 1}, {"round": 2}]))
+    with pytest.raises(CheckpointError, match="'cog'"):
+        load_checkpoint(tmp_path / "base", fork, weights)
+    fork_checkpoint(tmp_path / "base", tmp_path / "fork", fork)
+    assert load_checkpoint(tmp_path / "fork", fork, weights).server_round == 2
