@@ -170,6 +170,7 @@ class RunResults:
         self.path = run_folder(cfg)
         self.metrics_path = self.path / "metrics.jsonl"
         self.rounds: list[dict[str, Any]] = []
+        self._summary_written = False
         self._lock = lock_run_folder(self.path)
         try:
             self.resuming = plan_run_folder(self.path, cfg.resume, cfg.overwrite)
@@ -194,8 +195,14 @@ class RunResults:
     def __enter__(self) -> "RunResults":
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
+        """Release the lock; a run that raised before writing its summary gets one with status "failed"."""
+        try:
+            if exc is not None and not self._summary_written:
+                self.write_summary({"status": "failed", "status-reason": f"{type(exc).__name__}: {exc}",
+                                    "results-dir": str(self.path)})
+        finally:
+            self.close()
 
     def log_round(self, record: Mapping[str, Any]) -> None:
         """Append one round's metrics to metrics.jsonl and flush."""
@@ -219,6 +226,7 @@ class RunResults:
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """summary.json: final numbers of the run."""
+        self._summary_written = True
         (self.path / "summary.json").write_text(json.dumps(_json_safe(dict(summary)), indent=2) + "\n")
 
     def write_model(self, weights: Mapping[str, np.ndarray]) -> Path:

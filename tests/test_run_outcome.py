@@ -63,6 +63,18 @@ def test_diverging_run_fails_and_saves_no_model(tmp_path, tiny_data_dir):
     assert not (folder / "model.safetensors").exists()
 
 
+def test_run_stopped_by_failed_rounds_leaves_a_failed_summary(tmp_path, tiny_data_dir):
+    from server_app.loop import TooManyFailedRounds
+
+    raw = config(tmp_path, tiny_data_dir, **{"num-server-rounds": 3, "max-failed-rounds": 1, "round-timeout": 5.0})
+    grid = InProcessGrid(2, raw)
+    grid.faults[(0, 2, "train")] = grid.faults[(1, 2, "train")] = "raise"
+    with pytest.raises(TooManyFailedRounds):
+        run_federation(raw, grid)
+    summary = json.loads((tmp_path / "results" / "run" / "summary.json").read_text())
+    assert summary["status"] == STATUS_FAILED and "TooManyFailedRounds" in summary["status-reason"]
+
+
 def test_run_with_a_failed_round_completes_with_that_status(tmp_path, tiny_data_dir):
     raw = config(tmp_path, tiny_data_dir, **{"num-server-rounds": 3, "round-timeout": 5.0})
     grid = InProcessGrid(2, raw)
