@@ -3,11 +3,16 @@
 Usage: ``python benchmarks/codecs.py [--out FILE] [--size N] [--repeats R]``
 
 Encodes and decodes one float32 tensor of ``--size`` elements (default 1M)
-with each codec SPEC §3.5 runs in the papers (qsgd 4/8 bits, top-k 0.1/0.25)
+with each codec SPEC §3.5 runs in the papers (qsgd 4/8 bits on the wire, the
+FedSynSAM paper's 17/257-level whole-update qsgd, buckets, top-k 0.1/0.25)
 plus ``none``, on one thread, and reports the best of ``--repeats`` timings
 as MB/s of float32 input (1 MB = 10^6 bytes) together with payload bytes
-against float32. The markdown table is printed and written to ``--out``; the
-same numbers go to a JSON file next to it.
+against float32. A second table weighs one update of the default CNN
+(44,426 parameters in 8 tensors) as Flower counts it on the wire (the
+``.npy`` headers and key names included) under each qsgd scope and level
+count, against the float32 model record it replaces: per-tensor payloads pay
+metadata per tensor, a whole-update payload once. The markdown is printed and
+written to ``--out``; the same numbers go to a JSON file next to it.
 """
 
 from __future__ import annotations
@@ -38,16 +43,79 @@ from common.compression import (  # noqa: E402
     decode_update,
     encode_update,
     float32_nbytes,
+    paper_levels,
     payload_nbytes,
 )
 
 CODECS: dict[str, CompressionSpec] = {
     "none": CompressionSpec("none"),
-    "qsgd 4 bits": CompressionSpec("qsgd", bits=4),
-    "qsgd 8 bits": CompressionSpec("qsgd", bits=8),
+    "qsgd 7 levels (4 bits/coord)": CompressionSpec("qsgd", bits=4),
+    "qsgd 127 levels (8 bits/coord)": CompressionSpec("qsgd", bits=8),
+    "qsgd model, 17 levels (6 bits/coord; paper's 4-bit)": CompressionSpec("qsgd", levels=paper_levels(4), scope="model"),
+    "qsgd model, 257 levels (10 bits/coord; paper's 8-bit)": CompressionSpec("qsgd", levels=paper_levels(8), scope="model"),
+    "qsgd bucket 512, 17 levels (6 bits/coord)": CompressionSpec("qsgd", levels=17, scope="bucket", bucket_size=512),
     "topk 0.1": CompressionSpec("topk", topk_ratio=0.1),
     "topk 0.25": CompressionSpec("topk", topk_ratio=0.25),
 }
+
+# The default CNN's update under each qsgd scope and level count (wire sizes, metadata included).
+CNN_CODECS: dict[str, CompressionSpec] = {
+    "tensor, 7 levels (4 bits/coord)": CompressionSpec("qsgd", bits=4),
+    "model, 7 levels (4 bits/coord)": CompressionSpec("qsgd", bits=4, scope="model"),
+    "tensor, 17 levels (6 bits/coord)": CompressionSpec("qsgd", levels=17),
+    "model, 17 levels (6 bits/coord; paper's 4-bit)": CompressionSpec("qsgd", levels=17, scope="model"),
+    "bucket 512, 17 levels (6 bits/coord)": CompressionSpec("qsgd", levels=17, scope="bucket", bucket_size=512),
+    "model, 257 levels (10 bits/coord; paper's 8-bit)": CompressionSpec("qsgd", levels=257, scope="model"),
+    "tensor, 127 levels (8 bits/coord)": CompressionSpec("qsgd", bits=8),
+    "topk 0.1 (per tensor)": CompressionSpec("topk", topk_ratio=0.1),
+}
+
+
+@dataclass(frozen=True)
+class WireResult:
+    """One CNN update's wire size under one codec, as Flower counts it."""
+
+    codec: str
+    payload_bytes: int
+    wire_bytes: int
+    float32_wire_bytes: int
+    ratio: float
+    bits_per_parameter: float
+
+
+def cnn_wire_sizes() -> tuple[int, list[WireResult]]:
+    """Wire bytes of one default-CNN update (random values) per codec against its float32 model record."""
+    from common.config import RunConfig
+    from common.records import to_record
+    from common.task import make_model
+
+    weights = {k: v.numpy() for k, v in make_model(RunConfig(model="cnn")).state_dict().items()}
+    n = sum(w.size for w in weights.values())
+    rng = np.random.default_rng(0)
+    delta = {k: rng.standard_normal(w.shape).astype(np.float32) for k, w in weights.items()}
+    float32_wire = to_record(delta).count_bytes()
+    results = []
+    for name, spec in CNN_CODECS.items():
+        payload = encode_update(dict(sorted(delta.items())), spec, np.random.default_rng(1))
+        wire = to_record(payload).count_bytes()
+        results.append(WireResult(name, payload_nbytes(payload), wire, float32_wire, float32_wire / wire, 8 * wire / n))
+    return n, results
+
+
+def wire_table(n: int, results: list[WireResult]) -> str:
+    """The CNN wire-size table."""
+    lines = [
+        "",
+        f"One update of the default CNN ({n:,} parameters, 8 tensors) as Flower counts it on the wire "
+        "(`ArrayRecord.count_bytes`: array bytes with their .npy headers, plus key names), against the float32 "
+        f"model record it replaces ({results[0].float32_wire_bytes:,} B). bits/param = 8 x wire bytes / parameters.",
+        "",
+        "| qsgd scope, levels | payload bytes | wire bytes | ratio vs float32 record | bits/param on the wire |",
+        "| --- | ---: | ---: | ---: | ---: |",
+    ]
+    for r in results:
+        lines.append(f"| {r.codec} | {r.payload_bytes:,} | {r.wire_bytes:,} | {r.ratio:.2f} | {r.bits_per_parameter:.3f} |")
+    return "\n".join(lines) + "\n"
 
 
 @dataclass(frozen=True)
@@ -104,7 +172,9 @@ def markdown_table(results: list[CodecResult], size: int, repeats: int) -> str:
     """Render the results as a markdown table with a one-line context header."""
     lines = [
         f"Codecs on one float32 tensor of {size:,} elements, one thread, best of {repeats} "
-        f"(numpy {np.__version__}, Python {platform.python_version()}, {platform.machine()}).",
+        f"(numpy {np.__version__}, Python {platform.python_version()}, {platform.machine()}; "
+        f"1-min load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores: timings above a load of the core "
+        "count are slowed by other processes, the sizes are exact).",
         "MB/s are MB of float32 input per second (1 MB = 10^6 B); ratio = float32 bytes / payload bytes.",
         "",
         "| codec | encode ms | decode ms | encode MB/s | decode MB/s | encode+decode MB/s "
@@ -131,6 +201,8 @@ def main(argv: list[str] | None = None) -> None:
     tensor = np.random.default_rng(0).standard_normal(args.size).astype(np.float32)
     results = [measure(spec, tensor, args.repeats, name) for name, spec in CODECS.items()]
     table = markdown_table(results, args.size, args.repeats)
+    n_cnn, wire = cnn_wire_sizes()
+    table += wire_table(n_cnn, wire)
     print(table, end="")
 
     args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -142,6 +214,8 @@ def main(argv: list[str] | None = None) -> None:
         "python": platform.python_version(),
         "machine": platform.machine(),
         "results": [asdict(r) for r in results],
+        "cnn-parameters": n_cnn,
+        "cnn-wire": [asdict(r) for r in wire],
     }
     json_path = args.out.with_suffix(".json")
     json_path.write_text(json.dumps(report, indent=2) + "\n")

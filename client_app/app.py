@@ -21,7 +21,7 @@ from client_app.training import LocalJob
 from client_app.updates import CLIENT_UPDATES
 from client_app.uplink import uplink_records
 from common.config import ConfigError, RunConfig, parse_run_config
-from common.datasets import dataset_info
+from common.datasets import run_dataset_info
 from common.diffusion import is_diffusion
 from common.evaluation import as_tensors, evaluate_model, resolve_device
 from common.partition import ClientData, PartitionSpec, load_client_data
@@ -84,6 +84,7 @@ def _setup(context: Context) -> tuple[RunConfig, NodeSettings, ClientData]:
         dataset=cfg.dataset, partition=cfg.partition, num_partitions=node.num_partitions,
         seed=cfg.seed, alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
         local_test_fraction=cfg.local_test_fraction,
+        image_column=cfg.hf_image_column, label_column=cfg.hf_label_column,
     )
     data = load_client_data(spec, node.partition_id, node.data_dir, node.cache_dir)
     return cfg, node, data
@@ -93,7 +94,7 @@ def _setup(context: Context) -> tuple[RunConfig, NodeSettings, ClientData]:
 def handshake(msg: Message, context: Context) -> Message:
     """Tell the server which partition this node holds and how much data it has."""
     cfg, node, data = _setup(context)
-    counts = data.label_counts(dataset_info(cfg.dataset).num_classes)
+    counts = data.label_counts(run_dataset_info(cfg, node.data_dir).num_classes)
     metrics = MetricRecord({
         "partition-id": node.partition_id,
         "num-partitions": node.num_partitions,

@@ -31,7 +31,7 @@ from client_app.training import LocalJob, plain_rule, run_local_steps
 from client_app.updates import CLIENT_UPDATES
 from client_app.uplink import uplink_records
 from common.config import RunConfig
-from common.datasets import dataset_info
+from common.datasets import run_dataset_info
 from common.diffusion import image_side, loss_for, seeded_generator, to_diffusion_input
 from common.fid import feature_sums
 from common.fid_features import FeatureExtractor, classifier_from_weights, inception_extractor
@@ -95,7 +95,7 @@ def received_extractor(msg: Message, cfg: RunConfig, device: torch.device) -> Fe
     record = msg.content.array_records.get(FID_EXTRACTOR)
     if record is None:
         raise ValueError(f"the fid_stats query lacks the '{FID_EXTRACTOR}' record (the classifier's weights)")
-    info = dataset_info(cfg.dataset)
+    info = run_dataset_info(cfg)
     return classifier_from_weights(from_record(record), info.channels, info.num_classes, device)
 
 

@@ -38,7 +38,7 @@ from torch import nn
 
 from client_app.training import LocalJob, LocalResult
 from common.config import RunConfig
-from common.datasets import NORMALIZATION, dataset_info
+from common.datasets import normalization, run_dataset_info
 from common.fedcog_math import complementary_labels, generation_loss, kd_coefficients, kd_loss
 from common.optimizers import Adam
 from common.protocol import CLIENT_STAT_PREFIX
@@ -195,7 +195,7 @@ def plug_in(job: LocalJob) -> dict[str, float]:
     Returns the per-client statistics reported in the reply's metrics.
     """
     cfg = job.cfg
-    num_classes = dataset_info(cfg.dataset).num_classes
+    num_classes = run_dataset_info(cfg).num_classes
     counts = np.bincount(job.y.cpu().numpy(), minlength=num_classes)
     labels = complementary_labels(counts, cfg.gen_budget)
     if len(labels) == 0:  # a perfectly balanced client has nothing to complement
@@ -247,7 +247,7 @@ def with_cog(base: ClientUpdate) -> ClientUpdate:
 
 def grid_image(generated: GeneratedSet, dataset: str, columns: int = GRID_COLUMNS) -> tuple[np.ndarray, list[int]]:
     """An (rows*H, columns*W, C) image in [0, 1]: up to `columns` generated inputs per generated class."""
-    mean, std = (np.asarray(v, dtype=np.float32)[None, :, None, None] for v in NORMALIZATION[dataset])
+    mean, std = (np.asarray(v, dtype=np.float32)[None, :, None, None] for v in normalization(dataset, generated.inputs.shape[1]))
     images = np.clip(generated.inputs.detach().cpu().numpy() * std + mean, 0.0, 1.0)
     targets = generated.targets.cpu().numpy()
     classes = [int(c) for c in np.unique(targets)]

@@ -12,7 +12,12 @@ Each rule differs only in the ascent direction `g` of `e = rho * g / ||g||`
   (sent once after round R, kept in `Context.state`); from then on each step
   draws a local batch xi and a synthetic batch zeta,
   `g = beta * grad F(w; xi) + (1 - beta) * grad F(w; zeta)`, and descends
-  along `grad F(w + e; xi)` (FedSynSAM, Algorithm 1).
+  along `grad F(w + e; xi)` (FedSynSAM, Algorithm 1). `synsam-mix =
+  "normalized"` (an ablation, not the paper's) mixes the unit gradients
+  instead (common/synsam.py). Each step also measures the mini-batch norm
+  ratio `||grad F(w; zeta)|| / ||grad F(w; xi)||`, the synthetic share of the
+  ascent direction and the cosine of the two gradients; their means over the
+  steps go up as `stat-synsam-*` metrics.
 - `fedgamma` (FedSAM) and `fedlesam-s` (FedLESAM) with SCAFFOLD's control-variate
   correction after each step; their `c_i+ - c_i` goes up as a second record.
 - `fedlesam-d`: FedLESAM with FedDyn's dynamic regulariser
@@ -40,9 +45,10 @@ import torch
 from flwr.app import RecordDict
 
 from client_app.training import GradientRule, LocalJob, LocalResult, plain_rule, run_local_steps
-from common.datasets import dataset_info
+from common.datasets import run_dataset_info
 from common.losses import scaffold_client_control
 from common.protocol import (
+    CLIENT_STAT_PREFIX,
     DYNAMIC_CORRECTION,
     GLOBAL_PERTURBATION,
     PERTURBATION_DUAL,
@@ -55,6 +61,7 @@ from common.protocol import (
 )
 from common.records import Weights, from_record, to_record
 from common.sam import current_gradients, fedsam_gradients, perturbed_gradients, sam_perturbation
+from common.synsam import cosine, mix_ascent, norm_ratio, synthetic_share
 
 # Keys in Context.state.
 STATE_SYNTHETIC = "fedsynsam-synthetic-data"   # D_syn as received from the server: {"x", "y"}
@@ -122,7 +129,7 @@ def fedlesam_update(job: LocalJob) -> LocalResult:
 
 def check_synthetic(x: np.ndarray, y: np.ndarray, job: LocalJob) -> None:
     """Refuse a synthetic set that does not fit the run's data (shape, dtype, labels, finiteness)."""
-    info = dataset_info(job.cfg.dataset)
+    info = run_dataset_info(job.cfg)
     if x.dtype != np.float32 or x.ndim != 4 or tuple(x.shape[1:]) != info.shape:
         raise ValueError(f"synthetic data: x has dtype {x.dtype} and shape {x.shape}, expected float32 (n, {info.shape})")
     if y.dtype != np.int64 or y.shape != (x.shape[0],):
@@ -161,21 +168,32 @@ def synthetic_batches(num_examples: int, batch_size: int, seed: int, server_roun
             yield order[start:start + size]
 
 
-def synsam_rule(job: LocalJob, x_syn: torch.Tensor, y_syn: torch.Tensor) -> GradientRule:
-    """Ascent along beta * grad F(w; xi) + (1 - beta) * grad F(w; zeta); descent along grad F(w + e; xi)."""
+def synsam_rule(job: LocalJob, x_syn: torch.Tensor, y_syn: torch.Tensor, stats: dict[str, list[float]]) -> GradientRule:
+    """Ascent along the mix of grad F(w; xi) and grad F(w; zeta) (`synsam-mix`); descent along grad F(w + e; xi).
+
+    Appends each step's norm ratio, synthetic share and local/synthetic
+    cosine to `stats`.
+    """
     model, cfg = job.model, job.cfg
     params = list(model.parameters())
     beta = cfg.synsam_beta
     batches = synthetic_batches(len(y_syn), cfg.batch_size, cfg.seed, job.server_round, job.partition_id)
 
-    def rule(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        index = torch.from_numpy(next(batches)).to(job.device)
+    def gradient(loss: torch.Tensor) -> list[torch.Tensor]:
         for p in params:
             p.grad = None
-        # one backward pass of the mixed loss gives the mixed gradient
-        mixed = beta * job.loss_fn(model, xb, yb) + (1 - beta) * job.loss_fn(model, x_syn[index], y_syn[index])
-        mixed.backward()
-        return perturbed_gradients(params, lambda: job.loss_fn(model, xb, yb), current_gradients(params), cfg.sam_rho)
+        loss.backward()
+        return current_gradients(params)
+
+    def rule(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+        index = torch.from_numpy(next(batches)).to(job.device)
+        g_local = gradient(job.loss_fn(model, xb, yb))
+        g_syn = gradient(job.loss_fn(model, x_syn[index], y_syn[index]))
+        stats["norm-ratio"].append(norm_ratio(g_local, g_syn))
+        stats["share"].append(synthetic_share(g_local, g_syn, beta, cfg.synsam_mix))
+        stats["cos"].append(cosine(g_local, g_syn))
+        direction = mix_ascent(g_local, g_syn, beta, cfg.synsam_mix)
+        return perturbed_gradients(params, lambda: job.loss_fn(model, xb, yb), direction, cfg.sam_rho)
 
     return rule
 
@@ -187,8 +205,12 @@ def fedsynsam_update(job: LocalJob) -> LocalResult:
         result = run_local_steps(job, fedsam_rule(job))
         result.metrics["synthetic-examples"] = 0
         return result
-    result = run_local_steps(job, synsam_rule(job, *synthetic))
+    stats: dict[str, list[float]] = {"norm-ratio": [], "share": [], "cos": []}
+    result = run_local_steps(job, synsam_rule(job, *synthetic, stats))
     result.metrics["synthetic-examples"] = int(len(synthetic[1]))
+    for key, values in stats.items():
+        if values:
+            result.metrics[f"{CLIENT_STAT_PREFIX}synsam-{key}"] = float(np.mean(values))
     return result
 
 

@@ -4,7 +4,8 @@ Without compression the reply carries the local model (MODEL) and the update
 rule's extra records unchanged. With `qsgd` or `topk` it carries the packed
 payload of `Q(w_i - w)` (COMPRESSED_UPDATE) instead of the model, and every
 extra record shaped like model tensors (control-variate deltas, dynamic
-corrections) goes through the same codec (see common/uplink.py).
+corrections) goes through the same codec (see common/uplink.py); under
+whole-update qsgd an extra record also names its tensors in a bit mask.
 
 With `error-feedback`, what the codec dropped is kept in the node's
 `Context.state` (one residual per record) and added to the next update this
@@ -24,7 +25,7 @@ from common.compression import CompressionSpec, apply_error_feedback, encode_upd
 from common.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, MODEL
 from common.records import Weights, from_record, to_record
-from common.uplink import compressed_name, compression_spec, encoding_rng, is_compressible
+from common.uplink import TENSOR_MASK, compressed_name, compression_spec, encoding_rng, is_compressible, tensor_mask
 
 # Context.state key prefix of the error-feedback residual of one uplink record.
 STATE_RESIDUAL_PREFIX = "uplink-residual:"
@@ -76,7 +77,8 @@ def uplink_records(
             records[name] = record
             continue
         rng = encoding_rng(cfg.seed, server_round, partition_id, stream)
-        records[compressed_name(name)] = to_record(
-            encode_with_state(values, spec, rng, state, name, cfg.error_feedback)
-        )
+        payload = encode_with_state(values, spec, rng, state, name, cfg.error_feedback)
+        if spec.whole_vector:  # the keys of a whole-update payload do not name its tensors
+            payload[TENSOR_MASK] = tensor_mask(values, global_weights)
+        records[compressed_name(name)] = to_record(payload)
     return records

@@ -1,8 +1,24 @@
 """Uplink compression codecs for model updates (SPEC §3.5).
 
 A client sends ``Q(Δ_i)`` with ``Δ_i = w_local − w_global`` instead of the raw
-float32 update, to cut uplink bytes. Every named tensor is flattened and
-compressed on its own, so one large layer cannot drown the scale of a small one.
+float32 update, to cut uplink bytes.
+
+Scopes (qsgd)
+-------------
+``tensor``
+    Every named tensor is flattened and quantised with its own norm (one
+    payload of three arrays per tensor).
+``model``
+    The FedSynSAM paper's eq. 3: all tensors, in sorted name order, form one
+    vector with one L2 norm and one payload. The paper's "b-bit" quantiser
+    has ``a = 2^b + 1`` levels (:func:`paper_levels`: 17 at b = 4, 257 at
+    b = 8), which need ``1 + ceil(log2(a + 1))`` bits per coordinate on the
+    wire (6 and 10): results name the level count and those bits, never the
+    nominal b alone.
+``bucket``
+    The model vector (as in ``model``) cut into buckets of ``bucket_size``
+    coordinates, one norm per bucket, as public QSGD implementations do (far
+    lower variance, one float32 norm per bucket).
 
 Methods
 -------
@@ -14,7 +30,11 @@ Methods
     ``l = floor(s·|v_j|/‖v‖)``, rounding up with probability ``s·|v_j|/‖v‖ − l``
     so that ``E[Q(v)] = v``. ``bits = b`` means b bits per coordinate on the
     wire: 1 sign bit plus ``b − 1`` level bits, hence ``s = 2^(b−1) − 1``.
-    ``levels`` overrides ``s`` directly (level width ``ceil(log2(s + 1))``).
+    ``levels`` overrides ``s`` directly (any count up to 65 535; level width
+    ``ceil(log2(s + 1))``). The variance is bounded by
+    ``E‖Q(v) − v‖² ≤ min(n/s², √n/s) ‖v‖²`` for a vector of n coordinates
+    (Alistarh et al., Lemma 3.1), which is why one norm over a large vector
+    (``model`` scope) is noisier than per-tensor or per-bucket norms.
 ``topk``
     Keep the ``ceil(ratio · n)`` largest-magnitude coordinates; send their
     float32 values and their indices. Biased, so usually paired with error
@@ -31,9 +51,16 @@ at 10 % would save only 5× instead of ~6.2× (20-bit indices for 1M floats).
 Payload keys per tensor ``name``:
 
 * ``none``: ``name`` (float32, original shape)
-* ``qsgd``: ``name::norm`` (float32, shape (1,)), ``name::signs`` (uint8,
-  1 bit per coordinate, 1 = negative), ``name::levels`` (uint8,
-  ``spec.level_bits`` bits per coordinate)
+* ``qsgd``, scope ``tensor``: ``name::norm`` (float32, shape (1,)),
+  ``name::signs`` (uint8, 1 bit per coordinate, 1 = negative),
+  ``name::levels`` (uint8, ``spec.level_bits`` bits per coordinate)
+* ``qsgd``, scope ``model``: one payload for the whole update,
+  ``::model::norm`` (float32, shape (1,)), ``::model::signs``,
+  ``::model::levels`` over the concatenation of the tensors in sorted name
+  order
+* ``qsgd``, scope ``bucket``: ``::bucket-B::norm`` (float32, one per bucket of
+  B coordinates), ``::bucket-B::signs``, ``::bucket-B::levels``; B is in the
+  key, so a payload of another scope or bucket length never decodes
 * ``topk``: ``name::values`` (float32, shape (k,)), ``name::indices`` (uint8,
   ``index_bits(n)`` bits per kept coordinate, strictly increasing)
 
@@ -55,28 +82,37 @@ import numpy.typing as npt
 __all__ = [
     "KEY_SEPARATOR",
     "METHODS",
+    "SCOPES",
     "CompressionSpec",
     "apply_error_feedback",
     "decode_update",
     "encode_update",
+    "expected_payload_nbytes",
     "float32_nbytes",
     "index_bits",
     "pack_bits",
     "packed_length",
     "payload_keys",
     "payload_nbytes",
+    "paper_levels",
     "qsgd_dequantize_tensor",
+    "qsgd_quantize_buckets",
     "qsgd_quantize_tensor",
+    "qsgd_variance_bound",
     "topk_count",
     "topk_tensor",
     "unpack_bits",
+    "vector_keys",
 ]
 
 METHODS: tuple[str, ...] = ("none", "qsgd", "topk")
+SCOPES: tuple[str, ...] = ("tensor", "model", "bucket")
 KEY_SEPARATOR = "::"
 
-# qsgd levels are held one per uint8 between quantising and packing.
-_MAX_LEVEL_BITS = 8
+# qsgd levels are held one per uint8 (uint16 above 255 levels) between quantising and packing.
+_MAX_LEVEL_BITS = 16
+# `bits` keeps its b-bits-on-the-wire meaning (1 sign + b − 1 level bits) up to 8 level bits.
+_MAX_WIRE_LEVEL_BITS = 8
 
 FloatArray = npt.NDArray[np.float32]
 ByteArray = npt.NDArray[np.uint8]
@@ -91,7 +127,8 @@ class CompressionSpec:
     """Which codec a client uses and its parameters.
 
     Errors name the run-config key (``compression``, ``bits``, ``levels``,
-    ``topk-ratio``) so a misconfigured run points at the setting to fix.
+    ``topk-ratio``, ``qsgd-scope``, ``qsgd-bucket``) so a misconfigured run
+    points at the setting to fix.
     ``bits``/``levels`` only matter for ``qsgd`` and ``topk_ratio`` only for
     ``topk``, but all are validated so that a bad value never hides.
     """
@@ -100,16 +137,18 @@ class CompressionSpec:
     bits: int = 4
     levels: int | None = None
     topk_ratio: float = 0.1
+    scope: str = "tensor"
+    bucket_size: int = 512
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
             raise ValueError(
                 f"compression: unknown method {self.method!r}, expected one of {METHODS}"
             )
-        if not _is_int(self.bits) or not 2 <= self.bits <= _MAX_LEVEL_BITS + 1:
+        if not _is_int(self.bits) or not 2 <= self.bits <= _MAX_WIRE_LEVEL_BITS + 1:
             raise ValueError(
-                f"bits: must be an integer in [2, {_MAX_LEVEL_BITS + 1}] "
-                f"(1 sign bit + up to {_MAX_LEVEL_BITS} level bits), got {self.bits!r}"
+                f"bits: must be an integer in [2, {_MAX_WIRE_LEVEL_BITS + 1}] "
+                f"(1 sign bit + up to {_MAX_WIRE_LEVEL_BITS} level bits), got {self.bits!r}"
             )
         max_levels = 2**_MAX_LEVEL_BITS - 1
         if self.levels is not None and (
@@ -126,6 +165,10 @@ class CompressionSpec:
             or not 0.0 < ratio <= 1.0
         ):
             raise ValueError(f"topk-ratio: must be a number in (0, 1], got {ratio!r}")
+        if self.scope not in SCOPES:
+            raise ValueError(f"qsgd-scope: unknown scope {self.scope!r}, expected one of {SCOPES}")
+        if not _is_int(self.bucket_size) or self.bucket_size < 1:
+            raise ValueError(f"qsgd-bucket: must be an integer >= 1, got {self.bucket_size!r}")
 
     @property
     def qsgd_levels(self) -> int:
@@ -136,6 +179,31 @@ class CompressionSpec:
     def level_bits(self) -> int:
         """Bits per coordinate for a qsgd level: ``ceil(log2(s + 1))``."""
         return self.qsgd_levels.bit_length()
+
+    @property
+    def coordinate_bits(self) -> int:
+        """qsgd bits per coordinate on the wire: 1 sign bit plus the level bits."""
+        return 1 + self.level_bits
+
+    @property
+    def whole_vector(self) -> bool:
+        """True when qsgd quantises the concatenated update (``model`` or ``bucket`` scope)."""
+        return self.method == "qsgd" and self.scope != "tensor"
+
+    def describe(self) -> str:
+        """What the codec is, for logs and reports: the scope, level count and wire bits of qsgd."""
+        if self.method == "none":
+            return "none (float32)"
+        if self.method == "topk":
+            return f"top-k {self.topk_ratio} per tensor (float32 values + packed indices)"
+        scope = f"bucket scope ({self.bucket_size})" if self.scope == "bucket" else f"{self.scope} scope"
+        return (f"qsgd, {scope}, {self.qsgd_levels} levels "
+                f"({self.coordinate_bits} bits per coordinate: 1 sign + {self.level_bits} level)")
+
+
+def paper_levels(bits: int) -> int:
+    """The FedSynSAM paper's level count for its "b-bit" quantiser (eq. 3): ``a = 2^b + 1``."""
+    return 2**bits + 1
 
 
 def _is_int(value: object) -> bool:
@@ -221,52 +289,90 @@ def _check_width(width: int) -> None:
 # ---------------------------------------------------------------------------- qsgd
 
 
-def qsgd_quantize_tensor(
-    flat: FloatArray, levels: int, rng: np.random.Generator
-) -> tuple[np.float32, npt.NDArray[np.bool_], ByteArray]:
-    """Stochastically quantise a 1-D float32 vector to ``levels`` magnitude steps.
+def qsgd_quantize_buckets(
+    flat: FloatArray, levels: int, bucket: int, rng: np.random.Generator
+) -> tuple[FloatArray, npt.NDArray[np.bool_], UIntArray]:
+    """Stochastically quantise a 1-D float32 vector, one L2 norm per bucket of ``bucket`` coordinates.
 
-    Returns ``(norm, negative, level)`` with ``norm = ‖v‖₂`` (float32),
-    ``negative[j] = v_j < 0`` and ``level[j] ∈ [0, levels]`` such that
-    ``norm · ±level / levels`` is an unbiased estimate of ``v``. A zero vector
-    gives norm 0 and all-zero levels. Non-finite input raises ValueError.
+    Returns ``(norms, negative, level)`` with ``norms[b] = ‖v_b‖₂`` (float32,
+    one per bucket; the last bucket may be shorter), ``negative[j] = v_j < 0``
+    and ``level[j] ∈ [0, levels]`` such that ``norm · ±level / levels`` is an
+    unbiased estimate of ``v``. A zero bucket gives norm 0 and zero levels.
+    The levels are uint8 up to 255 levels, uint16 above. Non-finite input
+    raises ValueError. ``rng`` draws one float32 per coordinate, whatever the
+    bucket length.
     """
-    magnitude = np.abs(flat)
-    peak = float(magnitude.max()) if flat.size else 0.0
-    if not math.isfinite(peak):
-        raise ValueError("non-finite values")
+    n = flat.size
+    count = -(-n // bucket) if n else 0
+    level_dtype = np.uint8 if levels <= 255 else np.uint16
     negative = flat < 0
-    if peak == 0.0:
-        return np.float32(0.0), negative, np.zeros(flat.size, dtype=np.uint8)
+    if n == 0:
+        return np.zeros(0, dtype=np.float32), negative, np.zeros(0, dtype=level_dtype)
+    if count * bucket == n:
+        magnitude = np.abs(flat)
+    else:  # pad to whole buckets with zeros: they add nothing to a norm and are cut off again
+        magnitude = np.zeros(count * bucket, dtype=np.float32)
+        np.abs(flat, out=magnitude[:n])
+    rows = magnitude.reshape(count, bucket)
+    peak = rows.max(axis=1)
+    if not np.isfinite(peak).all():
+        raise ValueError("non-finite values")
+    nonzero = peak > 0
     # Normalise by the peak before squaring: a float32 sum of squares
     # overflows above ~1e19 and underflows below ~1e-23, the ratios cannot.
-    magnitude /= np.float32(peak)
-    # A float64 pairwise sum rather than np.dot: a BLAS dot product may split
-    # the sum over as many threads as the process has, so the same update could
-    # encode differently in a ClientApp process with another thread count;
-    # numpy's pairwise sum depends only on the data.
-    norm = np.float32(peak * math.sqrt(float(np.add.reduce(np.square(magnitude, dtype=np.float64)))))
-    if not np.isfinite(norm):
+    # (A zero bucket is divided by 1 and stays zero.)
+    rows /= np.where(nonzero, peak, np.float32(1))[:, None]
+    # A float64 pairwise sum along each row rather than np.dot: a BLAS dot
+    # product may split the sum over as many threads as the process has, so
+    # the same update could encode differently in another process; numpy's
+    # pairwise sum depends only on the data.
+    ratio = np.sqrt(np.add.reduce(np.square(rows, dtype=np.float64), axis=1))
+    norms = (peak.astype(np.float64) * ratio).astype(np.float32)
+    if not np.isfinite(norms).all():
         raise ValueError("the norm exceeds the float32 range")
-    # r_j = s·|v_j|/‖v‖, using the float32 norm the decoder will multiply by.
-    magnitude *= np.float32(levels * peak / float(norm))
+    # r_j = s·|v_j|/‖v_b‖, using the float32 norm the decoder will multiply by.
+    scale = np.zeros(count, dtype=np.float64)
+    scale[nonzero] = levels * peak[nonzero].astype(np.float64) / norms[nonzero].astype(np.float64)
+    rows *= scale.astype(np.float32)[:, None]
+    magnitude = magnitude[:n]
     # floor(r + u), u ~ U[0, 1), rounds r up exactly when u ≥ 1 − frac(r), i.e.
     # with probability frac(r): the unbiased rounding QSGD needs. Truncating
     # astype is floor here because everything is non-negative.
-    magnitude += rng.random(flat.size, dtype=np.float32)
-    level = magnitude.astype(np.uint8)
+    magnitude += rng.random(n, dtype=np.float32)
+    level = magnitude.astype(level_dtype)
     # r can exceed s by an ulp and r + u can round up across s; clamp both.
-    np.minimum(level, np.uint8(levels), out=level)
-    return norm, negative, level
+    np.minimum(level, level_dtype(levels), out=level)
+    return norms, negative, level
+
+
+def qsgd_quantize_tensor(
+    flat: FloatArray, levels: int, rng: np.random.Generator
+) -> tuple[np.float32, npt.NDArray[np.bool_], UIntArray]:
+    """:func:`qsgd_quantize_buckets` with one bucket: ``(norm, negative, level)`` for the whole vector."""
+    norms, negative, level = qsgd_quantize_buckets(flat, levels, max(flat.size, 1), rng)
+    return (norms[0] if norms.size else np.float32(0.0)), negative, level
+
+
+def qsgd_variance_bound(n: int, levels: int) -> float:
+    """QSGD's bound on ``E‖Q(v) − v‖² / ‖v‖²`` for one norm over n coordinates: ``min(n/s², √n/s)``."""
+    return min(n / levels**2, math.sqrt(n) / levels)
 
 
 def qsgd_dequantize_tensor(
-    norm: float, negative: npt.NDArray[np.bool_], level: npt.NDArray[np.uint8], levels: int
+    norm: float | npt.NDArray[np.float32], negative: npt.NDArray[np.bool_], level: UIntArray, levels: int,
+    bucket: int | None = None,
 ) -> FloatArray:
-    """Rebuild ``norm · sign · level / levels`` as a 1-D float32 vector."""
+    """Rebuild ``norm · sign · level / levels`` as a 1-D float32 vector.
+
+    ``norm`` is one number, or one per bucket of ``bucket`` coordinates.
+    """
     sign = np.int8(1) - np.int8(2) * negative.view(np.int8)
     out = level.astype(np.float32)
-    out *= np.float32(norm) / np.float32(levels)
+    if bucket is None:
+        out *= np.float32(norm) / np.float32(levels)
+    else:
+        step = np.asarray(norm, dtype=np.float32) / np.float32(levels)
+        out *= np.repeat(step, bucket)[: out.size]
     out *= sign
     return out
 
@@ -318,14 +424,46 @@ def index_bits(n: int) -> int:
 
 
 def payload_keys(name: str, spec: CompressionSpec) -> tuple[str, ...]:
-    """Payload keys that carry tensor ``name`` under ``spec``."""
+    """Payload keys that carry tensor ``name`` under ``spec`` (per-tensor payloads only)."""
     if spec.method == "none":
         return (name,)
-    if KEY_SEPARATOR in name:
+    if not name or KEY_SEPARATOR in name:
         # Otherwise keys of different tensors could collide or be misattributed.
-        raise ValueError(f"tensor {name!r}: name must not contain {KEY_SEPARATOR!r}")
+        raise ValueError(f"tensor {name!r}: name must be non-empty and not contain {KEY_SEPARATOR!r}")
     parts = ("norm", "signs", "levels") if spec.method == "qsgd" else ("values", "indices")
     return tuple(f"{name}{KEY_SEPARATOR}{part}" for part in parts)
+
+
+def vector_keys(spec: CompressionSpec) -> tuple[str, str, str]:
+    """The three keys of a whole-update qsgd payload (``model`` or ``bucket`` scope).
+
+    They start with the separator, so no per-tensor key (whose tensor name is
+    non-empty) can equal one, and the bucket length is part of them.
+    """
+    tag = "model" if spec.scope == "model" else f"bucket-{spec.bucket_size}"
+    return tuple(f"{KEY_SEPARATOR}{tag}{KEY_SEPARATOR}{part}" for part in ("norm", "signs", "levels"))  # type: ignore[return-value]
+
+
+def expected_payload_nbytes(sizes: Mapping[str, int], spec: CompressionSpec) -> int:
+    """Bytes of array data ``encode_update`` produces for tensors of these element counts.
+
+    The hand-computable wire size of each codec: per-tensor qsgd pays a
+    float32 norm and two bit-packed streams per tensor, whole-update qsgd one
+    set for the concatenation (one norm per bucket in ``bucket`` scope).
+    """
+    if spec.method == "none":
+        return 4 * sum(sizes.values())
+    if spec.method == "topk":
+        return sum(
+            4 * (k := topk_count(n, spec.topk_ratio)) + packed_length(k, index_bits(n)) for n in sizes.values()
+        )
+    def qsgd_bytes(n: int, norms: int) -> int:
+        return 4 * norms + packed_length(n, 1) + packed_length(n, spec.level_bits)
+    if spec.scope == "tensor":
+        return sum(qsgd_bytes(n, 1) for n in sizes.values())
+    total = sum(sizes.values())
+    norms = 1 if spec.scope == "model" else -(-total // spec.bucket_size)
+    return qsgd_bytes(total, norms)
 
 
 def payload_nbytes(payload: Mapping[str, np.ndarray]) -> int:
@@ -344,12 +482,16 @@ def float32_nbytes(shapes: Mapping[str, tuple[int, ...]]) -> int:
 def encode_update(
     delta: Mapping[str, np.ndarray], spec: CompressionSpec, rng: np.random.Generator
 ) -> dict[str, np.ndarray]:
-    """Compress every tensor of ``delta`` independently under ``spec``.
+    """Compress ``delta`` under ``spec``: tensor by tensor, or as one vector for whole-update qsgd.
 
-    Tensors are visited in ``delta``'s order, which fixes how ``rng`` is
-    consumed. The input is never modified. Non-finite values raise ValueError
-    naming the tensor: they would poison the server's aggregate.
+    Per-tensor codecs visit the tensors in ``delta``'s order, which fixes how
+    ``rng`` is consumed; whole-update qsgd concatenates them in sorted name
+    order, the order :func:`decode_update` rebuilds. The input is never
+    modified. Non-finite values raise ValueError naming the tensor: they would
+    poison the server's aggregate.
     """
+    if spec.whole_vector:
+        return _encode_vector(delta, spec, rng)
     payload: dict[str, np.ndarray] = {}
     for name, tensor in delta.items():
         keys = payload_keys(name, spec)
@@ -362,6 +504,23 @@ def encode_update(
             arrays = (arrays[0].reshape(np.shape(tensor)),)
         payload.update(zip(keys, arrays))
     return payload
+
+
+def _encode_vector(
+    delta: Mapping[str, np.ndarray], spec: CompressionSpec, rng: np.random.Generator
+) -> dict[str, np.ndarray]:
+    """Whole-update qsgd: the tensors in sorted name order as one vector, one payload."""
+    names = sorted(delta)
+    for name in names:
+        payload_keys(name, CompressionSpec("qsgd"))  # the same name rules as per-tensor payloads
+        if not np.isfinite(np.asarray(delta[name], dtype=np.float32)).all():
+            raise ValueError(f"tensor {name!r}: non-finite values")
+    parts = [np.asarray(delta[name], dtype=np.float32).ravel() for name in names]
+    flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
+    bucket = max(flat.size, 1) if spec.scope == "model" else spec.bucket_size
+    norms, negative, level = qsgd_quantize_buckets(flat, spec.qsgd_levels, bucket, rng)
+    arrays = (norms, pack_bits(negative, 1), pack_bits(level, spec.level_bits))
+    return dict(zip(vector_keys(spec), arrays))
 
 
 def _encode_flat(
@@ -395,13 +554,16 @@ def decode_update(
 
     Raises ValueError, naming the tensor, for missing or unexpected keys, wrong
     dtypes or lengths, non-finite or negative norms, non-finite values,
-    out-of-range levels and out-of-range or unsorted indices.
+    out-of-range levels and out-of-range or unsorted indices. A payload of
+    another qsgd scope (or bucket length) has other keys and is refused.
     """
+    if spec.whole_vector:
+        return _decode_vector(payload, shapes, spec)
     expected = {name: payload_keys(name, spec) for name in shapes}
     known = {key for keys in expected.values() for key in keys}
     unexpected = sorted(set(payload) - known)
     if unexpected:
-        raise ValueError(f"unexpected payload keys {unexpected} for method {spec.method!r}")
+        raise ValueError(f"unexpected payload keys {unexpected} for {spec.describe()}")
     result: dict[str, np.ndarray] = {}
     for name, shape in shapes.items():
         missing = [key for key in expected[name] if key not in payload]
@@ -414,6 +576,43 @@ def decode_update(
             raise ValueError(f"tensor {name!r}: {err}") from None
         result[name] = flat.reshape(shape)
     return result
+
+
+def _decode_vector(
+    payload: Mapping[str, np.ndarray], shapes: Mapping[str, tuple[int, ...]], spec: CompressionSpec
+) -> dict[str, np.ndarray]:
+    """Validate and decode a whole-update qsgd payload into the tensors of ``shapes``."""
+    keys = vector_keys(spec)
+    unexpected = sorted(set(payload) - set(keys))
+    if unexpected:
+        raise ValueError(f"unexpected payload keys {unexpected[:5]} for {spec.describe()}")
+    missing = [key for key in keys if key not in payload]
+    if missing:
+        raise ValueError(f"missing payload keys {missing} for {spec.describe()}")
+    names = sorted(shapes)
+    sizes = [math.prod(shapes[name]) for name in names]
+    n = sum(sizes)
+    bucket = max(n, 1) if spec.scope == "model" else spec.bucket_size
+    count = -(-n // bucket) if n else 0
+    norm, signs, levels = (payload[key] for key in keys)
+    s, width = spec.qsgd_levels, spec.level_bits
+    _check_array(norm, "norm", np.dtype(np.float32), count)
+    _check_array(signs, "signs", np.dtype(np.uint8), packed_length(n, 1))
+    _check_array(levels, "levels", np.dtype(np.uint8), packed_length(n, width))
+    norms = norm.ravel()
+    if not np.isfinite(norms).all() or (norms < 0).any():
+        raise ValueError("norms must be finite and >= 0")
+    negative = unpack_bits(signs.ravel(), 1, n).view(np.bool_)
+    level = unpack_bits(levels.ravel(), width, n)
+    if n and int(level.max()) > s:
+        raise ValueError(f"level {int(level.max())} exceeds the {s} qsgd levels")
+    flat = qsgd_dequantize_tensor(norms, negative, level, s, bucket=bucket)
+    result: dict[str, np.ndarray] = {}
+    offset = 0
+    for name, size in zip(names, sizes):
+        result[name] = flat[offset:offset + size].reshape(shapes[name])
+        offset += size
+    return {name: result[name] for name in shapes}
 
 
 def _decode_flat(arrays: list[np.ndarray], n: int, spec: CompressionSpec) -> FloatArray:

@@ -4,7 +4,8 @@ A run is configured through Flower's run config (`[tool.flwr.app.config]` in
 `pyproject.toml`, overridden with `--run-config`). Both the ServerApp and every
 ClientApp read the same keys, so both validate them with `parse_run_config`
 before doing any work. Each field below is one run-config key (the field name
-with `_` written as `-`); its metadata holds the text of the README table.
+with `_` written as `-`); its metadata holds the text of the table in docs/configuration.md
+(generated: `python -m common.config --markdown > docs/configuration.md`).
 
 Validation errors are `ConfigError`s whose message names the key, the bad value
 and the accepted values, so a user can fix the run from the message alone.
@@ -19,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.datasets import DATASETS, dataset_info
+from common.hf_datasets import is_hf
 from common.diffusion import DIFFUSION_ALGORITHMS, FID_EXTRACTORS, OPTIMIZERS, SAMPLERS, UNET_PRESETS
 from common.fedcog_math import COG_ABLATIONS, COG_BASES, KD_WEIGHTINGS
 from common.gossip import DECENTRALIZED_ALGORITHMS, parse_targets
@@ -44,17 +46,20 @@ class RunConfig:
     algorithm: str = _key("fedavg", "Algorithm to run (see the algorithm table).")
     num_server_rounds: int = _key(20, "Number of federated rounds.")
     dataset: str = _key(
-        "fashion-mnist", "Dataset: mnist, fashion-mnist, cifar10, cifar100.", "SPEC 3.1"
+        "fashion-mnist", "Dataset: mnist, fashion-mnist, cifar10, cifar100, or `hf:<repo>` (a Hugging Face "
+        "dataset through flwr-datasets, see docs/data.md).", "SPEC 3.1"
     )
     data_dir: str = _key(
         "",
-        "Directory used as torchvision root; empty: ~/.cache/fedsynth/data, and for "
-        "Fashion-MNIST the Debian package files are found automatically.",
+        "Directory used as torchvision root (and where `hf:<repo>` is looked for, as `<data-dir>/<repo>`); empty: "
+        "~/.cache/fedsynth/data, and for Fashion-MNIST the Debian package files are found automatically.",
         "SPEC 3.1",
     )
     cache_dir: str = _key(
         "", "Where client partitions are cached; empty: ~/.cache/fedsynth/partitions."
     )
+    hf_image_column: str = _key("", "`hf:<repo>` datasets: the image column; empty: found from the features.")
+    hf_label_column: str = _key("", "`hf:<repo>` datasets: the label column; empty: found from the features.")
     model: str = _key("cnn", "Model: cnn, mlp, convnet, resnet18; a U-Net (unet-small, unet-paper-mnist, "
                       "unet-paper-cifar) makes the run a diffusion task.", "SPEC 3.3")
     partition: str = _key(
@@ -119,6 +124,10 @@ class RunConfig:
     )
     run_name: str = _key("", "Name of the results folder; empty: algorithm-dataset-partition-time.")
     save_model: bool = _key(True, "Write the final global model (safetensors).")
+    tensorboard: bool = _key(
+        False, "Also write each round's metrics (and diffusion sample grids) as TensorBoard event files in the "
+        "run's folder (needs the tensorboard package: pip install fedsynth[tensorboard])."
+    )
 
     # --- reliability: checkpoints and resume ---
     checkpoint_every: int = _key(
@@ -139,7 +148,11 @@ class RunConfig:
         "SPEC 3.5",
     )
     bits: int = _key(4, "qsgd: bits per coordinate on the wire (1 sign bit + bits-1 level bits).", "FedSynSAM: 4, 8")
-    levels: int = _key(0, "qsgd: number of levels s, overriding bits (0: s = 2^(bits-1) - 1).", "SPEC 3.5")
+    levels: int = _key(0, "qsgd: number of levels s, overriding bits (0: s = 2^(bits-1) - 1); the FedSynSAM paper's "
+                       "b-bit form is 2^b + 1 (17: 6 bits per coordinate; 257: 10 bits).", "SPEC 3.5; FedSynSAM eq. 3")
+    qsgd_scope: str = _key("tensor", "qsgd: one norm per tensor, per model (the whole update, FedSynSAM eq. 3) "
+                           "or per bucket of qsgd-bucket coordinates of the whole update.", "SPEC 3.5")
+    qsgd_bucket: int = _key(512, "qsgd-scope = bucket: coordinates per bucket (one float32 norm each).", "SPEC 3.5")
     topk_ratio: float = _key(0.1, "topk: fraction of each tensor's coordinates kept (largest magnitudes).",
                              "FedSynSAM: 0.1, 0.25")
     error_feedback: bool = _key(
@@ -165,6 +178,10 @@ class RunConfig:
     distill_alpha_lr: float = _key(1e-5, "SGD learning rate of alpha.", "FedSynSAM")
     synsam_beta: float = _key(
         0.9, "FedSynSAM: weight of the local gradient in the ascent direction (1 - beta: synthetic).", "FedSynSAM"
+    )
+    synsam_mix: str = _key(
+        "paper", "FedSynSAM ascent mix: paper (beta grad_local + (1 - beta) grad_syn) or normalized (an ablation, "
+        "not the paper's: each gradient scaled to unit norm before mixing).", "FedSynSAM eq. 14; ablation",
     )
     dynafed_lr: float = _key(1e-4, "DynaFed: Adam learning rate of the server's training on the synthetic set.",
                              "SPEC 4.1")
@@ -342,19 +359,24 @@ def _check_choice(key: str, value: str, choices: Iterable[str]) -> None:
 def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     """Range and consistency checks; each names the key and the accepted values."""
     _check_choice("algorithm", cfg.algorithm, sorted(known_algorithms))
-    _check_choice("dataset", cfg.dataset, DATASETS)
+    hf = is_hf(cfg.dataset)
+    _require(cfg.dataset in DATASETS or (hf and len(cfg.dataset) > 3), "dataset", cfg.dataset,
+             "one of " + ", ".join(DATASETS) + " or hf:<repo>")
     _check_choice("model", cfg.model, MODELS + tuple(UNET_PRESETS))
     _check_choice("partition", cfg.partition, PARTITIONS)
     _check_choice("aggregation", cfg.aggregation, AGGREGATIONS)
     _require(cfg.num_server_rounds >= 1, "num-server-rounds", cfg.num_server_rounds, "an integer >= 1")
     _require(cfg.alpha > 0, "alpha", cfg.alpha, "a number > 0")
-    num_classes = dataset_info(cfg.dataset).num_classes
-    _require(
-        1 <= cfg.classes_per_client <= num_classes,
-        "classes-per-client",
-        cfg.classes_per_client,
-        f"an integer in 1..{num_classes} (dataset '{cfg.dataset}' has {num_classes} classes)",
-    )
+    if hf:  # an hf: dataset's classes are known once it is opened: the partitioner checks then
+        _require(cfg.classes_per_client >= 1, "classes-per-client", cfg.classes_per_client, "an integer >= 1")
+    else:
+        num_classes = dataset_info(cfg.dataset).num_classes
+        _require(
+            1 <= cfg.classes_per_client <= num_classes,
+            "classes-per-client",
+            cfg.classes_per_client,
+            f"an integer in 1..{num_classes} (dataset '{cfg.dataset}' has {num_classes} classes)",
+        )
     _require(0 <= cfg.local_test_fraction < 1, "local-test-fraction", cfg.local_test_fraction, "a number in [0, 1)")
     _require(0 < cfg.fraction_train <= 1, "fraction-train", cfg.fraction_train, "a number in (0, 1]")
     _require(cfg.min_nodes >= 1, "min-nodes", cfg.min_nodes, "an integer >= 1")
@@ -400,7 +422,9 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     # FedSynSAM (issue 3)
     _check_choice("compression", cfg.compression, ("none", "qsgd", "topk"))
     _require(2 <= cfg.bits <= 9, "bits", cfg.bits, "an integer in 2..9 (1 sign bit + 1..8 level bits)")
-    _require(0 <= cfg.levels <= 255, "levels", cfg.levels, "an integer in 0..255 (0: from bits)")
+    _require(0 <= cfg.levels <= 65535, "levels", cfg.levels, "an integer in 0..65535 (0: from bits)")
+    _check_choice("qsgd-scope", cfg.qsgd_scope, ("tensor", "model", "bucket"))
+    _require(cfg.qsgd_bucket >= 1, "qsgd-bucket", cfg.qsgd_bucket, "an integer >= 1")
     _require(0 < cfg.topk_ratio <= 1, "topk-ratio", cfg.topk_ratio, "a number in (0, 1]")
     _require(cfg.trajectory_rounds >= 1, "trajectory-rounds", cfg.trajectory_rounds, "an integer >= 1")
     _require(cfg.synthetic_ipc >= 1, "synthetic-ipc", cfg.synthetic_ipc, "an integer >= 1")
@@ -412,6 +436,7 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(cfg.distill_alpha_init > 0, "distill-alpha-init", cfg.distill_alpha_init, "a number > 0")
     _require(cfg.distill_alpha_lr >= 0, "distill-alpha-lr", cfg.distill_alpha_lr, "a number >= 0")
     _require(0 <= cfg.synsam_beta <= 1, "synsam-beta", cfg.synsam_beta, "a number in [0, 1]")
+    _check_choice("synsam-mix", cfg.synsam_mix, ("paper", "normalized"))
     _require(cfg.dynafed_lr > 0, "dynafed-lr", cfg.dynafed_lr, "a number > 0")
     _require(cfg.dynafed_epochs >= 0, "dynafed-epochs", cfg.dynafed_epochs, "an integer >= 0")
     _require(cfg.dyn_alpha > 0, "dyn-alpha", cfg.dyn_alpha, "a number > 0")
@@ -441,6 +466,8 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(cfg.cog_grid_partition >= -1, "cog-grid-partition", cfg.cog_grid_partition,
              "a partition id, or -1 for no grid")
     _check_diffusion_values(cfg)
+    if hf:
+        return
     try:
         check_model_fits(cfg.model, dataset_info(cfg.dataset))
     except ValueError as err:
@@ -479,6 +506,8 @@ def _check_diffusion_values(cfg: RunConfig) -> None:
     _require(cfg.algorithm in DIFFUSION_ALGORITHMS, "algorithm", cfg.algorithm,
              f"with a U-Net model (diffusion task) one of {', '.join(DIFFUSION_ALGORITHMS)}")
     _require(not cfg.cog, "cog", cfg.cog, "false with a U-Net model (FedCOG needs a classifier)")
+    if is_hf(cfg.dataset):
+        return
     preset = UNET_PRESETS[cfg.model]
     side = cfg.image_size or dataset_info(cfg.dataset).height
     _require(side % preset.downsampling == 0, "image-size", cfg.image_size,
@@ -542,14 +571,41 @@ def parse_overrides(text: str) -> dict[str, Any]:
 
 
 def config_table_markdown() -> str:
-    """The README's run-config table, generated from the fields above."""
+    """The run-config table, generated from the fields above."""
     rows = ["| key | default | meaning | source |", "| --- | --- | --- | --- |"]
     for f in config_fields():
         default = f.default
         shown = f'"{default}"' if isinstance(default, str) else str(default).lower() if isinstance(default, bool) else default
-        rows.append(f"| `{key_name(f.name)}` | `{shown}` | {f.metadata['meaning']} | {f.metadata['source']} |")
+        meaning, source = (str(f.metadata[k]).replace("|", "\\|") for k in ("meaning", "source"))
+        rows.append(f"| `{key_name(f.name)}` | `{shown}` | {meaning} | {source} |")
     return "\n".join(rows)
 
 
+CONFIGURATION_PAGE_INTRO = """\
+# Run configuration
+
+<!-- Generated from common/config.py: do not edit by hand. Regenerate with
+     python -m common.config --markdown > docs/configuration.md
+     (tests/test_docs.py fails when this page and common/config.py disagree.) -->
+
+Every key below lives in `[tool.flwr.app.config]` in `pyproject.toml` and can be overridden with
+`--run-config "key=value key2='text'"` (`fedsynth run`, `fedsynth compare`, `flwr run .`) or in a study
+file ([studies.md](studies.md)). Server and clients validate the config before any work: an unknown key or
+algorithm lists the known ones, and a bad value stops the run with one message naming the key and the
+accepted values. On a SuperNode, the node config keys `partition-id`, `num-partitions` (required),
+`data-dir`, `cache-dir` and `device` (optional, overriding the run config on that node) are set with
+`flower-supernode --node-config` ([deployment.md](deployment.md)). The *source* column names where a
+default comes from (a paper, or SPEC.md).
+"""
+
+
+def configuration_page() -> str:
+    """docs/configuration.md: the introduction and the generated table."""
+    return f"{CONFIGURATION_PAGE_INTRO}\n{config_table_markdown()}\n"
+
+
 if __name__ == "__main__":
-    print(config_table_markdown())
+    import sys
+
+    # python -m common.config --markdown > docs/configuration.md   (no flag: the table alone)
+    sys.stdout.write(configuration_page() if "--markdown" in sys.argv[1:] else config_table_markdown() + "\n")

@@ -8,6 +8,10 @@ torchvision's classes verify MD5 sums of the full files (so they refuse the smal
 test files written in the same format) and unpickle CIFAR batches with plain
 `pickle`; ours accept only arrays, lists and dicts.
 
+Datasets named `hf:<repo>` are Hugging Face datasets, read through flwr-datasets
+(common/hf_datasets.py); `run_dataset_info` and `load_run_dataset` take a run
+config and pass its data-dir and column keys along.
+
 Images come back as uint8 arrays of shape (N, H, W, C) and labels as int64.
 """
 
@@ -73,12 +77,27 @@ class DatasetArrays:
     y_test: np.ndarray
 
 
-def dataset_info(name: str) -> DatasetInfo:
-    """Shape facts of a dataset by name."""
+def dataset_info(name: str, data_dir: str | os.PathLike = "", image_column: str = "", label_column: str = "") -> DatasetInfo:
+    """Shape facts of a dataset by name (an `hf:` dataset is opened to find them)."""
+    if name.startswith("hf:"):
+        from common.hf_datasets import HfSource, hf_dataset_info
+
+        return hf_dataset_info(HfSource.from_name(name, str(data_dir), image_column, label_column))
     try:
         return _INFO[name]
     except KeyError:
-        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)}") from None
+        raise ValueError(f"unknown dataset {name!r}; known: {', '.join(DATASETS)} or hf:<repo>") from None
+
+
+def run_dataset_info(cfg, data_dir: str | None = None) -> DatasetInfo:
+    """Shape facts of a run's dataset (its data-dir, or `data_dir`, and its hf column keys)."""
+    return dataset_info(cfg.dataset, cfg.data_dir if data_dir is None else data_dir,
+                        cfg.hf_image_column, cfg.hf_label_column)
+
+
+def normalization(name: str, channels: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(mean, std) per channel: SPEC 3.1's for the named datasets, 0.5 and 0.5 for any other."""
+    return NORMALIZATION.get(name, ((0.5,) * channels, (0.5,) * channels))
 
 
 def default_data_dir() -> Path:
@@ -229,8 +248,12 @@ def _load_cifar_dataset(info: DatasetInfo, root: Path) -> DatasetArrays:
     return DatasetArrays(info, x_train, y_train, x_test, y_test)
 
 
-def load_dataset(name: str, data_dir: str | os.PathLike = "") -> DatasetArrays:
+def load_dataset(name: str, data_dir: str | os.PathLike = "", image_column: str = "", label_column: str = "") -> DatasetArrays:
     """Load a dataset's official splits from `data_dir` (empty: the default directory)."""
+    if name.startswith("hf:"):
+        from common.hf_datasets import HfSource, load_hf_arrays
+
+        return load_hf_arrays(HfSource.from_name(name, str(data_dir), image_column, label_column))
     info = dataset_info(name)
     explicit = bool(str(data_dir))
     root = Path(data_dir).expanduser() if explicit else default_data_dir()
@@ -245,7 +268,12 @@ def load_dataset(name: str, data_dir: str | os.PathLike = "") -> DatasetArrays:
 
 
 def check_dataset_present(name: str, data_dir: str = "") -> None:
-    """Raise DatasetMissingError naming what is missing, without reading the files (a quick check at start)."""
+    """Raise DatasetMissingError naming what is missing, without reading the files (a quick check at start).
+
+    Hugging Face datasets (`hf:` names) are checked when they load.
+    """
+    if name.startswith("hf:"):
+        return
     info = dataset_info(name)
     explicit = bool(str(data_dir))
     root = Path(data_dir).expanduser() if explicit else default_data_dir()
@@ -262,3 +290,9 @@ def check_dataset_present(name: str, data_dir: str = "") -> None:
     folder, train_files, test_files, _ = _CIFAR[info.name]
     if any(not (root / folder / f).is_file() for f in train_files + test_files):
         _load_cifar_dataset(info, root)
+
+
+def load_run_dataset(cfg, data_dir: str | None = None) -> DatasetArrays:
+    """A run's dataset (its data-dir, or `data_dir`, and its hf column keys)."""
+    return load_dataset(cfg.dataset, cfg.data_dir if data_dir is None else data_dir,
+                        cfg.hf_image_column, cfg.hf_label_column)

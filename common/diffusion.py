@@ -88,17 +88,17 @@ def is_diffusion(cfg: "RunConfig") -> bool:
 
 def image_side(cfg: "RunConfig") -> int:
     """Side of the images the diffusion task trains on: `image-size`, or the dataset's own."""
-    from common.datasets import dataset_info
+    from common.datasets import run_dataset_info
 
-    return cfg.image_size or dataset_info(cfg.dataset).height
+    return cfg.image_size or run_dataset_info(cfg).height
 
 
 def image_shape(cfg: "RunConfig") -> tuple[int, int, int]:
     """(C, H, W) of the diffusion task's images."""
-    from common.datasets import dataset_info
+    from common.datasets import run_dataset_info
 
     side = image_side(cfg)
-    return (dataset_info(cfg.dataset).channels, side, side)
+    return (run_dataset_info(cfg).channels, side, side)
 
 
 def num_timesteps(cfg: "RunConfig") -> int:

@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.datasets import NORMALIZATION
+from common.datasets import normalization
 
 
 def resolve_device(requested: str) -> torch.device:
@@ -29,26 +29,26 @@ def to_model_input(images: torch.Tensor, dataset: str) -> torch.Tensor:
     so every device divides exactly rather than multiplying by a reciprocal.
     """
     mean, std = (torch.tensor(v, dtype=torch.float32, device=images.device).view(1, -1, 1, 1)
-                 for v in NORMALIZATION[dataset])
+                 for v in normalization(dataset, images.shape[-1]))
     scale = torch.tensor(255.0, dtype=torch.float32, device=images.device)
     x = images.permute(0, 3, 1, 2).to(torch.float32) / scale
     return ((x - mean) / std).contiguous()
 
 
-def normalisation_table(dataset: str) -> np.ndarray:
+def normalisation_table(dataset: str, channels: int = 0) -> np.ndarray:
     """(C, 256) float32: `to_model_input`'s value for every uint8 level of every channel.
 
     Computed by `to_model_input` itself, so a lookup gives bitwise the same
     numbers as the arithmetic.
     """
-    channels = len(NORMALIZATION[dataset][0])
+    channels = channels or len(normalization(dataset, 1)[0])
     levels = torch.arange(256, dtype=torch.uint8).view(256, 1, 1, 1).expand(256, 1, 1, channels)
     return to_model_input(levels, dataset).view(256, channels).T.contiguous().numpy()
 
 
 def _lookup_on_cpu(images: np.ndarray, dataset: str) -> torch.Tensor:
     """uint8 (N, H, W, C) -> normalised float32 (N, C, H, W) by table lookup (one pass, ~3x the arithmetic's speed)."""
-    table = normalisation_table(dataset)
+    table = normalisation_table(dataset, images.shape[-1])
     values = table[np.arange(table.shape[0]), images]  # channel index broadcasts along the images' last axis
     return torch.from_numpy(values).permute(0, 3, 1, 2).contiguous()
 

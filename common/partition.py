@@ -9,6 +9,9 @@ In deployment every ClientApp message runs in a fresh process, so a client must
 not reload and re-split the whole dataset every round: the first call computes
 all partitions once and writes one small `.npz` per client; later calls read
 only their own file.
+
+A Hugging Face dataset (`hf:<repo>`) is split by flwr-datasets' FederatedDataset
+with the same partitioners, partitioning by its label column.
 """
 
 from __future__ import annotations
@@ -38,10 +41,14 @@ class PartitionSpec:
     alpha: float = 0.3
     classes_per_client: int = 2
     local_test_fraction: float = 0.2
+    image_column: str = ""
+    label_column: str = ""
 
     def cache_key(self) -> str:
         """A stable short hash of the spec (and the cache format version)."""
-        text = json.dumps({**self.__dict__, "version": CACHE_VERSION}, sort_keys=True)
+        # Empty column keys (every non-hf dataset) leave the hash as it was before they existed.
+        fields = {k: v for k, v in self.__dict__.items() if v != "" or k not in ("image_column", "label_column")}
+        text = json.dumps({**fields, "version": CACHE_VERSION}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -59,7 +66,7 @@ class ClientData:
         return np.bincount(self.y_train, minlength=num_classes)
 
 
-def _partitioner(spec: PartitionSpec):
+def _partitioner(spec: PartitionSpec, partition_by: str = "label"):
     from flwr_datasets.partitioner import (
         DirichletPartitioner,
         IidPartitioner,
@@ -72,18 +79,18 @@ def _partitioner(spec: PartitionSpec):
         return IidPartitioner(num_partitions=n)
     if spec.partition == "dirichlet":
         return DirichletPartitioner(
-            num_partitions=n, partition_by="label", alpha=spec.alpha,
+            num_partitions=n, partition_by=partition_by, alpha=spec.alpha,
             min_partition_size=2, self_balancing=False, shuffle=True, seed=spec.seed,
         )
     if spec.partition == "shard":
         # FedDDPM's split: sort by label, cut 2N shards, two per client.
         return ShardPartitioner(
-            num_partitions=n, partition_by="label", num_shards_per_partition=2,
+            num_partitions=n, partition_by=partition_by, num_shards_per_partition=2,
             shuffle=True, seed=spec.seed,
         )
     if spec.partition == "pathological":
         return PathologicalPartitioner(
-            num_partitions=n, partition_by="label",
+            num_partitions=n, partition_by=partition_by,
             num_classes_per_partition=spec.classes_per_client,
             # client i's first class is i mod C, so with N >= C every class is used
             class_assignment_mode="first-deterministic", shuffle=True, seed=spec.seed,
@@ -102,14 +109,18 @@ def partition_indices(labels: np.ndarray, spec: PartitionSpec) -> list[np.ndarra
         table = table.shuffle(seed=spec.seed)
     partitioner = _partitioner(spec)
     partitioner.dataset = table
+    return _checked_partitions(
+        lambda i: np.asarray(partitioner.load_partition(i)["index"], dtype=np.int64), spec, len(labels)
+    )
+
+
+def _checked_partitions(load, spec: PartitionSpec, num_samples: int) -> list:
+    """`load(i)` for every partition i, with the partitioners' errors and empty partitions explained."""
     try:
-        parts = [
-            np.asarray(partitioner.load_partition(i)["index"], dtype=np.int64)
-            for i in range(spec.num_partitions)
-        ]
+        parts = [load(i) for i in range(spec.num_partitions)]
     except ValueError as err:
         raise ValueError(
-            f"partition {spec.partition!r} cannot split {len(labels)} samples into "
+            f"partition {spec.partition!r} cannot split {num_samples} samples into "
             f"{spec.num_partitions} partitions: {err} (check run config keys 'alpha', "
             "'classes-per-client' and the number of nodes)"
         ) from None
@@ -141,6 +152,24 @@ def build_client_datasets(data: DatasetArrays, spec: PartitionSpec) -> list[Clie
             ClientData(data.x_train[train_idx], data.y_train[train_idx],
                        data.x_train[test_idx], data.y_train[test_idx])
         )
+    return clients
+
+
+def build_hf_client_datasets(spec: PartitionSpec, data_dir: str = "") -> list[ClientData]:
+    """Every client's local train/test data of an `hf:` dataset, split by FederatedDataset."""
+    from common.hf_datasets import HfSource, federated_dataset, find_columns, open_dataset, to_arrays
+
+    source = HfSource.from_name(spec.dataset, data_dir, spec.image_column, spec.label_column)
+    loaded = open_dataset(source)  # explains a missing dataset before FederatedDataset tries
+    image, label = find_columns(loaded["train"].features, spec.image_column, spec.label_column)
+    fds = federated_dataset(source, _partitioner(spec, partition_by=label), spec.seed)
+    num_samples = len(loaded["train"])
+    parts = _checked_partitions(lambda i: fds.load_partition(i, "train"), spec, num_samples)
+    clients = []
+    for pid, part in enumerate(parts):
+        x, y = to_arrays(part, image, label)
+        train_idx, test_idx = split_local(np.arange(len(y)), spec.local_test_fraction, spec.seed, pid)
+        clients.append(ClientData(x[train_idx], y[train_idx], x[test_idx], y[test_idx]))
     return clients
 
 
@@ -176,7 +205,10 @@ def load_client_data(spec: PartitionSpec, partition_id: int, data_dir: str = "",
     path = folder / f"client-{partition_id}.npz"
     if not path.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        clients = build_client_datasets(load_dataset(spec.dataset, data_dir), spec)
+        if spec.dataset.startswith("hf:"):
+            clients = build_hf_client_datasets(spec, data_dir)
+        else:
+            clients = build_client_datasets(load_dataset(spec.dataset, data_dir), spec)
         for pid, client in enumerate(clients):
             _write_atomic_npz(folder / f"client-{pid}.npz", **client.__dict__)
         (folder / "spec.json").write_text(json.dumps(spec.__dict__, indent=1))

@@ -3,7 +3,8 @@
 `results/<run-name>/` holds `config.json`, `metrics.jsonl` (one JSON object per
 round, appended and flushed as the round ends, so a crashed run keeps what it
 did), `summary.json`, PNG curves and `model.safetensors`. Plots are made with
-matplotlib's Agg backend, so no display is needed.
+matplotlib's Agg backend, so no display is needed. With `tensorboard = true`
+the same rounds also go to TensorBoard event files there (common/tracking.py).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ def results_root(results_dir: str) -> Path:
 
 
 def default_run_name(cfg: RunConfig) -> str:
-    """algorithm-dataset-partition-YYYYmmdd-HHMMSS."""
-    return f"{cfg.algorithm}-{cfg.dataset}-{cfg.partition}-{time.strftime('%Y%m%d-%H%M%S')}"
+    """algorithm-dataset-partition-YYYYmmdd-HHMMSS (`hf:owner/name` written as `hf-owner-name`)."""
+    dataset = cfg.dataset.replace(":", "-").replace("/", "-")
+    return f"{cfg.algorithm}-{dataset}-{cfg.partition}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def _json_safe(value: Any) -> Any:
@@ -171,6 +173,7 @@ class RunResults:
         self.metrics_path = self.path / "metrics.jsonl"
         self.rounds: list[dict[str, Any]] = []
         self._summary_written = False
+        self.tensorboard = None
         self._lock = lock_run_folder(self.path)
         try:
             self.resuming = plan_run_folder(self.path, cfg.resume, cfg.overwrite)
@@ -179,6 +182,10 @@ class RunResults:
                     clear_run_folder(self.path)
                 self._write_config()
                 self.metrics_path.write_text("")
+            if cfg.tensorboard:
+                from common.tracking import TensorBoardLog
+
+                self.tensorboard = TensorBoardLog(self.path)
         except BaseException:
             self.close()
             raise
@@ -204,12 +211,19 @@ class RunResults:
         finally:
             self.close()
 
-    def log_round(self, record: Mapping[str, Any]) -> None:
-        """Append one round's metrics to metrics.jsonl and flush."""
+    def log_round(self, record: Mapping[str, Any], tensorboard: bool = True) -> None:
+        """Append one round's metrics to metrics.jsonl and flush (and to TensorBoard when on)."""
         safe = _json_safe(dict(record))
         self.rounds.append(safe)
         with open(self.metrics_path, "a") as handle:
             handle.write(json.dumps(safe) + "\n")
+        if self.tensorboard is not None and tensorboard:
+            self.tensorboard.log_round(safe)
+
+    def log_image(self, tag: str, png: Path, step: int) -> None:
+        """An image file written for a round (e.g. a sample grid), also to TensorBoard when on."""
+        if self.tensorboard is not None:
+            self.tensorboard.log_image(tag, png, step)
 
     def restore_rounds(self, rounds: list[dict[str, Any]]) -> None:
         """Start metrics.jsonl over from a validated checkpoint's rounds (rounds after it are re-run).
@@ -223,11 +237,15 @@ class RunResults:
         os.replace(tmp, self.metrics_path)
         self.rounds = safe
         self._write_config()
+        if self.tensorboard is not None:
+            self.tensorboard.resume_after(max((int(r["round"]) for r in rounds), default=-1))
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """summary.json: final numbers of the run."""
         self._summary_written = True
         (self.path / "summary.json").write_text(json.dumps(_json_safe(dict(summary)), indent=2) + "\n")
+        if self.tensorboard is not None:
+            self.tensorboard.close()
 
     def write_model(self, weights: Mapping[str, np.ndarray]) -> Path:
         """The final global model as safetensors (loads without unpickling)."""

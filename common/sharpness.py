@@ -90,7 +90,7 @@ def results_folder_sharpness(folder: Path, max_examples: int = 10000, iterations
     from safetensors.numpy import load_file
 
     from common.config import parse_run_config
-    from common.datasets import load_dataset
+    from common.datasets import load_run_dataset
     from common.evaluation import as_tensors, resolve_device
     from common.records import load_weights
     from common.task import make_model
@@ -104,7 +104,7 @@ def results_folder_sharpness(folder: Path, max_examples: int = 10000, iterations
     load_weights(model, load_file(str(model_path)))
     device = resolve_device(cfg.device)
     model = model.to(device).eval()
-    data = load_dataset(cfg.dataset, cfg.data_dir if data_dir is None else data_dir)
+    data = load_run_dataset(cfg, data_dir)
     count = min(max_examples, len(data.y_train)) if max_examples > 0 else len(data.y_train)
     chosen = np.sort(np.random.default_rng(cfg.seed).choice(len(data.y_train), size=count, replace=False))
     x, y = as_tensors(data.x_train[chosen], data.y_train[chosen], cfg.dataset, device)

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from common.config import RunConfig
-from common.datasets import dataset_info
+from common.datasets import run_dataset_info
 from common.diffusion import build_diffusion_model, is_diffusion
 from common.models import build_model
 
@@ -29,5 +29,5 @@ def make_model(cfg: RunConfig, *, seeded: bool = False) -> nn.Module:
     if seeded:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
-            return build_model(cfg.model, dataset_info(cfg.dataset), moon_projection_dim=projection)
-    return build_model(cfg.model, dataset_info(cfg.dataset), moon_projection_dim=projection)
+            return build_model(cfg.model, run_dataset_info(cfg), moon_projection_dim=projection)
+    return build_model(cfg.model, run_dataset_info(cfg), moon_projection_dim=projection)

@@ -10,6 +10,11 @@ baselines: each becomes a record named `compressed-update:<name>`, and the
 server decodes it back into `<name>` before the strategy looks at it, so the
 strategies never see the codec.
 
+Under whole-update qsgd (`qsgd-scope = "model"` or `"bucket"`) a payload's
+keys no longer name its tensors, so a compressed extra record also carries
+TENSOR_MASK: one bit per model tensor (sorted names), set for the tensors it
+holds (a control variate may cover the parameters but not the buffers).
+
 Everything here is pure. The client keeps its error-feedback residual in its
 `Context.state` (client_app/uplink.py); the server keeps nothing. Payloads are
 untrusted: every decoding problem is a ValueError naming the record and the
@@ -18,23 +23,41 @@ fault, which the server turns into a dropped, logged reply.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 
-from common.compression import CompressionSpec, KEY_SEPARATOR, decode_update
+from common.compression import CompressionSpec, KEY_SEPARATOR, decode_update, pack_bits, packed_length, unpack_bits
 from common.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, MODEL
 from common.records import Weights, check_weights, from_record, to_record
 
 # A compressed extra record is named COMPRESSED_UPDATE + this + the original name.
 EXTRA_SEPARATOR = ":"
+# Key of the tensor mask in a whole-update compressed extra record (starts with the separator: no tensor's key).
+TENSOR_MASK = f"{KEY_SEPARATOR}tensors"
 
 
 def compression_spec(cfg: RunConfig) -> CompressionSpec:
     """The codec a run's config asks for (`levels = 0` means: derive from `bits`)."""
-    return CompressionSpec(cfg.compression, bits=cfg.bits, levels=cfg.levels or None, topk_ratio=cfg.topk_ratio)
+    return CompressionSpec(cfg.compression, bits=cfg.bits, levels=cfg.levels or None, topk_ratio=cfg.topk_ratio,
+                           scope=cfg.qsgd_scope, bucket_size=cfg.qsgd_bucket)
+
+
+def tensor_mask(names: Iterable[str], model: Mapping[str, np.ndarray]) -> np.ndarray:
+    """TENSOR_MASK of a record holding tensors `names`: one bit per model tensor in sorted order."""
+    held = set(names)
+    return pack_bits(np.array([name in held for name in sorted(model)], dtype=bool), 1)
+
+
+def masked_tensors(mask: np.ndarray, model: Mapping[str, np.ndarray]) -> set[str]:
+    """The model tensors a TENSOR_MASK marks; ValueError for a mask of the wrong dtype or length."""
+    order = sorted(model)
+    if not isinstance(mask, np.ndarray) or mask.dtype != np.uint8 or mask.size != packed_length(len(order), 1):
+        raise ValueError(f"'{TENSOR_MASK}' must be {packed_length(len(order), 1)} uint8 bytes")
+    bits = unpack_bits(mask.ravel(), 1, len(order))
+    return {name for name, bit in zip(order, bits) if bit}
 
 
 def encoding_rng(seed: int, server_round: int, partition_id: int, stream: int) -> np.random.Generator:
@@ -83,6 +106,18 @@ def decode_compressed_extras(content: RecordDict, model: Mapping[str, np.ndarray
     for name in [n for n in content.array_records if n.startswith(prefix)]:
         original = name[len(prefix):]
         record = content.array_records[name]
+        if spec.whole_vector:
+            payload = from_record(record)
+            if TENSOR_MASK not in payload:
+                raise ValueError(f"{name}: lacks '{TENSOR_MASK}' ({spec.describe()})")
+            try:
+                tensors = masked_tensors(payload.pop(TENSOR_MASK), model)
+                decoded = decode_update(payload, {t: model[t].shape for t in model if t in tensors}, spec)
+            except ValueError as err:
+                raise ValueError(f"{name}: {err}") from None
+            del content[name]
+            content[original] = to_record(decoded)
+            continue
         tensors = _payload_tensor_names(record)
         unknown = sorted(tensors - set(model))
         if unknown:

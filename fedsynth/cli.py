@@ -1,10 +1,15 @@
 """The `fedsynth` command: run the app in Flower's simulation engine, or compare algorithms.
 
+`fedsynth data fetch` downloads a dataset with torchvision (fedsynth/data.py);
+`--gpus-per-client` gives each simulated ClientApp a fraction of a GPU through
+Ray (with `device = "auto"`, the app then uses CUDA).
+
 `fedsynth run` does what `flwr run .` does in simulation (the same app, the same
 fused run config, the same results) but in this process, and its exit code says
 how the run ended (EXIT_* below; `flwr run --stream` exits 0 even when it fails). `fedsynth compare`
 runs several algorithms on the same split and seed and writes one markdown
-table and one plot.
+table and one plot; `fedsynth study FILE.toml` tests a paper's claims
+(`fedsynth.study`).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from common.results import (
     results_root,
 )
 from server_app.outcome import STATUS_FAILED_ROUNDS, STATUS_OK
+from fedsynth.study_cli import add_study_parser, study_command
 
 
 def find_app_dir(start: Path | None = None) -> Path:
@@ -101,6 +107,30 @@ def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client
     return lock
 
 
+def backend_config(cpus_per_client: float, gpus_per_client: float = 0.0) -> dict[str, Any]:
+    """Flower's Ray backend config: each ClientApp's CPUs and (fractional) GPUs."""
+    return {
+        "client_resources": {"num_cpus": cpus_per_client, "num_gpus": gpus_per_client},
+        "init_args": {"logging_level": "ERROR", "log_to_driver": True},
+    }
+
+
+def add_gpus_option(parser: argparse.ArgumentParser) -> None:
+    """`--gpus-per-client`: Ray's fractional GPUs per simulated ClientApp (shared by run, compare and study)."""
+    parser.add_argument(
+        "--gpus-per-client", type=_gpu_fraction, default=0.0, metavar="G",
+        help="GPUs reserved per ClientApp; a fraction shares one GPU, e.g. 0.25 runs 4 ClientApps per GPU "
+             "(default 0: CPU only; needs device = \"auto\" or \"cuda\" in the run config to train on it)",
+    )
+
+
+def _gpu_fraction(text: str) -> float:
+    value = float(text)
+    if not (value >= 0 and (value <= 1 or value.is_integer())):
+        raise argparse.ArgumentTypeError(f"{text!r}: a fraction in [0, 1] or a whole number of GPUs")
+    return value
+
+
 def run_simulation(app_dir: Path, overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float, gpus_per_client: float = 0.0) -> Path:
     """Run the app in Flower's simulation engine in this process; returns the results folder.
 
@@ -154,10 +184,7 @@ def _simulate(app_dir: Path, prepared: dict[str, Any], num_supernodes: int, cpus
         client_app_attr=components["clientapp"],
         server_app_attr=components["serverapp"],
         backend_name="ray",
-        backend_config={
-            "client_resources": {"num_cpus": cpus_per_client, "num_gpus": gpus_per_client},
-            "init_args": {"logging_level": "ERROR", "log_to_driver": True},
-        },
+        backend_config=backend_config(cpus_per_client, gpus_per_client),
         server_app_context=context,
         app_dir=str(app_dir),
         run=run,
@@ -172,7 +199,7 @@ def _components(app_dir: Path) -> dict[str, str]:
         return tomllib.load(handle)["tool"]["flwr"]["app"]["components"]
 
 
-def compare(app_dir: Path, algorithms: list[str], overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float, name: str = "") -> Path:
+def compare(app_dir: Path, algorithms: list[str], overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float, name: str = "", gpus_per_client: float = 0.0) -> Path:
     """Run each algorithm on the same split and seed; write comparison.md and comparison.png."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = {k: v for k, v in overrides.items() if k not in ("algorithm", "run-name")}
@@ -182,7 +209,7 @@ def compare(app_dir: Path, algorithms: list[str], overrides: dict[str, Any], num
     runs: dict[str, Path] = {}
     for algorithm in algorithms:
         run_overrides = {**base, "algorithm": algorithm, "results-dir": str(folder), "run-name": algorithm}
-        runs[algorithm] = run_simulation(app_dir, run_overrides, num_supernodes, cpus_per_client)
+        runs[algorithm] = run_simulation(app_dir, run_overrides, num_supernodes, cpus_per_client, gpus_per_client)
     write_comparison(runs, folder)
     return folder
 
@@ -225,34 +252,66 @@ def write_comparison(runs: dict[str, Path], folder: Path) -> None:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="fedsynth", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
+    _add_data_parser(sub)
     for name, text in (("run", "run the app in simulation"), ("compare", "run several algorithms on the same split")):
         cmd = sub.add_parser(name, help=text)
         cmd.add_argument("--run-config", default="", help='overrides, e.g. "num-server-rounds=5 alpha=0.1"')
         cmd.add_argument("--num-supernodes", type=int, default=10, help="simulated clients (default 10)")
         cmd.add_argument("--cpus-per-client", type=float, default=1.0, help="CPUs reserved per ClientApp")
+        add_gpus_option(cmd)
         cmd.add_argument("--app-dir", type=Path, default=None, help="the Flower app (default: found from cwd)")
         if name == "compare":
             cmd.add_argument("--algorithms", required=True, help="comma-separated, e.g. fedavg,fedprox,scaffold")
             cmd.add_argument("--name", default="", help="results folder name (default compare-<time>)")
+    add_study_parser(sub)
     return parser
+
+
+def _add_data_parser(sub: argparse._SubParsersAction) -> None:
+    """`fedsynth data fetch DATASET [DIR]`."""
+    data = sub.add_parser("data", help="fetch datasets").add_subparsers(dest="data_command", required=True)
+    fetch = data.add_parser("fetch", help="download a dataset with torchvision (checksummed) into DIR")
+    fetch.add_argument("dataset", choices=("mnist", "fashion-mnist", "cifar10", "cifar100"))
+    fetch.add_argument("dir", nargs="?", default="", help="data directory (default ~/.cache/fedsynth/data, "
+                       "where an empty data-dir looks)")
+
+
+def _fetch(dataset: str, folder: str) -> int:
+    from fedsynth.data import FetchError, fetch_dataset
+
+    try:
+        data = fetch_dataset(dataset, folder)
+    except FetchError as err:
+        print(f"fedsynth: {err}", file=sys.stderr)
+        return 1
+    where = folder or "the default data directory"
+    print(f"{dataset}: {len(data.y_train)} training and {len(data.y_test)} test images in {where}; "
+          f"run with dataset = \"{dataset}\"" + (f' data-dir = "{folder}"' if folder else ""))
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the `fedsynth` console script."""
     args = _parser().parse_args(argv)
+    if args.command == "data":
+        return _fetch(args.dataset, args.dir)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     app_dir = find_app_dir(args.app_dir)
+    if args.command == "study":
+        return study_command(args, app_dir)
     try:
         overrides = parse_overrides(args.run_config)
         if args.command == "run":
-            folder = run_simulation(app_dir, overrides, args.num_supernodes, args.cpus_per_client)
+            folder = run_simulation(app_dir, overrides, args.num_supernodes, args.cpus_per_client,
+                                    args.gpus_per_client)
             summary = json.loads((folder / "summary.json").read_text())
             print(json.dumps(summary, indent=2))
             statuses = {str(summary.get("status", STATUS_OK)): str(summary.get("status-reason", ""))}
         else:
             algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-            folder = compare(app_dir, algorithms, overrides, args.num_supernodes, args.cpus_per_client, args.name)
+            folder = compare(app_dir, algorithms, overrides, args.num_supernodes, args.cpus_per_client, args.name,
+                             args.gpus_per_client)
             print((folder / "comparison.md").read_text())
             statuses = {}
             for algorithm in algorithms:

@@ -178,7 +178,7 @@ def generation_timing(warm: Finished, budgets: tuple[int, ...], steps: int = 100
 
     from client_app.fedcog import STATE_PREVIOUS_MODEL, frozen_copy, generate
     from common.config import parse_run_config
-    from common.datasets import dataset_info
+    from common.datasets import run_dataset_info
     from common.evaluation import resolve_device
     from common.fedcog_math import complementary_labels
     from common.partition import PartitionSpec, load_client_data
@@ -201,8 +201,8 @@ def generation_timing(warm: Finished, budgets: tuple[int, ...], steps: int = 100
                          alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
                          local_test_fraction=cfg.local_test_fraction)
     data = load_client_data(spec, 0, cfg.data_dir, cfg.cache_dir)
-    counts = data.label_counts(dataset_info(cfg.dataset).num_classes)
-    shape = dataset_info(cfg.dataset).shape
+    counts = data.label_counts(run_dataset_info(cfg).num_classes)
+    shape = run_dataset_info(cfg).shape
     seconds = {}
     for budget in budgets:
         targets = torch.from_numpy(np.asarray(complementary_labels(counts, budget))).to(device)

@@ -78,7 +78,8 @@ class DiffusionEvaluator:
         images = sample(self.model, self.sampler, count, self.shape,
                         seeded_generator(self.cfg.seed, server_round, 0, _FID_STREAM), self.device)
         record: dict[str, Any] = {"sample-time": time.monotonic() - start}
-        save_image_grid(images[:GRID_IMAGES], self.results.path / f"samples-round-{server_round:04d}.png")
+        grid = save_image_grid(images[:GRID_IMAGES], self.results.path / f"samples-round-{server_round:04d}.png")
+        self.results.log_image("samples", grid, server_round)
         if final:
             save_image_grid(images[:GRID_IMAGES], self.results.path / "samples-final.png")
         if self.cfg.central_eval:

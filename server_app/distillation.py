@@ -22,7 +22,9 @@ levels per tensor) on the cpu preset (mlp, Path(1), 10 clients) that share is
 about 98-99 %: the loss ends near 0.99 although the synthetic gradient lines
 up with the true global gradient far better than a local one does (see
 benchmarks/results/fedsynsam-distillation.md). On an uncompressed trajectory
-of the same setup the same settings bring it from 1.06 to 0.30.
+of the same setup the same settings bring it from 1.06 to 0.30. This floor
+does not explain why FedSynSAM ties FedSAM: it ties without compression too
+(issue 16; docs/fedsynsam.md).
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from torch import nn
 from torch.func import functional_call
 
 from common.config import RunConfig
-from common.datasets import dataset_info
+from common.datasets import run_dataset_info
 from common.records import Weights, load_weights, model_weights
 
 Tensors = dict[str, torch.Tensor]
@@ -62,7 +64,7 @@ class DistillSettings:
     @classmethod
     def from_config(cfg_cls, cfg: RunConfig) -> "DistillSettings":
         """Resolve the `auto`/0 values by dataset: grey images s=3 and Adam 0.05, colour s=5 and SGD 1000."""
-        grey = dataset_info(cfg.dataset).channels == 1
+        grey = run_dataset_info(cfg).channels == 1
         optimizer = cfg.distill_optimizer if cfg.distill_optimizer != "auto" else ("adam" if grey else "sgd")
         return cfg_cls(
             ipc=cfg.synthetic_ipc,

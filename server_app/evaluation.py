@@ -7,7 +7,7 @@ server has a data directory); `central-eval = false` turns it off.
 from __future__ import annotations
 
 from common.config import RunConfig
-from common.datasets import load_dataset
+from common.datasets import load_run_dataset
 from common.evaluation import as_tensors, evaluate_model, resolve_device
 from common.records import Weights, load_weights
 from common.task import make_model
@@ -17,7 +17,7 @@ class CentralEvaluator:
     """Holds the test split as tensors and one model to load weights into."""
 
     def __init__(self, cfg: RunConfig) -> None:
-        data = load_dataset(cfg.dataset, cfg.data_dir)
+        data = load_run_dataset(cfg)
         self.device = resolve_device(cfg.device)
         self.x, self.y = as_tensors(data.x_test, data.y_test, cfg.dataset, self.device)
         self.model = make_model(cfg).to(self.device)

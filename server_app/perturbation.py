@@ -7,8 +7,19 @@ training data and each method's ascent direction:
 
 - `cos-fedsam`: each client's full local gradient `grad F_i(w^t)` (mean over clients);
 - `cos-fedlesam`: `w^{t-1} - w^t`, the negated previous global update;
-- `cos-fedsynsam`: `beta grad F_i(w^t) + (1 - beta) grad F(w^t; D_syn)` (mean over clients),
-  once the synthetic set exists; `cos-synthetic` is the synthetic gradient alone.
+- `cos-fedsynsam`: the mixed direction `beta grad F_i(w^t) + (1 - beta) grad F(w^t; D_syn)`
+  (or the `synsam-mix = "normalized"` ablation's mix; mean over clients), once the
+  synthetic set exists; `cos-synthetic` is the synthetic gradient alone;
+- and, with the synthetic set, why the mix is or is not synthetic:
+  `synthetic-norm-ratio` = `||grad F(w^t; D_syn)|| / ||grad F_i(w^t)||` and
+  `synthetic-share` = the synthetic term's norm over the sum of both terms' norms
+  (common/synsam.py), both means over clients, and `cos-local-synthetic`, the
+  cosine of each client's gradient with the synthetic one (mean).
+
+The clients log the same ratio, share and cosine on their mini-batches, in
+every FedSynSAM run (`stat-synsam-norm-ratio`, `stat-synsam-share`,
+`stat-synsam-cos`); this diagnostic adds the full-batch values and the
+cosines with the true gradient, which need every client's data.
 
 It reads the clients' partitions from the partition cache, which only a
 simulation's server can see, so it is off by default and never part of the
@@ -29,15 +40,8 @@ from common.config import RunConfig
 from common.evaluation import as_tensors, resolve_device
 from common.partition import PartitionSpec, load_client_data
 from common.records import load_weights
+from common.synsam import cosine, mix_ascent, norm_ratio, synthetic_share
 from common.task import make_model
-
-
-def cosine(a: Sequence[torch.Tensor], b: Sequence[torch.Tensor]) -> float:
-    """Cosine similarity of two parameter lists read as one flat vector each."""
-    dot = sum(float(torch.sum(x.double() * y.double())) for x, y in zip(a, b))
-    na = float(np.sqrt(sum(float(torch.sum(x.double() ** 2)) for x in a)))
-    nb = float(np.sqrt(sum(float(torch.sum(y.double() ** 2)) for y in b)))
-    return dot / (na * nb) if na > 0 and nb > 0 else 0.0
 
 
 def full_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 2000) -> list[torch.Tensor]:
@@ -59,6 +63,7 @@ class PerturbationDiagnostic:
         self.spec = PartitionSpec(
             dataset=cfg.dataset, partition=cfg.partition, num_partitions=num_partitions, seed=cfg.seed,
             alpha=cfg.alpha, classes_per_client=cfg.classes_per_client, local_test_fraction=cfg.local_test_fraction,
+            image_column=cfg.hf_image_column, label_column=cfg.hf_label_column,
         )
         self.data: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
@@ -93,9 +98,10 @@ class PerturbationDiagnostic:
         if synthetic is not None:
             xs, ys = (torch.from_numpy(a).to(self.device) for a in synthetic)
             g_syn = full_gradient(self.model, xs, ys)
-            beta = self.cfg.synsam_beta
+            beta, mix = self.cfg.synsam_beta, self.cfg.synsam_mix
             out["cos-synthetic"] = cosine(g_syn, true)
-            out["cos-fedsynsam"] = float(np.mean([
-                cosine([beta * a + (1 - beta) * b for a, b in zip(g, g_syn)], true) for g in local
-            ]))
+            out["cos-fedsynsam"] = float(np.mean([cosine(mix_ascent(g, g_syn, beta, mix), true) for g in local]))
+            out["cos-local-synthetic"] = float(np.mean([cosine(g, g_syn) for g in local]))
+            out["synthetic-norm-ratio"] = float(np.mean([norm_ratio(g, g_syn) for g in local]))
+            out["synthetic-share"] = float(np.mean([synthetic_share(g, g_syn, beta, mix) for g in local]))
         return out

@@ -19,6 +19,8 @@ from common.protocol import PREVIOUS_UPDATE, SYNTHETIC_DATA
 from common.records import model_weights, to_record
 from common.task import make_model
 from server_app.distillation import DistillSettings, distill, matching_loss, split_weights, unroll
+from common.results import read_metrics
+from common.synsam import mix_ascent, norm_ratio, synthetic_share
 from server_app.perturbation import cosine
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.sam_baselines import feddyn_server_state, smoo_global_perturbation
@@ -232,6 +234,37 @@ def test_fedsynsam_keeps_the_synthetic_set_in_node_state_and_refuses_a_bad_one()
         fedsynsam_update(_job(cfg, bad, RecordDict()))
 
 
+def _t(*values: float) -> list[torch.Tensor]:
+    return [torch.tensor(list(values), dtype=torch.float64)]
+
+
+def test_the_papers_mix_and_the_normalized_ablation_hand_values():
+    local, synthetic = _t(3.0, 4.0), _t(0.0, 0.5)   # norms 5 and 0.5: ratio 0.1
+    paper = mix_ascent(local, synthetic, 0.9, "paper")
+    torch.testing.assert_close(paper[0], torch.tensor([2.7, 3.65], dtype=torch.float64))
+    normalized = mix_ascent(local, synthetic, 0.9, "normalized")   # 0.9 (0.6, 0.8) + 0.1 (0, 1)
+    torch.testing.assert_close(normalized[0], torch.tensor([0.54, 0.82], dtype=torch.float64))
+    assert norm_ratio(local, synthetic) == pytest.approx(0.1)
+    # paper: ||0.1 * g_syn|| / (||0.9 g_loc|| + ||0.1 g_syn||) = 0.05 / 4.55; normalized: exactly 1 - beta
+    assert synthetic_share(local, synthetic, 0.9, "paper") == pytest.approx(0.05 / 4.55)
+    assert synthetic_share(local, synthetic, 0.9, "normalized") == pytest.approx(0.1)
+    with pytest.raises(ValueError, match="synsam-mix"):
+        mix_ascent(local, synthetic, 0.9, "mean")
+
+
+def test_normalized_mix_changes_the_training_and_reports_its_share():
+    paper_job = _job(RunConfig(model="mlp", local_steps=3, batch_size=8, sam_rho=0.1), _synthetic())
+    paper = fedsynsam_update(paper_job)
+    ablation_job = _job(RunConfig(model="mlp", local_steps=3, batch_size=8, sam_rho=0.1, synsam_mix="normalized"),
+                        _synthetic())
+    ablation = fedsynsam_update(ablation_job)
+    assert ablation.metrics["stat-synsam-share"] == pytest.approx(0.1)
+    assert paper.metrics["stat-synsam-share"] != pytest.approx(0.1)
+    # same batches, same gradients: only the ascent mix differs
+    assert ablation.metrics["stat-synsam-norm-ratio"] == pytest.approx(paper.metrics["stat-synsam-norm-ratio"], rel=0.5)
+    assert any(not torch.allclose(a, b) for a, b in zip(paper_job.model.parameters(), ablation_job.model.parameters()))
+
+
 # ----- server: D_syn delivery, diagnostic, DynaFed, checkpoints ---------------------------
 
 
@@ -261,9 +294,17 @@ def test_synthetic_set_reaches_every_node_once_even_after_a_missed_round(tmp_pat
     # the diagnostic: FedSAM's and FedLESAM's cosines every round (FedLESAM's once there is an update),
     # FedSynSAM's once D_syn exists
     assert "cos-fedsam" in rounds[1] and "cos-fedsynsam" not in rounds[1]
-    for record in rounds[2:]:
-        for key in ("cos-fedsam", "cos-fedlesam", "cos-fedsynsam", "cos-synthetic"):
+    # ... as written to metrics.jsonl, with the synthetic share of the ascent and the norm ratio
+    logged = read_metrics(results.metrics_path)
+    assert [r["round"] for r in logged] == [0, 1, 2, 3, 4]
+    for record in logged[2:]:
+        for key in ("cos-fedsam", "cos-fedlesam", "cos-fedsynsam", "cos-synthetic", "cos-local-synthetic"):
             assert -1.0 <= record[key] <= 1.0
+        assert record["synthetic-norm-ratio"] > 0 and 0 < record["synthetic-share"] < 1
+        # the clients' mini-batch view of the same (mean and max over the round's clients)
+        assert record["stat-synsam-norm-ratio"] > 0 and 0 < record["stat-synsam-share"] < 1
+        assert -1.0 <= record["stat-synsam-cos"] <= 1.0 and "stat-synsam-share-max" in record
+    assert "stat-synsam-share" not in logged[1]  # round 1: nobody holds D_syn yet
     assert strategy.synthetic_holders == {0, 1, 2}
 
 
@@ -314,7 +355,8 @@ def test_cosine_feddyn_and_fedsmoo_server_hand_values():
 
 
 @pytest.mark.parametrize(("key", "value"), [
-    ("compression", "zip"), ("bits", 1), ("levels", 256), ("topk-ratio", 0.0), ("synsam-beta", 1.5),
+    ("compression", "zip"), ("bits", 1), ("levels", 65536), ("topk-ratio", 0.0), ("synsam-beta", 1.5),
+    ("qsgd-scope", "layer"), ("qsgd-bucket", 0), ("synsam-mix", "mean"),
     ("distill-optimizer", "lbfgs"), ("trajectory-rounds", 0), ("dyn-alpha", 0.0),
 ])
 def test_bad_fedsynsam_keys_are_refused_by_name(key, value):

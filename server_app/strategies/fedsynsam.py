@@ -31,11 +31,12 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.config import RunConfig
-from common.datasets import dataset_info
+from common.datasets import run_dataset_info
 from common.evaluation import resolve_device
 from common.protocol import SYNTHETIC_DATA
 from common.records import Weights, subtract, to_record
 from common.task import make_model
+from common.uplink import compression_spec
 from server_app.distillation import DistillSettings, distill
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, partition_of
@@ -65,7 +66,7 @@ class TrajectoryStrategy(FedAvgStrategy):
     def distil(self) -> None:
         """Learn D_syn from the trajectory; its matching losses go into this round's metrics."""
         start = time.monotonic()
-        info = dataset_info(self.cfg.dataset)
+        info = run_dataset_info(self.cfg)
         result = distill(
             make_model(self.cfg), self.trajectory, info.num_classes, info.shape,
             DistillSettings.from_config(self.cfg), resolve_device(self.cfg.device),
@@ -133,8 +134,9 @@ class TrajectoryStrategy(FedAvgStrategy):
 
     def summary(self) -> None:
         super().summary()
-        log(INFO, "%s: trajectory of R=%d rounds, distillation of %d images per class after round R",
-            type(self).__name__, self.cfg.trajectory_rounds, self.cfg.synthetic_ipc)
+        log(INFO, "%s: trajectory of R=%d rounds, distillation of %d images per class after round R; uplink %s",
+            type(self).__name__, self.cfg.trajectory_rounds, self.cfg.synthetic_ipc,
+            compression_spec(self.cfg).describe())
 
 
 class FedSynSAMStrategy(TrajectoryStrategy):

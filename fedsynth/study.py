@@ -1,0 +1,294 @@
+"""`fedsynth study FILE.toml`: tune each arm, run every arm on the report seeds, test the claims.
+
+The runner works in two phases. Tuning runs every grid point of every arm that
+has a grid on the tuning seeds, scored on the validation metric (the clients'
+held-out local split by default; tuning runs switch central evaluation off, so
+the official test split is never read), and picks each arm's values. Report
+runs then run every arm on every report seed with its chosen values. Every run
+goes through Flower's simulation engine by the same path as `fedsynth run`
+(`fedsynth.cli.run_simulation`), in a process of its own, so `--jobs N` runs N
+at once. Each finished run is scored (`fedsynth.scores`) and appended to the
+ledger (`fedsynth.ledger`); a run whose key is in the ledger is never run
+again, which makes a killed study resumable and a committed ledger portable.
+The report (`fedsynth.study_report`) is remade from the ledger alone.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from fedsynth.ledger import Ledger, thin
+from fedsynth.scores import curve, lower_is_better, score_run
+from fedsynth.studyfile import RunSpec, Study, report_runs, tuning_runs
+
+CHECKPOINT_FILE = "checkpoint.safetensors"
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a finished run process left: its exit code and wall seconds."""
+
+    exit_code: int
+    seconds: float
+
+
+# An executor runs one study run and returns its outcome; the default starts a process.
+Executor = Callable[[RunSpec, dict[str, Any], Path], RunOutcome]
+
+
+@dataclass
+class StudyPaths:
+    """Where a study writes: its ledger and report (`out`), and its runs' folders (`runs`)."""
+
+    out: Path
+    runs: Path
+
+    @property
+    def ledger(self) -> Path:
+        return self.out / "ledger.jsonl"
+
+
+def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client: float | None = None,
+                        cpus_per_client: float | None = None) -> Executor:
+    """Runs each study run as `python -m fedsynth.study_worker` (Flower's simulation engine, one process per run)."""
+    threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
+
+    def execute(spec: RunSpec, overrides: dict[str, Any], log_path: Path) -> RunOutcome:
+        job = {
+            "app-dir": str(app_dir),
+            "overrides": overrides,
+            "num-supernodes": study.num_supernodes,
+            "cpus-per-client": study.cpus_per_client if cpus_per_client is None else cpus_per_client,
+            "gpus-per-client": study.gpus_per_client if gpus_per_client is None else gpus_per_client,
+        }
+        env = dict(os.environ)
+        # Torch in N processes at once with its default threads oversubscribes the cores.
+        env.setdefault("OMP_NUM_THREADS", str(threads))
+        env["RAY_ADDRESS"] = "local"  # each run its own Ray instance: never join a concurrent run's cluster
+        env["PYTHONPATH"] = os.pathsep.join([str(app_dir), *filter(None, [env.get("PYTHONPATH")])])
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        start = time.monotonic()
+        with open(log_path, "w") as log:
+            process = subprocess.run(
+                [sys.executable, "-m", "fedsynth.study_worker", json.dumps(job)],
+                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(app_dir), check=False,
+            )
+        return RunOutcome(process.returncode, time.monotonic() - start)
+
+    return execute
+
+
+def read_rounds(folder: Path) -> list[dict[str, Any]]:
+    """The run's metrics.jsonl, skipping a line cut short; [] when there is none."""
+    path = folder / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    rounds = []
+    for line in path.read_text().splitlines():
+        try:
+            rounds.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return rounds
+
+
+def ledger_entry(study: Study, spec: RunSpec, folder: Path, outcome: RunOutcome) -> dict[str, Any]:
+    """The ledger line of a finished run: identity, exit code, scores of every metric and thinned curves."""
+    rounds = read_rounds(folder)
+    scores = score_run(rounds, study.metrics, last_k=study.last_k, targets=study.targets)
+    curves = {m: thin([[r, v] for r, v, _ in curve(rounds, m)]) for m in study.metrics}
+    return {
+        "key": spec.key, "cell": spec.cell, "arm": spec.arm, "variant": spec.variant, "phase": spec.phase,
+        "seed": spec.seed, "grid-point": spec.grid_point, "config": spec.overrides,
+        "exit-code": outcome.exit_code, "seconds": round(outcome.seconds, 2),
+        "rounds": max((int(r.get("round", 0)) for r in rounds), default=0),
+        "scores": scores, "curves": curves, "run-dir": str(folder), "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+    }
+
+
+def _prepare_folder(folder: Path, overrides: dict[str, Any]) -> dict[str, Any]:
+    """A run killed mid-way: resume it from its checkpoint, else keep its folder aside and start over."""
+    if not folder.exists():
+        return overrides
+    if (folder / CHECKPOINT_FILE).is_file():
+        return {**overrides, "resume": True}
+    aside = folder.parent / ".interrupted" / f"{folder.name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    aside.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(str(folder), str(aside))
+    return overrides
+
+
+def tuning_score(entry: Mapping[str, Any], metric: str) -> float:
+    """A tuning run's validation score (last-k of the tuning metric); NaN when it has none."""
+    value = entry.get("scores", {}).get(metric, {}).get("last-k")
+    return float(value) if isinstance(value, (int, float)) else math.nan
+
+
+def choose(study: Study, ledger: Ledger) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
+    """Each gridded cell's chosen point (best mean validation score over tuning seeds) and the tuning table.
+
+    A grid point with a missing or non-finite score on any tuning seed ranks
+    last: a diverged setting is never chosen over one that trained. Ties go to
+    the first point in the grid's order. Cells whose tuning is unfinished, or
+    where no point scored, get no choice: their report runs wait.
+    """
+    chosen: dict[str, dict[str, Any]] = {}
+    table: list[dict[str, Any]] = []
+    by_cell: dict[str, list[RunSpec]] = {}
+    for spec in tuning_runs(study):
+        by_cell.setdefault(spec.cell, []).append(spec)
+    lower = lower_is_better(study.tuning_metric)
+    for cell, specs in by_cell.items():
+        points: dict[str, tuple[dict[str, Any], list[float]]] = {}
+        complete = True
+        for spec in specs:
+            label = json.dumps(spec.grid_point, sort_keys=True)
+            entry = ledger.get(spec.key)
+            if entry is None:
+                complete = False
+                continue
+            points.setdefault(label, (spec.grid_point, []))[1].append(tuning_score(entry, study.tuning_metric))
+        best_label, best_value = None, math.nan
+        for label, (point, values) in points.items():
+            mean = math.fsum(values) / len(values) if values and all(math.isfinite(v) for v in values) else math.nan
+            if math.isfinite(mean) and (best_label is None or (mean < best_value if lower else mean > best_value)):
+                best_label, best_value = label, mean
+            table.append({"cell": cell, "point": point, "scores": values, "mean": mean, "chosen": False})
+        if complete and best_label is not None:  # no point with a finite score: nothing to choose
+            chosen[cell] = points[best_label][0]
+            for row in table:
+                if row["cell"] == cell and json.dumps(row["point"], sort_keys=True) == best_label:
+                    row["chosen"] = True
+    return chosen, table
+
+
+class Progress:
+    """One line per finished run: its score, its time and the study's time left (mean run time × runs left / jobs)."""
+
+    def __init__(self, total: int, jobs: int, metric: str, write: Callable[[str], None] = print) -> None:
+        self.total, self.jobs, self.metric, self.write = total, max(1, jobs), metric, write
+        self.done = 0
+        self.seconds: list[float] = []
+
+    def finished(self, spec: RunSpec, entry: Mapping[str, Any]) -> None:
+        self.done += 1
+        self.seconds.append(float(entry["seconds"]))
+        left = (self.total - self.done) * (sum(self.seconds) / len(self.seconds)) / self.jobs
+        value = entry["scores"].get(self.metric, {}).get("last-k")
+        score = f"{value:.4f}" if isinstance(value, (int, float)) and math.isfinite(value) else "none"
+        status = "" if entry["exit-code"] == 0 else f" (exit {entry['exit-code']})"
+        self.write(f"[{self.done}/{self.total}] {spec.cell} {spec.phase} seed {spec.seed} "
+                   f"{json.dumps(spec.grid_point) if spec.grid_point else ''}: last-{self.metric} {score}{status} "
+                   f"in {entry['seconds']:.0f} s; about {_duration(left)} left")
+
+
+def _duration(seconds: float) -> str:
+    minutes = int(round(seconds / 60))
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min" if minutes else f"{seconds:.0f} s"
+
+
+def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: StudyPaths, executor: Executor,
+                 jobs: int, progress: Progress, max_runs: int | None = None, retry_failed: bool = False) -> int:
+    """Run every spec not in the ledger (or failed, with retry_failed), N at once; returns how many were run."""
+    todo = []
+    for spec in specs:
+        entry = ledger.get(spec.key)
+        if entry is None or (retry_failed and entry.get("exit-code") != 0):
+            if spec not in todo:
+                todo.append(spec)
+    if max_runs is not None:
+        todo = todo[:max_runs]
+    ran = 0
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        pending: dict[Future[RunOutcome], tuple[RunSpec, Path]] = {}
+        queue = list(todo)
+        while queue or pending:
+            while queue and len(pending) < max(1, jobs):
+                spec = queue.pop(0)
+                folder = paths.runs / spec.folder_name
+                overrides = {**_prepare_folder(folder, dict(spec.overrides)),
+                             "results-dir": str(paths.runs), "run-name": spec.folder_name}
+                log_path = paths.runs / "logs" / f"{spec.folder_name}.log"
+                pending[pool.submit(executor, spec, overrides, log_path)] = (spec, folder)
+            done, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in done:
+                spec, folder = pending.pop(future)
+                outcome = future.result()
+                entry = ledger_entry(study, spec, folder, outcome)
+                if outcome.exit_code < 0 or (outcome.exit_code != 0 and entry["rounds"] == 0):
+                    # Killed by a signal, or failed before its first round (the engine did not start):
+                    # not a result of the method; it runs again on the next call.
+                    progress.write(f"{spec.cell} {spec.phase} seed {spec.seed}: exit {outcome.exit_code} before any "
+                                   f"round finished; not recorded, it runs again next time "
+                                   f"(log: {paths.runs / 'logs' / (spec.folder_name + '.log')})")
+                    continue
+                ledger.append(entry)
+                progress.finished(spec, entry)
+                ran += 1
+    return ran
+
+
+def plan(study: Study, ledger: Ledger) -> tuple[list[RunSpec], list[RunSpec], dict[str, dict[str, Any]]]:
+    """Tuning runs, the report runs known so far (cells whose tuning is finished) and the choices."""
+    tuning = tuning_runs(study)
+    chosen, _ = choose(study, ledger)
+    gridded = {spec.cell for spec in tuning}
+    report = [spec for spec in report_runs(study, chosen) if spec.cell not in gridded or spec.cell in chosen]
+    return tuning, report, chosen
+
+
+def total_runs(study: Study) -> int:
+    """How many runs the whole study has: tuning runs plus every cell on every report seed."""
+    return len(tuning_runs(study)) + len(study.cells()) * len(study.report_seeds)
+
+
+def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1, max_runs: int | None = None,
+              retry_failed: bool = False, write: Callable[[str], None] = print) -> Ledger:
+    """Both phases, then the report; returns the ledger. Safe to call again after a kill."""
+    from fedsynth.study_report import write_report
+
+    paths.out.mkdir(parents=True, exist_ok=True)
+    with open(paths.out / ".study.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise StudyBusyError(f"another `fedsynth study` is running on {paths.out}; wait for it or use another --out") from None
+        return _run_locked(study, paths, executor, jobs, max_runs, retry_failed, write, write_report)
+
+
+class StudyBusyError(RuntimeError):
+    """A second study process on the same output folder."""
+
+
+def _run_locked(study: Study, paths: StudyPaths, executor: Executor, jobs: int, max_runs: int | None,
+                retry_failed: bool, write: Callable[[str], None], write_report: Callable[..., None]) -> Ledger:
+    ledger = Ledger(paths.ledger)
+    tuning, report, _ = plan(study, ledger)
+    remaining = total_runs(study) - sum(1 for spec in tuning + report if spec.key in ledger)
+    write(f"study {study.name}: {total_runs(study)} runs ({len(tuning)} tuning, "
+          f"{len(study.cells()) * len(study.report_seeds)} report), {len(ledger.entries)} in the ledger {paths.ledger}")
+    progress = Progress(max(0, remaining), jobs, study.metric, write)
+    budget = max_runs
+    ran = execute_runs(study, tuning, ledger, paths, executor, jobs, progress, budget, retry_failed)
+    if budget is not None:
+        budget -= ran
+    _, report, chosen = plan(study, ledger)
+    for cell, point in chosen.items():
+        write(f"tuned {cell}: {json.dumps(point)}")
+    if budget is None or budget > 0:
+        execute_runs(study, report, ledger, paths, executor, jobs, progress, budget, retry_failed)
+    write_report(study, ledger, paths.out)
+    write(f"report: {paths.out / 'report.md'}")
+    return ledger

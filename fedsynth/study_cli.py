@@ -1,0 +1,86 @@
+"""The `fedsynth study` subcommand: its options, and turning a study into runs, a report and an exit code."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def add_study_parser(sub: Any) -> None:
+    """`fedsynth study FILE.toml [options]`."""
+    cmd = sub.add_parser("study", help="tune, run on report seeds and test a paper's claims (docs/studies.md)",
+                         description="Run a study file: tuning on validation scores and tuning seeds, every arm on the "
+                                     "report seeds, paired 95 % CIs and a verdict per claim. Resumable: finished runs "
+                                     "are read from the ledger and never run again.")
+    cmd.add_argument("file", type=Path, help="the study file (TOML), e.g. studies/fedsynsam-cpu.toml")
+    cmd.add_argument("--out", type=Path, default=None,
+                     help="ledger and report folder (default <results-dir>/studies/<name>); give "
+                          "benchmarks/results/studies/<name> to continue a committed study")
+    cmd.add_argument("--runs-dir", type=Path, default=None, help="the runs' folders (default <results-dir>/studies/<name>/runs)")
+    cmd.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1)")
+    cmd.add_argument("--cpus-per-client", type=float, default=None, help="CPUs per ClientApp (default: the study file's)")
+    cmd.add_argument("--gpus-per-client", type=float, default=None,
+                     help="GPUs per ClientApp, fractional for several per GPU (default: the study file's)")
+    cmd.add_argument("--max-runs", type=int, default=None, help="stop after this many runs (the rest on the next call)")
+    cmd.add_argument("--retry-failed", action="store_true", help="run again the runs the ledger records as failed")
+    cmd.add_argument("--report-only", action="store_true", help="remake the report from the ledger; run nothing")
+    cmd.add_argument("--dry-run", action="store_true", help="list the runs and how many are finished; run nothing")
+    cmd.add_argument("--app-dir", type=Path, default=None, help="the Flower app (default: found from cwd)")
+
+
+def study_command(args: argparse.Namespace, app_dir: Path) -> int:
+    """Exit codes: 0 the study (or the part asked for) finished, 2 the study file is wrong, 1 runs failed."""
+    from common.config import ConfigError, parse_run_config
+    from common.results import results_root
+    from fedsynth.cli import app_defaults
+    from fedsynth.ledger import Ledger
+    from fedsynth.study import StudyBusyError, StudyPaths, plan, run_study, simulation_executor, total_runs
+    from fedsynth.study_report import write_report
+    from fedsynth.studyfile import StudyError, load_study
+    from server_app.registry import SERVER_STRATEGIES
+
+    defaults = app_defaults(app_dir)
+
+    def check(overrides: dict[str, Any]) -> None:
+        try:
+            parse_run_config({**defaults, **overrides}, SERVER_STRATEGIES)
+        except ConfigError as err:
+            raise ValueError(str(err)) from None
+
+    try:
+        study = load_study(args.file, check)
+    except StudyError as err:
+        print(f"fedsynth study: {err}", file=sys.stderr)
+        return 2
+    if args.jobs < 1:
+        print("fedsynth study: --jobs must be at least 1", file=sys.stderr)
+        return 2
+    home = results_root(str(defaults.get("results-dir", "results"))) / "studies" / study.name
+    paths = StudyPaths(out=(args.out or home).resolve(), runs=(args.runs_dir or home / "runs").resolve())
+    ledger = Ledger(paths.ledger)
+    if args.dry_run:
+        tuning, report, chosen = plan(study, ledger)
+        for spec in tuning + report:
+            state = "done" if spec.key in ledger else "to run"
+            print(f"{spec.phase:6} {spec.cell:30} seed {spec.seed:<4} {spec.grid_point or ''} [{state}]")
+        pending = len(study.cells()) * len(study.report_seeds) - len(report)
+        print(f"{total_runs(study)} runs in all; {pending} report runs wait for tuning")
+        return 0
+    if args.report_only:
+        write_report(study, ledger, paths.out)
+        print(f"report: {paths.out / 'report.md'}")
+        return 0
+    executor = simulation_executor(app_dir, study, args.jobs, args.gpus_per_client, args.cpus_per_client)
+    try:
+        ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed)
+    except StudyBusyError as err:
+        print(f"fedsynth study: {err}", file=sys.stderr)
+        return 2
+    failed = [e for e in ledger.entries.values() if e.get("exit-code") != 0]
+    if failed:
+        print(f"fedsynth study: {len(failed)} run(s) exited non-zero (see runs.csv and {paths.runs / 'logs'})",
+              file=sys.stderr)
+        return 1
+    return 0

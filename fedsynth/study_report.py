@@ -1,0 +1,238 @@
+"""A study's report, made from its ledger alone: report.md, runs.csv and curves.png.
+
+`report.md` has one verdict line per claim (and variant), the claims' paired
+differences with their 95 % intervals, each arm's scores with intervals over the
+report seeds beside the paper's number, and the tuning table (every grid point's
+validation score and the choice). `runs.csv` has one row per run with every
+config value that differs between runs and every score; `curves.png` the mean
+curve of each arm with a band of ± one standard deviation over seeds.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from fedsynth.ledger import Ledger
+from fedsynth.scores import lower_is_better
+from fedsynth.statistics import Interval, paired_differences, t_interval, verdict
+from fedsynth.study import choose, plan, total_runs
+from fedsynth.studyfile import Claim, Study
+
+
+def _scaled(study: Study, score: str) -> float:
+    """Accuracy-like scores are shown in the study's display units; rounds and seconds as they are."""
+    return 1.0 if "-to:" in score else study.display_scale
+
+
+def cell_scores(study: Study, ledger: Ledger, cell: str, score: str, metric: str | None = None) -> tuple[dict[int, float], int]:
+    """{report seed: score} of a cell, and how many runs never reached a rounds-to target (censored).
+
+    A run that never reached a rounds-to target counts as reaching it one round
+    after its last: the comparison stays paired, and is conservative for the arm
+    that failed to reach it (its true number is larger).
+    """
+    metric = metric or study.metric
+    _, report, _ = plan(study, ledger)
+    out: dict[int, float] = {}
+    censored = 0
+    for spec in report:
+        entry = ledger.get(spec.key)
+        if spec.cell != cell or entry is None:
+            continue
+        value = entry.get("scores", {}).get(metric, {}).get(score)
+        if value is None and score.startswith("rounds-to:"):
+            value, censored = float(entry.get("rounds", 0)) + 1, censored + 1
+        if isinstance(value, (int, float)):
+            out[spec.seed] = float(value)
+    return out, censored
+
+
+def claim_cells(study: Study, claim: Claim) -> list[tuple[str, str, str]]:
+    """(variant, cell of A, cell of B) for each variant the claim is tested in."""
+    variants = list(study.variants) or [""]
+    return [(v, f"{claim.better}@{v}" if v else claim.better, f"{claim.other}@{v}" if v else claim.other) for v in variants]
+
+
+def claim_result(study: Study, ledger: Ledger, claim: Claim, variant_cells: tuple[str, str, str]) -> dict[str, Any]:
+    """The paired difference A − B over report seeds, its 95 % interval and the verdict."""
+    variant, cell_a, cell_b = variant_cells
+    a, censored_a = cell_scores(study, ledger, cell_a, claim.score)
+    b, censored_b = cell_scores(study, ledger, cell_b, claim.score)
+    differences = paired_differences(a, b)
+    interval = t_interval(list(differences.values()))
+    return {"claim": claim.text, "variant": variant, "score": claim.score, "differences": differences,
+            "interval": interval, "verdict": verdict(interval, claim.direction), "censored": censored_a + censored_b}
+
+
+def _fmt(value: float | None, scale: float = 1.0, digits: int = 2, sign: bool = False) -> str:
+    if value is None or not isinstance(value, (int, float)) or math.isnan(value):
+        return "–"
+    return f"{value * scale:+.{digits}f}" if sign else f"{value * scale:.{digits}f}"
+
+
+def _interval_text(interval: Interval, scale: float, digits: int, sign: bool = False) -> str:
+    if interval.n < 2:
+        return "–"
+    return f"[{_fmt(interval.low, scale, digits, sign)}, {_fmt(interval.high, scale, digits, sign)}]"
+
+
+def _digits(study: Study, score: str) -> int:
+    return 1 if "-to:" in score else (2 if study.display_scale != 1.0 else 4)
+
+
+def render_markdown(study: Study, ledger: Ledger) -> str:
+    """The text of report.md."""
+    tuning, report, chosen = plan(study, ledger)
+    done = sum(1 for spec in tuning + report if spec.key in ledger)
+    total = total_runs(study)
+    direction = "lower" if lower_is_better(study.metric) else "higher"
+    lines = [f"# Study `{study.name}`", ""]
+    if study.description:
+        lines += [study.description, ""]
+    lines += [
+        f"- Study file: `{study.path.name}`; {done} of {total} runs finished"
+        + ("" if done >= total else " — **incomplete**: the numbers below use the finished runs only") + ".",
+        f"- Metric: `{study.metric}` ({direction} is better); runs scored by **{study.score}** "
+        f"(last-k = mean of the last {study.last_k} evaluations).",
+        f"- Report seeds {study.report_seeds} (the same seed is the same split and client sampling for every arm); "
+        f"tuning seeds {study.tuning_seeds} on `{study.tuning_metric}` (never the official test split).",
+        "- Claims: paired difference A − B over report seeds, two-sided 95 % Student-t interval; **holds** when the "
+        "interval is on the claimed side of 0, **reversed** on the other side, **not resolved** when it contains 0.",
+        "",
+    ]
+    if study.notes:
+        lines += [study.notes.strip(), ""]
+    results = [claim_result(study, ledger, claim, cells) for claim in study.claims for cells in claim_cells(study, claim)]
+    if results:
+        lines += ["## Claims", ""]
+        for result in results:
+            scale, digits = _scaled(study, result["score"]), _digits(study, result["score"])
+            where = f" ({result['variant']})" if result["variant"] else ""
+            lines.append(f"- **{result['claim']}**{where}, {result['score']}: difference "
+                         f"{_fmt(result['interval'].mean, scale, digits, True)}, 95 % CI "
+                         f"{_interval_text(result['interval'], scale, digits, True)} over {result['interval'].n} seeds "
+                         f"→ **{result['verdict']}**")
+        lines += ["", "| claim | variant | score | pairs | A − B per seed | mean | 95 % CI | verdict |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for result in results:
+            scale, digits = _scaled(study, result["score"]), _digits(study, result["score"])
+            per_seed = ", ".join(f"{seed}: {_fmt(d, scale, digits, True)}" for seed, d in result["differences"].items())
+            censored = f" ({result['censored']} censored)" if result["censored"] else ""
+            lines.append(f"| {result['claim']} | {result['variant'] or '–'} | {result['score']} | "
+                         f"{result['interval'].n}{censored} | {per_seed or '–'} | "
+                         f"{_fmt(result['interval'].mean, scale, digits, True)} | "
+                         f"{_interval_text(result['interval'], scale, digits, True)} | {result['verdict']} |")
+        lines.append("")
+    lines += _arms_table(study, ledger, chosen)
+    lines += _tuning_table(study, ledger)
+    lines += ["## Files", "", "- `runs.csv`: one row per run (config values that differ, every score).",
+              "- `curves.png`: mean curve per arm over report seeds, band ± 1 sd.",
+              "- `ledger.jsonl`: the finished runs; `fedsynth study FILE --report-only` remakes this report from it.", ""]
+    return "\n".join(lines)
+
+
+def _arms_table(study: Study, ledger: Ledger, chosen: Mapping[str, dict[str, Any]]) -> list[str]:
+    scores = ["last-k", "final", "best", *[f"rounds-to:{t:g}" for t in study.targets]]
+    head = " | ".join(f"{s} mean ± sd" if s == "last-k" else s for s in scores)
+    lines = ["## Arms", "", f"| arm | variant | seeds | {head} | last-k 95 % CI | paper | tuned values |",
+             "| --- | --- | --- |" + " --- |" * len(scores) + " --- | --- | --- |"]
+    for cell, arm, variant in study.cells():
+        cells = []
+        last_k_interval = None
+        n = 0
+        for score in scores:
+            values, censored = cell_scores(study, ledger, cell, score)
+            interval = t_interval(list(values.values()))
+            scale, digits = _scaled(study, score), _digits(study, score)
+            if score == "last-k":
+                last_k_interval, n = interval, interval.n
+                cells.append(f"{_fmt(interval.mean, scale, digits)} ± {_fmt(interval.sd, scale, digits)}")
+            else:
+                cells.append(_fmt(interval.mean, scale, digits) + (f" ({censored} not reached)" if censored else ""))
+        paper = study.arms[arm].paper_number(variant)
+        tuned = json.dumps(chosen[cell]) if cell in chosen else ("–" if not study.arms[arm].grid else "tuning unfinished")
+        lines.append(f"| {arm} | {variant or '–'} | {n} | " + " | ".join(cells) + f" | "
+                     f"{_interval_text(last_k_interval, study.display_scale, _digits(study, 'last-k'))} | "
+                     f"{'–' if paper is None else paper} | {tuned} |")
+    return [*lines, ""]
+
+
+def _tuning_table(study: Study, ledger: Ledger) -> list[str]:
+    _, table = choose(study, ledger)
+    if not table:
+        return []
+    lines = ["## Tuning", "", f"Validation score: last-{study.last_k} mean of `{study.tuning_metric}` on tuning seeds "
+             f"{study.tuning_seeds}; a point with a missing or non-finite score on any seed is never chosen.", "",
+             "| arm | grid point | score per tuning seed | mean | chosen |", "| --- | --- | --- | --- | --- |"]
+    for row in table:
+        scores = ", ".join(_fmt(v, study.display_scale, _digits(study, "last-k")) for v in row["scores"])
+        lines.append(f"| {row['cell']} | {json.dumps(row['point'])} | {scores} | "
+                     f"{_fmt(row['mean'], study.display_scale, _digits(study, 'last-k'))} | {'**yes**' if row['chosen'] else ''} |")
+    return [*lines, ""]
+
+
+def write_runs_csv(study: Study, ledger: Ledger, path: Path) -> None:
+    """One row per run: identity, the config values that differ between runs, and every score."""
+    entries = list(ledger.entries.values())
+    keys = sorted({k for e in entries for k in e.get("config", {})})
+    differing = [k for k in keys if len({json.dumps(e.get("config", {}).get(k), sort_keys=True) for e in entries}) > 1]
+    score_columns = sorted({f"{m}:{s}" for e in entries for m, scores in e.get("scores", {}).items() for s in scores})
+    with open(path, "w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["cell", "arm", "variant", "phase", "seed", "exit-code", "seconds", "rounds", *differing, *score_columns])
+        for e in entries:
+            scores = {f"{m}:{s}": v for m, values in e.get("scores", {}).items() for s, v in values.items()}
+            writer.writerow([e.get("cell"), e.get("arm"), e.get("variant"), e.get("phase"), e.get("seed"),
+                             e.get("exit-code"), e.get("seconds"), e.get("rounds"),
+                             *[e.get("config", {}).get(k, "") for k in differing],
+                             *["" if scores.get(c) is None else scores[c] for c in score_columns]])
+
+
+def plot_curves(study: Study, ledger: Ledger, path: Path) -> None:
+    """Mean curve of each arm over its report seeds with a ± 1 sd band; one panel per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _, report, _ = plan(study, ledger)
+    variants = list(study.variants) or [""]
+    fig, axes = plt.subplots(1, len(variants), figsize=(6 * len(variants), 4), squeeze=False)
+    for ax, variant in zip(axes[0], variants):
+        for arm in study.arms:
+            cell = f"{arm}@{variant}" if variant else arm
+            by_round: dict[int, list[float]] = {}
+            for spec in report:
+                entry = ledger.get(spec.key)
+                if spec.cell == cell and entry is not None:
+                    for r, v in entry.get("curves", {}).get(study.metric, []):
+                        if isinstance(v, (int, float)) and math.isfinite(v):
+                            by_round.setdefault(int(r), []).append(float(v) * study.display_scale)
+            if not by_round:
+                continue
+            rounds = sorted(by_round)
+            means = [sum(by_round[r]) / len(by_round[r]) for r in rounds]
+            sds = [t_interval(by_round[r]).sd if len(by_round[r]) > 1 else 0.0 for r in rounds]
+            line, = ax.plot(rounds, means, label=arm)
+            ax.fill_between(rounds, [m - s for m, s in zip(means, sds)], [m + s for m, s in zip(means, sds)],
+                            color=line.get_color(), alpha=0.2)
+        ax.set(xlabel="round", ylabel=study.metric, title=variant or study.name)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def write_report(study: Study, ledger: Ledger, out: Path) -> None:
+    """report.md, runs.csv and curves.png into `out`."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "report.md").write_text(render_markdown(study, ledger))
+    write_runs_csv(study, ledger, out / "runs.csv")
+    plot_curves(study, ledger, out / "curves.png")
