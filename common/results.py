@@ -171,6 +171,7 @@ class RunResults:
         self.metrics_path = self.path / "metrics.jsonl"
         self.rounds: list[dict[str, Any]] = []
         self._summary_written = False
+        self._started = False  # True once this run writes into the folder (a resume: after its checkpoint passed)
         self._lock = lock_run_folder(self.path)
         try:
             self.resuming = plan_run_folder(self.path, cfg.resume, cfg.overwrite)
@@ -179,6 +180,7 @@ class RunResults:
                     clear_run_folder(self.path)
                 self._write_config()
                 self.metrics_path.write_text("")
+                self._started = True
         except BaseException:
             self.close()
             raise
@@ -196,9 +198,12 @@ class RunResults:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
-        """Release the lock; a run that raised before writing its summary gets one with status "failed"."""
+        """Release the lock; a run that raised before writing its summary gets one with status "failed".
+
+        Not a resume refused at its checkpoint: that folder is left exactly as it was.
+        """
         try:
-            if exc is not None and not self._summary_written:
+            if exc is not None and self._started and not self._summary_written:
                 self.write_summary({"status": "failed", "status-reason": f"{type(exc).__name__}: {exc}",
                                     "results-dir": str(self.path)})
         finally:
@@ -223,6 +228,7 @@ class RunResults:
         os.replace(tmp, self.metrics_path)
         self.rounds = safe
         self._write_config()
+        self._started = True
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """summary.json: final numbers of the run."""
