@@ -174,6 +174,7 @@ class RunResults:
         self.rounds: list[dict[str, Any]] = []
         self._summary_written = False
         self.tensorboard = None
+        self._started = False  # True once this run writes into the folder (a resume: after its checkpoint passed)
         self._lock = lock_run_folder(self.path)
         try:
             self.resuming = plan_run_folder(self.path, cfg.resume, cfg.overwrite)
@@ -182,6 +183,7 @@ class RunResults:
                     clear_run_folder(self.path)
                 self._write_config()
                 self.metrics_path.write_text("")
+                self._started = True
             if cfg.tensorboard:
                 from common.tracking import TensorBoardLog
 
@@ -203,9 +205,12 @@ class RunResults:
         return self
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
-        """Release the lock; a run that raised before writing its summary gets one with status "failed"."""
+        """Release the lock; a run that raised before writing its summary gets one with status "failed".
+
+        Not a resume refused at its checkpoint: that folder is left exactly as it was.
+        """
         try:
-            if exc is not None and not self._summary_written:
+            if exc is not None and self._started and not self._summary_written:
                 self.write_summary({"status": "failed", "status-reason": f"{type(exc).__name__}: {exc}",
                                     "results-dir": str(self.path)})
         finally:
@@ -239,6 +244,7 @@ class RunResults:
         self._write_config()
         if self.tensorboard is not None:
             self.tensorboard.resume_after(max((int(r["round"]) for r in rounds), default=-1))
+        self._started = True
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """summary.json: final numbers of the run."""
