@@ -50,7 +50,8 @@ def run_inprocess(raw: dict, num_nodes: int):
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     grid = InProcessGrid(num_nodes, raw)
     strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, handshake(grid, cfg))
-    strategy.run(grid, RunResults(cfg))
+    with RunResults(cfg) as results:
+        strategy.run(grid, results)
     return strategy
 
 

@@ -28,7 +28,7 @@ from common.models import MODELS, check_model_fits
 from common.topology import MIXINGS, TOPOLOGIES
 
 PARTITIONS = ("iid", "dirichlet", "shard", "pathological", "pairs")
-AGGREGATIONS = ("weighted", "uniform")
+AGGREGATIONS = ("weighted", "uniform", "median", "trimmed-mean", "krum")
 
 
 class ConfigError(ValueError):
@@ -101,7 +101,18 @@ class RunConfig:
         "before weight decay); 0: off.", "OledFL/DisPFL code: 10",
     )
     aggregation: str = _key(
-        "weighted", "Server mean: weighted by sample count, or uniform 1/n.", "FedDDPM: uniform"
+        "weighted", "Server combination of the updates: weighted (by sample count) or uniform mean; robust: median "
+        "(coordinate-wise), trimmed-mean (trim-fraction cut each side), krum (byzantine-nodes); centralized only.",
+        "FedDDPM: uniform; Flower's FedMedian, FedTrimmedAvg, Krum",
+    )
+    trim_fraction: float = _key(0.2, "aggregation = trimmed-mean: fraction beta of the updates cut at each end, "
+                                "per coordinate; in [0, 0.5).", "FedTrimmedAvg")
+    byzantine_nodes: int = _key(1, "aggregation = krum: number f of malicious nodes Krum tolerates.", "Krum")
+    max_update_norm: float = _key(
+        0.0, "Bound on the L2 norm of each client update w_i - w (all arrays); 0: none. See update-norm-action."
+    )
+    update_norm_action: str = _key(
+        "clip", "A client update above max-update-norm: clip (scaled to the bound) or refuse (dropped as a failure)."
     )
     server_lr: float = _key(1.0, "Server step eta_g on the mean update.")
     server_momentum: float = _key(0.9, "FedAvgM server momentum.", "FedCOG: 0.1")
@@ -130,7 +141,12 @@ class RunConfig:
         "1: a crash loses at most one round (a checkpoint costs < 1 % of a round, docs/deployment.md)."
     )
     resume: bool = _key(
-        False, "Continue the run named by run-name (in results-dir) from its latest checkpoint."
+        False, "Continue the run named by run-name (in results-dir) from its latest checkpoint; the config must "
+        "match the checkpoint's (docs/reliability.md).",
+    )
+    overwrite: bool = _key(
+        False, "Discard what the run-name folder holds and start over; with resume = true: resume when a checkpoint "
+        "exists, else start over.",
     )
 
     # --- FedSynSAM (issue 3): uplink compression, SAM family, trajectory distillation ---
@@ -394,6 +410,12 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(cfg.weight_decay >= 0, "weight-decay", cfg.weight_decay, "a number >= 0")
     _require(cfg.clip_grad_norm >= 0 and math.isfinite(cfg.clip_grad_norm), "clip-grad-norm", cfg.clip_grad_norm,
              "a number >= 0 (0: no clipping)")
+    _require(0 <= cfg.trim_fraction < 0.5, "trim-fraction", cfg.trim_fraction, "a number in [0, 0.5)")
+    _require(cfg.byzantine_nodes >= 0, "byzantine-nodes", cfg.byzantine_nodes, "an integer >= 0")
+    _require(cfg.max_update_norm >= 0, "max-update-norm", cfg.max_update_norm, "a number >= 0 (0: no bound)")
+    _check_choice("update-norm-action", cfg.update_norm_action, ("clip", "refuse"))
+    _require(cfg.aggregation in ("weighted", "uniform") or cfg.algorithm not in DECENTRALIZED_ALGORITHMS,
+             "aggregation", cfg.aggregation, "weighted or uniform with a decentralized algorithm (no server mean)")
     _require(cfg.server_lr > 0, "server-lr", cfg.server_lr, "a number > 0")
     _require(0 <= cfg.server_momentum < 1, "server-momentum", cfg.server_momentum, "a number in [0, 1)")
     _require(cfg.proximal_mu >= 0, "proximal-mu", cfg.proximal_mu, "a number >= 0")
@@ -525,9 +547,15 @@ def parse_run_config(raw: Mapping[str, Any], known_algorithms: Iterable[str]) ->
     fields_by_key = {key_name(f.name): f for f in config_fields()}
     unknown = sorted(set(raw) - set(fields_by_key))
     if unknown:
+        import difflib
+
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, list(fields_by_key), n=3, cutoff=0.6)
+            hints.append(f"'{key}' (did you mean {' or '.join(repr(c) for c in close)}?)" if close else f"'{key}'")
         raise ConfigError(
-            f"unknown run config key(s): {', '.join(unknown)}; known keys: "
-            + ", ".join(fields_by_key)
+            f"unknown run config key(s): {', '.join(hints)}; the known keys are listed in the README's run-config "
+            "table (known keys: " + ", ".join(fields_by_key) + ")"
         )
     values = {
         f.name: _coerce(key, raw[key], f.default)
@@ -540,15 +568,21 @@ def parse_run_config(raw: Mapping[str, Any], known_algorithms: Iterable[str]) ->
 
 
 def parse_overrides(text: str) -> dict[str, Any]:
-    """Parse `--run-config "a=1 b='x'"` the way Flower does (TOML values, space separated)."""
-    import tomllib
-    import shlex
+    """Parse `--run-config "a=1 b='x'"` the way Flower does: space-separated key=value, values in TOML.
 
+    As in `flwr run` (flwr.common.config.parse_config_args), a quoted value stays a
+    string (`run-name='2024'` is the string "2024") and may hold spaces; a bare
+    word that is not TOML is taken as a string.
+    """
+    import re
+    import tomllib
+
+    pattern = re.compile(r"(\S+?)=('[^']*'|\"[^\"]*\"|\S+)")
     overrides: dict[str, Any] = {}
-    for item in shlex.split(text):
-        if "=" not in item:
-            raise ConfigError(f"run config override {item!r} is not of the form key=value")
-        key, value = item.split("=", 1)
+    rest = pattern.sub(" ", text).split()
+    if rest:
+        raise ConfigError(f"run config override {rest[0]!r} is not of the form key=value")
+    for key, value in pattern.findall(text):
         try:
             overrides[key] = tomllib.loads(f"v = {value}")["v"]
         except tomllib.TOMLDecodeError:

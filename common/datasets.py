@@ -121,8 +121,12 @@ _CIFAR = {
 def read_idx(path: Path) -> np.ndarray:
     """Read an IDX file (optionally gzipped) as used by MNIST and Fashion-MNIST."""
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rb") as handle:
-        data = handle.read()
+    try:
+        with opener(path, "rb") as handle:
+            data = handle.read()
+    except (OSError, EOFError) as err:  # gzip.BadGzipFile is an OSError
+        kind = "a gzipped IDX file" if path.suffix == ".gz" else "an IDX file"
+        raise ValueError(f"{path} is not {kind} as expected ({type(err).__name__}: {err})") from None
     if len(data) < 4 or data[0] != 0 or data[1] != 0 or data[2] != 0x08:
         raise ValueError(f"{path} is not an unsigned-byte IDX file")
     ndim = data[3]
@@ -142,10 +146,16 @@ def _find_idx(directories: list[Path], stem: str) -> Path | None:
     return None
 
 
-def _load_idx_dataset(info: DatasetInfo, root: Path) -> DatasetArrays:
+def _check_counts(images: np.ndarray, labels: np.ndarray, images_path: Path, labels_path: Path) -> None:
+    if len(images) != len(labels):
+        raise ValueError(f"{images_path} holds {len(images)} images but {labels_path} holds {len(labels)} labels; "
+                         "expected one label per image (the files are from different datasets or truncated)")
+
+
+def _load_idx_dataset(info: DatasetInfo, root: Path, explicit: bool = False) -> DatasetArrays:
     folder = _IDX_FOLDERS[info.name]
     directories = [root / folder / "raw", root / folder, root]
-    if info.name == "fashion-mnist":
+    if info.name == "fashion-mnist" and not explicit:  # an explicit data-dir is used as given
         directories.append(DEBIAN_FASHION_MNIST)
     found = {key: _find_idx(directories, stem) for key, stem in _IDX_FILES.items()}
     missing = [_IDX_FILES[key] for key, path in found.items() if path is None]
@@ -163,6 +173,11 @@ def _load_idx_dataset(info: DatasetInfo, root: Path) -> DatasetArrays:
             "on a machine with internet"
         )
     arrays = {key: read_idx(path) for key, path in found.items()}
+    for split in ("train", "test"):
+        _check_counts(arrays[f"x_{split}"], arrays[f"y_{split}"], found[f"x_{split}"], found[f"y_{split}"])
+        if arrays[f"x_{split}"].ndim != 3:
+            raise ValueError(f"{found[f'x_{split}']} holds arrays of shape {arrays[f'x_{split}'].shape}; "
+                             "expected (N, 28, 28) images")
     return DatasetArrays(
         info,
         arrays["x_train"][..., None],
@@ -191,9 +206,23 @@ class _ArrayOnlyUnpickler(pickle.Unpickler):
 
 def _read_cifar_batch(path: Path, label_key: bytes) -> tuple[np.ndarray, np.ndarray]:
     with open(path, "rb") as handle:
-        batch = _ArrayOnlyUnpickler(io.BytesIO(handle.read()), encoding="bytes").load()
-    images = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
-    labels = np.asarray(batch[label_key], dtype=np.int64)
+        data = handle.read()
+    try:
+        batch = _ArrayOnlyUnpickler(io.BytesIO(data), encoding="bytes").load()
+    except pickle.UnpicklingError as err:
+        raise pickle.UnpicklingError(f"{path}: {err}") from None
+    except Exception as err:  # noqa: BLE001 - any parse failure: not a CIFAR batch
+        raise ValueError(f"{path} is not a CIFAR python batch as expected ({type(err).__name__}: {err})") from None
+    if not isinstance(batch, dict) or b"data" not in batch or label_key not in batch:
+        keys = sorted(batch)[:5] if isinstance(batch, dict) else type(batch).__name__
+        raise ValueError(f"{path} is not a CIFAR python batch: expected a dict with keys b'data' and "
+                         f"{label_key!r}, found {keys}")
+    try:
+        images = np.asarray(batch[b"data"], dtype=np.uint8).reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+        labels = np.asarray(batch[label_key], dtype=np.int64).reshape(-1)
+    except (ValueError, TypeError) as err:
+        raise ValueError(f"{path}: b'data' is not N rows of 3x32x32 bytes or the labels are not integers ({err})") from None
+    _check_counts(images, labels, path, path)
     return images, labels
 
 
@@ -226,10 +255,41 @@ def load_dataset(name: str, data_dir: str | os.PathLike = "", image_column: str 
 
         return load_hf_arrays(HfSource.from_name(name, str(data_dir), image_column, label_column))
     info = dataset_info(name)
-    root = Path(data_dir).expanduser() if str(data_dir) else default_data_dir()
+    explicit = bool(str(data_dir))
+    root = Path(data_dir).expanduser() if explicit else default_data_dir()
+    if explicit and not root.is_dir():
+        raise DatasetMissingError(
+            f"run config key 'data-dir' = {str(data_dir)!r}: {root} is not a directory; expected the torchvision "
+            f"root holding dataset {name!r} (leave data-dir empty to use the default places)"
+        )
     if info.name in _IDX_FOLDERS:
-        return _load_idx_dataset(info, root)
+        return _load_idx_dataset(info, root, explicit)
     return _load_cifar_dataset(info, root)
+
+
+def check_dataset_present(name: str, data_dir: str = "") -> None:
+    """Raise DatasetMissingError naming what is missing, without reading the files (a quick check at start).
+
+    Hugging Face datasets (`hf:` names) are checked when they load.
+    """
+    if name.startswith("hf:"):
+        return
+    info = dataset_info(name)
+    explicit = bool(str(data_dir))
+    root = Path(data_dir).expanduser() if explicit else default_data_dir()
+    if explicit and not root.is_dir():
+        load_dataset(name, data_dir)  # raises the error naming data-dir
+    if info.name in _IDX_FOLDERS:
+        folder = _IDX_FOLDERS[info.name]
+        directories = [root / folder / "raw", root / folder, root]
+        if info.name == "fashion-mnist" and not explicit:
+            directories.append(DEBIAN_FASHION_MNIST)
+        if any(_find_idx(directories, stem) is None for stem in _IDX_FILES.values()):
+            _load_idx_dataset(info, root, explicit)  # raises the error naming the missing files
+        return
+    folder, train_files, test_files, _ = _CIFAR[info.name]
+    if any(not (root / folder / f).is_file() for f in train_files + test_files):
+        _load_cifar_dataset(info, root)
 
 
 def load_run_dataset(cfg, data_dir: str | None = None) -> DatasetArrays:

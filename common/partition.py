@@ -273,5 +273,11 @@ def load_client_data(spec: PartitionSpec, partition_id: int, data_dir: str = "",
             _write_atomic_npz(folder / f"client-{pid}.npz", **client.__dict__)
         (folder / "spec.json").write_text(json.dumps(spec.__dict__, indent=1))
         return clients[partition_id]
-    with np.load(path, allow_pickle=False) as stored:
-        return ClientData(**{key: stored[key] for key in ("x_train", "y_train", "x_test", "y_test")})
+    try:
+        with np.load(path, allow_pickle=False) as stored:
+            return ClientData(**{key: stored[key] for key in ("x_train", "y_train", "x_test", "y_test")})
+    except Exception as err:  # noqa: BLE001 - any read failure means the same: a damaged cache file
+        raise ValueError(
+            f"partition cache file {path} is damaged ({type(err).__name__}: {err}); expected an .npz with "
+            f"x_train, y_train, x_test, y_test: delete the folder {folder} (it is rebuilt from the dataset)"
+        ) from None

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from common.config import RunConfig
+from common.config import ConfigError, RunConfig
 
 
 def results_root(results_dir: str) -> Path:
@@ -56,24 +56,174 @@ def _json_safe(value: Any) -> Any:
     return value
 
 
+LOCK_FILE = ".lock"
+CHECKPOINT_FILE = "checkpoint.safetensors"
+# Files whose presence means the folder holds (part of) a run's results.
+RESULT_FILES = ("config.json", "metrics.jsonl", "summary.json", "model.safetensors", CHECKPOINT_FILE)
+HELD_LOCK_ENV = "FEDSYNTH_HELD_LOCK"  # "<pid>:<lock path>": this process's driver (fedsynth run) holds that lock
+
+
+class ResultsFolderError(ConfigError):
+    """The results folder cannot be used: another run holds it, or it holds a run that would be overwritten."""
+
+
+def reserve_run_folder(root: Path, name: str) -> Path:
+    """Create a new folder root/name, or root/name-2, -3, ... if taken (atomic: two runs never share one)."""
+    root.mkdir(parents=True, exist_ok=True)
+    for attempt in range(1, 1000):
+        folder = root / (name if attempt == 1 else f"{name}-{attempt}")
+        try:
+            folder.mkdir()
+            return folder
+        except FileExistsError:
+            continue
+    raise ResultsFolderError(f"could not reserve a new results folder for {root / name} (999 suffixes taken)")
+
+
+def lock_run_folder(folder: Path) -> Any:
+    """Take the exclusive lock of a results folder; returns the open lock file (closing it releases the lock).
+
+    A second run on the same folder is refused at once. The lock is an `fcntl.flock`
+    on `<folder>/.lock`, so a killed run leaves no stale lock behind.
+    """
+    import fcntl
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        handle = open(folder / LOCK_FILE, "a+")
+    except OSError as err:
+        raise ResultsFolderError(f"cannot write the results folder {folder}: {err.strerror}; set 'results-dir' "
+                                 "to a writable folder") from None
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        if os.environ.get(HELD_LOCK_ENV) == f"{os.getpid()}:{folder / LOCK_FILE}":
+            return None  # this process's driver took it before starting the engine, and holds it
+        raise ResultsFolderError(
+            f"results folder {folder} is in use by another run (process {holder}); wait for it to end, or choose "
+            "another 'run-name'"
+        ) from None
+    handle.seek(0)
+    handle.truncate()
+    handle.write(f"{os.getpid()}\n")
+    handle.flush()
+    return handle
+
+
+def folder_has_results(folder: Path) -> list[str]:
+    """The result files present in `folder`."""
+    return [name for name in RESULT_FILES if (folder / name).exists()]
+
+
+def plan_run_folder(folder: Path, resume: bool, overwrite: bool) -> bool:
+    """Whether the run resumes, after checking that no results would be lost; raises ResultsFolderError.
+
+    - resume and a checkpoint: resume;
+    - resume, no checkpoint: an error, unless overwrite (then start over);
+    - no resume, the folder holds results: an error, unless overwrite (then start over).
+    """
+    present = folder_has_results(folder)
+    if resume:
+        if (folder / CHECKPOINT_FILE).is_file():
+            return True
+        if overwrite:
+            return False
+        raise ResultsFolderError(
+            f"resume = true but there is no checkpoint at {folder / CHECKPOINT_FILE}; start without resume, set "
+            "'run-name' (and 'results-dir') to the run to continue, or add overwrite = true to start this run over"
+        )
+    if present and not overwrite:
+        hint = ("set resume = true to continue it from its checkpoint, " if CHECKPOINT_FILE in present else "")
+        raise ResultsFolderError(
+            f"results folder {folder} already holds a run ({', '.join(present)}); {hint}choose another "
+            "'run-name' to keep it, or set overwrite = true to discard it"
+        )
+    return False
+
+
+def clear_run_folder(folder: Path) -> None:
+    """Delete everything in a results folder but its lock (overwrite = true)."""
+    import shutil
+
+    for entry in folder.iterdir():
+        if entry.name == LOCK_FILE:
+            continue
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
+
+
+def run_folder(cfg: RunConfig) -> Path:
+    """The run's folder: results-dir/run-name, or a new uniquely named one when run-name is empty."""
+    root = results_root(cfg.results_dir)
+    if cfg.run_name:
+        return root / cfg.run_name
+    return reserve_run_folder(root, default_run_name(cfg))
+
+
 class RunResults:
-    """Writes one run's results folder."""
+    """Writes one run's results folder, holding its lock while the run lasts.
+
+    Nothing in the folder is rewritten before the run knows it may: a folder
+    holding another run is refused (unless `overwrite`), and a resumed run
+    rewrites `config.json` and `metrics.jsonl` only in `restore_rounds`, after
+    its checkpoint has been validated. Use as a context manager (or call
+    `close`) to release the lock when the run ends.
+    """
 
     def __init__(self, cfg: RunConfig) -> None:
-        name = cfg.run_name or default_run_name(cfg)
-        self.path = results_root(cfg.results_dir) / name
-        self.path.mkdir(parents=True, exist_ok=True)
+        self.cfg = cfg
+        self.path = run_folder(cfg)
         self.metrics_path = self.path / "metrics.jsonl"
         self.rounds: list[dict[str, Any]] = []
+        self._summary_written = False
         self.tensorboard = None
-        if cfg.tensorboard:
-            from common.tracking import TensorBoardLog
+        self._started = False  # True once this run writes into the folder (a resume: after its checkpoint passed)
+        self._lock = lock_run_folder(self.path)
+        try:
+            self.resuming = plan_run_folder(self.path, cfg.resume, cfg.overwrite)
+            if not self.resuming:
+                if cfg.overwrite:
+                    clear_run_folder(self.path)
+                self._write_config()
+                self.metrics_path.write_text("")
+                self._started = True
+            if cfg.tensorboard:
+                from common.tracking import TensorBoardLog
 
-            self.tensorboard = TensorBoardLog(self.path)
-        (self.path / "config.json").write_text(json.dumps(cfg.as_dict(), indent=2) + "\n")
-        if not cfg.resume:  # a resumed run rewrites its metrics from the checkpoint instead
-            self.metrics_path.write_text("")
+                self.tensorboard = TensorBoardLog(self.path)
+        except BaseException:
+            self.close()
+            raise
         log(INFO, "%s", resume_hint(self.path))
+
+    def _write_config(self) -> None:
+        (self.path / "config.json").write_text(json.dumps(self.cfg.as_dict(), indent=2) + "\n")
+
+    def close(self) -> None:
+        """Release the folder's lock."""
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
+
+    def __enter__(self) -> "RunResults":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: BaseException | None, traceback: Any) -> None:
+        """Release the lock; a run that raised before writing its summary gets one with status "failed".
+
+        Not a resume refused at its checkpoint: that folder is left exactly as it was.
+        """
+        try:
+            if exc is not None and self._started and not self._summary_written:
+                self.write_summary({"status": "failed", "status-reason": f"{type(exc).__name__}: {exc}",
+                                    "results-dir": str(self.path)})
+        finally:
+            self.close()
 
     def log_round(self, record: Mapping[str, Any], tensorboard: bool = True) -> None:
         """Append one round's metrics to metrics.jsonl and flush (and to TensorBoard when on)."""
@@ -90,16 +240,24 @@ class RunResults:
             self.tensorboard.log_image(tag, png, step)
 
     def restore_rounds(self, rounds: list[dict[str, Any]]) -> None:
-        """Start metrics.jsonl over from a checkpoint's rounds (rounds after it are re-run)."""
-        self.rounds = []
-        self.metrics_path.write_text("")
-        for record in rounds:
-            self.log_round(record, tensorboard=False)  # already in the event files
+        """Start metrics.jsonl over from a validated checkpoint's rounds (rounds after it are re-run).
+
+        Written to a temporary file and renamed, so a failure leaves the old file whole.
+        """
+        safe = [_json_safe(dict(record)) for record in rounds]
+        text = "".join(json.dumps(record) + "\n" for record in safe)
+        tmp = self.metrics_path.with_name(".metrics.jsonl.tmp")
+        tmp.write_text(text)
+        os.replace(tmp, self.metrics_path)
+        self.rounds = safe
+        self._write_config()
         if self.tensorboard is not None:
             self.tensorboard.resume_after(max((int(r["round"]) for r in rounds), default=-1))
+        self._started = True
 
     def write_summary(self, summary: Mapping[str, Any]) -> None:
         """summary.json: final numbers of the run."""
+        self._summary_written = True
         (self.path / "summary.json").write_text(json.dumps(_json_safe(dict(summary)), indent=2) + "\n")
         if self.tensorboard is not None:
             self.tensorboard.close()

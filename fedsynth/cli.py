@@ -5,8 +5,8 @@
 Ray (with `device = "auto"`, the app then uses CUDA).
 
 `fedsynth run` does what `flwr run .` does in simulation (the same app, the same
-fused run config, the same results) but in this process, and it exits non-zero
-when the run fails — `flwr run --stream` exits 0 even then. `fedsynth compare`
+fused run config, the same results) but in this process, and its exit code says
+how the run ended (EXIT_* below; `flwr run --stream` exits 0 even when it fails). `fedsynth compare`
 runs several algorithms on the same split and seed and writes one markdown
 table and one plot; `fedsynth study FILE.toml` tests a paper's claims
 (`fedsynth.study`).
@@ -22,8 +22,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common.config import ConfigError, parse_overrides, parse_run_config
-from common.results import default_run_name, read_metrics, results_root
+from common.config import ConfigError, RunConfig, parse_overrides, parse_run_config
+from common.results import (
+    HELD_LOCK_ENV, LOCK_FILE, default_run_name, lock_run_folder, plan_run_folder, read_metrics, reserve_run_folder,
+    results_root,
+)
+from server_app.outcome import STATUS_FAILED_ROUNDS, STATUS_OK
 from fedsynth.study_cli import add_study_parser, study_command
 
 
@@ -46,16 +50,61 @@ def app_defaults(app_dir: Path) -> dict[str, Any]:
         return dict(tomllib.load(handle)["tool"]["flwr"]["app"]["config"])
 
 
-def prepare_run_config(app_dir: Path, overrides: dict[str, Any]) -> dict[str, Any]:
-    """Overrides completed so that the results folder is known before the run starts."""
+# Exit codes of `fedsynth run` and `fedsynth compare` (docs/reliability.md).
+EXIT_OK = 0             # every round aggregated, final model finite, results written
+EXIT_FAILED = 1         # the run failed: no usable model (never aggregated, non-finite), or an error mid-run
+EXIT_BAD_INPUT = 2      # refused before the run: config, data, results folder (in use, would be overwritten), checkpoint
+EXIT_FAILED_ROUNDS = 3  # completed and results written, but some rounds had fewer than min-nodes usable replies
+
+
+def prepare_run_config(app_dir: Path, overrides: dict[str, Any]) -> tuple[dict[str, Any], RunConfig]:
+    """Overrides completed so that the results folder is known before the run starts.
+
+    Without a run-name, a new folder is reserved under a unique name (a suffix when
+    another run took the same timestamp).
+    """
     from server_app.registry import SERVER_STRATEGIES
 
     fused = {**app_defaults(app_dir), **overrides}
     cfg = parse_run_config(fused, SERVER_STRATEGIES)
+    root = results_root(cfg.results_dir)
     prepared = dict(overrides)
-    prepared["results-dir"] = str(results_root(cfg.results_dir))
-    prepared["run-name"] = cfg.run_name or default_run_name(cfg)
-    return prepared
+    prepared["results-dir"] = str(root)
+    prepared["run-name"] = cfg.run_name or reserve_run_folder(root, default_run_name(cfg)).name
+    return prepared, cfg
+
+
+def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client: float) -> Any:
+    """The checks that need no simulation engine, so that bad input fails in seconds, not after its start-up.
+
+    The dataset's files, the node count against min-nodes, the CPUs asked for, the
+    results folder (taken and locked here: a second run on it is refused at once;
+    one holding another run is refused unless resume or overwrite) and, for a
+    resume, the checkpoint against this config. Returns the folder's lock, held
+    for the run (the ServerApp in this process sees it through HELD_LOCK_ENV).
+    """
+    from common.datasets import check_dataset_present
+    from common.records import model_weights
+    from common.task import make_model
+    from server_app.checkpoint import load_checkpoint
+
+    if num_supernodes < cfg.min_nodes:
+        raise ConfigError(f"--num-supernodes {num_supernodes} is below run config key 'min-nodes' = {cfg.min_nodes}; "
+                          "no round could count")
+    cpus = os.cpu_count() or 1
+    if cpus_per_client > cpus:
+        raise ConfigError(f"--cpus-per-client {cpus_per_client:g} is more than the {cpus} CPUs of this machine: no "
+                          f"ClientApp could start; use at most {cpus}")
+    check_dataset_present(cfg.dataset, cfg.data_dir)
+    lock = lock_run_folder(folder)
+    try:
+        if plan_run_folder(folder, cfg.resume, cfg.overwrite):
+            load_checkpoint(folder, cfg, model_weights(make_model(cfg)))
+    except BaseException:
+        lock.close()
+        raise
+    os.environ[HELD_LOCK_ENV] = f"{os.getpid()}:{folder / LOCK_FILE}"
+    return lock
 
 
 def backend_config(cpus_per_client: float, gpus_per_client: float = 0.0) -> dict[str, Any]:
@@ -87,8 +136,25 @@ def run_simulation(app_dir: Path, overrides: dict[str, Any], num_supernodes: int
 
     Uses the same entry Flower's own simulation runtime uses for `flwr run`, with
     the run's override config, so ServerApp and ClientApps see the fused config.
-    Any exception of the ServerApp is re-raised here.
+    Any exception of the ServerApp is re-raised here. The checks that need no
+    engine run first (`preflight`), so bad input fails in seconds.
     """
+    prepared, cfg = prepare_run_config(app_dir, overrides)
+    folder = Path(prepared["results-dir"]) / prepared["run-name"]
+    lock = preflight(cfg, folder, num_supernodes, cpus_per_client)
+    try:
+        _simulate(app_dir, prepared, num_supernodes, cpus_per_client, gpus_per_client)
+    finally:
+        lock.close()
+        os.environ.pop(HELD_LOCK_ENV, None)
+    if not (folder / "summary.json").is_file():
+        raise RuntimeError(f"the run ended without writing {folder / 'summary.json'}")
+    return folder
+
+
+def _simulate(app_dir: Path, prepared: dict[str, Any], num_supernodes: int, cpus_per_client: float,
+              gpus_per_client: float) -> None:
+    """Flower's simulation runtime on the prepared run config (the ServerApp's exceptions re-raised)."""
     from flwr.app import Context, RecordDict
     from flwr.common.config import get_fused_config_from_dir
     from flwr.common.constant import RUN_ID_NUM_BYTES, SUPERLINK_NODE_ID, TASK_ID_NUM_BYTES
@@ -99,7 +165,6 @@ def run_simulation(app_dir: Path, overrides: dict[str, Any], num_supernodes: int
     from flwr.supercore.task_identity import TaskIdentity
     from flwr.supercore.telemetry import EventType
 
-    prepared = prepare_run_config(app_dir, overrides)
     run_id = generate_rand_int_from_bytes(RUN_ID_NUM_BYTES)
     run = Run.create_empty(run_id=run_id)
     run.override_config = prepared
@@ -125,10 +190,6 @@ def run_simulation(app_dir: Path, overrides: dict[str, Any], num_supernodes: int
         run=run,
         is_app=True,
     )
-    folder = Path(prepared["results-dir"]) / prepared["run-name"]
-    if not (folder / "summary.json").is_file():
-        raise RuntimeError(f"the run ended without writing {folder / 'summary.json'}")
-    return folder
 
 
 def _components(app_dir: Path) -> dict[str, str]:
@@ -246,19 +307,40 @@ def main(argv: list[str] | None = None) -> int:
                                     args.gpus_per_client)
             summary = json.loads((folder / "summary.json").read_text())
             print(json.dumps(summary, indent=2))
+            statuses = {str(summary.get("status", STATUS_OK)): str(summary.get("status-reason", ""))}
         else:
             algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
             folder = compare(app_dir, algorithms, overrides, args.num_supernodes, args.cpus_per_client, args.name,
                              args.gpus_per_client)
             print((folder / "comparison.md").read_text())
+            statuses = {}
+            for algorithm in algorithms:
+                summary = json.loads((folder / algorithm / "summary.json").read_text())
+                statuses.setdefault(str(summary.get("status", STATUS_OK)), f"{algorithm}: {summary.get('status-reason', '')}")
         print(f"results: {folder}")
-    except ConfigError as err:
-        print(f"fedsynth: configuration error: {err}", file=sys.stderr)
-        return 2
-    except Exception as err:  # noqa: BLE001 - the CLI's job is to turn any failure into an exit code
-        print(f"fedsynth: run failed: {type(err).__name__}: {err}", file=sys.stderr)
-        return 1
-    return 0
+    except BaseException as err:  # noqa: BLE001 - the CLI's job is to turn any failure into an exit code
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            raise
+        return _report_failure(err)
+    if STATUS_FAILED_ROUNDS in statuses:
+        print(f"fedsynth: completed with failed rounds: {statuses[STATUS_FAILED_ROUNDS]}", file=sys.stderr)
+        return EXIT_FAILED_ROUNDS
+    return EXIT_OK
+
+
+def _report_failure(err: BaseException) -> int:
+    """One line on stderr saying why, and the exit code of the failure (the engine wraps the ServerApp's errors)."""
+    from common.datasets import DatasetMissingError
+    from server_app.checkpoint import CheckpointError
+
+    root = err
+    while root.__cause__ is not None and isinstance(root, RuntimeError) and type(root) is RuntimeError:
+        root = root.__cause__  # Flower's "An error was encountered. Ending simulation." around the real one
+    if isinstance(root, (ConfigError, CheckpointError, DatasetMissingError)):
+        print(f"fedsynth: refused: {root}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"fedsynth: run failed: {type(root).__name__}: {root}", file=sys.stderr)
+    return EXIT_FAILED
 
 
 if __name__ == "__main__":

@@ -3,7 +3,8 @@
 Each node has its own Context (node config, persistent state, run config);
 `send_and_receive` calls the ClientApp for each message in turn. Faults can be
 injected per (partition, round, message type): an exception, or a reply that
-never arrives (a timeout). Flower's own engine is exercised by the slower
+never arrives (a timeout). An exception of the ClientApp becomes an error reply,
+as in Flower's runtimes. Flower's own engine is exercised by the slower
 simulation tests; this harness makes the exact-number tests fast, and the
 presets that need a server-side hook between rounds (FedCOG's continuation
 from a FedAvg checkpoint) use it too.
@@ -62,7 +63,11 @@ class InProcessGrid:
             if fault == "raise":
                 replies.append(_error_reply(message, "injected failure"))
                 continue
-            reply = client_app(message, context)
+            try:
+                reply = client_app(message, context)
+            except Exception as err:  # noqa: BLE001 - as Flower's runtime: a ClientApp exception is an error reply
+                replies.append(_error_reply(message, f"{type(err).__name__}: {err}"))
+                continue
             if callable(fault):
                 reply = fault(reply)
             replies.append(reply)
@@ -84,7 +89,8 @@ def run_federation(raw: dict[str, Any], grid: "InProcessGrid") -> dict[str, Any]
 
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, handshake(grid, cfg))
-    return strategy.run(grid, RunResults(cfg))
+    with RunResults(cfg) as results:
+        return strategy.run(grid, results)
 
 
 class SlowGrid(InProcessGrid):

@@ -19,4 +19,5 @@ def main(grid: Grid, context: Context) -> None:
     cfg = parse_run_config(context.run_config, SERVER_STRATEGIES)
     nodes = handshake(grid, cfg)
     strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, nodes)
-    strategy.run(grid, RunResults(cfg))
+    with RunResults(cfg) as results:
+        strategy.run(grid, results)

@@ -49,11 +49,40 @@ class Checkpoint:
     state_meta: dict[str, Any]
     metrics: list[dict[str, Any]]
     torch_rng: np.ndarray | None = None
+    nodes: list[list[int]] | None = None  # [partition id, training examples] of every node, from the handshake
+
+
+# Run-config keys a resume may change: where things are, how long to wait, how often to save, how many
+# rounds in all (to extend a run). Every other key changes what the run computes, so it must match.
+RESUME_MAY_CHANGE = frozenset({
+    "resume", "overwrite", "run-name", "results-dir", "data-dir", "cache-dir", "device", "round-timeout",
+    "reply-poll-interval", "node-wait-timeout", "warmup-timeout", "checkpoint-every", "save-model",
+    "num-server-rounds", "max-failed-rounds", "eval-every", "perturbation-diagnostic",
+})
 
 
 def _identity(cfg: RunConfig) -> dict[str, Any]:
     """The config keys a checkpoint must agree with to be resumable."""
-    return {"algorithm": cfg.algorithm, "model": cfg.model, "dataset": cfg.dataset, "seed": cfg.seed}
+    return {k: v for k, v in cfg.as_dict().items() if k not in RESUME_MAY_CHANGE}
+
+
+def config_differences(saved: dict[str, Any], cfg: RunConfig) -> dict[str, tuple[Any, Any]]:
+    """{key: (checkpoint's value, this run's value)} for the keys that must match (those the checkpoint has)."""
+    now = _identity(cfg)
+    return {k: (saved[k], now[k]) for k in sorted(saved) if k in now and saved[k] != now[k]}
+
+
+def node_table(nodes: Any) -> list[list[int]]:
+    """[partition id, training examples] of each node (NodeInfo), as a checkpoint records them."""
+    return sorted([int(n.partition_id), int(n.num_train_examples)] for n in nodes)
+
+
+def _check_metrics(metrics: Any) -> None:
+    if not isinstance(metrics, list) or not all(
+        isinstance(r, dict) and isinstance(r.get("round"), int) and not isinstance(r.get("round"), bool)
+        for r in metrics
+    ):
+        raise ValueError("its 'metrics' field is not a list of round records")
 
 
 def save_checkpoint(folder: Path, cfg: RunConfig, ckpt: Checkpoint) -> Path:
@@ -76,6 +105,7 @@ def save_checkpoint(folder: Path, cfg: RunConfig, ckpt: Checkpoint) -> Path:
         "groups": json.dumps(groups),
         "strategy": json.dumps(ckpt.state_meta),
         "metrics": json.dumps(ckpt.metrics),
+        "nodes": json.dumps(ckpt.nodes),
     }
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / CHECKPOINT_FILE
@@ -90,8 +120,11 @@ def save_checkpoint(folder: Path, cfg: RunConfig, ckpt: Checkpoint) -> Path:
     return target
 
 
-def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights) -> Checkpoint:
-    """Read and check a checkpoint against this run's config and model shapes."""
+def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights, nodes: list[list[int]] | None = None) -> Checkpoint:
+    """Read and check a checkpoint against this run's config, nodes and model shapes; all values finite.
+
+    Raises CheckpointError before anything in the folder is touched.
+    """
     from safetensors import safe_open
 
     path = folder / CHECKPOINT_FILE
@@ -108,6 +141,8 @@ def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights) -> Checkpoi
         groups = json.loads(meta["groups"])
         strategy_meta = json.loads(meta["strategy"])
         metrics = json.loads(meta["metrics"])
+        _check_metrics(metrics)
+        saved_nodes = json.loads(meta.get("nodes", "null"))
         server_round = int(meta["round"])
     except Exception as err:  # noqa: BLE001 - any parse failure means the same thing to the user
         raise CheckpointError(
@@ -116,11 +151,25 @@ def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights) -> Checkpoi
         ) from None
     if meta.get("format") != str(FORMAT_VERSION):
         raise CheckpointError(f"checkpoint {path} has format {meta.get('format')!r}, expected {FORMAT_VERSION}")
-    expected = _identity(cfg)
-    mismatched = {k: (identity.get(k), v) for k, v in expected.items() if identity.get(k) != v}
+    mismatched = config_differences(identity, cfg)
     if mismatched:
         detail = ", ".join(f"'{k}' is {old!r} in the checkpoint but {new!r} now" for k, (old, new) in mismatched.items())
-        raise CheckpointError(f"checkpoint {path} belongs to another run: {detail}; use the same config to resume")
+        raise CheckpointError(
+            f"checkpoint {path} belongs to another run: {detail}; resume with the checkpoint's config "
+            f"(its config.json), or start a new run under another 'run-name' (differing keys: "
+            f"{', '.join(mismatched)})"
+        )
+    if saved_nodes is not None and nodes is not None and sorted(map(list, saved_nodes)) != sorted(map(list, nodes)):
+        raise CheckpointError(
+            f"checkpoint {path} was written with nodes (partition, examples) {saved_nodes} but this run has "
+            f"{nodes}; resume with the same SuperNodes and partitioning"
+        )
+    bad = [key for key, value in tensors.items() if key != _RNG and value.dtype.kind in "fc" and not np.all(np.isfinite(value))]
+    if bad:
+        raise CheckpointError(
+            f"checkpoint {path} holds non-finite values (NaN or inf) in {len(bad)} array(s), e.g. '{bad[0]}'; "
+            "it cannot be resumed: start the run over (overwrite = true) or restore an earlier checkpoint"
+        )
     weights = {k[len(_MODEL):]: v for k, v in tensors.items() if k.startswith(_MODEL)}
     for name, ref in template.items():
         if name not in weights or weights[name].shape != ref.shape or weights[name].dtype != ref.dtype:
@@ -130,7 +179,25 @@ def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights) -> Checkpoi
             )
     if set(weights) != set(template):
         raise CheckpointError(f"checkpoint {path} has arrays the model does not: {sorted(set(weights) - set(template))[:3]}")
-    state = {
-        group: {name: tensors[f"{_STATE}{group}/{name}"] for name in names} for group, names in groups.items()
-    }
-    return Checkpoint(server_round, weights, state, strategy_meta, metrics, tensors.get(_RNG))
+    try:
+        state = {
+            group: {name: tensors[f"{_STATE}{group}/{name}"] for name in names} for group, names in groups.items()
+        }
+    except (KeyError, AttributeError, TypeError) as err:
+        raise CheckpointError(f"checkpoint {path} is corrupt: its strategy state lacks {err}") from None
+    return Checkpoint(server_round, weights, state, strategy_meta, metrics, tensors.get(_RNG), saved_nodes)
+
+
+def fork_checkpoint(source: Path, target: Path, cfg: RunConfig) -> Path:
+    """Copy a checkpoint into another run's folder under that run's config (a deliberate fork, e.g. FedCOG
+    continuing a FedAvg run); a plain resume refuses a changed config."""
+    from safetensors import safe_open
+    from safetensors.numpy import save_file
+
+    with safe_open(str(source / CHECKPOINT_FILE), framework="numpy") as handle:
+        meta = dict(handle.metadata() or {})
+        tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+    meta["identity"] = json.dumps(_identity(cfg))
+    target.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(target / CHECKPOINT_FILE), metadata=meta)
+    return target / CHECKPOINT_FILE

@@ -65,11 +65,13 @@ from common.topology import (
     ole_gossip_contraction,
     spectral_psi,
 )
-from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
+from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, node_table, save_checkpoint
 from server_app.evaluation import CentralEvaluator
 from server_app.loop import TooManyFailedRounds
 from server_app.messaging import match_replies, send_and_receive
-from server_app.strategies.fedavg import NodeInfo
+from server_app.outcome import STATUS_FAILED, RunFailed, run_outcome, status_fields
+from server_app.reply_checks import check_train_metrics
+from server_app.strategies.fedavg import NodeInfo, checked_evaluate_metrics
 
 
 def _state_group(partition_id: int) -> str:
@@ -205,12 +207,17 @@ class DecentralizedRelay:
         if reply.has_error():
             return f"error: {reply.error.reason}"
         content = reply.content
-        if "arrays" not in content.array_records or "metrics" not in content.metric_records:
-            return "reply lacks the 'arrays' or 'metrics' record"
-        num_examples = content.metric_records["metrics"].get("num-examples")
-        if not isinstance(num_examples, int) or num_examples <= 0:
-            return f"reply metric 'num-examples' = {num_examples!r} is not a positive integer"
-        return check_weights(from_record(content.array_records["arrays"]), template, "model")
+        if "arrays" not in content.array_records:
+            return "reply lacks the 'arrays' record"
+        node = next((n for n in self.nodes if n.node_id == reply.metadata.src_node_id), None)
+        reason = check_train_metrics(content.metric_records.get("metrics"), node and node.partition_id,
+                                     node and node.num_train_examples)
+        if reason is not None:
+            return reason
+        try:
+            return check_weights(from_record(content.array_records["arrays"]), template, "model")
+        except Exception as err:  # noqa: BLE001 - a reply must never crash the relay
+            return f"malformed model ({type(err).__name__}: {err})"
 
     def collect(self, server_round: int, sent: list[Message], replies: list[Message], template: Weights) -> dict[str, Any]:
         """Take the good replies' models; returns the round's reply statistics and failures."""
@@ -292,7 +299,7 @@ class DecentralizedRelay:
         model_bytes = to_record(template).count_bytes()
         evaluator = CentralEvaluator(cfg) if cfg.central_eval else None
         first_round = 1
-        if cfg.resume:
+        if results.resuming:
             first_round = self._resume(results, template)
         else:
             self.models = [template] * len(self.nodes)
@@ -346,12 +353,13 @@ class DecentralizedRelay:
             if cfg.checkpoint_every and (server_round % cfg.checkpoint_every == 0 or is_last):
                 save_checkpoint(results.path, cfg, Checkpoint(
                     server_round, mean, self.state_arrays(), self.state_meta(), results.rounds,
+                    nodes=node_table(self.nodes),
                 ))
             log(INFO, "%s", _progress_line(record, cfg.num_server_rounds))
         return self._finish(grid, results, evaluator, time.monotonic() - start)
 
     def _resume(self, results: RunResults, template: Weights) -> int:
-        ckpt = load_checkpoint(results.path, self.cfg, template)
+        ckpt = load_checkpoint(results.path, self.cfg, template, node_table(self.nodes))
         self.load_state_arrays(ckpt.state_arrays)
         self.load_state_meta(ckpt.state_meta)
         for model in self.models:
@@ -394,9 +402,7 @@ class DecentralizedRelay:
             for node in self.nodes
         ]
         replies = send_and_receive(grid, sent, self.cfg.round_timeout, self.cfg.reply_poll_interval)
-        metrics = [r.content.metric_records["metrics"] for r in replies
-                   if not r.has_error() and "metrics" in r.content.metric_records]
-        metrics = [m for m in metrics if m.get("num-examples", 0) > 0]
+        metrics = checked_evaluate_metrics(self.nodes, replies)
         if not metrics:
             return {}
         counts = np.array([m["num-examples"] for m in metrics], dtype=np.float64)
@@ -442,8 +448,13 @@ class DecentralizedRelay:
             # the nodes' own (mixed) models on their local test splits in the last round; evaluating all N
             # models on the central test set as well would cost N evaluations per run
             summary.update({f"final-{k}": v for k, v in rounds[-1].items() if k.startswith("node-accuracy-")})
-        summary.update(self._final_evaluate(grid, mean))
+        status, reason = run_outcome(results.rounds, mean)
+        summary.update(status_fields(status, reason, results.rounds))
         summary["results-dir"] = str(results.path)
+        if status == STATUS_FAILED:  # nothing worth keeping: no model file, a summary that says why
+            results.write_summary(summary)
+            raise RunFailed(reason)
+        summary.update(self._final_evaluate(grid, mean))
         if cfg.save_model:
             results.write_model(mean)
         results.write_summary(summary)

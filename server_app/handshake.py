@@ -20,6 +20,7 @@ from flwr.serverapp import Grid
 from common.config import RunConfig
 from common.protocol import HANDSHAKE
 from server_app.messaging import match_replies, send_and_receive
+from server_app.reply_checks import check_handshake_metrics
 from server_app.strategies.fedavg import NodeInfo
 
 
@@ -57,9 +58,14 @@ def handshake(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) -> list[No
                     errors[nid] = reply.error.reason
                     log(WARNING, "node %s failed the handshake: %s", nid, reply.error.reason)
                     continue
-                info = _node_info(nid, reply.content.metric_records["metrics"])
-                infos[nid] = info
-                expected = max(expected or 0, int(reply.content.metric_records["metrics"]["num-partitions"]))
+                metrics = reply.content.metric_records.get("metrics")
+                reason = check_handshake_metrics(metrics)
+                if reason is not None:
+                    errors[nid] = f"malformed handshake reply: {reason}"
+                    log(WARNING, "node %s: %s", nid, errors[nid])
+                    continue
+                infos[nid] = _node_info(nid, metrics)
+                expected = max(expected or 0, int(metrics["num-partitions"]))
         if expected is not None and len(infos) >= expected:
             break
         if errors and not infos and set(grid.get_node_ids()) <= set(errors):
@@ -88,6 +94,7 @@ def _check_nodes(nodes: list[NodeInfo], errors: dict[int, str], cfg: RunConfig, 
             f"only {len(nodes)} node(s) completed the handshake within node-wait-timeout="
             f"{cfg.node_wait_timeout:g}s, fewer than min-nodes={cfg.min_nodes}"
             + (f". Node errors: {detail}" if detail else
+               f". {len(nodes)} node(s) answered; start more SuperNodes or lower min-nodes" if nodes else
                ". No node answered: check that the SuperNodes are connected to this SuperLink "
                "(in simulation, a slow start of the engine may need a larger node-wait-timeout)")
         )

@@ -26,10 +26,12 @@ from common.records import Weights, from_record, message_array_bytes, model_weig
 from common.results import RunResults
 from common.task import make_model
 from common.uplink import float32_equivalent_bytes
-from server_app.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
+from server_app.checkpoint import Checkpoint, load_checkpoint, node_table, save_checkpoint
 from server_app.diffusion_eval import DiffusionEvaluator
 from server_app.evaluation import CentralEvaluator
 from server_app.messaging import match_replies, send_and_receive
+from server_app.outcome import STATUS_FAILED, STATUS_OK, RunFailed, run_outcome, status_fields
+from server_app.reply_checks import check_train_metrics
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 
 
@@ -49,6 +51,7 @@ class RoundOutcome:
 
 def collect_replies(strategy: FedAvgStrategy, sent: list[Message], replies: list[Message]) -> RoundOutcome:
     """Split replies into checked-good ones and recorded failures (error, invalid, timeout)."""
+    node_of = {n.node_id: n for n in strategy.nodes}
     partition_of_node = {n.node_id: n.partition_id for n in strategy.nodes}
     outcome = RoundOutcome()
     model_record = sent[0].content.array_records.get("arrays") if sent else None
@@ -58,7 +61,7 @@ def collect_replies(strategy: FedAvgStrategy, sent: list[Message], replies: list
         node_id = message.metadata.dst_node_id  # not the reply's source: the SuperLink answers for lost nodes
         outcome.uplink_bytes += message_array_bytes(reply)
         outcome.uplink_float32_bytes += float32_equivalent_bytes(reply, model_bytes)
-        reason = f"error: {reply.error.reason}" if reply.has_error() else strategy.check_reply(reply)
+        reason = f"error: {reply.error.reason}" if reply.has_error() else _check_train_reply(strategy, reply, node_of.get(node_id))
         if reason is None:
             outcome.good.append(reply)
         else:
@@ -71,9 +74,22 @@ def collect_replies(strategy: FedAvgStrategy, sent: list[Message], replies: list
     return outcome
 
 
+def _check_train_reply(strategy: FedAvgStrategy, reply: Message, node: NodeInfo | None) -> str | None:
+    """Every metric field (against the node's handshake), then the strategy's checks of the arrays."""
+    if node is None:
+        return "reply from a node that did not complete the handshake"
+    reason = check_train_metrics(reply.content.metric_records.get("metrics"), node.partition_id, node.num_train_examples)
+    if reason is not None:
+        return reason
+    try:
+        return strategy.check_reply(reply)
+    except Exception as err:  # noqa: BLE001 - a reply must never crash the server: any fault drops it
+        return f"malformed reply ({type(err).__name__}: {err})"
+
+
 def resume_from_checkpoint(cfg: RunConfig, strategy: FedAvgStrategy, results: RunResults, template: Weights) -> tuple[Weights, int]:
     """Restore model, strategy state, RNG and metrics from the run's checkpoint; returns (weights, next round)."""
-    ckpt = load_checkpoint(results.path, cfg, template)
+    ckpt = load_checkpoint(results.path, cfg, template, node_table(strategy.nodes))
     strategy.load_state_arrays(ckpt.state_arrays)
     strategy.load_state_meta(ckpt.state_meta)
     strategy.on_resume()
@@ -103,7 +119,7 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
     evaluator = CentralEvaluator(cfg) if cfg.central_eval and not is_diffusion(cfg) else None
     diffusion = DiffusionEvaluator(cfg, results) if is_diffusion(cfg) else None  # FID and sample grids
     first_round = 1
-    if cfg.resume:
+    if results.resuming:
         weights, first_round = resume_from_checkpoint(cfg, strategy, results, weights)
         if strategy.stop_requested():  # it had finished (FedDDPM+): a resume must not train on
             log(INFO, "the checkpointed run had already stopped at round %d; nothing left to run", first_round - 1)
@@ -163,6 +179,7 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
         if cfg.checkpoint_every and (server_round % cfg.checkpoint_every == 0 or is_last or stopping):
             save_checkpoint(results.path, cfg, Checkpoint(
                 server_round, weights, strategy.state_arrays(), strategy.state_meta(), results.rounds,
+                nodes=node_table(strategy.nodes),
             ))
         log(INFO, "%s", _progress_line(record, cfg.num_server_rounds))
         if stopping:
@@ -187,6 +204,12 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
         summary["best-central-accuracy"] = max(r["central-accuracy"] for r in last_central)
     if diffusion is not None:
         summary.update(diffusion.summary())
+    status, reason = run_outcome(results.rounds, weights)
+    summary.update(status_fields(status, reason, results.rounds))
+    summary["results-dir"] = str(results.path)
+    if status == STATUS_FAILED:  # nothing worth keeping: no model file, a summary that says why
+        results.write_summary(summary)
+        raise RunFailed(reason)
     # a DDPM has no local test accuracy: the nodes evaluate classifiers only
     final_eval = None if diffusion is not None else strategy.aggregate_evaluate(
         cfg.num_server_rounds,
@@ -197,10 +220,10 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
     )
     if final_eval is not None:
         summary.update({f"final-{key}": value for key, value in final_eval.items()})
-    summary["results-dir"] = str(results.path)
     if cfg.save_model:
         results.write_model(weights)
     results.write_summary(summary)
     results.write_plots()
-    log(INFO, "results written to %s", results.path)
+    log(INFO if status == STATUS_OK else WARNING, "results written to %s%s", results.path,
+        f" ({status}: {reason})" if reason else "")
     return summary

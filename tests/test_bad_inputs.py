@@ -8,6 +8,7 @@ error type and the words a user needs to fix it.
 from __future__ import annotations
 
 import gzip
+import os
 import pickle
 from pathlib import Path
 
@@ -21,6 +22,7 @@ from common import datasets as datasets_module
 from common.config import ConfigError, parse_run_config
 from common.datasets import DatasetMissingError, load_dataset
 from common.records import model_weights
+from common.results import ResultsFolderError, RunResults
 from common.task import make_model
 from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from server_app.registry import SERVER_STRATEGIES
@@ -76,6 +78,79 @@ def evil_cifar(root: Path) -> Path:
     return root
 
 
+def nan_checkpoint(tmp: Path) -> Path:
+    run_cfg = cfg()
+    weights = {k: np.full_like(v, np.nan) for k, v in model_weights(make_model(run_cfg, seeded=True)).items()}
+    folder = tmp / "run"
+    save_checkpoint(folder, run_cfg, Checkpoint(2, weights, {}, {}, []))
+    return folder
+
+
+def fashion_with_extra_images(root: Path) -> Path:
+    raw = root / "FashionMNIST" / "raw"
+    fake_fashion(root)
+    images = bytes([0, 0, 8, 3]) + (3).to_bytes(4, "big") + (28).to_bytes(4, "big") * 2 + bytes(3 * 784)
+    write_bytes(raw / "train-images-idx3-ubyte.gz", gzip.compress(images))
+    return root
+
+
+def fashion_not_gzipped(root: Path) -> Path:
+    fake_fashion(root)
+    write_bytes(root / "FashionMNIST" / "raw" / "train-images-idx3-ubyte.gz", b"not gzip at all")
+    return root
+
+
+def cifar_without_labels(root: Path) -> Path:
+    base = root / "cifar-10-batches-py"
+    for name in [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]:
+        write_bytes(base / name, pickle.dumps({b"data": np.zeros((1, 3072), np.uint8)}))
+    return root
+
+
+def corrupt_partition_cache(tmp: Path):
+    from common.partition import PartitionSpec, load_client_data, partition_cache_folder
+
+    spec = PartitionSpec(dataset="fashion-mnist", partition="iid", num_partitions=2, seed=0, alpha=0.3,
+                         classes_per_client=2, local_test_fraction=0.2)
+    folder = partition_cache_folder(spec, "", str(tmp / "cache"))
+    write_bytes(folder / "client-0.npz", b"PK\x03\x04 truncated")
+    return load_client_data(spec, 0, "", str(tmp / "cache"))
+
+
+def resumed_with(tmp: Path, **changed):
+    folder = saved_checkpoint(tmp)
+    return resume(folder, **{"run-name": "run", "resume": True, **changed})
+
+
+def results_of(tmp: Path, **raw) -> RunResults:
+    return RunResults(cfg(**{"results-dir": str(tmp / "results"), "run-name": "run", **raw}))
+
+
+def reused_run_name(tmp: Path):
+    results_of(tmp).close()
+    return results_of(tmp)
+
+
+def folder_in_use(tmp: Path):
+    held = results_of(tmp)
+    try:
+        return results_of(tmp, overwrite=True)
+    finally:
+        held.close()
+
+
+def unwritable_results_dir(tmp: Path):
+    (tmp / "ro").mkdir()
+    (tmp / "ro").chmod(0o500)
+    return RunResults(cfg(**{"results-dir": str(tmp / "ro"), "run-name": "run"}))
+
+
+def cli_preflight(tmp: Path, num_supernodes: int = 10, cpus: float = 1.0, **raw):
+    from fedsynth.cli import preflight
+
+    return preflight(cfg(**raw), tmp / "results" / "run", num_supernodes, cpus)
+
+
 CASES = [
     # ----- run config -----
     ("unknown algorithm", lambda t: cfg(algorithm="fedfoo"), ConfigError, ["'algorithm'", "fedavg", "scaffold"]),
@@ -108,7 +183,28 @@ CASES = [
     ("checkpoint from another model", lambda t: resume(saved_checkpoint(t, model="mlp"), model="cnn"), CheckpointError, ["'model' is 'mlp'", "another run"]),
     ("checkpoint from another algorithm", lambda t: resume(saved_checkpoint(t, algorithm="scaffold")), CheckpointError, ["'algorithm' is 'scaffold'"]),
     ("checkpoint from another dataset", lambda t: resume(saved_checkpoint(t, dataset="mnist")), CheckpointError, ["'dataset' is 'mnist'"]),
+    # ----- issue 20: no silent substitution, results never lost, a failed run fails -----
+    ("misspelt key", lambda t: cfg(**{"num-server-round": 3}), ConfigError, ["num-server-round", "did you mean 'num-server-rounds'"]),
+    ("trim fraction of one half", lambda t: cfg(**{"aggregation": "trimmed-mean", "trim-fraction": 0.5}), ConfigError, ["'trim-fraction'", "[0, 0.5)"]),
+    ("unknown update-norm action", lambda t: cfg(**{"update-norm-action": "drop"}), ConfigError, ["'update-norm-action'", "clip", "refuse"]),
+    ("negative max-update-norm", lambda t: cfg(**{"max-update-norm": -1.0}), ConfigError, ["'max-update-norm'"]),
+    ("robust aggregation with a decentralized algorithm", lambda t: cfg(algorithm="dfedavg", aggregation="median"), ConfigError, ["'aggregation'", "decentralized"]),
+    ("explicit data-dir that does not exist", lambda t: load_dataset("fashion-mnist", t / "nowhere"), DatasetMissingError, ["'data-dir'", "nowhere", "not a directory"]),
+    ("more images than labels", lambda t: load_dataset("fashion-mnist", fashion_with_extra_images(t)), ValueError, ["train-images-idx3-ubyte.gz", "3 images", "2 labels"]),
+    ("IDX file that is not gzip", lambda t: load_dataset("fashion-mnist", fashion_not_gzipped(t)), ValueError, ["train-images-idx3-ubyte.gz", "gzipped IDX"]),
+    ("CIFAR batch without labels", lambda t: load_dataset("cifar10", cifar_without_labels(t)), ValueError, ["data_batch_1", "b'labels'"]),
+    ("damaged partition cache file", corrupt_partition_cache, ValueError, ["client-0.npz", "delete the folder"]),
+    ("non-finite checkpoint", lambda t: resume(nan_checkpoint(t)), CheckpointError, ["non-finite", "cannot be resumed"]),
+    ("resume with a changed lr and partition", lambda t: resumed_with(t, lr=0.5, partition="iid"), CheckpointError, ["'lr' is 0.05", "'partition' is 'dirichlet'", "differing keys"]),
+    ("run-name reused without resume", reused_run_name, ResultsFolderError, ["already holds a run", "run-name", "overwrite = true"]),
+    ("resume of a folder without checkpoint", lambda t: results_of(t, resume=True), ResultsFolderError, ["no checkpoint", "overwrite = true"]),
+    ("results folder in use by another run", folder_in_use, ResultsFolderError, ["in use by another run"]),
+    ("more CPUs per client than the machine has", lambda t: cli_preflight(t, cpus=4096.0), ConfigError, ["--cpus-per-client", "CPUs of this machine"]),
+    ("min-nodes above the node count", lambda t: cli_preflight(t, num_supernodes=2, **{"min-nodes": 3}), ConfigError, ["--num-supernodes 2", "'min-nodes' = 3"]),
+    ("missing dataset caught before the engine starts", lambda t: cli_preflight(t, dataset="mnist", **{"data-dir": str(t)}), DatasetMissingError, ["mnist", "train-images-idx3-ubyte"]),
 ]
+if os.geteuid() != 0:  # root writes anywhere
+    CASES.append(("unwritable results-dir", unwritable_results_dir, ResultsFolderError, ["cannot write", "'results-dir'"]))
 
 
 def _truncate(folder: Path) -> Path:
@@ -131,3 +227,11 @@ def test_bad_input_fails_fast_with_a_message_naming_it(tmp_path, monkeypatch, na
 
 def test_there_are_at_least_25_cases():
     assert len(CASES) >= 25
+
+
+def test_a_quoted_value_that_looks_like_a_number_stays_a_string():
+    from common.config import parse_overrides
+
+    raw = parse_overrides("run-name='2024' dataset=\"mnist\" num-server-rounds=3")
+    assert raw == {"run-name": "2024", "dataset": "mnist", "num-server-rounds": 3}
+    assert cfg(**parse_overrides("run-name='nan'")).run_name == "nan"

@@ -26,8 +26,8 @@ def run_inprocess(raw: dict, num_nodes: int, grid: InProcessGrid | None = None):
     grid = grid or InProcessGrid(num_nodes, raw)
     nodes = handshake(grid, cfg)
     strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, nodes)
-    results = RunResults(cfg)
-    summary = strategy.run(grid, results)
+    with RunResults(cfg) as results:
+        summary = strategy.run(grid, results)
     return summary, results, strategy, grid
 
 

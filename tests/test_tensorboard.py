@@ -75,6 +75,8 @@ def test_a_resumed_run_purges_the_rounds_it_runs_again(tmp_path, tiny_data_dir):
     for step in range(4):
         first.log_round({"round": step, "central-accuracy": 0.1 * step})
     first.tensorboard.close()  # the run dies after round 3; its checkpoint holds rounds 0..1
+    first.close()  # its process, and with it the results folder's lock, is gone
+    (tmp_path / "results" / "run" / "checkpoint.safetensors").write_bytes(b"")  # a resume needs one to be there
     resumed = RunResults(parse_run_config({**raw, "resume": True}, ["fedavg"]))
     resumed.restore_rounds([{"round": 0, "central-accuracy": 0.0}, {"round": 1, "central-accuracy": 0.1}])
     for step in (2, 3):

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from logging import INFO
+from logging import INFO, WARNING
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -30,6 +30,7 @@ from common.config import RunConfig
 from common.protocol import CLIENT_STAT_PREFIX, NODE_STATE_PREFIX
 from common.records import Weights, check_weights, from_record, message_array_bytes, to_record
 from common.uplink import compression_spec, decode_reply
+from server_app.robust import ROBUST_AGGREGATIONS, clip_update, combine_updates, update_norm
 
 if TYPE_CHECKING:
     from common.results import RunResults
@@ -165,9 +166,12 @@ class FedAvgStrategy(Strategy):
         if not isinstance(num_examples, int) or num_examples <= 0:
             return f"reply metric 'num-examples' = {num_examples!r} is not a positive integer"
         try:
-            self.client_delta(reply)
+            delta = self.client_delta(reply)
         except ValueError as err:  # a missing, mis-shaped, mistyped or non-finite model or payload
             return str(err)
+        bound = self.cfg.max_update_norm
+        if bound > 0 and self.cfg.update_norm_action == "refuse" and (norm := update_norm(delta)) > bound:
+            return f"update norm {norm:.4g} exceeds max-update-norm = {bound:g}"
         return self.check_extra_records(content)
 
     def client_delta(self, reply: Message) -> Weights:
@@ -185,7 +189,7 @@ class FedAvgStrategy(Strategy):
 
     def aggregation_weights(self, replies: list[Message]) -> list[float]:
         """Sample counts (`weighted`) or ones (`uniform`)."""
-        if self.cfg.aggregation == "uniform":
+        if self.cfg.aggregation != "weighted":
             return [1.0] * len(replies)
         return [float(r.content.metric_records["metrics"]["num-examples"]) for r in replies]
 
@@ -196,7 +200,12 @@ class FedAvgStrategy(Strategy):
             return None, None
         self.restore_pending -= {partition_of(r) for r in replies}
         deltas = [self.client_delta(r) for r in replies]
-        mean_delta = weighted_mean(deltas, self.aggregation_weights(replies))
+        if self.cfg.max_update_norm > 0:  # "refuse" dropped the longer ones in check_reply; "clip" scales them
+            deltas = [clip_update(d, self.cfg.max_update_norm) for d in deltas]
+        if self.cfg.aggregation in ROBUST_AGGREGATIONS:
+            mean_delta = combine_updates(deltas, self.cfg.aggregation, self.cfg.trim_fraction, self.cfg.byzantine_nodes)
+        else:
+            mean_delta = weighted_mean(deltas, self.aggregation_weights(replies))
         self.current = self.server_step(mean_delta, replies)
         return to_record(self.current), aggregate_metrics(replies)
 
@@ -210,11 +219,9 @@ class FedAvgStrategy(Strategy):
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Test-sample weighted local accuracy and loss."""
-        good = [r for r in replies if not r.has_error() and "metrics" in r.content.metric_records]
-        good = [r for r in good if r.content.metric_records["metrics"].get("num-examples", 0) > 0]
-        if not good:
+        metrics = checked_evaluate_metrics(self.nodes, replies)
+        if not metrics:
             return None
-        metrics = [r.content.metric_records["metrics"] for r in good]
         counts = np.array([m["num-examples"] for m in metrics], dtype=np.float64)
         acc = np.array([m["local-test-accuracy"] for m in metrics], dtype=np.float64)
         loss = np.array([m["local-test-loss"] for m in metrics], dtype=np.float64)
@@ -223,13 +230,36 @@ class FedAvgStrategy(Strategy):
             "local-test-loss": float(np.sum(loss * counts) / counts.sum()),
             "local-test-accuracy-min": float(acc.min()),
             "local-test-accuracy-max": float(acc.max()),
-            "num-nodes": len(good),
+            "num-nodes": len(metrics),
         })
 
     def summary(self) -> None:
         """Log what this strategy will do."""
         log(INFO, "%s: %d nodes, fraction-train %.2f, aggregation %s, server-lr %g",
             type(self).__name__, len(self.nodes), self.cfg.fraction_train, self.cfg.aggregation, self.cfg.server_lr)
+
+
+def checked_evaluate_metrics(nodes: list[NodeInfo], replies: Iterable[Message]) -> list[MetricRecord]:
+    """The metrics of the evaluate replies whose every field checks out and that have test examples.
+
+    One reply per known node; a malformed one is logged and left out (server_app/reply_checks.py).
+    """
+    from server_app.reply_checks import check_evaluate_metrics
+
+    node_of = {n.node_id: n for n in nodes}
+    good: dict[int, MetricRecord] = {}
+    for reply in replies:
+        node = node_of.get(reply.metadata.src_node_id)
+        if node is None or node.node_id in good or reply.has_error():
+            continue
+        metrics = reply.content.metric_records.get("metrics")
+        reason = check_evaluate_metrics(metrics, node.partition_id, node.num_test_examples)
+        if reason is not None:
+            log(WARNING, "final evaluation: dropped the reply of node %s (partition %s): %s",
+                node.node_id, node.partition_id, reason)
+        elif metrics["num-examples"] > 0:
+            good[node.node_id] = metrics
+    return list(good.values())
 
 
 def partition_of(reply: Message) -> int:

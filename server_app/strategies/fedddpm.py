@@ -59,6 +59,7 @@ from common.records import Weights, check_weights, from_record, load_weights, me
 from common.task import make_model
 from server_app.diffusion_eval import GRID_IMAGES, run_extractor, spread_indices
 from server_app.messaging import match_replies, send_and_receive
+from server_app.reply_checks import check_train_metrics, is_int
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 
 if TYPE_CHECKING:
@@ -88,8 +89,8 @@ def quicktest(average: float | None, score: float, gamma: float, threshold: floa
     return False, gamma * score + (1.0 - gamma) * average
 
 
-def check_feature_sums(reply: Message, dim: int | None) -> tuple[str | None, Weights, int]:
-    """(why unusable or None, {sum-f, sum-ff}, n) of a node's `fid_stats` reply."""
+def check_feature_sums(reply: Message, dim: int | None, max_examples: int | None = None) -> tuple[str | None, Weights, int]:
+    """(why unusable or None, {sum-f, sum-ff}, n) of a node's `fid_stats` reply; n at most `max_examples`."""
     if reply.has_error():
         return f"error: {reply.error.reason}", {}, 0
     record = reply.content.array_records.get(FID_SUMS)
@@ -98,8 +99,10 @@ def check_feature_sums(reply: Message, dim: int | None) -> tuple[str | None, Wei
         return f"reply lacks '{FID_SUMS}' or 'metrics'", {}, 0
     sums = from_record(record)
     n = metrics.get("num-examples")
-    if set(sums) != {"sum-f", "sum-ff"} or not isinstance(n, int) or n < 0:
+    if set(sums) != {"sum-f", "sum-ff"} or not is_int(n) or n < 0:
         return "malformed feature sums", {}, 0
+    if max_examples is not None and n > max_examples:
+        return f"'num-examples' = {n} exceeds the node's {max_examples} training examples", {}, 0
     d = sums["sum-f"].shape[0] if sums["sum-f"].ndim == 1 else -1
     if d < 1 or sums["sum-ff"].shape != (d, d) or (dim is not None and d != dim):
         return f"feature sums of shapes {sums['sum-f'].shape} and {sums['sum-ff'].shape}", {}, 0
@@ -140,7 +143,7 @@ class FedDDPMStrategy(FedAvgStrategy):
         """Warmup and auxiliary set (unless restored from a checkpoint), then the shared round loop."""
         from server_app.loop import run_rounds
 
-        if self.auxiliary is None and not self.cfg.resume:
+        if self.auxiliary is None and not results.resuming:
             self.warmup(grid, results)
         summary = run_rounds(grid, self.cfg, self, results)
         summary.update(self.run_summary())
@@ -211,12 +214,18 @@ class FedDDPMStrategy(FedAvgStrategy):
         if reply.has_error():
             return f"error: {reply.error.reason}", {}
         content = reply.content
-        if MODEL not in content.array_records or "metrics" not in content.metric_records:
-            return "warmup reply lacks the model or the metrics", {}
-        num_examples = content.metric_records["metrics"].get("num-examples")
-        if not isinstance(num_examples, int) or num_examples <= 0:
-            return f"warmup reply metric 'num-examples' = {num_examples!r} is not a positive integer", {}
-        weights = from_record(content.array_records[MODEL])
+        if MODEL not in content.array_records:
+            return "warmup reply lacks the model", {}
+        node = next((n for n in self.nodes if n.node_id == reply.metadata.src_node_id), None)
+        if node is None:
+            return "warmup reply from a node that did not complete the handshake", {}
+        reason = check_train_metrics(content.metric_records.get("metrics"), node.partition_id, node.num_train_examples)
+        if reason is not None:
+            return f"warmup {reason}", {}
+        try:
+            weights = from_record(content.array_records[MODEL])
+        except Exception as err:  # noqa: BLE001 - a reply must never crash the server
+            return f"malformed warm model ({type(err).__name__}: {err})", {}
         problem = check_weights(weights, initial, "warm model")
         return problem, weights
 
@@ -347,8 +356,15 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
         replies = send_and_receive(self._grid, messages, self.cfg.round_timeout, self.cfg.reply_poll_interval)
         dim = extractor.features(self.auxiliary[:2]).shape[1] if self.auxiliary is not None else None
         sum_f, sum_ff, count, used = 0.0, 0.0, 0, 0
+        node_of = {n.node_id: n for n in self.nodes}
         for message, reply in match_replies(messages, replies)[0]:
-            problem, sums, n = check_feature_sums(reply, dim)
+            node = node_of.get(message.metadata.dst_node_id)
+            if node is None:
+                continue  # not one of ours
+            try:
+                problem, sums, n = check_feature_sums(reply, dim, node.num_train_examples)
+            except Exception as err:  # noqa: BLE001 - a reply must never crash the server
+                problem, sums, n = f"malformed reply ({type(err).__name__}: {err})", {}, 0
             if problem is not None:
                 log(WARNING, "QuickTest reference: dropped node %s: %s", message.metadata.dst_node_id, problem)
                 continue

@@ -1,0 +1,146 @@
+"""Checks of every field of a node's reply metrics, before the server reads any of them.
+
+A node is not trusted: its reply may lack a key, carry a list where a number
+belongs, a NaN, a negative count, or claim more examples than it reported in
+the start-of-run handshake (which would let one node take over a weighted
+mean). Each function here takes the reply's `metrics` record (or None) and
+returns why it is unusable, or None when every field the server reads is
+present, of the right type and in range. Callers drop a reply with a reason
+and record it as a failure, so a malformed reply never raises and is never
+averaged in.
+
+These are pure functions of a mapping, so they are property-tested with
+random malformed records (tests/test_reply_checks.py).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+
+
+def is_int(value: Any) -> bool:
+    """A Python integer that is not a bool."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """A finite int or float (not a bool, not a list)."""
+    return (is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _integer(metrics: Mapping[str, Any], key: str, low: int, high: int | None = None) -> str | None:
+    value = metrics.get(key)
+    if not is_int(value) or value < low or (high is not None and value > high):
+        bound = f"in {low}..{high}" if high is not None else f">= {low}"
+        return f"reply metric '{key}' = {value!r} is not an integer {bound}"
+    return None
+
+
+def _number(metrics: Mapping[str, Any], key: str, low: float = -math.inf, high: float = math.inf) -> str | None:
+    value = metrics.get(key)
+    if not is_number(value) or not low <= value <= high:
+        bound = "a finite number" if (low, high) == (-math.inf, math.inf) else f"a number in [{low:g}, {high:g}]"
+        return f"reply metric '{key}' = {value!r} is not {bound}"
+    return None
+
+
+def _all_scalars_finite(metrics: Mapping[str, Any], allow_lists: tuple[str, ...] = ()) -> str | None:
+    """Every value a finite number; a list only under the named keys (and then of finite numbers)."""
+    for key in metrics.keys():
+        value = metrics[key]
+        if key in allow_lists and isinstance(value, list):
+            if not all(is_number(v) for v in value):
+                return f"reply metric '{key}' holds a non-finite or non-numeric entry"
+        elif not is_number(value):
+            return f"reply metric '{key}' = {value!r} is not a finite number"
+    return None
+
+
+def _first(*reasons: str | None) -> str | None:
+    return next((r for r in reasons if r is not None), None)
+
+
+def check_train_metrics(metrics: Mapping[str, Any] | None, partition_id: int | None = None,
+                        max_examples: int | None = None, needs_loss: bool = True) -> str | None:
+    """Why a train reply's metrics are unusable, or None.
+
+    `num-examples` must be a positive integer no larger than `max_examples` (the
+    node's handshake count); `partition-id`, when the node is known, must be its
+    own; `train-loss` a finite number; a local test accuracy in [0, 1] with a
+    positive `num-test-examples`; and every other value a finite number.
+    """
+    if metrics is None:
+        return "reply lacks the 'metrics' record"
+    reason = _first(
+        _all_scalars_finite(metrics),
+        _integer(metrics, "num-examples", 1),
+        _integer(metrics, "partition-id", 0),
+        _number(metrics, "train-loss") if needs_loss else None,
+    )
+    if reason:
+        return reason
+    if max_examples is not None and metrics["num-examples"] > max_examples:
+        return (f"reply metric 'num-examples' = {metrics['num-examples']} exceeds the {max_examples} training "
+                "examples the node reported in the handshake")
+    if partition_id is not None and metrics["partition-id"] != partition_id:
+        return f"reply metric 'partition-id' = {metrics['partition-id']} but the node holds partition {partition_id}"
+    if "num-test-examples" in metrics or "local-test-accuracy" in metrics:
+        reason = _first(
+            _integer(metrics, "num-test-examples", 0),
+            _number(metrics, "local-test-accuracy", 0.0, 1.0),
+            _number(metrics, "local-test-loss", 0.0),
+        )
+        if reason:
+            return reason
+    for key in ("local-steps", "synthetic-examples", "own-model-round"):
+        if key in metrics and (reason := _integer(metrics, key, 0)):
+            return reason
+    return None
+
+
+def check_evaluate_metrics(metrics: Mapping[str, Any] | None, partition_id: int | None = None,
+                           max_examples: int | None = None) -> str | None:
+    """Why an evaluate reply's metrics are unusable, or None (`num-examples` may be 0: no local test split)."""
+    if metrics is None:
+        return "reply lacks the 'metrics' record"
+    reason = _first(
+        _all_scalars_finite(metrics),
+        _integer(metrics, "num-examples", 0, max_examples),
+        _integer(metrics, "partition-id", 0),
+        _number(metrics, "local-test-accuracy", 0.0, 1.0),
+        _number(metrics, "local-test-loss", 0.0),
+    )
+    if reason:
+        return reason
+    if partition_id is not None and metrics["partition-id"] != partition_id:
+        return f"reply metric 'partition-id' = {metrics['partition-id']} but the node holds partition {partition_id}"
+    return None
+
+
+def check_handshake_metrics(metrics: Mapping[str, Any] | None) -> str | None:
+    """Why a handshake reply is unusable, or None."""
+    if metrics is None:
+        return "handshake reply lacks the 'metrics' record"
+    reason = _first(
+        _all_scalars_finite(metrics, allow_lists=("label-counts",)),
+        _integer(metrics, "num-partitions", 1),
+        _integer(metrics, "partition-id", 0),
+        _integer(metrics, "num-train-examples", 0),
+        _integer(metrics, "num-test-examples", 0),
+    )
+    if reason:
+        return reason
+    if metrics["partition-id"] >= metrics["num-partitions"]:
+        return (f"handshake metric 'partition-id' = {metrics['partition-id']} is not below "
+                f"'num-partitions' = {metrics['num-partitions']}")
+    counts = metrics.get("label-counts")
+    if not isinstance(counts, list) or not all(is_int(c) and c >= 0 for c in counts):
+        return f"handshake metric 'label-counts' = {counts!r} is not a list of counts"
+    if sum(counts) != metrics["num-train-examples"]:
+        return (f"handshake metric 'label-counts' sums to {sum(counts)}, not 'num-train-examples' = "
+                f"{metrics['num-train-examples']}")
+    return None
+

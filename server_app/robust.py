@@ -1,0 +1,72 @@
+"""Bounded influence of one client: update-norm bounds and robust aggregation rules.
+
+A weighted mean lets one client move the global model as far as it likes: a
+10^6x update, or a false sample count, takes it over. Two defences, both off by
+default (the papers' algorithms use the plain mean):
+
+- `max-update-norm`: each update's L2 norm over all arrays is bounded; a larger
+  one is scaled down to the bound (`update-norm-action = "clip"`, as in DP-FedAvg's
+  fixed clipping) or refused and recorded as a failure (`"refuse"`).
+- `aggregation = median | trimmed-mean | krum`: the server step uses a robust
+  combination of the updates instead of their mean, with Flower's own rules
+  (`flwr.serverapp.strategy`: FedMedian's coordinate-wise median, FedTrimmedAvg's
+  `trim_mean`, Krum's `select_multikrum`) applied to the updates w_i - w. All
+  three are shift-invariant, so on updates they select or combine exactly what
+  Flower's strategies do on the models. They ignore sample counts, as Flower's do.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from flwr.app import RecordDict
+
+from common.records import Weights, to_record
+
+ROBUST_AGGREGATIONS = ("median", "trimmed-mean", "krum")
+
+
+def update_norm(delta: Weights) -> float:
+    """L2 norm of an update over all its arrays (float64 accumulation)."""
+    return float(np.sqrt(sum(float(np.sum(np.square(v, dtype=np.float64))) for v in delta.values())))
+
+
+def clip_update(delta: Weights, max_norm: float) -> Weights:
+    """The update scaled to norm `max_norm` if it is longer; unchanged otherwise."""
+    norm = update_norm(delta)
+    if norm <= max_norm or norm == 0.0:
+        return delta
+    scale = max_norm / norm
+    return {name: (value.astype(np.float64) * scale).astype(value.dtype) for name, value in delta.items()}
+
+
+def coordinate_median(deltas: list[Weights]) -> Weights:
+    """Coordinate-wise median of the updates (Flower's FedMedian rule)."""
+    return {name: np.median(np.stack([d[name] for d in deltas]), axis=0).astype(np.float32) for name in deltas[0]}
+
+
+def trimmed_mean(deltas: list[Weights], beta: float) -> Weights:
+    """Coordinate-wise mean after cutting the int(beta*n) largest and smallest values (Flower's FedTrimmedAvg rule)."""
+    from flwr.serverapp.strategy.fedtrimmedavg import trim_mean
+
+    return {name: np.asarray(trim_mean(np.stack([d[name] for d in deltas]), beta)).astype(np.float32)
+            for name in deltas[0]}
+
+
+def krum_index(deltas: list[Weights], num_byzantine: int) -> int:
+    """Index of the update Krum selects: least sum of squared distances to its n - f - 2 nearest (Flower's rule)."""
+    from flwr.serverapp.strategy.multikrum import select_multikrum
+
+    contents = [RecordDict({"arrays": to_record({k: v.astype(np.float64) for k, v in d.items()})}) for d in deltas]
+    chosen = select_multikrum(contents, num_byzantine, 1)[0]
+    return next(i for i, c in enumerate(contents) if c is chosen)
+
+
+def combine_updates(deltas: list[Weights], rule: str, trim_fraction: float, num_byzantine: int) -> Weights:
+    """The robust combination `rule` of the updates (one of ROBUST_AGGREGATIONS)."""
+    if rule == "median":
+        return coordinate_median(deltas)
+    if rule == "trimmed-mean":
+        return trimmed_mean(deltas, trim_fraction)
+    if rule == "krum":
+        return {k: v.astype(np.float32) for k, v in deltas[krum_index(deltas, num_byzantine)].items()}
+    raise ValueError(f"unknown robust aggregation {rule!r}; known: {', '.join(ROBUST_AGGREGATIONS)}")
