@@ -57,17 +57,15 @@ def _validate(kind: str, num_nodes: int, peers: int) -> None:
 
 
 def check_regular_degree(num_nodes: int, peers: int) -> None:
-    """Raise ValueError unless a k-regular graph on n nodes exists: k <= n - 1 and n * k even.
+    """Raise ValueError unless a k-regular graph on n nodes exists for k = min(peers, n - 1): n * k even.
 
-    A single node (n = 1) has nothing to mix with and is accepted for any k.
+    peers >= n - 1 is the full graph (every node talks to every other), as
+    `random-draws` treats it, so the default peers = 10 works on 10 or fewer
+    nodes. A single node (n = 1) has nothing to mix with and is accepted.
     """
     if num_nodes == 1:
         return
-    if peers > num_nodes - 1:
-        raise ValueError(
-            f"peers k = {peers} but the random topology's nodes have only {num_nodes - 1} others to pick "
-            f"from ({num_nodes} nodes); use peers <= {num_nodes - 1} (k = n - 1 is the full graph)"
-        )
+    peers = min(peers, num_nodes - 1)
     if (num_nodes * peers) % 2:
         raise ValueError(
             f"no graph on {num_nodes} nodes gives every node exactly k = {peers} neighbours "
@@ -140,7 +138,7 @@ def _random_regular(num_nodes: int, peers: int, seed: int, round_num: int) -> np
     graph_seed = int(np.random.SeedSequence([seed, round_num]).generate_state(1, dtype=np.uint64)[0] >> 1)
     full = np.ones((num_nodes, num_nodes), dtype=bool)
     np.fill_diagonal(full, False)
-    if peers == num_nodes - 1:
+    if peers >= num_nodes - 1:  # the full graph
         return full
     # Steger-Wormald pairs stubs and retries on collisions; for dense graphs draw the sparse complement
     dense = peers > (num_nodes - 1) // 2

@@ -138,11 +138,19 @@ def test_random_mixing_matrix_is_reproducible_from_seed_and_round() -> None:
         assert not np.array_equal(a, mixing_matrix("random", 100, peers=10, seed=6, round_num=17, mixing=mixing))
 
 
-@pytest.mark.parametrize(("n", "k", "match"), [(5, 3, "odd"), (7, 1, "odd"), (6, 6, "peers <= 5"), (4, 10, "peers <= 3")])
+@pytest.mark.parametrize(("n", "k", "match"), [(5, 3, "odd"), (7, 1, "odd")])
 def test_random_refuses_impossible_regular_graphs(n: int, k: int, match: str) -> None:
     for call in (lambda: mixing_matrix("random", n, peers=k), lambda: check_topology("random", n, k, "metropolis")):
         with pytest.raises(ValueError, match=match):
             call()
+
+
+@pytest.mark.parametrize(("n", "k"), [(6, 6), (4, 10), (3, 10)])
+def test_random_with_peers_at_least_n_minus_1_is_the_full_graph(n: int, k: int) -> None:
+    """The default peers = 10 on 10 or fewer nodes: every node talks to every other, as random-draws does."""
+    check_topology("random", n, k, "metropolis")
+    assert adjacency("random", n, peers=k, seed=0, round_num=1).sum() == n * (n - 1)
+    np.testing.assert_allclose(mixing_matrix("random", n, peers=k, mixing="uniform"), np.full((n, n), 1.0 / n))
 
 
 def test_random_draws_keeps_the_bidirectional_draws() -> None:
