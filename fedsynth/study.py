@@ -177,8 +177,10 @@ def choose(study: Study, ledger: Ledger) -> tuple[dict[str, dict[str, Any]], lis
 class Progress:
     """One line per finished run: its score, its time and the study's time left (mean run time × runs left / jobs)."""
 
-    def __init__(self, total: int, jobs: int, metric: str, write: Callable[[str], None] = print) -> None:
-        self.total, self.jobs, self.metric, self.write = total, max(1, jobs), metric, write
+    def __init__(self, total: int, jobs: int, metric: str, tuning_metric: str,
+                 write: Callable[[str], None] = print) -> None:
+        self.total, self.jobs, self.write = total, max(1, jobs), write
+        self.metric, self.tuning_metric = metric, tuning_metric
         self.done = 0
         self.seconds: list[float] = []
 
@@ -186,11 +188,12 @@ class Progress:
         self.done += 1
         self.seconds.append(float(entry["seconds"]))
         left = (self.total - self.done) * (sum(self.seconds) / len(self.seconds)) / self.jobs
-        value = entry["scores"].get(self.metric, {}).get("last-k")
+        metric = self.tuning_metric if spec.phase == "tune" else self.metric  # tuning runs skip the test split
+        value = entry["scores"].get(metric, {}).get("last-k")
         score = f"{value:.4f}" if isinstance(value, (int, float)) and math.isfinite(value) else "none"
         status = "" if entry["exit-code"] == 0 else f" (exit {entry['exit-code']})"
         self.write(f"[{self.done}/{self.total}] {spec.cell} {spec.phase} seed {spec.seed} "
-                   f"{json.dumps(spec.grid_point) if spec.grid_point else ''}: last-{self.metric} {score}{status} "
+                   f"{json.dumps(spec.grid_point) if spec.grid_point else ''}: last-k {metric} {score}{status} "
                    f"in {entry['seconds']:.0f} s; about {_duration(left)} left")
 
 
@@ -279,7 +282,7 @@ def _run_locked(study: Study, paths: StudyPaths, executor: Executor, jobs: int, 
     remaining = total_runs(study) - sum(1 for spec in tuning + report if spec.key in ledger)
     write(f"study {study.name}: {total_runs(study)} runs ({len(tuning)} tuning, "
           f"{len(study.cells()) * len(study.report_seeds)} report), {len(ledger.entries)} in the ledger {paths.ledger}")
-    progress = Progress(max(0, remaining), jobs, study.metric, write)
+    progress = Progress(max(0, remaining), jobs, study.metric, study.tuning_metric, write)
     budget = max_runs
     ran = execute_runs(study, tuning, ledger, paths, executor, jobs, progress, budget, retry_failed)
     if budget is not None:

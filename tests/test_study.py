@@ -236,6 +236,7 @@ def test_a_killed_study_finishes_without_rerunning_finished_runs(tmp_path, tiny_
     assert first[0] not in second  # the finished run was not run again
     assert len(second) == 5 and len(ledger.entries) == 6  # 2 tuning + 2 arms x 2 report seeds
     assert any("about" in line and "left" in line for line in lines)  # progress with the time left
+    assert any(" tune " in line and "last-k local-test-accuracy 0." in line for line in lines)  # the validation score
     report = (paths.out / "report.md").read_text()
     assert report.count("→ **") == 2  # one verdict line per claim
     assert "6 of 6 runs finished" in report and "81.3" in report
