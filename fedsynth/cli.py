@@ -303,11 +303,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = parse_overrides(args.run_config)
         if args.command == "run":
-            folder = run_simulation(app_dir, overrides, args.num_supernodes, args.cpus_per_client,
-                                    args.gpus_per_client)
-            summary = json.loads((folder / "summary.json").read_text())
-            print(json.dumps(summary, indent=2))
-            statuses = {str(summary.get("status", STATUS_OK)): str(summary.get("status-reason", ""))}
+            return run_command(app_dir, overrides, args.num_supernodes, args.cpus_per_client, args.gpus_per_client)
         else:
             algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
             folder = compare(app_dir, algorithms, overrides, args.num_supernodes, args.cpus_per_client, args.name,
@@ -324,6 +320,24 @@ def main(argv: list[str] | None = None) -> int:
         return _report_failure(err)
     if STATUS_FAILED_ROUNDS in statuses:
         print(f"fedsynth: completed with failed rounds: {statuses[STATUS_FAILED_ROUNDS]}", file=sys.stderr)
+        return EXIT_FAILED_ROUNDS
+    return EXIT_OK
+
+
+def run_command(app_dir: Path, overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float,
+                gpus_per_client: float = 0.0) -> int:
+    """`fedsynth run`: one run in simulation, its summary printed, and the exit code of how it ended (EXIT_*)."""
+    try:
+        folder = run_simulation(app_dir, overrides, num_supernodes, cpus_per_client, gpus_per_client)
+        summary = json.loads((folder / "summary.json").read_text())
+        print(json.dumps(summary, indent=2))
+        print(f"results: {folder}")
+    except BaseException as err:  # noqa: BLE001 - the CLI's job is to turn any failure into an exit code
+        if isinstance(err, (KeyboardInterrupt, SystemExit)):
+            raise
+        return _report_failure(err)
+    if summary.get("status", STATUS_OK) == STATUS_FAILED_ROUNDS:
+        print(f"fedsynth: completed with failed rounds: {summary.get('status-reason', '')}", file=sys.stderr)
         return EXIT_FAILED_ROUNDS
     return EXIT_OK
 
