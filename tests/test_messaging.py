@@ -137,7 +137,10 @@ def test_a_node_lost_mid_round_is_one_failure_with_its_partition_and_reason():
              for p, n in enumerate([11, 12, 13])]
     strategy = SimpleNamespace(nodes=nodes, check_reply=lambda reply: None)
     sent = sent_with_ids([11, 12, 13])
-    replies = [Message(RecordDict(), reply_to=sent[0]), superlink_answer_for_lost_node(sent[1])]
+    from flwr.app import MetricRecord
+
+    good = RecordDict({"metrics": MetricRecord({"num-examples": 10, "partition-id": 0, "train-loss": 0.5})})
+    replies = [Message(good, reply_to=sent[0]), superlink_answer_for_lost_node(sent[1])]
     outcome = collect_replies(strategy, sent, replies)
     assert len(outcome.good) == 1
     assert [(f["node"], f["partition"]) for f in outcome.failures] == [(12, 1), (13, 2)]

@@ -145,6 +145,8 @@ def strategy_setup():
 def round_messages(cfg, nodes, weights):
     strategy = FedAvgStrategy(cfg, nodes)
     sent = list(strategy.configure_train(1, to_record(weights), ConfigRecord({"lr": 0.1}), None))
+    for number, message in enumerate(sent):  # ids as a grid gives them when it pushes (replies are matched by them)
+        message.metadata.__dict__["_message_id"] = f"m{number}"
     return strategy, sent
 
 
