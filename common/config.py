@@ -60,8 +60,9 @@ class RunConfig:
     )
     hf_image_column: str = _key("", "`hf:<repo>` datasets: the image column; empty: found from the features.")
     hf_label_column: str = _key("", "`hf:<repo>` datasets: the label column; empty: found from the features.")
-    model: str = _key("cnn", "Model: cnn, cnn-gn (cnn with GroupNorm), mlp, convnet, resnet18; a U-Net (unet-small, unet-paper-mnist, "
-                      "unet-paper-cifar) makes the run a diffusion task.", "SPEC 3.3")
+    model: str = _key("auto", "Model: cnn, cnn-gn (cnn with GroupNorm), mlp, convnet, resnet18; a U-Net (unet-small, "
+                      "unet-paper-mnist, unet-paper-cifar) makes the run a diffusion task; auto: the algorithm's paper "
+                      "model (unet-paper-mnist for fedddpm and fedddpm+, cnn otherwise).", "SPEC 3.3")
     partition: str = _key(
         "dirichlet", "Split over clients: iid, dirichlet, shard, pathological, pairs (disjoint groups of "
         "classes-per-client classes, each group's samples split evenly over N / groups clients).",
@@ -269,17 +270,25 @@ class RunConfig:
         "diffusion task, sgd otherwise); a new one every round.", "FedDDPM: Adam",
     )
     sampler: str = _key(
-        "ddpm", "Diffusion task: sampler of every generated image (FID, grids, auxiliary set, QuickTest): ddpm "
+        "ddpm", "Diffusion task: sampler of the evaluation's images (FID, KID, grids, QuickTest): ddpm "
         "(ancestral, T steps) or ddim (eta 0, ddim-steps steps, for quick checks; results name the sampler).",
         "SPEC 4.4",
+    )
+    aux_sampler: str = _key(
+        "ddpm", "FedDDPM(+): sampler of the auxiliary set: ddpm (ancestral, the paper's) or ddim (ddim-steps steps).",
+        "FedDDPM Alg. 1",
     )
     ddim_steps: int = _key(50, "Diffusion task: steps of the ddim sampler.", "DDIM")
     fid_every: int = _key(
         10, "Diffusion task: FID and a sample grid every this many rounds and after the last; 0: only after the "
         "last.", "SPEC 3.6",
     )
-    fid_samples: int = _key(1000, "Diffusion task: generated images per FID (against the real training split).",
-                            "SPEC 3.6")
+    fid_samples: int = _key(1000, "Diffusion task: generated images per round's FID and KID (against the real "
+                            "training split).", "SPEC 3.6")
+    final_fid_samples: int = _key(
+        5000, "Diffusion task: generated images of the final model's final-fid, final-kid and class histogram "
+        "(mode coverage); 0: none.", "issue 17",
+    )
     fid_features: str = _key(
         "classifier", "FID feature extractor: classifier (small CNN trained on the training split, cached on disk, "
         "offline) or inception (Inception-v3, local weights only).", "SPEC 3.6",
@@ -298,12 +307,18 @@ class RunConfig:
     correction_epochs: int = _key(
         1, "FedDDPM: server epochs E on the auxiliary set after every aggregation.", "FedDDPM: 1 MNIST, 5 CIFAR"
     )
-    correction_lr: float = _key(5e-5, "FedDDPM(+): learning rate of the server's epochs on the auxiliary set.",
+    correction_lr: float = _key(5e-5, "FedDDPM: learning rate eta of the server's epochs on the auxiliary set after "
+                                "every aggregation (FedDDPM+'s one-shot uses oneshot-lr).",
                                 "FedDDPM: 5e-5")
     oneshot_epochs: int = _key(20, "FedDDPM+: epochs of the one-shot correction on the auxiliary set.",
                                "FedDDPM+: 20 MNIST, 30 CIFAR")
-    quicktest_every: int = _key(10, "FedDDPM+: QuickTest every this many rounds; 0: never (correct after the last).",
-                                "FedDDPM+: 10")
+    oneshot_lr: float = _key(
+        0.0, "FedDDPM+: learning rate of the one-shot correction; 0: the clients' lr (zeta).", "FedDDPM Alg. 2"
+    )
+    quicktest_every: int = _key(
+        10, "FedDDPM+: QuickTest at t = 0, every, 2*every, ... (t = round - 1: rounds 1, 11, 21 with 10); 0: never "
+        "(correct after the last).", "FedDDPM+ Alg. 3: t mod 10 = 0",
+    )
     quicktest_size: int = _key(500, "FedDDPM+: samples scored by each QuickTest (FID against the auxiliary set).",
                                "FedDDPM+: 500")
     quicktest_gamma: float = _key(0.4, "FedDDPM+: EMA weight gamma of the newest QuickTest score.", "FedDDPM+: 0.4")
@@ -315,13 +330,26 @@ class RunConfig:
         "(the auxiliary set's features) or clients (the nodes' pooled feature sums, asked for once).", "SPEC 4.4",
     )
 
+    def __post_init__(self) -> None:
+        if self.model == "auto":  # the algorithm's paper model when the user names none
+            object.__setattr__(self, "model", default_model(self.algorithm))
+
     def as_dict(self) -> dict[str, Any]:
         """The config as run-config keys (dashes), as written to config.json."""
         return {key_name(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
 
+    def oneshot_rate(self) -> float:
+        """FedDDPM+'s one-shot rate: `oneshot-lr`, or the clients' `lr` (Algorithm 2 trains it at zeta)."""
+        return self.oneshot_lr or self.lr
+
     def local_lr(self, server_round: int) -> float:
         """Learning rate of a round, `lr * lr-decay^(round-1)`."""
         return self.lr * self.lr_decay ** (server_round - 1)
+
+
+def default_model(algorithm: str) -> str:
+    """`model = "auto"`: FedDDPM's MNIST U-Net for the diffusion algorithms, the simple CNN otherwise."""
+    return "unet-paper-mnist" if algorithm in ("fedddpm", "fedddpm+") else "cnn"
 
 
 def key_name(field_name: str) -> str:
@@ -376,7 +404,7 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     hf = is_hf(cfg.dataset)
     _require(cfg.dataset in DATASETS or (hf and len(cfg.dataset) > 3), "dataset", cfg.dataset,
              "one of " + ", ".join(DATASETS) + " or hf:<repo>")
-    _check_choice("model", cfg.model, MODELS + tuple(UNET_PRESETS))
+    _check_choice("model", cfg.model, ("auto",) + MODELS + tuple(UNET_PRESETS))
     _check_choice("partition", cfg.partition, PARTITIONS)
     _check_choice("aggregation", cfg.aggregation, AGGREGATIONS)
     _require(cfg.num_server_rounds >= 1, "num-server-rounds", cfg.num_server_rounds, "an integer >= 1")
@@ -502,9 +530,12 @@ def _check_diffusion_values(cfg: RunConfig) -> None:
              cfg.diffusion_timesteps, "0 (the U-Net preset's) or an integer >= 2")
     _check_choice("local-optimizer", cfg.local_optimizer, OPTIMIZERS)
     _check_choice("sampler", cfg.sampler, SAMPLERS)
+    _check_choice("aux-sampler", cfg.aux_sampler, SAMPLERS)
     _require(cfg.ddim_steps >= 1, "ddim-steps", cfg.ddim_steps, "an integer >= 1")
     _require(cfg.fid_every >= 0, "fid-every", cfg.fid_every, "an integer >= 0 (0: only after the last round)")
     _require(cfg.fid_samples >= 2, "fid-samples", cfg.fid_samples, "an integer >= 2")
+    _require(cfg.final_fid_samples == 0 or cfg.final_fid_samples >= 2, "final-fid-samples", cfg.final_fid_samples,
+             "0 (none) or an integer >= 2")
     _check_choice("fid-features", cfg.fid_features, FID_EXTRACTORS)
     _require(cfg.warmup_epochs >= 1, "warmup-epochs", cfg.warmup_epochs, "an integer >= 1")
     _require(cfg.warmup_steps >= 0, "warmup-steps", cfg.warmup_steps, "an integer >= 0 (0: use warmup-epochs)")
@@ -513,6 +544,7 @@ def _check_diffusion_values(cfg: RunConfig) -> None:
     _require(cfg.correction_epochs >= 0, "correction-epochs", cfg.correction_epochs, "an integer >= 0")
     _require(cfg.correction_lr > 0, "correction-lr", cfg.correction_lr, "a number > 0")
     _require(cfg.oneshot_epochs >= 0, "oneshot-epochs", cfg.oneshot_epochs, "an integer >= 0")
+    _require(cfg.oneshot_lr >= 0, "oneshot-lr", cfg.oneshot_lr, "a number >= 0 (0: the clients' lr)")
     _require(cfg.quicktest_every >= 0, "quicktest-every", cfg.quicktest_every, "an integer >= 0 (0: never)")
     _require(cfg.quicktest_size >= 2, "quicktest-size", cfg.quicktest_size, "an integer >= 2")
     _require(0 < cfg.quicktest_gamma <= 1, "quicktest-gamma", cfg.quicktest_gamma, "a number in (0, 1]")
@@ -534,7 +566,7 @@ def _check_diffusion_values(cfg: RunConfig) -> None:
              f"a side divisible by {preset.downsampling} for model '{cfg.model}' (the dataset's own side is "
              f"{dataset_info(cfg.dataset).height}; e.g. image-size = {max(preset.downsampling, side // preset.downsampling * preset.downsampling)})")
     timesteps = cfg.diffusion_timesteps or preset.timesteps
-    _require(cfg.sampler != "ddim" or cfg.ddim_steps <= timesteps, "ddim-steps", cfg.ddim_steps,
+    _require("ddim" not in (cfg.sampler, cfg.aux_sampler) or cfg.ddim_steps <= timesteps, "ddim-steps", cfg.ddim_steps,
              f"at most T = {timesteps} (diffusion-timesteps)")
 
 

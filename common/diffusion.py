@@ -304,6 +304,11 @@ def sampler_spec(cfg: "RunConfig") -> SamplerSpec:
     return SamplerSpec(cfg.sampler, num_timesteps(cfg), cfg.ddim_steps)
 
 
+def aux_sampler_spec(cfg: "RunConfig") -> SamplerSpec:
+    """The sampler of FedDDPM's auxiliary set (`aux-sampler`, `ddim-steps`): ancestral by default, as the paper."""
+    return SamplerSpec(cfg.aux_sampler, num_timesteps(cfg), cfg.ddim_steps)
+
+
 @torch.no_grad()
 def _sample_batch(model: nn.Module, schedule: Schedule, spec: SamplerSpec, shape: tuple[int, ...],
                   generator: torch.Generator, device: torch.device) -> torch.Tensor:

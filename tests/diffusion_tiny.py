@@ -1,7 +1,7 @@
-"""The smallest diffusion-task run config the tests use (8x8 images, T = 20, DDIM-5 samples)."""
+"""The smallest diffusion-task run config the tests use (8x8 images, T = 20, DDIM-5 samples; the auxiliary set ancestral)."""
 
 TINY_DIFFUSION = {
     "model": "unet-small", "image-size": 8, "diffusion-timesteps": 20, "lr": 1e-3, "aggregation": "uniform",
-    "sampler": "ddim", "ddim-steps": 5, "fid-samples": 32, "fid-every": 0,
+    "sampler": "ddim", "ddim-steps": 5, "fid-samples": 32, "final-fid-samples": 48, "fid-every": 0,
     "warmup-epochs": 1, "aux-fraction": 0.05, "quicktest-size": 16,
 }

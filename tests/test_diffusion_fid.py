@@ -89,3 +89,42 @@ def test_inception_loads_local_weights_and_gives_pool_features(tmp_path, monkeyp
 def test_unknown_extractor_is_refused():
     with pytest.raises(ValueError, match="classifier, inception"):
         make_extractor("clip", "fashion-mnist", 16)
+
+
+def test_classifier_trains_to_convergence_and_reports_its_accuracy(extractor_and_data):
+    """Training stops when the held-out accuracy has not improved for CLASSIFIER_PATIENCE epochs (or at the cap);
+    the cache records the epochs, the best epoch, the held-out and the test accuracy."""
+    extractor, _, _, _ = extractor_and_data
+    info = extractor.info
+    epochs, best = int(info["epochs"]), int(info["best-epoch"])
+    assert 1 <= best <= epochs <= fid_features.CLASSIFIER_MAX_EPOCHS
+    assert epochs == fid_features.CLASSIFIER_MAX_EPOCHS or epochs - best == fid_features.CLASSIFIER_PATIENCE
+    assert 0 < float(info["holdout-accuracy"]) <= 1 and 0 < float(info["test-accuracy"]) <= 1
+
+
+def test_stopping_keeps_the_best_epoch_by_hand(monkeypatch):
+    """Held-out accuracies 0.5, 0.7, 0.6, 0.65 with patience 2: stop after epoch 4, keep epoch 2."""
+    accuracies = iter([0.5, 0.7, 0.6, 0.65, 0.9])
+    monkeypatch.setattr(fid_features, "classifier_accuracy", lambda *a, **k: next(accuracies))
+    rng = np.random.default_rng(0)
+    x, y = rng.uniform(-1, 1, size=(60, 1, 8, 8)).astype(np.float32), rng.integers(0, 3, size=60)
+    _, report = fid_features.train_feature_classifier(x, y, 3, max_epochs=10, patience=2)
+    assert (report.epochs, report.best_epoch, report.holdout_accuracy) == (4, 2, 0.7)
+
+
+def test_classifier_labels_images_for_the_class_histogram(extractor_and_data, tiny_data_dir):
+    extractor, _, test, _ = extractor_and_data
+    data = load_dataset("fashion-mnist", tiny_data_dir)
+    predicted = extractor.predict(extractor.features(test))
+    assert predicted.shape == (len(test),) and np.mean(predicted == data.y_test) == pytest.approx(
+        float(extractor.info["test-accuracy"]), abs=1e-4)
+
+
+def test_reference_features_for_kid_are_a_cached_fixed_subset(extractor_and_data, tiny_data_dir, monkeypatch):
+    extractor, train, _, cache = extractor_and_data
+    first = fid_features.train_reference_features(extractor, "fashion-mnist", 16, str(tiny_data_dir), cache, count=100)
+    assert first.shape == (100, 128)
+    monkeypatch.setattr("common.datasets.load_dataset", lambda *a, **k: (_ for _ in ()).throw(AssertionError))
+    np.testing.assert_array_equal(
+        fid_features.train_reference_features(extractor, "fashion-mnist", 16, str(tiny_data_dir), cache, count=100),
+        first)

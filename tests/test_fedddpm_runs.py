@@ -13,7 +13,7 @@ from common.diffusion import linear_schedule, optimizer_kind, seeded_generator, 
 from common.records import load_weights, model_weights
 from common.task import make_model
 from server_app.registry import SERVER_STRATEGIES
-from server_app.strategies.fedddpm import FedDDPMStrategy, auxiliary_count, quicktest
+from server_app.strategies.fedddpm import FedDDPMPlusStrategy, FedDDPMStrategy, auxiliary_count, quicktest, quicktest_due
 from tests.diffusion_tiny import TINY_DIFFUSION
 from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
@@ -61,6 +61,8 @@ def test_fedddpm_warms_up_builds_the_auxiliary_set_and_corrects_every_round(fedd
     assert np.isfinite(summary["final-fid"]) and summary["final-fid-round"] == 2
     assert summary["fid-features"].startswith("classifier") and summary["sampler"] == "ddim-5-of-T20"
     assert summary["aux-size"] == len(strategy.auxiliary)
+    assert summary["aux-sampler"] == "ddpm-ancestral-T20"  # the paper's sampler, whatever the evaluation uses
+    assert np.isfinite(warmup["aux-kid"])
     for name in ("auxiliary.png", "samples-final.png", "samples-round-0002.png", "fid.png", "model.safetensors"):
         assert (results.path / name).is_file(), name
 
@@ -86,7 +88,7 @@ def test_correction_is_the_ddpm_loss_on_the_auxiliary_set(fedddpm_run, tiny_data
     cfg = strategy.cfg
     start = model_weights(make_model(cfg, seeded=True))
     strategy._round = 7
-    corrected = strategy.correct(start, epochs=2)
+    corrected = strategy.correct(start, epochs=2, lr=cfg.correction_lr)
 
     model = make_model(cfg)
     load_weights(model, start)
@@ -171,7 +173,10 @@ def test_baselines_train_ddpms_unchanged(tmp_path, tiny_data_dir, algorithm):
 
 
 @pytest.mark.parametrize("extra, key", [
-    ({"algorithm": "fedddpm"}, "'model'"),
+    ({"algorithm": "fedddpm", "model": "cnn"}, "'model'"),
+    ({"model": "unet-small", "aux-sampler": "euler"}, "'aux-sampler'"),
+    ({"model": "unet-small", "oneshot-lr": -1e-4}, "'oneshot-lr'"),
+    ({"model": "unet-small", "final-fid-samples": 1}, "'final-fid-samples'"),
     ({"algorithm": "moon", "model": "unet-small"}, "'algorithm'"),
     ({"model": "unet-paper-mnist", "image-size": 30}, "'image-size'"),
     ({"model": "cnn", "image-size": 16}, "'image-size'"),
@@ -239,3 +244,98 @@ def test_bad_feature_sums_are_refused():
     assert "malformed" in check_feature_sums(reply(np.ones(3), np.eye(3), n=-1), 3)[0]
     failed = Message(Error(code=2, reason="boom"), reply_to=Message(RecordDict(), dst_node_id=1, message_type="query.x"))
     assert "boom" in check_feature_sums(failed, 3)[0]
+
+
+def test_the_final_model_is_scored_with_final_fid_samples_fid_kid_and_class_histogram(fedddpm_run):
+    summary, results, _, _, _ = fedddpm_run
+    last = results.rounds[-1]
+    assert last["final-fid-samples"] == summary["final-fid-samples"] == 48  # TINY_DIFFUSION's
+    assert np.isfinite(last["fid"]) and np.isfinite(last["kid"])  # the round-sized (32) scores stay in the curve
+    for key in ("final-fid", "final-kid", "final-kid-std"):
+        assert np.isfinite(summary[key]) and summary[key] == last[key], key
+    histogram = summary["final-class-histogram"]
+    assert len(histogram) == 10 and sum(histogram) == pytest.approx(1.0, abs=1e-3)
+    assert 0 <= summary["final-classes-covered"] <= 10 and 0 <= summary["final-class-entropy"] <= 1
+    assert 0 < summary["fid-classifier-test-accuracy"] <= 1
+
+
+def test_quicktest_counts_t_from_zero_as_algorithm_3():
+    """t mod 10 = 0 with t = round - 1: rounds 1, 11, 21, so QuickTest can fire (at 11 or 21) in 30 rounds."""
+    assert [r for r in range(1, 31) if quicktest_due(r, 10)] == [1, 11, 21]
+    assert [r for r in range(1, 6) if quicktest_due(r, 1)] == [1, 2, 3, 4, 5]
+    assert not any(quicktest_due(r, 0) for r in range(1, 31))
+
+
+def test_fedddpm_plus_quicktests_at_rounds_1_and_3_with_every_2(tmp_path, tiny_data_dir):
+    raw = diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm+", **{
+        "num-server-rounds": 5, "quicktest-every": 2, "quicktest-threshold": 1e9, "oneshot-epochs": 1,
+    })
+    summary, results, _, _ = run_inprocess(raw, num_nodes=2)
+    tested = [r["round"] for r in results.rounds if "quicktest-fid" in r]
+    assert tested == [1, 3] and summary["stopped-at-round"] == 3 and summary["stop-reason"] == "quicktest"
+
+
+def _plus_strategy(tmp_path, tiny_data_dir, **extra) -> FedDDPMPlusStrategy:
+    cfg = parse_run_config(diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm+", **{
+        "num-server-rounds": 2, "quicktest-every": 0, "oneshot-epochs": 1, **extra}), SERVER_STRATEGIES)
+    strategy = FedDDPMPlusStrategy(cfg, [])
+    strategy.auxiliary = np.random.default_rng(0).uniform(-1, 1, size=(8, 1, 8, 8)).astype(np.float32)
+    return strategy
+
+
+@pytest.mark.parametrize("extra, expected", [({}, 1e-3), ({"oneshot-lr": 3e-4}, 3e-4)])
+def test_the_one_shot_correction_runs_at_the_clients_learning_rate(tmp_path, tiny_data_dir, monkeypatch, extra,
+                                                                   expected):
+    """Algorithm 2 trains the one-shot correction at zeta, the clients' rate (TINY_DIFFUSION's lr = 1e-3),
+    not at FedDDPM's correction-lr eta; oneshot-lr overrides it."""
+    import common.diffusion
+
+    rates = []
+    real = common.diffusion.make_optimizer
+
+    def recording(params, kind, lr, **kwargs):
+        rates.append(lr)
+        return real(params, kind, lr, **kwargs)
+
+    monkeypatch.setattr(common.diffusion, "make_optimizer", recording)
+    strategy = _plus_strategy(tmp_path, tiny_data_dir, **extra)
+    assert strategy.cfg.correction_lr != expected
+    start = model_weights(make_model(strategy.cfg, seeded=True))
+    strategy._round = 2  # the last round: QuickTest never fired, so the one-shot correction runs now
+    corrected = strategy.after_aggregation(start)
+    assert rates == [expected] and strategy._round_metrics["correction-lr"] == expected
+    assert strategy.stop_reason == "last-round" and any(not np.array_equal(corrected[k], start[k]) for k in start)
+
+
+def test_fedddpm_corrects_at_the_correction_rate(tmp_path, tiny_data_dir, monkeypatch):
+    import common.diffusion
+
+    rates = []
+    real = common.diffusion.make_optimizer
+    monkeypatch.setattr(common.diffusion, "make_optimizer",
+                        lambda params, kind, lr, **kw: rates.append(lr) or real(params, kind, lr, **kw))
+    cfg = parse_run_config(diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm"), SERVER_STRATEGIES)
+    strategy = FedDDPMStrategy(cfg, [])
+    strategy.auxiliary = np.zeros((4, 1, 8, 8), dtype=np.float32)
+    strategy.after_aggregation(model_weights(make_model(cfg, seeded=True)))
+    assert rates == [cfg.correction_lr] == [5e-5]
+
+
+def test_the_diffusion_algorithms_default_to_the_papers_u_net():
+    """`--run-config "algorithm='fedddpm'"` alone: model = "auto" is FedDDPM's MNIST U-Net."""
+    from common.config import RunConfig, parse_overrides
+
+    for algorithm in ("fedddpm", "fedddpm+"):
+        assert parse_run_config(parse_overrides(f"algorithm='{algorithm}'"), SERVER_STRATEGIES).model == "unet-paper-mnist"
+    assert parse_run_config({"algorithm": "fedavg"}, SERVER_STRATEGIES).model == "cnn"
+    assert parse_run_config({"algorithm": "fedddpm", "model": "unet-small"}, SERVER_STRATEGIES).model == "unet-small"
+    assert RunConfig().model == "cnn" and RunConfig(algorithm="fedddpm+").model == "unet-paper-mnist"
+
+
+def test_aux_sampler_ddim_is_an_option(tmp_path, tiny_data_dir):
+    from common.diffusion import aux_sampler_spec
+
+    cfg = parse_run_config(diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm", **{"aux-sampler": "ddim"}),
+                           SERVER_STRATEGIES)
+    assert aux_sampler_spec(cfg).label == "ddim-5-of-T20"
+    assert aux_sampler_spec(parse_run_config({"model": "unet-small"}, SERVER_STRATEGIES)).label == "ddpm-ancestral-T500"

@@ -9,7 +9,12 @@ import pytest
 
 from common.fid import (
     GaussianStats,
+    class_histogram,
+    classes_covered,
     feature_sums,
+    kernel_inception_distance,
+    normalized_entropy,
+    unbiased_mmd2,
     frechet_distance,
     gaussian_stats,
     stats_from_sums,
@@ -185,3 +190,61 @@ def test_frechet_distance_validates_shapes() -> None:
     bad_cov = GaussianStats(mean=np.zeros(2), cov=np.eye(3), count=5)
     with pytest.raises(ValueError, match="second covariance"):
         frechet_distance(a, bad_cov)
+
+
+# ----- KID ------------------------------------------------------------------------------------
+
+
+def test_unbiased_mmd2_hand_example() -> None:
+    # d = 1, degree 1, coef 0: k(a, b) = a b. x = (1, 2), y = (0, 1).
+    # k_xx off-diagonal: 2 * (1*2) = 4; k_yy off-diagonal: 2 * 0 = 0; over m(m-1) = 2 -> 2.
+    # k_xy sum: (1 + 2) * (0 + 1) = 3; 2 * 3 / m^2 = 1.5. MMD^2 = 2 - 1.5 = 0.5.
+    x, y = np.array([[1.0], [2.0]]), np.array([[0.0], [1.0]])
+    assert unbiased_mmd2(x, y, degree=1, coef=0.0) == pytest.approx(0.5)
+    # the default cubic kernel (a b + 1)^3: k_xx off 27, k_yy off 1, k_xy 1, 8, 1, 27 -> (54 + 2)/2 - 2*37/4
+    assert unbiased_mmd2(x, y) == pytest.approx(28.0 - 18.5)
+
+
+def test_kid_is_torchmetrics_estimator_on_our_features() -> None:
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(200, 8)), rng.normal(0.3, 1.0, size=(200, 8))
+    # one subset holding every sample: KID is the unbiased MMD^2 of the two sets
+    mean, std = kernel_inception_distance(a, b, subsets=3, subset_size=200)
+    assert mean == pytest.approx(unbiased_mmd2(a, b), rel=1e-5) and std == pytest.approx(0.0, abs=1e-6)
+    assert kernel_inception_distance(a, b, seed=1) == kernel_inception_distance(a, b, seed=1)  # seeded subsets
+
+
+def test_kid_of_a_set_against_itself_is_near_zero_and_a_shift_makes_it_larger() -> None:
+    rng = np.random.default_rng(1)
+    features = rng.normal(size=(2000, 32))
+
+    def kid(a: np.ndarray, b: np.ndarray) -> float:
+        return kernel_inception_distance(a, b, subsets=30, subset_size=500)[0]
+
+    same, fresh = kid(features, features), kid(features, rng.normal(size=(2000, 32)))
+    shifted, far = kid(features, features + 0.3), kid(features, features + 1.0)
+    # a subset of a set against a subset of itself shares samples: slightly negative, within a few % of a 0.3 shift
+    assert abs(same) < 0.03 * shifted and abs(fresh) < 0.03 * shifted
+    assert 0 < shifted < far
+
+
+def test_kid_refuses_mismatched_features() -> None:
+    with pytest.raises(ValueError, match="widths"):
+        kernel_inception_distance(np.zeros((5, 3)), np.zeros((5, 4)))
+    with pytest.raises(ValueError, match="equal-size"):
+        unbiased_mmd2(np.zeros((5, 3)), np.zeros((4, 3)))
+
+
+# ----- mode coverage ----------------------------------------------------------------------
+
+
+def test_class_histogram_coverage_and_entropy_by_hand() -> None:
+    histogram = class_histogram(np.array([0, 0, 1, 3]), 4)
+    np.testing.assert_allclose(histogram, [0.5, 0.25, 0.0, 0.25])
+    assert classes_covered(histogram) == 3  # class 2 gets nothing
+    assert classes_covered(np.array([0.9, 0.05, 0.05]), min_share=0.25) == 1  # 0.05 < 0.25 / 3
+    # entropy of (1/2, 1/4, 1/4) over log 4 = 1.5 bits / 2 bits
+    assert normalized_entropy(histogram) == pytest.approx(0.75)
+    assert normalized_entropy(np.full(10, 0.1)) == pytest.approx(1.0)
+    assert normalized_entropy(np.array([1.0, 0.0, 0.0])) == 0.0
+    np.testing.assert_array_equal(class_histogram(np.array([], dtype=np.int64), 3), [0.0, 0.0, 0.0])

@@ -13,17 +13,23 @@ nor loses A. Rounds then start from the initial model w_0, as in Algorithm 1.
 - **FedDDPM** (Algorithm 1): FedAvg rounds (the paper averages uniformly:
   `aggregation = "uniform"`), and after every aggregation `correction-epochs`
   epochs of the DDPM loss on A with learning rate `correction-lr`.
-- **FedDDPM+** (Algorithms 2, 3): plain FedAvg rounds; every
-  `quicktest-every` rounds QuickTest scores `quicktest-size` samples of the
+- **FedDDPM+** (Algorithms 2, 3): plain FedAvg rounds; at t = 0, 10, 20, ...
+  (Algorithm 3 counts t from 0: 1-based rounds 1, 11, 21 with
+  `quicktest-every` = 10) QuickTest scores `quicktest-size` samples of the
   global model by FID against reference statistics that need no real data at
   the server (`quicktest-reference`): those of A's features, or the pooled
   Gaussian of all nodes' features, assembled once from each node's sums
   (sum f, sum f f^T, n) with the `fid_stats` query; it keeps an EMA `avg = gamma * score + (1 - gamma) * avg`; when
   `|avg - score| <= quicktest-threshold`, the server runs
-  `oneshot-epochs` epochs on A once and the run stops (the round is recorded).
+  `oneshot-epochs` epochs on A once, at the clients' learning rate zeta
+  (Algorithm 2; `oneshot-lr` overrides it), and the run stops (the round is
+  recorded).
   Our choice where the paper is silent: if QuickTest has not fired by the last
   round, the one-shot correction runs after it, so the result of a run with a
   fixed round budget is still a corrected model (`stop-reason` records which).
+
+The auxiliary set is drawn with the ancestral sampler, as in the paper
+(`aux-sampler`; DDIM for quick checks), whatever sampler the evaluation uses.
 
 The server's epochs use the optimizer of the clients' local training
 (`local-optimizer`; Adam for the diffusion task by default): the paper's server
@@ -47,8 +53,8 @@ from flwr.serverapp import Grid
 
 from common.config import RunConfig
 from common.diffusion import (
-    image_shape, linear_schedule, num_timesteps, optimizer_kind, sample, sampler_spec, save_image_grid,
-    seeded_generator, train_on_images,
+    aux_sampler_spec, image_shape, linear_schedule, num_timesteps, optimizer_kind, sample, sampler_spec,
+    save_image_grid, seeded_generator, train_on_images,
 )
 from common.evaluation import resolve_device
 from common.fid import GaussianStats
@@ -87,6 +93,11 @@ def quicktest(average: float | None, score: float, gamma: float, threshold: floa
     if average is None:
         return False, score
     return False, gamma * score + (1.0 - gamma) * average
+
+
+def quicktest_due(server_round: int, every: int) -> bool:
+    """Algorithm 3's `t mod every == 0` with t = server_round - 1 counted from 0: rounds 1, 1 + every, ..."""
+    return every > 0 and (server_round - 1) % every == 0
 
 
 def check_feature_sums(reply: Message, dim: int | None, max_examples: int | None = None) -> tuple[str | None, Weights, int]:
@@ -153,7 +164,7 @@ class FedDDPMStrategy(FedAvgStrategy):
     def run_summary(self) -> dict[str, Any]:
         """What this algorithm adds to summary.json."""
         return {"aux-size": 0 if self.auxiliary is None else int(len(self.auxiliary)),
-                "aux-sampler": sampler_spec(self.cfg).label}
+                "aux-sampler": aux_sampler_spec(self.cfg).label}
 
     def warmup(self, grid: Grid, results: "RunResults") -> None:
         """Every node trains and uploads its warm DDPM once; the server samples the auxiliary set from them."""
@@ -204,11 +215,12 @@ class FedDDPMStrategy(FedAvgStrategy):
             from server_app.diffusion_eval import DiffusionEvaluator
 
             evaluator = DiffusionEvaluator(self.cfg, results)
-            record["aux-fid"] = evaluator.extractor().fid(self.auxiliary, evaluator.reference())
+            aux_scores = evaluator.scores(self.auxiliary, seed=0)
+            record.update({"aux-fid": aux_scores["fid"], "aux-kid": aux_scores["kid"]})
         record["round-time"] = time.monotonic() - start
         results.log_round(record)
         log(INFO, "warmup done: auxiliary set of %d images (%s) in %.1fs", len(self.auxiliary),
-            sampler_spec(self.cfg).label, record["round-time"])
+            aux_sampler_spec(self.cfg).label, record["round-time"])
 
     def _check_warm_reply(self, reply: Message, initial: Weights) -> tuple[str | None, Weights]:
         if reply.has_error():
@@ -230,9 +242,9 @@ class FedDDPMStrategy(FedAvgStrategy):
         return problem, weights
 
     def sample_auxiliary(self, warm: list[tuple[int, int, Weights]]) -> np.ndarray:
-        """A = union of |A_i| samples of each node's warm model (ancestral sampler unless `sampler` says otherwise)."""
+        """A = union of |A_i| samples of each node's warm model (ancestral sampler unless `aux-sampler` says otherwise)."""
         model = make_model(self.cfg).to(self.device)
-        spec, shape = sampler_spec(self.cfg), image_shape(self.cfg)
+        spec, shape = aux_sampler_spec(self.cfg), image_shape(self.cfg)
         parts = []
         for partition_id, num_examples, weights in warm:
             count = auxiliary_count(num_examples, self.cfg.aux_fraction)
@@ -244,8 +256,8 @@ class FedDDPMStrategy(FedAvgStrategy):
         return np.concatenate(parts).astype(np.float32)
 
     # ----- the server's correction -------------------------------------------------------------
-    def correct(self, weights: Weights, epochs: int) -> Weights:
-        """`epochs` epochs of the DDPM loss on A from `weights`, learning rate `correction-lr`."""
+    def correct(self, weights: Weights, epochs: int, lr: float) -> Weights:
+        """`epochs` epochs of the DDPM loss on A from `weights` at learning rate `lr`."""
         if self.auxiliary is None or epochs <= 0:
             return weights
         start = time.monotonic()
@@ -254,16 +266,16 @@ class FedDDPMStrategy(FedAvgStrategy):
         model.to(self.device)
         loss = train_on_images(
             model, torch.from_numpy(self.auxiliary).to(self.device), self.schedule, epochs=epochs,
-            batch_size=self.cfg.batch_size, lr=self.cfg.correction_lr, optimizer=optimizer_kind(self.cfg),
+            batch_size=self.cfg.batch_size, lr=lr, optimizer=optimizer_kind(self.cfg),
             generator=seeded_generator(self.cfg.seed, self._round, 0, _CORRECTION_STREAM),
         )
-        self._round_metrics.update({"correction-loss": loss, "correction-epochs": epochs,
+        self._round_metrics.update({"correction-loss": loss, "correction-epochs": epochs, "correction-lr": lr,
                                     "correction-time": time.monotonic() - start})
         return model_weights(model)
 
     def after_aggregation(self, weights: Weights) -> Weights:
-        """FedDDPM: correct after every aggregation."""
-        return self.correct(weights, self.cfg.correction_epochs)
+        """FedDDPM: correct after every aggregation at `correction-lr` (eta)."""
+        return self.correct(weights, self.cfg.correction_epochs, self.cfg.correction_lr)
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         return self.after_aggregation(super().server_step(mean_delta, replies))
@@ -278,9 +290,9 @@ class FedDDPMStrategy(FedAvgStrategy):
 
     def summary(self) -> None:
         super().summary()
-        log(INFO, "%s: warmup %s, aux-fraction %g, correction-epochs %d, oneshot-epochs %d, correction-lr %g",
-            type(self).__name__, self.warmup_length(), self.cfg.aux_fraction, self.cfg.correction_epochs,
-            self.cfg.oneshot_epochs, self.cfg.correction_lr)
+        log(INFO, "%s: warmup %s, aux-fraction %g (%s), correction-epochs %d at %g, oneshot-epochs %d at %g",
+            type(self).__name__, self.warmup_length(), self.cfg.aux_fraction, aux_sampler_spec(self.cfg).label,
+            self.cfg.correction_epochs, self.cfg.correction_lr, self.cfg.oneshot_epochs, self.cfg.oneshot_rate())
 
     def warmup_length(self) -> str:
         """`warmup-steps` steps or `warmup-epochs` epochs, for logs."""
@@ -288,7 +300,7 @@ class FedDDPMStrategy(FedAvgStrategy):
 
 
 class FedDDPMPlusStrategy(FedDDPMStrategy):
-    """FedDDPM+: FedAvg rounds, QuickTest every `quicktest-every` rounds, one-shot correction on A, stop."""
+    """FedDDPM+: FedAvg rounds, QuickTest at t = 0, 10, 20, ..., one-shot correction on A at the clients' rate, stop."""
 
     def __init__(self, cfg: RunConfig, nodes: list[NodeInfo]) -> None:
         super().__init__(cfg, nodes)
@@ -391,7 +403,7 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
 
     def after_aggregation(self, weights: Weights) -> Weights:
         last = self._round == self.cfg.num_server_rounds
-        if self.auxiliary is not None and self.cfg.quicktest_every and self._round % self.cfg.quicktest_every == 0:
+        if self.auxiliary is not None and quicktest_due(self._round, self.cfg.quicktest_every):
             start = time.monotonic()
             score = self.quicktest_score(weights)
             fired, self.quicktest_average = quicktest(self.quicktest_average, score, self.cfg.quicktest_gamma,
@@ -406,7 +418,7 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
         if self.stop_reason == "quicktest" or last:
             self.stop_reason = self.stop_reason or "last-round"
             self.stopped_at = self._round
-            return self.correct(weights, self.cfg.oneshot_epochs)
+            return self.correct(weights, self.cfg.oneshot_epochs, self.cfg.oneshot_rate())
         return weights
 
     def run_summary(self) -> dict[str, Any]:
