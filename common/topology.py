@@ -193,6 +193,18 @@ def adjacency(
     return full
 
 
+def _links_and_degrees(adj: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """A square symmetric adjacency without self-loops, and each node's degree; ValueError otherwise."""
+    adj = np.asarray(adj).astype(bool)
+    if adj.ndim != 2 or adj.shape[0] != adj.shape[1]:
+        raise ValueError(f"adjacency must be square, got shape {adj.shape}")
+    if not np.array_equal(adj, adj.T):
+        raise ValueError("adjacency must be symmetric")
+    adj = adj.copy()
+    np.fill_diagonal(adj, False)
+    return adj, adj.sum(axis=1)
+
+
 def metropolis_hastings_weights(adj: np.ndarray) -> np.ndarray:
     """Metropolis-Hastings mixing matrix for an undirected graph.
 
@@ -201,14 +213,7 @@ def metropolis_hastings_weights(adj: np.ndarray) -> np.ndarray:
     stochastic for any graph; W_ii >= 1/(1+d_i) > 0, so self-loops are kept.
     The diagonal of `adj` is ignored.
     """
-    adj = np.asarray(adj).astype(bool)
-    if adj.ndim != 2 or adj.shape[0] != adj.shape[1]:
-        raise ValueError(f"adjacency must be square, got shape {adj.shape}")
-    if not np.array_equal(adj, adj.T):
-        raise ValueError("adjacency must be symmetric")
-    adj = adj.copy()
-    np.fill_diagonal(adj, False)
-    degree = adj.sum(axis=1)
+    adj, degree = _links_and_degrees(adj)
     pair_max = np.maximum(degree[:, None], degree[None, :])
     w = np.where(adj, 1.0 / (1.0 + pair_max), 0.0)
     np.fill_diagonal(w, 1.0 - w.sum(axis=1))
@@ -221,14 +226,7 @@ def uniform_weights(adj: np.ndarray) -> np.ndarray:
     Only a regular graph makes these weights symmetric and doubly stochastic,
     so any other graph is refused (use Metropolis-Hastings there).
     """
-    adj = np.asarray(adj).astype(bool)
-    if adj.ndim != 2 or adj.shape[0] != adj.shape[1]:
-        raise ValueError(f"adjacency must be square, got shape {adj.shape}")
-    if not np.array_equal(adj, adj.T):
-        raise ValueError("adjacency must be symmetric")
-    adj = adj.copy()
-    np.fill_diagonal(adj, False)
-    degree = adj.sum(axis=1)
+    adj, degree = _links_and_degrees(adj)
     if degree.min() != degree.max():
         raise ValueError(
             f"uniform mixing needs every node to have the same number of neighbours, but degrees range "

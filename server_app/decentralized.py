@@ -69,7 +69,7 @@ from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, 
 from server_app.evaluation import CentralEvaluator
 from server_app.loop import TooManyFailedRounds
 from server_app.messaging import match_replies, send_and_receive
-from server_app.outcome import STATUS_FAILED, RunFailed, run_outcome, status_fields
+from server_app.outcome import conclude
 from server_app.reply_checks import check_train_metrics
 from server_app.strategies.fedavg import NodeInfo, checked_evaluate_metrics
 
@@ -448,12 +448,7 @@ class DecentralizedRelay:
             # the nodes' own (mixed) models on their local test splits in the last round; evaluating all N
             # models on the central test set as well would cost N evaluations per run
             summary.update({f"final-{k}": v for k, v in rounds[-1].items() if k.startswith("node-accuracy-")})
-        status, reason = run_outcome(results.rounds, mean)
-        summary.update(status_fields(status, reason, results.rounds))
-        summary["results-dir"] = str(results.path)
-        if status == STATUS_FAILED:  # nothing worth keeping: no model file, a summary that says why
-            results.write_summary(summary)
-            raise RunFailed(reason)
+        conclude(summary, results, mean)
         summary.update(self._final_evaluate(grid, mean))
         if cfg.save_model:
             results.write_model(mean)

@@ -30,7 +30,7 @@ from server_app.checkpoint import Checkpoint, load_checkpoint, node_table, save_
 from server_app.diffusion_eval import DiffusionEvaluator
 from server_app.evaluation import CentralEvaluator
 from server_app.messaging import match_replies, send_and_receive
-from server_app.outcome import STATUS_FAILED, STATUS_OK, RunFailed, run_outcome, status_fields
+from server_app.outcome import STATUS_OK, conclude
 from server_app.reply_checks import check_train_metrics
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 
@@ -204,12 +204,7 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
         summary["best-central-accuracy"] = max(r["central-accuracy"] for r in last_central)
     if diffusion is not None:
         summary.update(diffusion.summary())
-    status, reason = run_outcome(results.rounds, weights)
-    summary.update(status_fields(status, reason, results.rounds))
-    summary["results-dir"] = str(results.path)
-    if status == STATUS_FAILED:  # nothing worth keeping: no model file, a summary that says why
-        results.write_summary(summary)
-        raise RunFailed(reason)
+    conclude(summary, results, weights)
     # a DDPM has no local test accuracy: the nodes evaluate classifiers only
     final_eval = None if diffusion is not None else strategy.aggregate_evaluate(
         cfg.num_server_rounds,
@@ -224,6 +219,6 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
         results.write_model(weights)
     results.write_summary(summary)
     results.write_plots()
-    log(INFO if status == STATUS_OK else WARNING, "results written to %s%s", results.path,
-        f" ({status}: {reason})" if reason else "")
+    log(INFO if summary["status"] == STATUS_OK else WARNING, "results written to %s%s", results.path,
+        f" ({summary['status']}: {summary['status-reason']})" if summary["status-reason"] else "")
     return summary

@@ -65,3 +65,13 @@ def status_fields(status: str, reason: str, rounds: Sequence[Mapping[str, Any]])
         "failed-rounds": sum(1 for r in trained if _failed(r)),
         "rounds-with-dropped-replies": sum(1 for r in trained if r.get("failed")),
     }
+
+
+def conclude(summary: dict[str, Any], results: Any, weights: Mapping[str, np.ndarray]) -> None:
+    """Add the outcome to `summary`; a failed run writes it (no model file: nothing worth keeping) and raises RunFailed."""
+    status, reason = run_outcome(results.rounds, weights)
+    summary.update(status_fields(status, reason, results.rounds))
+    summary["results-dir"] = str(results.path)
+    if status == STATUS_FAILED:
+        results.write_summary(summary)
+        raise RunFailed(reason)
