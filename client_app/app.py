@@ -28,7 +28,7 @@ from common.diffusion import is_diffusion
 from common.evaluation import as_tensors, evaluate_model, resolve_device
 from common.partition import ClientData, PartitionSpec, load_client_data
 from common.protocol import CLIENT_STAT_PREFIX, FID_STATS, NODE_STATE_PREFIX
-from common.records import check_weights, from_record, load_weights, model_weights, to_record
+from common.records import check_weights, from_record, load_weights, model_weights
 from common.task import make_model
 
 app = ClientApp()
