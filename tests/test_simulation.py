@@ -83,12 +83,14 @@ def test_cli_rejects_bad_config_before_starting(tmp_path, capsys):
     assert "'alpha'" in capsys.readouterr().err
 
 
-def test_cli_exits_nonzero_when_the_run_fails(tmp_path, capsys):
+def test_cli_refuses_a_missing_dataset_before_the_engine_starts(tmp_path, capsys):
+    """Exit 2 (refused), not 1: the data check runs before Ray starts (a run that fails mid-way exits 1:
+    tests/test_cli_reliability.py)."""
     empty = tmp_path / "empty"
     empty.mkdir()
     config = small_run_config(tmp_path, empty, dataset='"mnist"')
     code = main(["run", "--app-dir", str(REPO), "--num-supernodes", "2", "--run-config", config])
-    assert code == 1
+    assert code == 2
     err = capsys.readouterr().err
     assert "mnist" in err and "not found" in err
 
