@@ -96,9 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from client_app.training import batch_indices
     from common.config import parse_run_config
-    from common.datasets import load_dataset
-    from common.evaluation import as_tensors
-    from common.partition import PartitionSpec, load_client_data
+    from benchmarks.oledfl_sweep import node_tensors
     from common.task import make_model
     from common.topology import mixing_matrix, ole_gossip_contraction
     from server_app.registry import SERVER_STRATEGIES
@@ -112,14 +110,7 @@ def main(argv: list[str] | None = None) -> int:
            "device": "cpu", "topology": args.topology, "peers": args.peers}
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     n = args.nodes
-    spec = PartitionSpec(dataset=cfg.dataset, partition=cfg.partition, num_partitions=n, seed=cfg.seed,
-                         alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
-                         local_test_fraction=cfg.local_test_fraction)
-    device = torch.device("cpu")
-    data = [load_client_data(spec, i, cfg.data_dir, cfg.cache_dir) for i in range(n)]
-    xs, ys = zip(*(as_tensors(d.x_train, d.y_train, cfg.dataset, device) for d in data))
-    test = load_dataset(cfg.dataset, cfg.data_dir)
-    xt, yt = as_tensors(test.x_test, test.y_test, cfg.dataset, device)
+    xs, ys, xt, yt = node_tensors(cfg, n)
     model = make_model(cfg, seeded=True)
     names = [name for name, _ in model.named_parameters()]
     shapes = [p.shape for _, p in model.named_parameters()]

@@ -34,6 +34,7 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -113,15 +114,31 @@ def critical_beta(ws: list[np.ndarray]) -> str:
     return f"{high:.3f}"
 
 
+def node_tensors(cfg: Any, n: int) -> tuple[tuple, tuple, Any, Any]:
+    """Every node's training split and the official test split as CPU tensors, partitioned as the app does."""
+    import torch
+
+    from common.datasets import load_dataset
+    from common.evaluation import as_tensors
+    from common.partition import PartitionSpec, load_client_data
+
+    spec = PartitionSpec(dataset=cfg.dataset, partition=cfg.partition, num_partitions=n, seed=cfg.seed,
+                         alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
+                         local_test_fraction=cfg.local_test_fraction)
+    device = torch.device("cpu")
+    data = [load_client_data(spec, i, cfg.data_dir, cfg.cache_dir) for i in range(n)]
+    xs, ys = zip(*(as_tensors(d.x_train, d.y_train, cfg.dataset, device) for d in data))
+    test = load_dataset(cfg.dataset, cfg.data_dir)
+    xt, yt = as_tensors(test.x_test, test.y_test, cfg.dataset, device)
+    return xs, ys, xt, yt
+
+
 def run(args: argparse.Namespace) -> dict:
     import torch
     from torch.func import functional_call
 
     from client_app.training import batch_indices
     from common.config import parse_run_config
-    from common.evaluation import as_tensors
-    from common.partition import PartitionSpec, load_client_data
-    from common.datasets import load_dataset
     from common.task import make_model
     from common.topology import mixing_matrix
     from server_app.registry import SERVER_STRATEGIES
@@ -134,14 +151,7 @@ def run(args: argparse.Namespace) -> dict:
            "seed": args.seed, "data-dir": args.data_dir, "cache-dir": args.cache_dir, "device": "cpu"}
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     n = args.nodes
-    spec = PartitionSpec(dataset=cfg.dataset, partition=cfg.partition, num_partitions=n, seed=cfg.seed,
-                         alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
-                         local_test_fraction=cfg.local_test_fraction)
-    device = torch.device("cpu")
-    data = [load_client_data(spec, i, cfg.data_dir, cfg.cache_dir) for i in range(n)]
-    xs, ys = zip(*(as_tensors(d.x_train, d.y_train, cfg.dataset, device) for d in data))
-    test = load_dataset(cfg.dataset, cfg.data_dir)
-    xt, yt = as_tensors(test.x_test, test.y_test, cfg.dataset, device)
+    xs, ys, xt, yt = node_tensors(cfg, n)
 
     model = make_model(cfg, seeded=True)
     names = [name for name, _ in model.named_parameters()]
