@@ -15,10 +15,12 @@ table and one plot; `fedsynth study FILE.toml` tests a paper's claims
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -178,18 +180,39 @@ def _simulate(app_dir: Path, prepared: dict[str, Any], num_supernodes: int, cpus
         run_config=get_fused_config_from_dir(app_dir, prepared),
     )
     components = _components(app_dir)
-    _run_simulation(
-        num_supernodes=num_supernodes,
-        exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
-        client_app_attr=components["clientapp"],
-        server_app_attr=components["serverapp"],
-        backend_name="ray",
-        backend_config=backend_config(cpus_per_client, gpus_per_client),
-        server_app_context=context,
-        app_dir=str(app_dir),
-        run=run,
-        is_app=True,
-    )
+    with _pythonpath_restored():
+        _run_simulation(
+            num_supernodes=num_supernodes,
+            exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
+            client_app_attr=components["clientapp"],
+            server_app_attr=components["serverapp"],
+            backend_name="ray",
+            backend_config=backend_config(cpus_per_client, gpus_per_client),
+            server_app_context=context,
+            app_dir=str(app_dir),
+            run=run,
+            is_app=True,
+        )
+
+
+@contextlib.contextmanager
+def _pythonpath_restored() -> Iterator[None]:
+    """Give this process back the PYTHONPATH it had before Flower's Ray backend started.
+
+    `RayBackend.init_ray` writes the driver's whole `sys.path` (the venv's
+    site-packages and its interpreter's stdlib) into `os.environ["PYTHONPATH"]` and
+    leaves it there. Every later subprocess of this process then inherits it, and a
+    system tool run by another interpreter (Debian's `/usr/bin/docker-compose`)
+    imports the venv's packages and crashes.
+    """
+    before = os.environ.get("PYTHONPATH")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYTHONPATH", None)
+        else:
+            os.environ["PYTHONPATH"] = before
 
 
 def _components(app_dir: Path) -> dict[str, str]:
