@@ -23,11 +23,21 @@ def add_study_parser(sub: Any) -> None:
     cmd.add_argument("--cpus-per-client", type=float, default=None, help="CPUs per ClientApp (default: the study file's)")
     cmd.add_argument("--gpus-per-client", type=float, default=None,
                      help="GPUs per ClientApp, fractional for several per GPU (default: the study file's)")
+    cmd.add_argument("--arms", type=_names, default=None,
+                     help="run only these arms (comma-separated; claims between them are reported); the whole study later skips them")
+    cmd.add_argument("--variants", type=_names, default=None, help="run only these variants (comma-separated)")
     cmd.add_argument("--max-runs", type=int, default=None, help="stop after this many runs (the rest on the next call)")
     cmd.add_argument("--retry-failed", action="store_true", help="run again the runs the ledger records as failed")
     cmd.add_argument("--report-only", action="store_true", help="remake the report from the ledger; run nothing")
     cmd.add_argument("--dry-run", action="store_true", help="list the runs and how many are finished; run nothing")
     cmd.add_argument("--app-dir", type=Path, default=None, help="the Flower app (default: found from cwd)")
+
+
+def _names(text: str) -> list[str]:
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("a comma-separated list of names")
+    return names
 
 
 def study_command(args: argparse.Namespace, app_dir: Path) -> int:
@@ -38,7 +48,7 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     from fedsynth.ledger import Ledger
     from fedsynth.study import StudyBusyError, StudyPaths, plan, run_study, simulation_executor, total_runs
     from fedsynth.study_report import write_report
-    from fedsynth.studyfile import StudyError, load_study
+    from fedsynth.studyfile import StudyError, load_study, select
     from server_app.registry import SERVER_STRATEGIES
 
     defaults = app_defaults(app_dir)
@@ -50,7 +60,7 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
             raise ValueError(str(err)) from None
 
     try:
-        study = load_study(args.file, check)
+        study = select(load_study(args.file, check), args.arms, args.variants)
     except StudyError as err:
         print(f"fedsynth study: {err}", file=sys.stderr)
         return 2

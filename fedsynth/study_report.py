@@ -94,6 +94,9 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
     lines = [f"# Study `{study.name}`", ""]
     if study.description:
         lines += [study.description, ""]
+    if study.part:
+        lines += [f"**A part of the study file**, run with `--arms`/`--variants`: {study.part}. The other arms "
+                  "and their claims are not in this report; run the whole file with the same `--out` to add them.", ""]
     lines += [
         f"- Study file: `{study.path.name}`; {done} of {total} runs finished"
         + ("" if done >= total else " — **incomplete**: the numbers below use the finished runs only") + ".",

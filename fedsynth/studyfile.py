@@ -17,7 +17,7 @@ import json
 import re
 import tomllib
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,7 @@ class Study:
     gpus_per_client: float
     tuning_central_eval: bool
     notes: str = ""
+    part: str = ""  # set by `select`: which arms and variants of the file this study is
 
     @property
     def metrics(self) -> list[str]:
@@ -218,6 +219,27 @@ def parse_study(raw: Mapping[str, Any], path: Path) -> Study:
         gpus_per_client=float(head.get("gpus-per-client", 0.0)),
         tuning_central_eval=bool(head.get("tuning-central-eval", False)), notes=str(head.get("notes", "")),
     )
+
+
+def select(study: Study, arms: list[str] | None = None, variants: list[str] | None = None) -> Study:
+    """The part of a study on some of its arms and variants, to run a slice of a large study first.
+
+    Run keys are digests of the run config alone, so a run of the part is the same run (same key,
+    same ledger entry) as in the whole study: a later call on the whole file skips it. Claims are
+    kept when both their arms are selected.
+    """
+    for kind, names, known in (("arm", arms, study.arms), ("variant", variants, study.variants)):
+        unknown = [name for name in names or [] if name not in known]
+        if unknown:
+            listed = ", ".join(known) or "none"
+            raise StudyError(f"no {kind} {', '.join(map(repr, unknown))} in {study.path} ({kind}s: {listed})")
+    kept_arms = {name: arm for name, arm in study.arms.items() if not arms or name in arms}
+    kept_variants = {name: v for name, v in study.variants.items() if not variants or name in variants}
+    claims = [c for c in study.claims if c.better in kept_arms and c.other in kept_arms]
+    if len(kept_arms) == len(study.arms) and len(kept_variants) == len(study.variants):
+        return study
+    part = f"arms {', '.join(kept_arms)}" + (f"; variants {', '.join(kept_variants)}" if study.variants else "")
+    return replace(study, arms=kept_arms, variants=kept_variants, claims=claims, part=part)
 
 
 def load_study(path: Path, check_config: Callable[[dict[str, Any]], None] | None = None) -> Study:

@@ -19,7 +19,8 @@ from fedsynth.ledger import Ledger, thin
 from fedsynth.scores import curve, lower_is_better, score_curve
 from fedsynth.statistics import HOLDS, NOT_RESOLVED, REVERSED, paired_differences, t_interval, verdict
 from fedsynth.study import RunOutcome, StudyPaths, choose, run_study
-from fedsynth.studyfile import StudyError, load_study, parse_study, report_runs, tuning_runs
+from fedsynth.study_report import render_markdown
+from fedsynth.studyfile import StudyError, load_study, parse_study, report_runs, select, tuning_runs
 from tests.conftest import write_fashion_mnist
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -111,6 +112,21 @@ def test_study_file_expands_variants_grids_and_claims():
     assert {r.overrides["alpha"] for r in report if r.variant == "b"} == {1.0}
     assert study.arms["x"].paper_number("a") == 80.0 and study.arms["x"].paper_number("b") is None
     assert len({r.key for r in tuning + report}) == 12  # every run has its own key and folder
+
+
+def test_a_part_of_a_study_has_the_same_run_keys_as_the_whole(tmp_path):
+    whole = parse_study(_raw(), Path("s.toml"))
+    part = select(whole, ["y"], ["b"])
+    assert [c[0] for c in part.cells()] == ["y@b"] and part.claims == [] and "arms y; variants b" in part.part
+    whole_keys = {r.key for r in report_runs(whole, {})}
+    assert {r.key for r in report_runs(part, {})} < whole_keys  # the whole study later skips the part's runs
+    both = select(whole, ["x", "y"], None)
+    assert both is whole and len(both.claims) == 2
+    with pytest.raises(StudyError, match="no arm 'z'"):
+        select(whole, ["z"], None)
+    with pytest.raises(StudyError, match="no variant 'c'"):
+        select(whole, None, ["c"])
+    assert "A part of the study file" in render_markdown(part, Ledger(tmp_path / "ledger.jsonl"))
 
 
 @pytest.mark.parametrize("change, message", [
@@ -293,7 +309,7 @@ def test_study_help_lists_the_options():
     out = subprocess.run([sys.executable, "-m", "fedsynth.cli", "study", "--help"], capture_output=True, text=True,
                          cwd=ROOT, check=True).stdout
     for option in ("--jobs", "--gpus-per-client", "--out", "--runs-dir", "--max-runs", "--retry-failed",
-                   "--report-only", "--dry-run"):
+                   "--report-only", "--dry-run", "--arms", "--variants"):
         assert option in out
 
 
