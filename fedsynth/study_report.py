@@ -139,6 +139,20 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
     return "\n".join(lines)
 
 
+def grid_edges(grid: Mapping[str, list[Any]], point: Mapping[str, Any]) -> list[str]:
+    """The numeric grid keys (two values or more) whose chosen value is the grid's smallest or largest.
+
+    A tuned value at the edge of its grid means the grid may not contain the best value; the
+    report says so instead of presenting the edge as the method's optimum.
+    """
+    edges = []
+    for key, values in grid.items():
+        numbers = [v for v in values if isinstance(v, (int, float)) and not isinstance(v, bool)]
+        if key in point and len(numbers) == len(values) >= 2 and point[key] in (min(numbers), max(numbers)):
+            edges.append(f"{key} = {point[key]}")
+    return edges
+
+
 def _arms_table(study: Study, ledger: Ledger, chosen: Mapping[str, dict[str, Any]]) -> list[str]:
     scores = ["last-k", "final", "best", *[f"rounds-to:{t:g}" for t in study.targets]]
     head = " | ".join(f"{s} mean ± sd" if s == "last-k" else s for s in scores)
@@ -159,6 +173,9 @@ def _arms_table(study: Study, ledger: Ledger, chosen: Mapping[str, dict[str, Any
                 cells.append(_fmt(interval.mean, scale, digits) + (f" ({censored} not reached)" if censored else ""))
         paper = study.arms[arm].paper_number(variant)
         tuned = json.dumps(chosen[cell]) if cell in chosen else ("–" if not study.arms[arm].grid else "tuning unfinished")
+        edges = grid_edges(study.arms[arm].grid, chosen.get(cell, {}))
+        if edges:
+            tuned += f" (at the grid's edge: {', '.join(edges)}; the best value may lie outside the grid)"
         lines.append(f"| {arm} | {variant or '–'} | {n} | " + " | ".join(cells) + f" | "
                      f"{_interval_text(last_k_interval, study.display_scale, _digits(study, 'last-k'))} | "
                      f"{'–' if paper is None else paper} | {tuned} |")

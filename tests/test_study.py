@@ -19,7 +19,7 @@ from fedsynth.ledger import Ledger, thin
 from fedsynth.scores import curve, lower_is_better, score_curve
 from fedsynth.statistics import HOLDS, NOT_RESOLVED, REVERSED, paired_differences, t_interval, verdict
 from fedsynth.study import RunOutcome, StudyPaths, choose, run_study
-from fedsynth.study_report import render_markdown
+from fedsynth.study_report import grid_edges, render_markdown
 from fedsynth.studyfile import StudyError, load_study, parse_study, report_runs, select, tuning_runs
 from tests.conftest import write_fashion_mnist
 
@@ -112,6 +112,13 @@ def test_study_file_expands_variants_grids_and_claims():
     assert {r.overrides["alpha"] for r in report if r.variant == "b"} == {1.0}
     assert study.arms["x"].paper_number("a") == 80.0 and study.arms["x"].paper_number("b") is None
     assert len({r.key for r in tuning + report}) == 12  # every run has its own key and folder
+
+
+def test_a_tuned_value_at_the_grids_edge_is_flagged():
+    grid = {"lr": [0.05, 0.1, 0.5], "sam-rho": [0.01, 0.05], "mix": ["a", "b"]}
+    assert grid_edges(grid, {"lr": 0.1, "sam-rho": 0.05, "mix": "b"}) == ["sam-rho = 0.05"]
+    assert grid_edges(grid, {"lr": 0.5, "sam-rho": 0.01}) == ["lr = 0.5", "sam-rho = 0.01"]
+    assert grid_edges({"lr": [0.1]}, {"lr": 0.1}) == []  # one value is no grid to be at the edge of
 
 
 def test_a_part_of_a_study_has_the_same_run_keys_as_the_whole(tmp_path):
