@@ -132,6 +132,7 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
                          f"{_interval_text(result['interval'], scale, digits, True)} | {result['verdict']} |")
         lines.append("")
     lines += _arms_table(study, ledger, chosen)
+    lines += _extra_metrics_table(study, ledger)
     lines += _tuning_table(study, ledger)
     lines += ["## Files", "", "- `runs.csv`: one row per run (config values that differ, every score).",
               "- `curves.png`: mean curve per arm over report seeds, band ± 1 sd.",
@@ -180,6 +181,25 @@ def _arms_table(study: Study, ledger: Ledger, chosen: Mapping[str, dict[str, Any
                      f"{_interval_text(last_k_interval, study.display_scale, _digits(study, 'last-k'))} | "
                      f"{'–' if paper is None else paper} | {tuned} |")
     return [*lines, ""]
+
+
+def _extra_metrics_table(study: Study, ledger: Ledger) -> list[str]:
+    """The study's `extra-metrics` (diagnostics), last-k mean ± sd over report seeds, for the arms that log them."""
+    rows = []
+    for cell, arm, variant in study.cells():
+        cells, logged = [], False
+        for metric in study.extra_metrics:
+            values, _ = cell_scores(study, ledger, cell, "last-k", metric)
+            interval = t_interval(list(values.values()))
+            logged = logged or bool(values)
+            cells.append(f"{_fmt(interval.mean, 1.0, 4)} ± {_fmt(interval.sd, 1.0, 4)}" if values else "–")
+        if logged:
+            rows.append(f"| {arm} | {variant or '–'} | " + " | ".join(cells) + " |")
+    if not rows:
+        return []
+    return ["## Extra metrics", "", f"Last-{study.last_k} mean ± sd over report seeds, unscaled.", "",
+            "| arm | variant | " + " | ".join(f"`{m}`" for m in study.extra_metrics) + " |",
+            "| --- | --- |" + " --- |" * len(study.extra_metrics), *rows, ""]
 
 
 def _tuning_table(study: Study, ledger: Ledger) -> list[str]:

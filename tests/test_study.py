@@ -121,6 +121,20 @@ def test_a_tuned_value_at_the_grids_edge_is_flagged():
     assert grid_edges({"lr": [0.1]}, {"lr": 0.1}) == []  # one value is no grid to be at the edge of
 
 
+def test_the_report_shows_the_extra_metrics_of_the_arms_that_log_them(tmp_path):
+    raw = _raw(**{"extra-metrics": ["stat-x"]})
+    raw.pop("variants")
+    raw["arms"]["x"].pop("grid")
+    study = parse_study(raw, Path("s.toml"))
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    for spec, value in zip([r for r in report_runs(study, {}) if r.arm == "x"], [0.25, 0.75]):
+        ledger.append({"key": spec.key, "exit-code": 0, "rounds": 3,
+                       "scores": {"central-accuracy": {"last-k": 0.5}, "stat-x": {"last-k": value}}})
+    text = render_markdown(study, ledger)
+    assert "| x | – | 0.5000 ± 0.3536 |" in text  # mean and sd of 0.25 and 0.75, by hand
+    assert "| y | – |" not in text.split("## Extra metrics")[1].split("##")[0]  # y logs no stat-x
+
+
 def test_a_part_of_a_study_has_the_same_run_keys_as_the_whole(tmp_path):
     whole = parse_study(_raw(), Path("s.toml"))
     part = select(whole, ["y"], ["b"])
