@@ -61,11 +61,12 @@ def claim_cells(study: Study, claim: Claim) -> list[tuple[str, str, str]]:
 def claim_result(study: Study, ledger: Ledger, claim: Claim, variant_cells: tuple[str, str, str]) -> dict[str, Any]:
     """The paired difference A − B over report seeds, its 95 % interval and the verdict."""
     variant, cell_a, cell_b = variant_cells
-    a, censored_a = cell_scores(study, ledger, cell_a, claim.score)
-    b, censored_b = cell_scores(study, ledger, cell_b, claim.score)
+    a, censored_a = cell_scores(study, ledger, cell_a, claim.score, claim.metric)
+    b, censored_b = cell_scores(study, ledger, cell_b, claim.score, claim.metric)
     differences = paired_differences(a, b)
     interval = t_interval(list(differences.values()))
-    return {"claim": claim.text, "variant": variant, "score": claim.score, "differences": differences,
+    label = claim.score if claim.metric == study.metric else f"`{claim.metric}` {claim.score}"
+    return {"claim": claim.text, "variant": variant, "score": label, "differences": differences, "metric": claim.metric,
             "interval": interval, "verdict": verdict(interval, claim.direction), "censored": censored_a + censored_b}
 
 
@@ -83,6 +84,13 @@ def _interval_text(interval: Interval, scale: float, digits: int, sign: bool = F
 
 def _digits(study: Study, score: str) -> int:
     return 1 if "-to:" in score else (2 if study.display_scale != 1.0 else 4)
+
+
+def _claim_format(study: Study, result: Mapping[str, Any]) -> tuple[float, int]:
+    """(scale, digits) of a claim's numbers: an extra metric's are shown unscaled, as in its table."""
+    if result["metric"] != study.metric:
+        return 1.0, 1 if "-to:" in result["score"] else 4
+    return _scaled(study, result["score"]), _digits(study, result["score"])
 
 
 def render_markdown(study: Study, ledger: Ledger) -> str:
@@ -114,7 +122,7 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
     if results:
         lines += ["## Claims", ""]
         for result in results:
-            scale, digits = _scaled(study, result["score"]), _digits(study, result["score"])
+            scale, digits = _claim_format(study, result)
             where = f" ({result['variant']})" if result["variant"] else ""
             lines.append(f"- **{result['claim']}**{where}, {result['score']}: difference "
                          f"{_fmt(result['interval'].mean, scale, digits, True)}, 95 % CI "
@@ -123,7 +131,7 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
         lines += ["", "| claim | variant | score | pairs | A − B per seed | mean | 95 % CI | verdict |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for result in results:
-            scale, digits = _scaled(study, result["score"]), _digits(study, result["score"])
+            scale, digits = _claim_format(study, result)
             per_seed = ", ".join(f"{seed}: {_fmt(d, scale, digits, True)}" for seed, d in result["differences"].items())
             censored = f" ({result['censored']} censored)" if result["censored"] else ""
             lines.append(f"| {result['claim']} | {result['variant'] or '–'} | {result['score']} | "

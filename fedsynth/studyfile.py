@@ -55,13 +55,18 @@ class Arm:
 
 @dataclass(frozen=True)
 class Claim:
-    """"A > B": A's score above B's (literal; FID and rounds-to-target claims use "<")."""
+    """"A > B": A's score above B's (literal; FID and rounds-to-target claims use "<").
+
+    `metric` is the study's metric unless the claim names another scored one
+    (an extra metric such as `final-fid`, the final model on more samples).
+    """
 
     better: str
     direction: str
     other: str
     score: str
     text: str
+    metric: str
 
 
 @dataclass(frozen=True)
@@ -143,8 +148,11 @@ def _table(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
     return dict(value)
 
 
-def _claim(entry: Any, default_score: str, arms: set[str]) -> Claim:
-    text, score = (entry, default_score) if isinstance(entry, str) else (entry.get("claim"), entry.get("score", default_score))
+def _claim(entry: Any, default_score: str, arms: set[str], default_metric: str, metrics: list[str]) -> Claim:
+    if isinstance(entry, str):
+        text, score, metric = entry, default_score, default_metric
+    else:
+        text, score, metric = entry.get("claim"), entry.get("score", default_score), entry.get("metric", default_metric)
     match = CLAIM_PATTERN.match(text or "")
     if not match:
         raise StudyError(f"claim {text!r} must read 'A > B' or 'A < B' with arm names")
@@ -154,7 +162,10 @@ def _claim(entry: Any, default_score: str, arms: set[str]) -> Claim:
             raise StudyError(f"claim {text!r} names '{name}', which is not an arm (arms: {', '.join(sorted(arms))})")
     if not SCORE_PATTERN.match(score):
         raise StudyError(f"claim {text!r}: score {score!r} must be last-k, final, best, rounds-to:T or seconds-to:T")
-    return Claim(better, direction, other, score, text.strip())
+    if metric not in metrics:
+        raise StudyError(f"claim {text!r}: metric {metric!r} is not scored; add it to [study] extra-metrics "
+                         f"(scored: {', '.join(metrics)})")
+    return Claim(better, direction, other, score, text.strip(), str(metric))
 
 
 def parse_study(raw: Mapping[str, Any], path: Path) -> Study:
@@ -206,14 +217,16 @@ def parse_study(raw: Mapping[str, Any], path: Path) -> Study:
                              *[(f"arms.{a.name}", a.overrides) for a in arms.values()]]:
             if key in table:
                 raise StudyError(f"[{where}] sets '{key}', which the study runner sets itself")
-    claims = [_claim(entry, score, set(arms)) for entry in raw.get("claims", [])]
+    extra_metrics = [str(m) for m in head.get("extra-metrics", [])]
+    scored = list(dict.fromkeys([metric, tuning_metric, *extra_metrics]))
+    claims = [_claim(entry, score, set(arms), metric, scored) for entry in raw.get("claims", [])]
     for needed in re.findall(r"to:([0-9.eE+-]+)", " ".join([score, *(c.score for c in claims)])):
         if float(needed) not in targets:  # a rounds-to / seconds-to score needs its target scored
             targets.append(float(needed))
     return Study(
         name=str(head.get("name", path.stem)), description=str(head.get("description", "")), path=path,
         base=base, variants=variants, arms=arms, claims=claims, report_seeds=report_seeds, tuning_seeds=tuning_seeds,
-        metric=metric, tuning_metric=tuning_metric, extra_metrics=[str(m) for m in head.get("extra-metrics", [])],
+        metric=metric, tuning_metric=tuning_metric, extra_metrics=extra_metrics,
         last_k=last_k, score=score, targets=targets, display_scale=float(head.get("display-scale", 1.0)),
         num_supernodes=int(head.get("num-supernodes", 10)), cpus_per_client=float(head.get("cpus-per-client", 1.0)),
         gpus_per_client=float(head.get("gpus-per-client", 0.0)),

@@ -135,6 +135,34 @@ def test_the_report_shows_the_extra_metrics_of_the_arms_that_log_them(tmp_path):
     assert "| y | – |" not in text.split("## Extra metrics")[1].split("##")[0]  # y logs no stat-x
 
 
+def test_a_claim_on_an_extra_metric_compares_that_metrics_scores(tmp_path):
+    raw = _raw(**{"extra-metrics": ["final-fid"], "report-seeds": [0, 1, 2]})
+    raw.pop("variants")
+    raw["arms"]["x"].pop("grid")
+    raw["claims"] = [{"claim": "x < y", "score": "final", "metric": "final-fid"}]
+    study = parse_study(raw, Path("s.toml"))
+    assert study.claims[0].metric == "final-fid"
+    ledger = Ledger(tmp_path / "ledger.jsonl")
+    # the study metric says x is worse on every seed; final-fid says x is lower by 10, 12, 8
+    values = {"x": [30.0, 28.0, 32.0], "y": [40.0, 40.0, 40.0]}
+    for spec in report_runs(study, {}):
+        fid = values[spec.arm][spec.seed]
+        ledger.append({"key": spec.key, "exit-code": 0, "rounds": 3,
+                       "scores": {"central-accuracy": {"final": 0.1 if spec.arm == "x" else 0.9},
+                                  "final-fid": {"final": fid}}})
+    text = render_markdown(study, ledger)
+    # differences -10, -12, -8: mean -10, sd 2, t(0.975, 2) = 4.30265 -> half-width 4.30265 * 2 / sqrt(3) = 4.9683
+    assert "| x < y | – | `final-fid` final | 3 | 0: -10.0000, 1: -12.0000, 2: -8.0000 | -10.0000 | " \
+           "[-14.9683, -5.0317] | holds |" in text
+
+
+def test_a_claim_on_a_metric_the_study_does_not_score_is_refused():
+    raw = _raw()
+    raw["claims"] = [{"claim": "x < y", "metric": "final-fid"}]
+    with pytest.raises(StudyError, match="'final-fid' is not scored"):
+        parse_study(raw, Path("s.toml"))
+
+
 def test_a_part_of_a_study_has_the_same_run_keys_as_the_whole(tmp_path):
     whole = parse_study(_raw(), Path("s.toml"))
     part = select(whole, ["y"], ["b"])
