@@ -33,6 +33,11 @@ class StudyError(ValueError):
     """A study file that cannot be run, with the key and the reason."""
 
 
+def scored_metrics(metric: str, tuning_metric: str, extra_metrics: list[str]) -> list[str]:
+    """Every metric a study scores for each run, once each: the study's, the tuning one, then the extras."""
+    return list(dict.fromkeys([metric, tuning_metric, *extra_metrics]))
+
+
 @dataclass(frozen=True)
 class Arm:
     """An algorithm with its overrides, tuning grid and the paper's number(s)."""
@@ -99,7 +104,7 @@ class Study:
     @property
     def metrics(self) -> list[str]:
         """Every metric scored for every run: the study's, the tuning one, then the extras."""
-        return list(dict.fromkeys([self.metric, self.tuning_metric, *self.extra_metrics]))
+        return scored_metrics(self.metric, self.tuning_metric, self.extra_metrics)
 
     def cells(self) -> list[tuple[str, str, str]]:
         """(cell name, arm, variant) for every arm in every variant; a cell is `arm@variant` with variants."""
@@ -218,7 +223,7 @@ def parse_study(raw: Mapping[str, Any], path: Path) -> Study:
             if key in table:
                 raise StudyError(f"[{where}] sets '{key}', which the study runner sets itself")
     extra_metrics = [str(m) for m in head.get("extra-metrics", [])]
-    scored = list(dict.fromkeys([metric, tuning_metric, *extra_metrics]))
+    scored = scored_metrics(metric, tuning_metric, extra_metrics)
     claims = [_claim(entry, score, set(arms), metric, scored) for entry in raw.get("claims", [])]
     for needed in re.findall(r"to:([0-9.eE+-]+)", " ".join([score, *(c.score for c in claims)])):
         if float(needed) not in targets:  # a rounds-to / seconds-to score needs its target scored
