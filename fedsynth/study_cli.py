@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,15 +41,10 @@ def _names(text: str) -> list[str]:
     return names
 
 
-def study_command(args: argparse.Namespace, app_dir: Path) -> int:
-    """Exit codes: 0 the study (or the part asked for) finished, 2 the study file is wrong, 1 runs failed."""
+def run_config_check(app_dir: Path) -> Callable[[dict[str, Any]], None]:
+    """A check for `load_study`: a run config is valid when the app (its defaults, then the overrides) accepts it."""
     from common.config import ConfigError, parse_run_config
-    from common.results import results_root
     from fedsynth.cli import app_defaults
-    from fedsynth.ledger import Ledger
-    from fedsynth.study import StudyBusyError, StudyPaths, plan, run_study, simulation_executor, total_runs
-    from fedsynth.study_report import write_report
-    from fedsynth.studyfile import StudyError, load_study, select
     from server_app.registry import SERVER_STRATEGIES
 
     defaults = app_defaults(app_dir)
@@ -59,6 +55,20 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
         except ConfigError as err:
             raise ValueError(str(err)) from None
 
+    return check
+
+
+def study_command(args: argparse.Namespace, app_dir: Path) -> int:
+    """Exit codes: 0 the study (or the part asked for) finished, 2 the study file is wrong, 1 runs failed."""
+    from common.results import results_root
+    from fedsynth.cli import app_defaults
+    from fedsynth.ledger import Ledger
+    from fedsynth.study import StudyBusyError, StudyPaths, plan, run_study, simulation_executor, total_runs
+    from fedsynth.study_report import write_report
+    from fedsynth.studyfile import StudyError, load_study, select
+
+    defaults = app_defaults(app_dir)
+    check = run_config_check(app_dir)
     try:
         study = select(load_study(args.file, check), args.arms, args.variants)
     except StudyError as err:

@@ -10,20 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from common.config import ConfigError, parse_run_config
-from fedsynth.cli import app_defaults
+from fedsynth.study_cli import run_config_check
 from fedsynth.studyfile import StudyError, load_study
-from server_app.registry import SERVER_STRATEGIES
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STUDY_FILES = sorted((REPO_ROOT / "studies").glob("*.toml"))
-
-
-def check_config(overrides: dict) -> None:
-    try:
-        parse_run_config({**app_defaults(REPO_ROOT), **overrides}, SERVER_STRATEGIES)
-    except ConfigError as err:
-        raise ValueError(str(err)) from None
+check_config = run_config_check(REPO_ROOT)  # the check `fedsynth study` applies
 
 
 def test_there_are_study_files():
