@@ -14,11 +14,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-LOWER_IS_BETTER_PREFIXES = ("fid", "kid", "final-fid", "final-kid")
+LOWER_IS_BETTER_PREFIXES = ("fid", "kid", "final-fid", "final-kid", "sharpness")
 
 
 def lower_is_better(metric: str) -> bool:
-    """FID, KID and every loss improve downwards; accuracies upwards."""
+    """FID, KID, sharpness and every loss improve downwards; accuracies upwards."""
     return metric.startswith(LOWER_IS_BETTER_PREFIXES) or metric.endswith("loss")
 
 

@@ -31,6 +31,7 @@ from typing import Any
 
 from fedsynth.ledger import Ledger, thin
 from fedsynth.scores import curve, lower_is_better, score_run
+from fedsynth.study_sharpness import SHARPNESS, Measurer, can_measure, lacks_sharpness, sharpness_scores
 from fedsynth.studyfile import RunSpec, Study, report_runs, tuning_runs
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
@@ -108,6 +109,9 @@ def ledger_entry(study: Study, spec: RunSpec, folder: Path, outcome: RunOutcome)
     """The ledger line of a finished run: identity, exit code, scores of every metric and thinned curves."""
     rounds = read_rounds(folder)
     scores = score_run(rounds, study.metrics, last_k=study.last_k, targets=study.targets)
+    measured = sharpness_scores(folder) if SHARPNESS in study.metrics else None
+    if measured is not None:
+        scores[SHARPNESS] = measured
     curves = {m: thin([[r, v] for r, v, _ in curve(rounds, m)]) for m in study.metrics}
     return {
         "key": spec.key, "cell": spec.cell, "arm": spec.arm, "variant": spec.variant, "phase": spec.phase,
@@ -202,8 +206,18 @@ def _duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min" if minutes else f"{seconds:.0f} s"
 
 
+def _run_and_measure(executor: Executor, measurer: Measurer | None, spec: RunSpec, overrides: dict[str, Any],
+                     log_path: Path, folder: Path) -> RunOutcome:
+    """One job slot: the run, then (when the study measures it) its final model's sharpness."""
+    outcome = executor(spec, overrides, log_path)
+    if measurer is not None and can_measure(spec.phase, outcome.exit_code, folder):
+        measurer(folder, log_path)  # a failed measurement leaves no sharpness.json; the next call tries again
+    return outcome
+
+
 def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: StudyPaths, executor: Executor,
-                 jobs: int, progress: Progress, max_runs: int | None = None, retry_failed: bool = False) -> int:
+                 jobs: int, progress: Progress, max_runs: int | None = None, retry_failed: bool = False,
+                 measurer: Measurer | None = None) -> int:
     """Run every spec not in the ledger (or failed, with retry_failed), N at once; returns how many were run."""
     todo = []
     for spec in specs:
@@ -224,7 +238,7 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
                 overrides = {**_prepare_folder(folder, dict(spec.overrides)),
                              "results-dir": str(paths.runs), "run-name": spec.folder_name}
                 log_path = paths.runs / "logs" / f"{spec.folder_name}.log"
-                pending[pool.submit(executor, spec, overrides, log_path)] = (spec, folder)
+                pending[pool.submit(_run_and_measure, executor, measurer, spec, overrides, log_path, folder)] = (spec, folder)
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 spec, folder = pending.pop(future)
@@ -243,6 +257,44 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
     return ran
 
 
+def measure_recorded_runs(study: Study, ledger: Ledger, paths: StudyPaths, measurer: Measurer, jobs: int,
+                          write: Callable[[str], None] = print) -> int:
+    """Measure the sharpness of report runs recorded without it, from the models they left; returns how many.
+
+    Their ledger entries are appended again with the sharpness score added (the
+    last entry of a key wins). Runs whose folder has no model are listed once.
+    """
+    _, report, _ = plan(study, ledger)
+    todo: list[tuple[dict[str, Any], Path, Path]] = []
+    without_model = 0
+    for spec in report:
+        entry = ledger.get(spec.key)
+        if entry is None or entry.get("exit-code") != 0 or not lacks_sharpness(entry):
+            continue
+        folder = paths.runs / spec.folder_name
+        if can_measure(spec.phase, 0, folder):
+            todo.append((entry, folder, paths.runs / "logs" / f"{spec.folder_name}.log"))
+        else:
+            without_model += 1
+    if without_model:
+        write(f"sharpness: {without_model} recorded report run(s) have no model.safetensors under {paths.runs}; "
+              f"not measured (save-model = false, or the runs' folders are elsewhere: --runs-dir)")
+    measured = 0
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        futures = {pool.submit(measurer, folder, log): (entry, folder) for entry, folder, log in todo}
+        for future in futures:
+            entry, folder = futures[future]
+            future.result()
+            scores = sharpness_scores(folder)
+            if scores is None:
+                write(f"sharpness of {folder} failed; see its log under {paths.runs / 'logs'}")
+                continue
+            ledger.append({**entry, "scores": {**entry.get("scores", {}), SHARPNESS: scores}})
+            measured += 1
+            write(f"sharpness {entry.get('cell')} seed {entry.get('seed')}: {scores['last-k']:.4f}")
+    return measured
+
+
 def plan(study: Study, ledger: Ledger) -> tuple[list[RunSpec], list[RunSpec], dict[str, dict[str, Any]]]:
     """Tuning runs, the report runs known so far (cells whose tuning is finished) and the choices."""
     tuning = tuning_runs(study)
@@ -258,8 +310,12 @@ def total_runs(study: Study) -> int:
 
 
 def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1, max_runs: int | None = None,
-              retry_failed: bool = False, write: Callable[[str], None] = print) -> Ledger:
-    """Both phases, then the report; returns the ledger. Safe to call again after a kill."""
+              retry_failed: bool = False, write: Callable[[str], None] = print,
+              measurer: Measurer | None = None) -> Ledger:
+    """Both phases, then the report; returns the ledger. Safe to call again after a kill.
+
+    With a `measurer`, a study that scores `sharpness` measures each report run's final model.
+    """
     from fedsynth.study_report import write_report
 
     paths.out.mkdir(parents=True, exist_ok=True)
@@ -268,7 +324,9 @@ def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1
             fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             raise StudyBusyError(f"another `fedsynth study` is running on {paths.out}; wait for it or use another --out") from None
-        return _run_locked(study, paths, executor, jobs, max_runs, retry_failed, write, write_report)
+        if SHARPNESS not in study.metrics:
+            measurer = None
+        return _run_locked(study, paths, executor, jobs, max_runs, retry_failed, write, write_report, measurer)
 
 
 class StudyBusyError(RuntimeError):
@@ -276,7 +334,8 @@ class StudyBusyError(RuntimeError):
 
 
 def _run_locked(study: Study, paths: StudyPaths, executor: Executor, jobs: int, max_runs: int | None,
-                retry_failed: bool, write: Callable[[str], None], write_report: Callable[..., None]) -> Ledger:
+                retry_failed: bool, write: Callable[[str], None], write_report: Callable[..., None],
+                measurer: Measurer | None) -> Ledger:
     ledger = Ledger(paths.ledger)
     tuning, report, _ = plan(study, ledger)
     remaining = total_runs(study) - sum(1 for spec in tuning + report if spec.key in ledger)
@@ -284,14 +343,16 @@ def _run_locked(study: Study, paths: StudyPaths, executor: Executor, jobs: int, 
           f"{len(study.cells()) * len(study.report_seeds)} report), {len(ledger.entries)} in the ledger {paths.ledger}")
     progress = Progress(max(0, remaining), jobs, study.metric, study.tuning_metric, write)
     budget = max_runs
-    ran = execute_runs(study, tuning, ledger, paths, executor, jobs, progress, budget, retry_failed)
+    ran = execute_runs(study, tuning, ledger, paths, executor, jobs, progress, budget, retry_failed, measurer)
     if budget is not None:
         budget -= ran
     _, report, chosen = plan(study, ledger)
     for cell, point in chosen.items():
         write(f"tuned {cell}: {json.dumps(point)}")
     if budget is None or budget > 0:
-        execute_runs(study, report, ledger, paths, executor, jobs, progress, budget, retry_failed)
+        execute_runs(study, report, ledger, paths, executor, jobs, progress, budget, retry_failed, measurer)
+    if measurer is not None:
+        measure_recorded_runs(study, ledger, paths, measurer, jobs, write)
     write_report(study, ledger, paths.out)
     write(f"report: {paths.out / 'report.md'}")
     return ledger

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -64,6 +65,7 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     from fedsynth.cli import app_defaults
     from fedsynth.ledger import Ledger
     from fedsynth.study import StudyBusyError, StudyPaths, plan, run_study, simulation_executor, total_runs
+    from fedsynth.study_sharpness import sharpness_measurer
     from fedsynth.study_report import write_report
     from fedsynth.studyfile import StudyError, load_study, select
 
@@ -93,8 +95,9 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
         print(f"report: {paths.out / 'report.md'}")
         return 0
     executor = simulation_executor(app_dir, study, args.jobs, args.gpus_per_client, args.cpus_per_client)
+    measurer = sharpness_measurer(app_dir, study.sharpness_examples, max(1, (os.cpu_count() or 1) // args.jobs))
     try:
-        ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed)
+        ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed, measurer=measurer)
     except StudyBusyError as err:
         print(f"fedsynth study: {err}", file=sys.stderr)
         return 2

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsynth.scores import lower_is_better
+from fedsynth.study_sharpness import SHARPNESS
 
 SCORE_PATTERN = re.compile(r"^(last-k|final|best|(rounds|seconds)-to:[0-9.eE+-]+)$")
 CLAIM_PATTERN = re.compile(r"^\s*(\S+)\s*([<>])\s*(\S+)\s*$")
@@ -99,6 +100,7 @@ class Study:
     gpus_per_client: float
     tuning_central_eval: bool
     notes: str = ""
+    sharpness_examples: int = 10000  # training examples of the `sharpness` extra metric (0: the whole split)
     part: str = ""  # set by `select`: which arms and variants of the file this study is
 
     @property
@@ -225,6 +227,16 @@ def parse_study(raw: Mapping[str, Any], path: Path) -> Study:
     extra_metrics = [str(m) for m in head.get("extra-metrics", [])]
     scored = scored_metrics(metric, tuning_metric, extra_metrics)
     claims = [_claim(entry, score, set(arms), metric, scored) for entry in raw.get("claims", [])]
+    sharpness_examples = head.get("sharpness-examples", 10000)
+    if not isinstance(sharpness_examples, int) or isinstance(sharpness_examples, bool) or sharpness_examples < 0:
+        raise StudyError(f"[study] sharpness-examples must be an integer >= 0 (0: every training example), "
+                         f"got {sharpness_examples!r}")
+    if SHARPNESS in scored:
+        for where, table in [("base", base), *[(f"variants.{n}", t) for n, t in variants.items()],
+                             *[(f"arms.{a.name}", a.overrides) for a in arms.values()]]:
+            if table.get("save-model") is False:
+                raise StudyError(f"[{where}] sets save-model = false, but the extra metric '{SHARPNESS}' is measured "
+                                 "on each report run's final model")
     for needed in re.findall(r"to:([0-9.eE+-]+)", " ".join([score, *(c.score for c in claims)])):
         if float(needed) not in targets:  # a rounds-to / seconds-to score needs its target scored
             targets.append(float(needed))
@@ -236,6 +248,7 @@ def parse_study(raw: Mapping[str, Any], path: Path) -> Study:
         num_supernodes=int(head.get("num-supernodes", 10)), cpus_per_client=float(head.get("cpus-per-client", 1.0)),
         gpus_per_client=float(head.get("gpus-per-client", 0.0)),
         tuning_central_eval=bool(head.get("tuning-central-eval", False)), notes=str(head.get("notes", "")),
+        sharpness_examples=sharpness_examples,
     )
 
 

@@ -388,3 +388,83 @@ def test_a_tiny_study_runs_end_to_end_in_the_simulation_engine(tmp_path, tiny_da
     assert all(e["exit-code"] == 0 and e["rounds"] == 3 for e in ledger.entries.values())
     assert "[3/3]" in done.stdout
     assert (tmp_path / "out" / "report.md").read_text().count("→ **") == 2
+
+
+# ---- sharpness over seeds ---------------------------------------------------------------------------------------
+
+def sharpness_study(tmp_path: Path, data_dir: Path):
+    text = (TINY.format(data=data_dir, cache=tmp_path / "cache")
+            .replace("save-model = false", "save-model = true")
+            .replace('targets = [0.3]', 'targets = [0.3]\nextra-metrics = ["sharpness"]\nsharpness-examples = 200')
+            + '\n[[claims]]\nclaim = "fedavg < fedprox"\nmetric = "sharpness"\n')
+    path = tmp_path / "sharp.toml"
+    path.write_text(text)
+    return load_study(path)
+
+
+def inprocess_measurer(calls: list):
+    """Measures in this process, on the same path as `python -m common.sharpness`."""
+    from common.sharpness import results_folder_sharpness
+
+    def measure(folder, log_path):
+        calls.append(Path(folder).name)
+        results_folder_sharpness(Path(folder), max_examples=200, iterations=30)
+        return 0
+
+    return measure
+
+
+def test_sharpness_is_lower_is_better_and_needs_each_runs_final_model():
+    assert lower_is_better("sharpness")
+    raw = _raw(**{"extra-metrics": ["sharpness"]})
+    raw["base"] = {**raw.get("base", {}), "save-model": False}
+    with pytest.raises(StudyError, match="save-model = false"):
+        parse_study(raw, Path("s.toml"))
+    with pytest.raises(StudyError, match="sharpness-examples"):
+        parse_study(_raw(**{"sharpness-examples": -1}), Path("s.toml"))
+
+
+def test_a_study_measures_each_report_runs_sharpness_and_tests_a_claim_on_it(tmp_path, tiny_data_dir):
+    study = sharpness_study(tmp_path, tiny_data_dir)
+    paths = StudyPaths(out=tmp_path / "out", runs=tmp_path / "runs")
+    measured: list = []
+    ledger = run_study(study, paths, inprocess_executor([]), write=lambda line: None,
+                       measurer=inprocess_measurer(measured))
+    report_entries = [e for e in ledger.entries.values() if e["phase"] == "report"]
+    assert len(report_entries) == 4 and len(measured) == 4  # report runs only; tuning runs are not measured
+    for entry in report_entries:
+        on_disk = json.loads((Path(entry["run-dir"]) / "sharpness.json").read_text())["top-hessian-eigenvalue"]
+        assert entry["scores"]["sharpness"] == {"final": on_disk, "best": on_disk, "last-k": on_disk}
+        assert math.isfinite(on_disk) and on_disk > 0
+    assert all(not e["scores"]["sharpness"]["last-k"] for e in ledger.entries.values() if e["phase"] == "tune")
+    report = (paths.out / "report.md").read_text()
+    assert "| fedavg < fedprox | – | `sharpness` last-k | 2 |" in report
+    assert "`sharpness`" in report.split("## Extra metrics")[1]
+
+
+def test_runs_recorded_without_sharpness_are_measured_later_without_running_again(tmp_path, tiny_data_dir):
+    from fedsynth.study_sharpness import sharpness_measurer
+
+    study = sharpness_study(tmp_path, tiny_data_dir)
+    paths = StudyPaths(out=tmp_path / "out", runs=tmp_path / "runs")
+    run_study(study, paths, inprocess_executor([]), write=lambda line: None)  # no measurer: nothing measured
+    before = Ledger(paths.ledger)
+    assert all(e["scores"]["sharpness"]["last-k"] is None for e in before.entries.values())
+    again: list = []
+    lines: list[str] = []
+    ledger = run_study(study, paths, inprocess_executor(again), write=lines.append,
+                       measurer=sharpness_measurer(ROOT, 200, 1))  # the command's measurer, a process of its own
+    assert again == []  # no run ran again
+    report_entries = [e for e in ledger.entries.values() if e["phase"] == "report"]
+    assert all(math.isfinite(e["scores"]["sharpness"]["last-k"]) for e in report_entries)
+    assert sum(line.startswith("sharpness ") for line in lines) == 4
+    # the same run, measured in this process on the same examples, gives the same eigenvalue
+    from common.sharpness import results_folder_sharpness
+
+    entry = report_entries[0]
+    here = results_folder_sharpness(Path(entry["run-dir"]), max_examples=200)["top-hessian-eigenvalue"]
+    assert here == pytest.approx(entry["scores"]["sharpness"]["last-k"], rel=1e-5)
+    # a third call finds nothing left to measure
+    third: list = []
+    run_study(study, paths, inprocess_executor([]), write=lambda line: None, measurer=inprocess_measurer(third))
+    assert third == []
