@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from fedsynth.app_process import app_process_env
 from fedsynth.ledger import Ledger, thin
 from fedsynth.scores import curve, lower_is_better, score_run
 from fedsynth.study_sharpness import SHARPNESS, Measurer, can_measure, lacks_sharpness, sharpness_scores
@@ -60,6 +61,10 @@ class StudyPaths:
     def ledger(self) -> Path:
         return self.out / "ledger.jsonl"
 
+    def log(self, spec: RunSpec) -> Path:
+        """The log of one run (its process's output, then its sharpness measurement's)."""
+        return self.runs / "logs" / f"{spec.folder_name}.log"
+
 
 def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client: float | None = None,
                         cpus_per_client: float | None = None) -> Executor:
@@ -74,11 +79,8 @@ def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client:
             "cpus-per-client": study.cpus_per_client if cpus_per_client is None else cpus_per_client,
             "gpus-per-client": study.gpus_per_client if gpus_per_client is None else gpus_per_client,
         }
-        env = dict(os.environ)
-        # Torch in N processes at once with its default threads oversubscribes the cores.
-        env.setdefault("OMP_NUM_THREADS", str(threads))
+        env = app_process_env(app_dir, threads)
         env["RAY_ADDRESS"] = "local"  # each run its own Ray instance: never join a concurrent run's cluster
-        env["PYTHONPATH"] = os.pathsep.join([str(app_dir), *filter(None, [env.get("PYTHONPATH")])])
         log_path.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
         with open(log_path, "w") as log:
@@ -237,8 +239,7 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
                 folder = paths.runs / spec.folder_name
                 overrides = {**_prepare_folder(folder, dict(spec.overrides)),
                              "results-dir": str(paths.runs), "run-name": spec.folder_name}
-                log_path = paths.runs / "logs" / f"{spec.folder_name}.log"
-                pending[pool.submit(_run_and_measure, executor, measurer, spec, overrides, log_path, folder)] = (spec, folder)
+                pending[pool.submit(_run_and_measure, executor, measurer, spec, overrides, paths.log(spec), folder)] = (spec, folder)
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
                 spec, folder = pending.pop(future)
@@ -249,7 +250,7 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
                     # not a result of the method; it runs again on the next call.
                     progress.write(f"{spec.cell} {spec.phase} seed {spec.seed}: exit {outcome.exit_code} before any "
                                    f"round finished; not recorded, it runs again next time "
-                                   f"(log: {paths.runs / 'logs' / (spec.folder_name + '.log')})")
+                                   f"(log: {paths.log(spec)})")
                     continue
                 ledger.append(entry)
                 progress.finished(spec, entry)
@@ -273,7 +274,7 @@ def measure_recorded_runs(study: Study, ledger: Ledger, paths: StudyPaths, measu
             continue
         folder = paths.runs / spec.folder_name
         if can_measure(spec.phase, 0, folder):
-            todo.append((entry, folder, paths.runs / "logs" / f"{spec.folder_name}.log"))
+            todo.append((entry, folder, paths.log(spec)))
         else:
             without_model += 1
     if without_model:

@@ -17,12 +17,13 @@ the model the run left, without running them again. Tuning runs are never measur
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+
+from fedsynth.app_process import app_process_env
 
 SHARPNESS = "sharpness"
 SHARPNESS_FILE = "sharpness.json"
@@ -36,9 +37,7 @@ def sharpness_measurer(app_dir: Path, examples: int, threads: int) -> Measurer:
     """Measures in a process of its own (`python -m common.sharpness`), appending its output to the run's log."""
 
     def measure(folder: Path, log_path: Path) -> int:
-        env = dict(os.environ)
-        env.setdefault("OMP_NUM_THREADS", str(max(1, threads)))
-        env["PYTHONPATH"] = os.pathsep.join([str(app_dir), *filter(None, [env.get("PYTHONPATH")])])
+        env = app_process_env(app_dir, threads)
         log_path.parent.mkdir(parents=True, exist_ok=True)
         with open(log_path, "a") as log:
             log.write(f"\n--- sharpness of {folder} on {examples} training examples\n")
