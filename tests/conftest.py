@@ -1,14 +1,26 @@
-"""Shared fixtures: a tiny dataset in torchvision's on-disk format and a quiet Flower environment."""
+"""Shared fixtures: a tiny dataset in torchvision's on-disk format, a quiet Flower environment, benchmark scripts."""
 
 from __future__ import annotations
 
 import gzip
+import importlib.util
 import os
 import struct
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """A script of benchmarks/ imported as a module (benchmarks/ is not a package: its scripts run by path)."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def write_idx_images(path: Path, images: np.ndarray) -> None:

@@ -2,23 +2,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
 from fedsynth.ledger import Ledger
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "fedddpm_study_details.py"
+from tests.conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def details():
-    spec = importlib.util.spec_from_file_location("fedddpm_study_details", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("fedddpm_study_details")
 
 
 ROUNDS = [

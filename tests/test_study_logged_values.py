@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -10,16 +9,12 @@ import pytest
 
 from fedsynth.ledger import Ledger
 from fedsynth.studyfile import parse_study, report_runs
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "study_logged_values.py"
+from tests.conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def logged():
-    spec = importlib.util.spec_from_file_location("study_logged_values", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("study_logged_values")
 
 
 def test_the_first_round_that_logged_a_number_wins(logged):

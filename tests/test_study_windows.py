@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from pathlib import Path
 
@@ -10,16 +9,12 @@ import pytest
 
 from fedsynth.ledger import MAX_CURVE_POINTS, Ledger
 from fedsynth.studyfile import parse_study, report_runs
-
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "study_windows.py"
+from tests.conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def windows():
-    spec = importlib.util.spec_from_file_location("study_windows", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("study_windows")
 
 
 def test_window_mean_and_spread_by_hand(windows):
