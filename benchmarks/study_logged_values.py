@@ -36,12 +36,17 @@ def first_logged(rounds: Sequence[Mapping[str, Any]], key: str) -> float | None:
     return None
 
 
+def ratio_column(ratio: tuple[str, str]) -> str:
+    """The name of the ratio's column: "A/B"."""
+    return f"{ratio[0]}/{ratio[1]}"
+
+
 def with_ratio(values: dict[str, float | None], ratio: tuple[str, str] | None) -> dict[str, float | None]:
     """The values, plus "A/B" when a ratio is asked for and both are there (B non-zero)."""
     if ratio is None:
         return values
     a, b = values.get(ratio[0]), values.get(ratio[1])
-    return {**values, f"{ratio[0]}/{ratio[1]}": a / b if a is not None and b else None}
+    return {**values, ratio_column(ratio): a / b if a is not None and b else None}
 
 
 def collect(study: Study, ledger: Ledger, keys: Sequence[str],
@@ -94,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         parser.error(f"--ratio {args.ratio!r} must be A/B with A and B among --keys")
     study = load_study(args.study)
     table = collect(study, Ledger(args.out / "ledger.jsonl"), keys, ratio)
-    columns = [*keys, *([f"{ratio[0]}/{ratio[1]}"] if ratio else [])]
+    columns = [*keys, *([ratio_column(ratio)] if ratio else [])]
     text = render(study, table, columns)
     if args.report:
         args.report.parent.mkdir(parents=True, exist_ok=True)

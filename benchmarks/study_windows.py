@@ -18,6 +18,7 @@ Claims on another metric than the study's (sharpness) are left out: they are one
 from __future__ import annotations
 
 import argparse
+import copy
 import math
 import statistics
 import sys
@@ -46,9 +47,9 @@ def window_stats(values: Sequence[float], window: int) -> tuple[float, float]:
 
 
 def rescore(study: Study, ledger: Ledger, window: int) -> dict[str, dict[int, tuple[float, float]]]:
-    """Replace each report run's last-k score of the study's metric by its window mean (in memory).
+    """Replace each report run's last-k score of the study's metric by its window mean, in this ledger object.
 
-    Returns {cell: {seed: (window mean, window sd)}}.
+    Returns {cell: {seed: (window mean, window sd)}}. `render` passes it a copy.
     """
     _, report, _ = plan(study, ledger)
     by_cell: dict[str, dict[int, tuple[float, float]]] = {}
@@ -67,7 +68,12 @@ def rescore(study: Study, ledger: Ledger, window: int) -> dict[str, dict[int, tu
 
 
 def render(study: Study, ledger: Ledger, window: int) -> str:
-    """Markdown: per-arm window means and within-window spread, then the claims at that window."""
+    """Markdown: per-arm window means and within-window spread, then the claims at that window.
+
+    The claims reuse the report's paired test (`claim_result`) on a copy of the ledger whose last-k scores are
+    the window means; the caller's ledger is left as it was.
+    """
+    ledger = copy.deepcopy(ledger)
     cells = rescore(study, ledger, window)
     windowed = replace(study, last_k=window)
     scale = study.display_scale

@@ -48,7 +48,11 @@ def test_a_claim_the_last_evaluation_reverses_holds_over_the_window(tmp_path, wi
     # x swings: above y in its last three evaluations but one, and just below y in the last one
     curves = {"x": [[0.80, 0.84, 0.70], [0.82, 0.84, 0.71], [0.80, 0.86, 0.72]],
               "y": [[0.75, 0.75, 0.75]] * 3}
-    text = windows.render(study, _ledger(tmp_path, study, curves), window=3)
+    ledger = _ledger(tmp_path, study, curves)
+    before = {key: entry["scores"]["central-accuracy"]["last-k"] for key, entry in ledger.entries.items()}
+    text = windows.render(study, ledger, window=3)
+    # the caller's ledger keeps its own scores: the rescoring works on a copy
+    assert {key: entry["scores"]["central-accuracy"]["last-k"] for key, entry in ledger.entries.items()} == before
     # window means x: 0.78, 0.79, 0.79333; y: 0.75 -> differences +3.00, +4.00, +4.33 (display scale 100)
     # mean 3.7778, sd 0.6939, t(0.975, 2) = 4.30265 -> half-width 1.7237
     assert "| x > y | – | 0: +3.00, 1: +4.00, 2: +4.33 | +3.78 | [+2.05, +5.50] | holds |" in text
