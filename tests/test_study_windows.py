@@ -37,6 +37,8 @@ def _study():
 def _ledger(tmp_path, study, curves):
     ledger = Ledger(tmp_path / "ledger.jsonl")
     for spec in report_runs(study, {}):
+        if spec.arm not in curves:
+            continue
         points = [[5 * (i + 1), v] for i, v in enumerate(curves[spec.arm][spec.seed])]
         ledger.append({"key": spec.key, "exit-code": 0, "rounds": 5 * len(points), "curves": {"central-accuracy": points},
                        "scores": {"central-accuracy": {"last-k": points[-1][1]}}})
@@ -68,3 +70,28 @@ def test_a_thinned_curve_is_refused(tmp_path, windows):
     long = [0.5] * MAX_CURVE_POINTS
     with pytest.raises(SystemExit, match="thinned"):
         windows.render(study, _ledger(tmp_path, study, {"x": [long] * 3, "y": [long] * 3}), window=20)
+
+
+def test_points_until_keeps_the_evaluations_at_or_before_the_round(windows):
+    points = [[0, 0.1], [5, 0.5], [10, 0.7], [15, 0.6]]
+    assert windows.points_until(points, 10) == [0.1, 0.5, 0.7]
+    assert windows.points_until(points, 12) == [0.1, 0.5, 0.7]
+    assert windows.points_until(points, None) == [0.1, 0.5, 0.7, 0.6]
+
+
+def test_a_window_ending_at_a_round_scores_that_evaluation(tmp_path, windows):
+    """FedCOG's Table 3: one evaluation at a round inside the run, not at its end."""
+    study = _study()
+    curves = {"x": [[0.80, 0.84, 0.70], [0.82, 0.84, 0.71], [0.80, 0.86, 0.72]],
+              "y": [[0.75, 0.75, 0.75]] * 3}
+    # evaluations at rounds 5, 10, 15: round 12 ends the window at round 10's, x 0.84, 0.84, 0.86 against 0.75
+    # -> +9.00, +9.00, +11.00; mean 9.6667, sd 1.1547, half-width 4.30265 * 1.1547 / sqrt(3) = 2.8684 -> [6.798, 12.535]
+    text = windows.render(study, _ledger(tmp_path, study, curves), window=1, end_round=12)
+    assert "over the last 1 evaluations up to round 12" in text and "--end-round 12" in text
+    assert "| x > y | – | 0: +9.00, 1: +9.00, 2: +11.00 | +9.67 | [+6.80, +12.54] | holds |" in text
+
+
+def test_a_claim_without_runs_says_so(tmp_path, windows):
+    study = _study()
+    text = windows.render(study, _ledger(tmp_path, study, {"x": [[0.8], [0.8], [0.8]]}), window=1)
+    assert "| x > y | – | – | – | – | no paired runs yet |" in text and "nan" not in text
