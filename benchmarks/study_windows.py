@@ -107,7 +107,7 @@ def render(study: Study, ledger: Ledger, window: int, end_round: int | None = No
         for variant_cells in claim_cells(study, claim):
             result: dict[str, Any] = claim_result(windowed, ledger, claim, variant_cells)
             if not result["differences"]:
-                lines.append(f"| {claim.text} | {result['variant'] or '–'} | – | – | – | no paired runs yet |")
+                lines.append(f"| {claim.text} | {result['variant'] or '–'} | – | – | – | {result['verdict']} |")
                 continue
             interval = result["interval"]
             differences = ", ".join(f"{s}: {d * scale:+.2f}" for s, d in result["differences"].items())

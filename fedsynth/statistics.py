@@ -5,8 +5,9 @@ the report seeds (the same seed is the same split and client sampling for every
 arm, so pairing removes the seed's share of the noise), with a two-sided 95 %
 Student-t confidence interval from `scipy.stats`. The verdict is **holds** when
 the interval lies on the claimed side of 0, **reversed** when it lies on the
-other side, and **not resolved** when it contains 0 (or fewer than two pairs
-exist, where no interval can be formed).
+other side, and **not resolved** when it contains 0 (or only one pair exists,
+where no interval can be formed); **not run yet** when no pair exists, as in the
+report of a study that is part way through.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from scipy import stats
 HOLDS = "holds"
 REVERSED = "reversed"
 NOT_RESOLVED = "not resolved"
+NOT_RUN = "not run yet"
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,8 @@ def verdict(interval: Interval, direction: str) -> str:
     """holds / reversed / not resolved for a claim "A > B" (direction ">") or "A < B" on A − B."""
     if direction not in (">", "<"):
         raise ValueError(f"a claim's direction is '>' or '<', not {direction!r}")
+    if interval.n == 0:
+        return NOT_RUN
     if interval.n < 2 or math.isnan(interval.low) or math.isnan(interval.high):
         return NOT_RESOLVED
     if interval.low > 0:

@@ -17,7 +17,7 @@ import pytest
 
 from fedsynth.ledger import Ledger, thin
 from fedsynth.scores import curve, lower_is_better, score_curve
-from fedsynth.statistics import HOLDS, NOT_RESOLVED, REVERSED, paired_differences, t_interval, verdict
+from fedsynth.statistics import HOLDS, NOT_RESOLVED, NOT_RUN, REVERSED, paired_differences, t_interval, verdict
 from fedsynth.study import RunOutcome, StudyPaths, choose, run_study
 from fedsynth.study_report import grid_edges, render_markdown
 from fedsynth.studyfile import StudyError, load_study, parse_study, report_runs, select, tuning_runs
@@ -81,6 +81,7 @@ def test_paired_verdicts_positive_negative_and_zero_crossing():
 def test_one_pair_or_unpaired_seeds_resolve_nothing():
     assert paired_differences({0: 1.0, 1: 2.0}, {1: 1.5, 2: 0.0}) == {1: 0.5}
     assert verdict(t_interval([0.5]), ">") == NOT_RESOLVED
+    assert verdict(t_interval([]), ">") == NOT_RUN  # a study part way through: no pair yet
     assert paired_differences({0: math.nan}, {0: 1.0}) == {}
     same = t_interval([0.1, 0.1, 0.1])
     assert (same.low, same.high) == (0.1, 0.1) and verdict(same, ">") == HOLDS

@@ -94,4 +94,4 @@ def test_a_window_ending_at_a_round_scores_that_evaluation(tmp_path, windows):
 def test_a_claim_without_runs_says_so(tmp_path, windows):
     study = _study()
     text = windows.render(study, _ledger(tmp_path, study, {"x": [[0.8], [0.8], [0.8]]}), window=1)
-    assert "| x > y | – | – | – | – | no paired runs yet |" in text and "nan" not in text
+    assert "| x > y | – | – | – | – | not run yet |" in text and "nan" not in text
