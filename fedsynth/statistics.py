@@ -52,7 +52,7 @@ def t_interval(values: Sequence[float], confidence: float = 0.95) -> Interval:
 
 
 def verdict(interval: Interval, direction: str) -> str:
-    """holds / reversed / not resolved (not run yet with no pair) for a claim "A > B" (direction ">") or "A < B" on A − B."""
+    """holds / reversed / not resolved / not run yet (no pair) for "A > B" (direction ">") or "A < B" on A − B."""
     if direction not in (">", "<"):
         raise ValueError(f"a claim's direction is '>' or '<', not {direction!r}")
     if interval.n == 0:
