@@ -32,6 +32,9 @@ def add_study_parser(sub: Any) -> None:
     cmd.add_argument("--retry-failed", action="store_true", help="run again the runs the ledger records as failed")
     cmd.add_argument("--report-only", action="store_true", help="remake the report from the ledger; run nothing")
     cmd.add_argument("--dry-run", action="store_true", help="list the runs and how many are finished; run nothing")
+    cmd.add_argument("--reuse", type=Path, action="append", default=[], metavar="LEDGER",
+                     help="take the runs another study's ledger finished with the same run config instead of running "
+                          "them (repeatable; they are scored again by this study's rules)")
     cmd.add_argument("--app-dir", type=Path, default=None, help="the Flower app (default: found from cwd)")
 
 
@@ -67,6 +70,7 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     from fedsynth.study import StudyBusyError, StudyPaths, plan, run_study, simulation_executor, total_runs
     from fedsynth.study_sharpness import sharpness_measurer
     from fedsynth.study_report import write_report
+    from fedsynth.study_reuse import reusable, reuse_runs
     from fedsynth.studyfile import StudyError, load_study, select
 
     defaults = app_defaults(app_dir)
@@ -82,14 +86,22 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     home = results_root(str(defaults.get("results-dir", "results"))) / "studies" / study.name
     paths = StudyPaths(out=(args.out or home).resolve(), runs=(args.runs_dir or home / "runs").resolve())
     ledger = Ledger(paths.ledger)
+    missing = [str(path) for path in args.reuse if not path.is_file()]
+    if missing:
+        print(f"fedsynth study: --reuse: no ledger at {', '.join(missing)}", file=sys.stderr)
+        return 2
+    sources = [Ledger(path) for path in args.reuse]
     if args.dry_run:
         tuning, report, chosen = plan(study, ledger)
+        found = reusable(study, tuning + report, ledger, sources)
         for spec in tuning + report:
-            state = "done" if spec.key in ledger else "to run"
+            state = "done" if spec.key in ledger else "reused" if spec.key in found else "to run"
             print(f"{spec.phase:6} {spec.cell:30} seed {spec.seed:<4} {spec.grid_point or ''} [{state}]")
         pending = len(study.cells()) * len(study.report_seeds) - len(report)
         print(f"{total_runs(study)} runs in all; {pending} report runs wait for tuning")
         return 0
+    if sources:
+        print(f"reused {reuse_runs(study, ledger, sources)} finished run(s) from {', '.join(map(str, args.reuse))}")
     if args.report_only:
         write_report(study, ledger, paths.out)
         print(f"report: {paths.out / 'report.md'}")

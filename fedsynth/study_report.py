@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -114,8 +115,11 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
         f"tuning seeds {study.tuning_seeds} on `{study.tuning_metric}` (never the official test split).",
         "- Claims: paired difference A − B over report seeds, two-sided 95 % Student-t interval; **holds** when the "
         "interval is on the claimed side of 0, **reversed** on the other side, **not resolved** when it contains 0.",
-        "",
     ]
+    reused = Counter(ledger.entries[spec.key]["reused-from"] for spec in tuning + report
+                     if "reused-from" in ledger.entries.get(spec.key, {}))
+    lines += [f"- {count} run(s) reused from `{source}` (same run config; `--reuse`)." for source, count in reused.items()]
+    lines.append("")
     if study.notes:
         lines += [study.notes.strip(), ""]
     results = [claim_result(study, ledger, claim, cells) for claim in study.claims for cells in claim_cells(study, claim)]

@@ -359,7 +359,7 @@ def test_study_help_lists_the_options():
     out = subprocess.run([sys.executable, "-m", "fedsynth.cli", "study", "--help"], capture_output=True, text=True,
                          cwd=ROOT, check=True).stdout
     for option in ("--jobs", "--gpus-per-client", "--out", "--runs-dir", "--max-runs", "--retry-failed",
-                   "--report-only", "--dry-run", "--arms", "--variants"):
+                   "--report-only", "--dry-run", "--arms", "--variants", "--reuse"):
         assert option in out
 
 

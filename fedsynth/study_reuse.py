@@ -1,0 +1,78 @@
+"""`fedsynth study --reuse OTHER/ledger.jsonl`: take another study's finished runs instead of running them again.
+
+A run key is a digest of the run config alone (`RunSpec.key`), so a run that
+another study finished with the same key is the same run: an ablation study
+whose base arms equal a main study's, or a study split in two files, need not
+spend hours repeating it. The copy is entered in this study's ledger under this
+study's cell, arm, variant and phase, names where it came from, and is scored
+again by this study's rules (its metrics, last-k and targets) from the curves
+the other ledger holds. A run whose curves cannot give those scores exactly is
+not copied: one with no curve of one of this study's metrics (an empty curve,
+a metric the run did not log, is exact), or with a curve the ledger thinned
+(`fedsynth.ledger.MAX_CURVE_POINTS`), whose last-k would be wrong.
+Seconds-to scores need the rounds' times, which a ledger does not keep: they
+are taken from the other ledger when it scored the same target, else left out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fedsynth.ledger import MAX_CURVE_POINTS, Ledger
+from fedsynth.scores import score_run
+from fedsynth.study import plan
+from fedsynth.studyfile import RunSpec, Study
+
+
+def rescore(study: Study, entry: Mapping[str, Any]) -> dict[str, dict[str, float | None]] | None:
+    """This study's scores of another ledger's entry, from its curves; None when they cannot be exact."""
+    curves = entry.get("curves", {})
+    by_round: dict[int, dict[str, Any]] = {}
+    for metric in study.metrics:
+        points = curves.get(metric)
+        if points is None or len(points) >= MAX_CURVE_POINTS:
+            return None
+        for round_number, value in points:
+            by_round.setdefault(int(round_number), {"round": int(round_number)})[metric] = value
+    rounds = [by_round[r] for r in sorted(by_round)]
+    scores = score_run(rounds, study.metrics, last_k=study.last_k, targets=study.targets)
+    for metric, values in scores.items():
+        recorded = entry.get("scores", {}).get(metric, {})
+        for name in [n for n in values if n.startswith("seconds-to:")]:
+            if name in recorded:
+                values[name] = recorded[name]
+            else:
+                del values[name]
+    return scores
+
+
+def reusable(study: Study, specs: Sequence[RunSpec], ledger: Ledger, sources: Sequence[Ledger]) -> dict[str, dict[str, Any]]:
+    """{run key: the entry to enter} for the runs in `specs` this ledger lacks and a source finished."""
+    found: dict[str, dict[str, Any]] = {}
+    for spec in specs:
+        if spec.key in ledger or spec.key in found:
+            continue
+        for source in sources:
+            entry = source.get(spec.key)
+            if entry is None or entry.get("exit-code") != 0:
+                continue
+            scores = rescore(study, entry)
+            if scores is None:
+                continue
+            found[spec.key] = {**entry, "cell": spec.cell, "arm": spec.arm, "variant": spec.variant,
+                               "phase": spec.phase, "seed": spec.seed, "grid-point": spec.grid_point,
+                               "scores": scores, "reused-from": str(source.path)}
+            break
+    return found
+
+
+def reuse_runs(study: Study, ledger: Ledger, sources: Sequence[Ledger]) -> int:
+    """Enter in `ledger` every run of the study that a source ledger finished; returns how many."""
+    copied = 0
+    for _ in range(2):  # tuning runs first: the values they choose decide which report runs there are
+        tuning, report, _ = plan(study, ledger)
+        for entry in reusable(study, tuning + report, ledger, sources).values():
+            ledger.append(entry)
+            copied += 1
+    return copied

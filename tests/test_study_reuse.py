@@ -1,0 +1,84 @@
+"""`fedsynth study --reuse`: another study's finished runs of the same config, entered and scored by this study."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fedsynth.ledger import MAX_CURVE_POINTS, Ledger
+from fedsynth.study_reuse import rescore, reuse_runs
+from fedsynth.studyfile import parse_study, report_runs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _study(arms: dict, last_k: int = 2, claims: list | None = None):
+    raw = {"study": {"report-seeds": [0, 1], "tuning-seeds": [], "last-k": last_k, "targets": [0.6]},
+           "base": {"model": "mlp", "num-server-rounds": 4}, "arms": arms, "claims": claims or []}
+    return parse_study(raw, Path("s.toml"))
+
+
+CURVE = [[1, 0.2], [2, 0.5], [3, 0.7], [4, 0.6]]
+
+
+def _entry(key: str, exit_code: int = 0, curve: list | None = None) -> dict:
+    return {"key": key, "cell": "base", "arm": "base", "variant": "", "phase": "report", "exit-code": exit_code,
+            "rounds": 4, "scores": {"central-accuracy": {"last-k": 0.123, "seconds-to:0.6": 42.0}},
+            "curves": {"central-accuracy": curve if curve is not None else CURVE, "local-test-accuracy": []}}
+
+
+def test_rescore_uses_this_studys_last_k_and_keeps_the_recorded_seconds():
+    scores = rescore(_study({"x": {"algorithm": "fedavg"}}, last_k=3), _entry("k"))["central-accuracy"]
+    assert scores["last-k"] == pytest.approx((0.5 + 0.7 + 0.6) / 3)  # not the other study's 0.123
+    assert scores["final"] == 0.6 and scores["best"] == 0.7 and scores["rounds-to:0.6"] == 3.0
+    assert scores["seconds-to:0.6"] == 42.0  # round times are not in a ledger: the recorded value
+
+
+def test_rescore_refuses_curves_it_cannot_score_exactly():
+    study = _study({"x": {"algorithm": "fedavg"}})
+    thinned = [[r, 0.5] for r in range(1, MAX_CURVE_POINTS + 1)]
+    assert rescore(study, _entry("k", curve=thinned)) is None  # a thinned curve has lost rounds: last-k would be wrong
+    assert rescore(study, {**_entry("k"), "curves": {"other-metric": CURVE}}) is None
+    no_seconds = {**_entry("k"), "scores": {}}
+    assert "seconds-to:0.6" not in rescore(study, no_seconds)["central-accuracy"]
+
+
+def test_a_run_of_the_same_config_is_entered_under_this_studys_cell(tmp_path):
+    main = _study({"fedavg": {"algorithm": "fedavg"}, "fedprox": {"algorithm": "fedprox"}})
+    ablation = _study({"base": {"algorithm": "fedavg"}, "new": {"algorithm": "fedavg", "lr": 0.5}})
+    source = Ledger(tmp_path / "main.jsonl")
+    for spec in report_runs(main, {}):
+        source.append(_entry(spec.key, exit_code=1 if (spec.arm, spec.seed) == ("fedavg", 1) else 0))
+    ledger = Ledger(tmp_path / "ablation.jsonl")
+    assert reuse_runs(ablation, ledger, [source]) == 1  # fedavg seed 0; seed 1 failed; "new" has another config
+    [entry] = ledger.entries.values()
+    assert (entry["cell"], entry["arm"], entry["seed"]) == ("base", "base", 0)
+    assert entry["reused-from"] == str(source.path)
+    assert reuse_runs(ablation, Ledger(ledger.path), [source]) == 0  # already entered: nothing twice
+
+
+def test_the_command_reuses_and_reports_and_refuses_a_missing_ledger(tmp_path):
+    study_file = tmp_path / "ablation.toml"
+    study_file.write_text('[study]\nname = "abl"\nreport-seeds = [0, 1]\ntuning-seeds = []\nlast-k = 2\n'
+                          '[base]\nmodel = "mlp"\nnum-server-rounds = 4\n'
+                          '[arms.base]\nalgorithm = "fedavg"\n[arms.new]\nalgorithm = "fedprox"\n'
+                          '[[claims]]\nclaim = "new > base"\n')
+    from fedsynth.studyfile import load_study
+    study = load_study(study_file)
+    source = Ledger(tmp_path / "main.jsonl")
+    for spec in report_runs(study, {}):
+        source.append(_entry(spec.key))
+    command = [sys.executable, "-m", "fedsynth.cli", "study", str(study_file), "--out", str(tmp_path / "out")]
+    dry = subprocess.run([*command, "--dry-run", "--reuse", str(source.path)], capture_output=True, text=True, cwd=ROOT)
+    assert dry.returncode == 0 and dry.stdout.count("[reused]") == 4
+    assert not (tmp_path / "out" / "ledger.jsonl").exists()  # a dry run writes nothing
+    done = subprocess.run([*command, "--report-only", "--reuse", str(source.path)], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0 and "reused 4 finished run(s)" in done.stdout
+    assert len(Ledger(tmp_path / "out" / "ledger.jsonl").entries) == 4
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "| new > base |" in report and f"4 run(s) reused from `{source.path}`" in report
+    missing = subprocess.run([*command, "--reuse", str(tmp_path / "nope.jsonl")], capture_output=True, text=True, cwd=ROOT)
+    assert missing.returncode == 2 and "no ledger at" in missing.stderr
