@@ -41,24 +41,19 @@ from common.config import RunConfig
 from common.datasets import normalization, run_dataset_info
 from common.fedcog_math import complementary_labels, generation_loss, kd_coefficients, kd_loss
 from common.optimizers import Adam
-from common.protocol import CLIENT_STAT_PREFIX
+from common.protocol import CLIENT_STAT_PREFIX, STATE_COG_PREVIOUS_MODEL
 from common.records import from_record, load_weights, model_weights, to_record
 
 ClientUpdate = Callable[[LocalJob], LocalResult]
 
 # Key in Context.state: the model this node ended its last round with.
-STATE_PREVIOUS_MODEL = "fedcog-previous-model"
+STATE_PREVIOUS_MODEL = STATE_COG_PREVIOUS_MODEL
 # SPEC 4.2: Adam betas of the input optimisation, as in the reference code.
 GEN_BETAS = (0.5, 0.9)
 GRID_FILE = "fedcog-generated.png"
 # Reply metrics the server averages per round (mean and -max over clients).
 STAT = CLIENT_STAT_PREFIX + "cog-"
 GRID_COLUMNS = 8
-
-
-def cog_enabled(cfg: RunConfig) -> bool:
-    """Whether this run uses FedCOG: `fedcog`, an `X+cog` name, or `cog = true`."""
-    return cfg.cog or cfg.algorithm == "fedcog" or cfg.algorithm.endswith("+cog")
 
 
 def client_algorithm(cfg: RunConfig) -> str:

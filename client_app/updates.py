@@ -24,7 +24,9 @@ from client_app.sam_family import (
 )
 from client_app.fedcog import with_cog
 from client_app.training import LocalJob, LocalResult, plain_rule, run_local_steps
-from common.protocol import PREVIOUS_UPDATE, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
+from common.protocol import (
+    PREVIOUS_UPDATE, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_MOON_PREVIOUS_MODEL, STATE_SCAFFOLD_CONTROL,
+)
 from common.losses import moon_contrastive_loss, proximal_term, scaffold_client_control
 from common.records import Weights, from_record, to_record
 from common.sam import fedsam_gradients
@@ -32,7 +34,7 @@ from common.sam import fedsam_gradients
 ClientUpdate = Callable[[LocalJob], LocalResult]
 
 # Keys in Context.state.
-STATE_MOON_PREVIOUS = "moon-previous-model"
+STATE_MOON_PREVIOUS = STATE_MOON_PREVIOUS_MODEL
 
 
 def read_state_weights(state: RecordDict, key: str) -> Weights | None:

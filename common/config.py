@@ -347,6 +347,11 @@ class RunConfig:
         return self.lr * self.lr_decay ** (server_round - 1)
 
 
+def cog_enabled(cfg: RunConfig) -> bool:
+    """Whether this run uses FedCOG: `fedcog`, an `X+cog` name, or `cog = true`."""
+    return cfg.cog or cfg.algorithm == "fedcog" or cfg.algorithm.endswith("+cog")
+
+
 def default_model(algorithm: str) -> str:
     """`model = "auto"`: FedDDPM's MNIST U-Net for the diffusion algorithms, the simple CNN otherwise."""
     return "unet-paper-mnist" if algorithm in ("fedddpm", "fedddpm+") else "cnn"

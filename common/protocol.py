@@ -12,6 +12,8 @@ PREVIOUS_UPDATE = "previous-update"          # w^t - w^{t-1} (down; MoFedSAM, Fe
 HANDSHAKE = "handshake"                      # query name of the start-of-run handshake
 NODE_STATE_PREFIX = "node-state:"             # records the node writes into its Context.state (after a resume)
 STATE_SCAFFOLD_CONTROL = "scaffold-c-i"       # key of SCAFFOLD's c_i in a node's Context.state
+STATE_MOON_PREVIOUS_MODEL = "moon-previous-model"     # key of the model MOON's node ended its last round with
+STATE_COG_PREVIOUS_MODEL = "fedcog-previous-model"    # the same for FedCOG's disagreement term
 # FedSynSAM (issue 3)
 COMPRESSED_UPDATE = "compressed-update"      # Q(w_i - w), packed codec payload, instead of MODEL (up)
 SYNTHETIC_DATA = "synthetic-data"            # D_syn = {x, y} distilled on the server (down, once per node)

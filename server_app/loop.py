@@ -90,7 +90,7 @@ def _check_train_reply(strategy: FedAvgStrategy, reply: Message, node: NodeInfo 
 def resume_from_checkpoint(cfg: RunConfig, strategy: FedAvgStrategy, results: RunResults, template: Weights) -> tuple[Weights, int]:
     """Restore model, strategy state, RNG and metrics from the run's checkpoint; returns (weights, next round)."""
     ckpt = load_checkpoint(results.path, cfg, template, node_table(strategy.nodes))
-    strategy.load_state_arrays(ckpt.state_arrays)
+    strategy.load_checkpoint_arrays(ckpt.state_arrays)
     strategy.load_state_meta(ckpt.state_meta)
     strategy.on_resume()
     results.restore_rounds(ckpt.metrics)
@@ -178,7 +178,7 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
         results.log_round(record)
         if cfg.checkpoint_every and (server_round % cfg.checkpoint_every == 0 or is_last or stopping):
             save_checkpoint(results.path, cfg, Checkpoint(
-                server_round, weights, strategy.state_arrays(), strategy.state_meta(), results.rounds,
+                server_round, weights, strategy.checkpoint_arrays(), strategy.state_meta(), results.rounds,
                 nodes=node_table(strategy.nodes),
             ))
         log(INFO, "%s", _progress_line(record, cfg.num_server_rounds))

@@ -66,6 +66,9 @@ RESUME_CASES = {
     "fedsynsam": {"model": "mlp", "trajectory-rounds": 2, "distill-iterations": 5, "synthetic-ipc": 2,
                   "compression": "qsgd"},
     "fedddpm": {**TINY_DIFFUSION, "fid-samples": 8},
+    # the nodes keep their last model in Context.state; the server hands it back (server_app/strategies/node_models.py)
+    "moon": {},
+    "fedavg+cog": {"gen-steps": 4, "gen-budget": 24, "cog-start-round": 4},
 }
 
 
@@ -90,6 +93,27 @@ def test_killed_run_resumes_to_the_same_final_model(tmp_path, tiny_data_dir, alg
             np.testing.assert_allclose(got[name], expected[name], atol=1e-6, rtol=0)
     rounds = [json.loads(l)["round"] for l in (tmp_path / "results" / "interrupted" / "metrics.jsonl").read_text().splitlines()]
     assert rounds[-6:] == [1, 2, 3, 4, 5, 6]
+
+
+def test_node_models_are_kept_only_where_a_resume_needs_them():
+    from common.config import parse_run_config
+    from common.protocol import STATE_COG_PREVIOUS_MODEL, STATE_MOON_PREVIOUS_MODEL
+    from server_app.registry import SERVER_STRATEGIES
+    from server_app.strategies.node_models import NodeModels
+
+    def kept(**keys):
+        return NodeModels(parse_run_config({"model": "mlp", "checkpoint-every": 1, **keys}, SERVER_STRATEGIES)).keys
+
+    assert kept(algorithm="moon+cog") == (STATE_MOON_PREVIOUS_MODEL, STATE_COG_PREVIOUS_MODEL)
+    assert kept(algorithm="fedprox", cog=True) == (STATE_COG_PREVIOUS_MODEL,)
+    assert kept(algorithm="fedavg") == ()  # its nodes keep no model
+    assert kept(algorithm="moon", **{"checkpoint-every": 0}) == ()  # no checkpoint, no resume
+    assert kept(algorithm="moon", compression="qsgd") == ()  # the reply holds a lossy update, not the model
+    models = NodeModels(parse_run_config({"model": "mlp", "algorithm": "moon", "checkpoint-every": 1}, SERVER_STRATEGIES))
+    models.keep(3, {"w": np.ones(2, dtype=np.float32)})
+    again = NodeModels(parse_run_config({"model": "mlp", "algorithm": "moon", "checkpoint-every": 1}, SERVER_STRATEGIES))
+    assert again.load({**models.arrays(), "control": {"c": np.zeros(1)}}).keys() == {"control"}  # the strategy's own
+    assert list(again.records(3)) == [STATE_MOON_PREVIOUS_MODEL] and again.records(4) == {}
 
 
 def test_fault_injection_skips_failures_and_aggregates_only_answering_nodes(tmp_path, tiny_data_dir):

@@ -27,10 +27,11 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from common.config import RunConfig
-from common.protocol import CLIENT_STAT_PREFIX, NODE_STATE_PREFIX
+from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
 from common.records import Weights, check_weights, from_record, message_array_bytes, to_record
 from common.uplink import compression_spec, decode_reply
 from server_app.robust import ROBUST_AGGREGATIONS, clip_update, combine_updates, update_norm
+from server_app.strategies.node_models import NodeModels
 
 if TYPE_CHECKING:
     from common.results import RunResults
@@ -76,6 +77,7 @@ class FedAvgStrategy(Strategy):
         self.nodes = sorted(nodes, key=lambda n: n.partition_id)
         self.current: Weights = {}
         self.restore_pending: set[int] = set()
+        self.node_models = NodeModels(cfg)
 
     # ----- hooks for subclasses -------------------------------------------------
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
@@ -134,6 +136,14 @@ class FedAvgStrategy(Strategy):
         """
         return {}
 
+    def checkpoint_arrays(self) -> dict[str, Weights]:
+        """Every array group a checkpoint keeps: the algorithm's state and the nodes' kept models."""
+        return {**self.state_arrays(), **self.node_models.arrays()}
+
+    def load_checkpoint_arrays(self, groups: Mapping[str, Weights]) -> None:
+        """Restore what `checkpoint_arrays` returned."""
+        self.load_state_arrays(self.node_models.load(groups))
+
     def on_resume(self) -> None:
         """Called once after a checkpoint was loaded: schedule node state to be re-sent."""
         self.restore_pending = {node.partition_id for node in self.nodes}
@@ -149,7 +159,8 @@ class FedAvgStrategy(Strategy):
             for name, record in extra.items():
                 content[name] = record
             if node.partition_id in self.restore_pending:
-                for name, record in self.node_state_records(node.partition_id).items():
+                restored = {**self.node_state_records(node.partition_id), **self.node_models.records(node.partition_id)}
+                for name, record in restored.items():
                     content[f"{NODE_STATE_PREFIX}{name}"] = record
             messages.append(Message(content, dst_node_id=node.node_id, message_type=MessageType.TRAIN))
         return messages
@@ -200,6 +211,9 @@ class FedAvgStrategy(Strategy):
             return None, None
         self.restore_pending -= {partition_of(r) for r in replies}
         deltas = [self.client_delta(r) for r in replies]
+        if self.node_models.keys:  # the uplink is uncompressed: each reply holds the node's model
+            for reply in replies:
+                self.node_models.keep(partition_of(reply), from_record(reply.content.array_records[MODEL]))
         if self.cfg.max_update_norm > 0:  # "refuse" dropped the longer ones in check_reply; "clip" scales them
             deltas = [clip_update(d, self.cfg.max_update_norm) for d in deltas]
         if self.cfg.aggregation in ROBUST_AGGREGATIONS:
