@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from flwr.app import RecordDict  # noqa: E402
 
-from client_app.fedcog import STATE_PREVIOUS_MODEL, frozen_copy, generate  # noqa: E402
+from client_app.fedcog import frozen_copy, generate  # noqa: E402
 from client_app.training import LocalJob  # noqa: E402
 from client_app.updates import CLIENT_UPDATES  # noqa: E402
 from common.config import parse_run_config  # noqa: E402
@@ -46,6 +46,7 @@ from common.datasets import dataset_info, load_dataset  # noqa: E402
 from common.evaluation import as_tensors  # noqa: E402
 from common.fedcog_math import complementary_labels  # noqa: E402
 from common.partition import PartitionSpec, build_client_datasets  # noqa: E402
+from common.protocol import STATE_COG_PREVIOUS_MODEL  # noqa: E402
 from common.records import model_weights, to_record  # noqa: E402
 from common.task import make_model  # noqa: E402
 from fedsynth.cli import app_defaults  # noqa: E402
@@ -80,7 +81,7 @@ def round_seconds(cfg, algorithm: str, x: torch.Tensor, y: torch.Tensor) -> floa
     """Seconds of one client's round (the second of two, so that the first warms up)."""
     model = make_model(cfg, seeded=True).to(x.device)
     state = RecordDict()
-    state[STATE_PREVIOUS_MODEL] = to_record(model_weights(model))
+    state[STATE_COG_PREVIOUS_MODEL] = to_record(model_weights(model))
     seconds = 0.0
     for server_round in (1, 2):
         start = time.process_time()

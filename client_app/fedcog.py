@@ -46,8 +46,6 @@ from common.records import from_record, load_weights, model_weights, to_record
 
 ClientUpdate = Callable[[LocalJob], LocalResult]
 
-# Key in Context.state: the model this node ended its last round with.
-STATE_PREVIOUS_MODEL = STATE_COG_PREVIOUS_MODEL
 # SPEC 4.2: Adam betas of the input optimisation, as in the reference code.
 GEN_BETAS = (0.5, 0.9)
 GRID_FILE = "fedcog-generated.png"
@@ -198,7 +196,7 @@ def plug_in(job: LocalJob) -> dict[str, float]:
     c_real, c_kd = kd_coefficients(counts, cfg.kd_weighting, cfg.lambda_kd)
     steps = 0 if cfg.cog_ablation == "noise" else cfg.gen_steps
     lambda_dis = 0.0 if cfg.cog_ablation == "global-only" else cfg.lambda_dis
-    previous = job.state.array_records.get(STATE_PREVIOUS_MODEL)
+    previous = job.state.array_records.get(STATE_COG_PREVIOUS_MODEL)
     use_local = previous is not None and lambda_dis > 0 and steps > 0
     local_model = frozen_copy(job.model, from_record(previous)) if use_local else None
     generated = generate(
@@ -231,7 +229,7 @@ def with_cog(base: ClientUpdate) -> ClientUpdate:
         result = base(job)
         # Kept in every round, so that the first FedCOG round already has a
         # previous local model for its disagreement term (as in the reference code).
-        job.state[STATE_PREVIOUS_MODEL] = to_record(model_weights(job.model))
+        job.state[STATE_COG_PREVIOUS_MODEL] = to_record(model_weights(job.model))
         result.metrics.update(stats)
         return result
 

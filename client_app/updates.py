@@ -33,9 +33,6 @@ from common.sam import fedsam_gradients
 
 ClientUpdate = Callable[[LocalJob], LocalResult]
 
-# Keys in Context.state.
-STATE_MOON_PREVIOUS = STATE_MOON_PREVIOUS_MODEL
-
 
 def read_state_weights(state: RecordDict, key: str) -> Weights | None:
     """Weights kept in node state under `key`, or None on the node's first round."""
@@ -106,7 +103,7 @@ def moon_update(job: LocalJob) -> LocalResult:
     model, cfg = job.model, job.cfg
     global_model = copy.deepcopy(model).eval()
     previous_model = copy.deepcopy(model).eval()
-    previous = read_state_weights(job.state, STATE_MOON_PREVIOUS)
+    previous = read_state_weights(job.state, STATE_MOON_PREVIOUS_MODEL)
     if previous is not None:
         previous_model.load_state_dict({k: torch.from_numpy(v) for k, v in previous.items()})
     for frozen in (global_model, previous_model):
@@ -122,7 +119,7 @@ def moon_update(job: LocalJob) -> LocalResult:
 
     result = run_local_steps(job, rule)
     write_state_weights(
-        job.state, STATE_MOON_PREVIOUS, {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
+        job.state, STATE_MOON_PREVIOUS_MODEL, {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
     )
     return result
 

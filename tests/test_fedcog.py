@@ -16,7 +16,6 @@ import pytest
 import torch
 
 from client_app.fedcog import (
-    STATE_PREVIOUS_MODEL,
     KnowledgeDistillation,
     first_cog_round,
     frozen_copy,
@@ -35,6 +34,7 @@ from common.fedcog_math import (
     kd_loss,
 )
 from common.models import build_model
+from common.protocol import STATE_COG_PREVIOUS_MODEL
 from common.records import record_dict_array_bytes
 from server_app.registry import SERVER_STRATEGIES
 from fedsynth.inprocess import InProcessGrid
@@ -235,7 +235,7 @@ def test_before_the_first_cog_round_x_plus_cog_is_exactly_x(tmp_path, tiny_data_
     for name, value in plain.items():
         np.testing.assert_array_equal(cog[name], value, err_msg=name)
     # ... but the node already keeps its local model for the first FedCOG round's disagreement term
-    assert all(STATE_PREVIOUS_MODEL in ctx.state.array_records for ctx in grid.contexts.values())
+    assert all(STATE_COG_PREVIOUS_MODEL in ctx.state.array_records for ctx in grid.contexts.values())
 
 
 def test_cog_key_turns_fedcog_on_over_the_configured_base(tmp_path, tiny_data_dir):
@@ -265,7 +265,7 @@ def test_nothing_extra_crosses_the_network(tmp_path, tiny_data_dir, base):
         extra_metrics = set(b.content.metric_records["metrics"]) - set(a.content.metric_records["metrics"])
         assert extra_metrics and all(k.startswith("stat-cog-") for k in extra_metrics)
     for pid in plain.contexts:
-        assert set(cog.contexts[pid].state.keys()) == set(plain.contexts[pid].state.keys()) | {STATE_PREVIOUS_MODEL}
+        assert set(cog.contexts[pid].state.keys()) == set(plain.contexts[pid].state.keys()) | {STATE_COG_PREVIOUS_MODEL}
 
 
 def _write_tiny_cifar10(root, num_train: int = 300, num_test: int = 100):
