@@ -28,7 +28,7 @@ from common.protocol import (
     PREVIOUS_UPDATE, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_MOON_PREVIOUS_MODEL, STATE_SCAFFOLD_CONTROL,
 )
 from common.losses import moon_contrastive_loss, proximal_term, scaffold_client_control
-from common.records import Weights, from_record, to_record
+from common.records import Weights, from_record, load_weights, model_weights, to_record
 from common.sam import fedsam_gradients
 
 ClientUpdate = Callable[[LocalJob], LocalResult]
@@ -105,7 +105,7 @@ def moon_update(job: LocalJob) -> LocalResult:
     previous_model = copy.deepcopy(model).eval()
     previous = read_state_weights(job.state, STATE_MOON_PREVIOUS_MODEL)
     if previous is not None:
-        previous_model.load_state_dict({k: torch.from_numpy(v) for k, v in previous.items()})
+        load_weights(previous_model, previous)
     for frozen in (global_model, previous_model):
         frozen.requires_grad_(False)
 
@@ -118,9 +118,7 @@ def moon_update(job: LocalJob) -> LocalResult:
         return loss.detach()
 
     result = run_local_steps(job, rule)
-    write_state_weights(
-        job.state, STATE_MOON_PREVIOUS_MODEL, {k: v.detach().cpu().numpy().copy() for k, v in model.state_dict().items()}
-    )
+    write_state_weights(job.state, STATE_MOON_PREVIOUS_MODEL, model_weights(model))
     return result
 
 
