@@ -5,8 +5,9 @@
 
 FedCOG's `X+cog` runs X bit for bit until `cog-start-round` (tests/test_fedcog.py), so on each seed the runs of
 the arms X and X+cog share their first `cog-start-round - 1` rounds. At the paper's size (50 rounds of FedAvg,
-then 20 of FedCOG, 400 local steps) those shared rounds are half of what a FedAvg-against-FedAvg+FedCOG study
-computes on cpu (measured in studies/fedcog-paper.toml: 62 s a FedAvg round, about 3x that a FedCOG round).
+then 20 of FedCOG, 400 local steps) they are a quarter of what a FedAvg-against-FedAvg+FedCOG study computes on
+cpu (fedcog-paper, two runs sharing 2 cores: 53-64 s a FedAvg round, 220-228 s a FedCOG round, so about 47 of
+each seed's 190 minutes), which is what let it fit in a 3-hour session.
 
 `keep` waits while the study runs the X+cog arm (`fedsynth study … --arms X+cog`) and copies each report run's
 checkpoint the moment it holds round `cog-start-round - 1` (a run keeps only its latest checkpoint, so the
