@@ -82,7 +82,7 @@ def check_fork(source: RunConfig, source_round: int, source_identity: dict[str, 
     if source_round > shared_rounds(source):
         raise ForkError(f"the checkpoint is from round {source_round}, after FedCOG started "
                         f"(round {first_cog_round(source)}): the runs no longer agree")
-    differing = {k for k in config_differences(source_identity, target)} - {"algorithm"}
+    differing = set(config_differences(source_identity, target)) - {"algorithm"}
     if differing:
         raise ForkError(f"source and target differ in more than the algorithm: {', '.join(sorted(differing))}")
 
@@ -91,13 +91,14 @@ def keep(study: Study, from_arm: str, runs_dir: Path, into: Path, poll_seconds: 
          write=print) -> dict[int, Path]:
     """Copy each source run's checkpoint of its last shared round into `into/s<seed>/`; waits for all seeds."""
     specs = runs_of(study, from_arm)
+    wanted_round = {seed: shared_rounds(run_config(spec)) for seed, spec in specs.items()}
     kept: dict[int, Path] = {}
     while len(kept) < len(specs):
         for seed, spec in specs.items():
             source = runs_dir / spec.folder_name / CHECKPOINT_FILE
             if seed in kept or not source.is_file():
                 continue
-            wanted = shared_rounds(run_config(spec))
+            wanted = wanted_round[seed]
             saved_round, _ = checkpoint_header(source)
             if saved_round > wanted:
                 raise ForkError(f"{source} already holds round {saved_round}: round {wanted} was not kept "
