@@ -19,7 +19,7 @@ run of this script measures, on this machine:
   polling: an idle SuperNode asks the SuperLink for work every 3 s, its
   SuperExec looks for new tasks every `FLWR_SUPEREXEC_TASK_POLL_INTERVAL`
   (1 s by default; `--poll-interval` sets it), and the SuperNode checks for
-  the reply every 0.5 s (flwr 1.41, `supernode/start_client_internal.py`);
+  the reply every 0.5 s (flwr 1.41 and 1.42, `supernode/start_client_internal.py`);
 - the lifetime of every `flwr-clientapp` process (sampled from /proc), which
   splits a message into the process's own time and the waits around it;
 
@@ -154,7 +154,7 @@ def main(argv: list[str] | None = None) -> None:
         f"(pull, the app, push): {process - imports:.2f} s; outside the process (Flower's components between the "
         f"server's push and the reply's arrival): {message - process:.2f} s. Most of it is one fixed wait: after "
         "pushing a reply a SuperNode pulls again, finds nothing (the server is still collecting the round) and "
-        "sleeps 3 s (`time.sleep(3)`, hard-coded in flwr 1.41's `start_client_internal.py`), so in lockstep rounds "
+        "sleeps 3 s (`time.sleep(3)`, hard-coded in flwr 1.41 and 1.42's `start_client_internal.py`), so in lockstep rounds "
         "the next message always waits out that sleep; the SuperExec's task poll (`--poll-interval`) and the "
         "0.5 s reply poll add fractions of a second",
         f"- ClientApp process lifetimes (s): {', '.join(format(t, '.2f') for t in lifetimes)}",

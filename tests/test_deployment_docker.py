@@ -61,7 +61,7 @@ def test_image_runs_flower_and_the_app_unprivileged(image: str) -> None:
     assert result.returncode == 0, result.stderr
     lines = result.stdout.split()
     assert lines[0] == "49999"
-    assert result.stdout.count("1.41.0") == 3
+    assert result.stdout.count("1.42.0") == 3
     assert "app imports" in result.stdout
     env = docker("image", "inspect", "--format", "{{json .Config.Env}}", image).stdout
     assert "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1" in env

@@ -2,7 +2,7 @@
 
 Fast checks (seconds, no Docker engine, no network): docker-compose.yml and its GPU and N-node
 variants are valid compose files (`docker-compose config`), every Flower flag in them and in
-the commands our scripts build is one that the installed Flower 1.41 accepts (its `--help`) and
+the commands our scripts build is one that the installed Flower 1.42 accepts (its `--help`) and
 not a deprecated one, certificates made by deploy/pki.sh let a TLS client in only when it trusts
 our CA and dials a name in the subjectAltName, insecure mode is only reached by asking for it, and
 the image installs exactly the dependencies of pyproject.toml.
