@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     from common.config import parse_run_config
     from benchmarks.oledfl_sweep import node_tensors
     from common.task import make_model
-    from common.topology import mixing_matrix, ole_gossip_contraction
+    from common.topology import RANDOM_TOPOLOGIES, mixing_matrix, ole_gossip_contraction
     from server_app.registry import SERVER_STRATEGIES
 
     torch.set_num_threads(args.threads)
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
 
     ws = [mixing_matrix(cfg.topology, n, peers=cfg.peers, seed=cfg.seed, round_num=t, mixing=cfg.mixing)
           for t in range(1, 41)]
-    contraction = {round(float(b), 3): ole_gossip_contraction(ws, float(b)) for b in np.arange(0.0, 1.0, 0.001)}
+    contraction = {round(float(b), 3): ole_gossip_contraction(ws, float(b), exchangeable=cfg.topology in RANDOM_TOPOLOGIES) for b in np.arange(0.0, 1.0, 0.001)}
 
     def c(beta: float) -> float:
         return contraction[round(beta, 3)]

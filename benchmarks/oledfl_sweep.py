@@ -7,8 +7,10 @@
 `eigen`: for the random topologies (`random`, k-regular, and `random-draws`)
 and the static ones, the eigenvalues of W and of Ole's effective gossip matrix
 M = (1+beta) W - beta I, the mean-square contraction per round of a
-disagreement vector under M (E ||M e||^2 / ||e||^2 over fresh random W; <1:
-consensus, >1: the nodes drift apart) and the beta where it reaches 1. Also for
+disagreement vector under M (E ||M e||^2 / ||e||^2 over fresh random W,
+trace/(n-1) of the expected operator, which is exact by symmetry for random
+graphs; the worst mode for a static W; <1: consensus, >1: the nodes drift
+apart) and the beta where it reaches 1. Also for
 the directed "uniform 1/(k+1)" random matrix (each node averages itself and k
 peers it drew), for comparison; and psi and Ole's stable beta per static
 topology (formerly the `oledfl` preset's table).
@@ -73,21 +75,25 @@ def eigen_report(n: int, k: int, betas: list[float], samples: int = 200) -> str:
         "random-draws MH, 100 nodes, k=10": random_ws("random-draws", 100, 10, 40),
         "uniform 1/11, directed draws, 100 nodes, k=10": [uniform_random(100, 10, 0, t) for t in range(1, 41)],
     }
-    for t in ("ring", "grid", "exponential", "full"):
+    static = ("ring", "grid", "exponential", "full")
+    for t in static:
         cases[t] = [mixing_matrix(t, n)]
     for name, ws in cases.items():
+        exchangeable = name not in static
         eig = [np.sort(np.linalg.eigvals(w).real) for w in ws]
         lam_min = [e[0] for e in eig]
         lam_2 = [e[-2] for e in eig]
         degree = float(np.mean([((w > 0).sum(axis=1) - 1).mean() for w in ws]))
         selfw = float(np.mean([np.mean(np.diag(w)) for w in ws]))
-        contr = [ole_gossip_contraction(ws, b) for b in betas]
+        contr = [ole_gossip_contraction(ws, b, exchangeable=exchangeable) for b in betas]
         lines.append(f"| {name} | {degree:.1f} | {np.mean(lam_min):.3f}, {np.min(lam_min):.3f} | {np.mean(lam_2):.3f} | "
-                     f"{selfw:.3f} | " + " | ".join(f"{c:.3f}" for c in contr) + f" | {critical_beta(ws)} |")
+                     f"{selfw:.3f} | " + " | ".join(f"{c:.3f}" for c in contr) + f" | {critical_beta(ws, exchangeable)} |")
     lines += ["", "Ole's gossip M = (1+beta) W - beta I maps an eigenvalue lambda of W to (1+beta) lambda - beta: "
               "|.| < 1 needs beta < (1+lambda)/(1-lambda) for the most negative lambda; and |(1+beta) lambda - beta| < |lambda| "
-              "(faster consensus than W) only for lambda > beta/(2+beta). E-contraction is the largest "
-              "E||P M e||^2/||e||^2 over disagreement vectors e (P removes the mean) with a fresh W per round: "
+              "(faster consensus than W) only for lambda > beta/(2+beta). E-contraction is "
+              "E||P M e||^2/||e||^2 for disagreement vectors e (P removes the mean): with a fresh random W per "
+              "round the same for every e, trace/(n-1) of the averaged operator (issue 35; the top eigenvalue of "
+              "a finite average is biased upward); for a static W the worst e: "
               "beta = 0 is plain gossip; > 1 means Ole's restarts alone push the nodes apart. The directed "
               "uniform rows are not symmetric (their lambda columns are real parts).", "",
               f"## psi of the static topologies ({n} nodes)", "",
@@ -101,16 +107,17 @@ def eigen_report(n: int, k: int, betas: list[float], samples: int = 200) -> str:
     return "\n".join(lines)
 
 
-def critical_beta(ws: list[np.ndarray]) -> str:
+def critical_beta(ws: list[np.ndarray], exchangeable: bool) -> str:
     """The beta in [0, 1) at which Ole's mean-square gossip factor reaches 1 (bisection), or '>= 1'."""
     from common.topology import ole_gossip_contraction
 
-    if ole_gossip_contraction(ws, 0.999) < 1.0:
+    if ole_gossip_contraction(ws, 0.999, exchangeable=exchangeable) < 1.0:
         return ">= 1"
     low, high = 0.0, 0.999
     for _ in range(25):
         middle = (low + high) / 2
-        low, high = (low, middle) if ole_gossip_contraction(ws, middle) >= 1.0 else (middle, high)
+        expands = ole_gossip_contraction(ws, middle, exchangeable=exchangeable) >= 1.0
+        low, high = (low, middle) if expands else (middle, high)
     return f"{high:.3f}"
 
 

@@ -8,11 +8,14 @@ import numpy as np
 import pytest
 
 from common.topology import (
+    DIRECTED_TOPOLOGIES,
     MIXINGS,
     TOPOLOGIES,
     adjacency,
     check_topology,
+    disagreement_factor,
     grid_shape,
+    k_regular_ole_contraction,
     metropolis_hastings_weights,
     mixing_matrix,
     neighbours,
@@ -23,13 +26,15 @@ from common.topology import (
     uniform_weights,
 )
 
+UNDIRECTED = [kind for kind in TOPOLOGIES if kind not in DIRECTED_TOPOLOGIES]
+
 
 def _degrees(w: np.ndarray) -> np.ndarray:
     off_diagonal = (w > 0) & ~np.eye(w.shape[0], dtype=bool)
     return off_diagonal.sum(axis=1)
 
 
-@pytest.mark.parametrize("kind", TOPOLOGIES)
+@pytest.mark.parametrize("kind", UNDIRECTED)
 @pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 6, 7, 16, 20, 33])
 def test_mixing_matrix_invariants(kind: str, n: int) -> None:
     peers = min(3, max(n - 1, 1))
@@ -45,7 +50,7 @@ def test_mixing_matrix_invariants(kind: str, n: int) -> None:
     np.testing.assert_allclose(w.sum(axis=0), 1.0, rtol=0, atol=1e-12)
 
 
-@pytest.mark.parametrize("kind", TOPOLOGIES)
+@pytest.mark.parametrize("kind", UNDIRECTED)
 def test_adjacency_is_symmetric_bool_without_self_loops(kind: str) -> None:
     adj = adjacency(kind, 12, peers=2, seed=3, round_num=4)
     assert adj.dtype == bool
@@ -203,7 +208,7 @@ def test_metropolis_hastings_rejects_asymmetric() -> None:
 
 
 def test_spectral_psi_hand_values_for_16_nodes() -> None:
-    static = [kind for kind in TOPOLOGIES if kind != "random"]
+    static = [kind for kind in TOPOLOGIES if not kind.startswith("random")]
     psi = {kind: spectral_psi(mixing_matrix(kind, 16)) for kind in static}
     # Circulant/torus eigenvalues: ring 1/3 + 2/3 cos(2pi/16);
     # 4x4 torus 1/5 + 2/5 (cos a + cos b) -> +-0.6;
@@ -342,3 +347,82 @@ def test_oledfl_diagnostic_predicts_beta_one_over_gain_on_the_full_graph() -> No
     assert growth_factor([1.0, 2.0, 4.0]) == pytest.approx(2.0)
     assert growth_factor([0.5, 0.25]) == pytest.approx(0.5)
     assert growth_factor([1.0, float("nan")]) == float("inf")
+
+
+def _matching(pairs: list[tuple[int, int]], n: int = 4) -> np.ndarray:
+    adj = np.zeros((n, n), dtype=bool)
+    for i, j in pairs:
+        adj[i, j] = adj[j, i] = True
+    return uniform_weights(adj)
+
+
+def test_ole_contraction_of_a_random_graph_is_trace_over_n_minus_1_by_hand() -> None:
+    """4 nodes, k = 1: the random 1-regular graph is one of 3 perfect matchings, W = (I + A)/2.
+
+    On the disagreement space each matching's W has eigenvalues 1 (the two pairs opposite), 0, 0; Ole maps
+    them to 1, -beta, -beta, so trace(P M^T M P) = 1 + 2 beta^2 for every matching, and the exact
+    expectation over the three is (1 + 2 beta^2)/3 times the identity there. One sampled matching has a
+    mode that does not shrink at all, so the top eigenvalue of a one-graph "average" says 1.
+    """
+    matchings = [_matching([(0, 1), (2, 3)]), _matching([(0, 2), (1, 3)]), _matching([(0, 3), (1, 2)])]
+    for beta in (0.0, 0.5, 0.99):
+        exact = (1 + 2 * beta**2) / 3
+        # all three matchings: the sample average is the exact expectation, and both readings agree
+        assert ole_gossip_contraction(matchings, beta) == pytest.approx(exact)
+        assert ole_gossip_contraction(matchings, beta, exchangeable=True) == pytest.approx(exact)
+        # one sampled matching: trace / (n-1) is already exact, the top eigenvalue is biased to 1
+        assert ole_gossip_contraction(matchings[:1], beta, exchangeable=True) == pytest.approx(exact)
+        assert ole_gossip_contraction(matchings[:1], beta) == pytest.approx(1.0)
+        assert k_regular_ole_contraction(4, 1, beta) == pytest.approx(exact)
+    assert ole_gossip_contraction(matchings[:1], 0.5, exchangeable=True) == pytest.approx(0.5)
+
+
+def test_ole_contraction_on_the_papers_random_topology_stays_below_one() -> None:
+    """100 nodes, k = 10: trace/(n-1) over sampled graphs matches the closed form, 0.982 at beta 0.99 (issue 35)."""
+    ws = [mixing_matrix("random", 100, peers=10, seed=0, round_num=t) for t in range(1, 6)]
+    for beta in (0.0, 0.5, 0.8, 0.99):
+        estimate = ole_gossip_contraction(ws, beta, exchangeable=True)
+        assert estimate == pytest.approx(k_regular_ole_contraction(100, 10, beta), abs=1e-12)
+        assert estimate < 1.0
+    assert k_regular_ole_contraction(100, 10, 0.99) == pytest.approx(0.98173, abs=1e-5)
+    assert k_regular_ole_contraction(100, 10, 0.0) == pytest.approx((100 / 11 - 1) / 99)
+    assert k_regular_ole_contraction(100, 10, 1.0) == pytest.approx(1.0)
+    # the old reading, the top eigenvalue of a 5-graph average, claimed expansion
+    assert ole_gossip_contraction(ws, 0.99) > 1.0
+
+
+def test_random_pull_rows_sum_to_one_and_it_is_directed() -> None:
+    """DisPFL's pull graph: node i averages itself and its k draws, 1/(k+1) each; W is row-stochastic only."""
+    n, k = 12, 3
+    w = mixing_matrix("random-pull", n, peers=k, seed=2, round_num=7, mixing="uniform")
+    np.testing.assert_allclose(w.sum(axis=1), 1.0, rtol=0, atol=1e-12)
+    assert np.all(_degrees(w) == k)
+    assert np.allclose(w[w > 0], 1.0 / (k + 1))
+    assert np.all(np.diag(w) == pytest.approx(1.0 / (k + 1)))
+    assert not np.array_equal(w, w.T)
+    assert not np.allclose(w.sum(axis=0), 1.0)  # some node is pulled by more than k others
+    adj = adjacency("random-pull", n, peers=k, seed=2, round_num=7)
+    assert not np.any(np.diag(adj)) and not np.array_equal(adj, adj.T)
+    # the same draws as random-draws before it symmetrises them
+    np.testing.assert_array_equal(adj | adj.T, adjacency("random-draws", n, peers=k, seed=2, round_num=7))
+    np.testing.assert_array_equal(w, mixing_matrix("random-pull", n, peers=k, seed=2, round_num=7, mixing="uniform"))
+    assert not np.array_equal(w, mixing_matrix("random-pull", n, peers=k, seed=2, round_num=8, mixing="uniform"))
+
+
+def test_random_pull_refuses_metropolis_weights() -> None:
+    with pytest.raises(ValueError, match="directed.*mixing = uniform"):
+        mixing_matrix("random-pull", 8, peers=2)
+    with pytest.raises(ValueError, match="directed"):
+        check_topology("random-pull", 8, 2, "metropolis")
+    check_topology("random-pull", 8, 2, "uniform")
+
+
+def test_disagreement_factor_is_psi_on_symmetric_and_singular_value_on_directed() -> None:
+    for kind in ("ring", "grid", "full"):
+        w = mixing_matrix(kind, 16)
+        assert disagreement_factor(w) == pytest.approx(spectral_psi(w), abs=1e-12)
+    # a directed 2-node pull: node 0 averages itself and node 1, node 1 keeps its own model
+    w = np.array([[0.5, 0.5], [0.0, 1.0]])
+    # a disagreement (1, -1) becomes (0, -1), centred (0.5, -0.5): half the norm
+    assert disagreement_factor(w) == pytest.approx(0.5)
+    assert disagreement_factor(np.ones((1, 1))) == 0.0
