@@ -29,6 +29,8 @@ from common.topology import MIXINGS, TOPOLOGIES
 
 PARTITIONS = ("iid", "dirichlet", "shard", "pathological", "pairs")
 AGGREGATIONS = ("weighted", "uniform", "median", "trimmed-mean", "krum")
+# The distillation's trajectory-matching loss (server_app/distillation.py `matching_loss`).
+MATCHING_LOSSES = ("normalized", "paper")
 
 
 class ConfigError(ValueError):
@@ -60,9 +62,14 @@ class RunConfig:
     )
     hf_image_column: str = _key("", "`hf:<repo>` datasets: the image column; empty: found from the features.")
     hf_label_column: str = _key("", "`hf:<repo>` datasets: the label column; empty: found from the features.")
-    model: str = _key("auto", "Model: cnn, cnn-gn (cnn with GroupNorm), mlp, convnet, resnet18; a U-Net (unet-small, "
+    model: str = _key("auto", "Model: cnn, cnn-gn (cnn with GroupNorm), mlp (784-200-10), mlp2 (784-200-200-10, "
+                      "McMahan's 2NN), convnet, resnet18; a U-Net (unet-small, "
                       "unet-paper-mnist, unet-paper-cifar) makes the run a diffusion task; auto: the algorithm's paper "
                       "model (unet-paper-mnist for fedddpm and fedddpm+, cnn otherwise).", "SPEC 3.3")
+    gn_groups: int = _key(
+        2, "GroupNorm groups of resnet18 (a divisor of 64): 2, the project's default, or 32, the DisPFL code that "
+        "OledFL builds on.", "OledFL code lineage (DisPFL): 32"
+    )
     partition: str = _key(
         "dirichlet", "Split over clients: iid, dirichlet, shard, pathological, pairs (disjoint groups of "
         "classes-per-client classes, each group's samples split evenly over N / groups clients).",
@@ -191,6 +198,11 @@ class RunConfig:
         "paper", "FedSynSAM ascent mix: paper (beta grad_local + (1 - beta) grad_syn) or normalized (an ablation, "
         "not the paper's: each gradient scaled to unit norm before mixing).", "FedSynSAM eq. 14; ablation",
     )
+    matching_loss: str = _key(
+        "normalized", "fedsynsam/dynafed distillation loss: normalized (||w_hat - w^{r+s}||^2 / ||w^r - w^{r+s}||^2, "
+        "SPEC 4.3's choice, as in trajectory matching) or paper (FedSynSAM eq. 9's unnormalised ||w_hat - w^{r+s}||^2, "
+        "faithful to the paper). distill-loss-start/-end are logged in the chosen loss.", "FedSynSAM eq. 9; SPEC 4.3"
+    )
     dynafed_lr: float = _key(1e-4, "DynaFed: Adam learning rate of the server's training on the synthetic set.",
                              "SPEC 4.1")
     dynafed_epochs: int = _key(5, "DynaFed: epochs on the synthetic set after every aggregation.", "SPEC 4.1")
@@ -205,8 +217,9 @@ class RunConfig:
     # --- Decentralized FL (issue 6): dpsgd, dfedavg, dfedavgm, dfedsam, oledfl-sgd, oledfl-sam ---
     topology: str = _key(
         "random", "Decentralized topology: random (a fresh k-regular graph each round: every node has exactly k "
-        "neighbours), random-draws (each node draws k peers, links both ways: k to ~2k neighbours), ring, "
-        "grid (2-D torus), exponential, full.",
+        "neighbours), random-draws (each node draws k peers, links both ways: k to ~2k neighbours), random-pull "
+        "(each node draws k peers and averages itself and them, 1/(k+1) each: DisPFL's directed pull graph, "
+        "row-stochastic only; needs mixing = uniform), ring, grid (2-D torus), exponential, full.",
         "SPEC 4.5",
     )
     peers: int = _key(10, "Random topologies: neighbours k per node and round (random: n * k even, k < n).",
@@ -410,6 +423,8 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(cfg.dataset in DATASETS or (hf and len(cfg.dataset) > 3), "dataset", cfg.dataset,
              "one of " + ", ".join(DATASETS) + " or hf:<repo>")
     _check_choice("model", cfg.model, ("auto",) + MODELS + tuple(UNET_PRESETS))
+    _require(cfg.gn_groups >= 1 and 64 % cfg.gn_groups == 0, "gn-groups", cfg.gn_groups,
+             "a divisor of 64 (1, 2, 4, 8, 16, 32 or 64)")
     _check_choice("partition", cfg.partition, PARTITIONS)
     _check_choice("aggregation", cfg.aggregation, AGGREGATIONS)
     _require(cfg.num_server_rounds >= 1, "num-server-rounds", cfg.num_server_rounds, "an integer >= 1")
@@ -489,6 +504,7 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(cfg.distill_alpha_lr >= 0, "distill-alpha-lr", cfg.distill_alpha_lr, "a number >= 0")
     _require(0 <= cfg.synsam_beta <= 1, "synsam-beta", cfg.synsam_beta, "a number in [0, 1]")
     _check_choice("synsam-mix", cfg.synsam_mix, ("paper", "normalized"))
+    _check_choice("matching-loss", cfg.matching_loss, MATCHING_LOSSES)
     _require(cfg.dynafed_lr > 0, "dynafed-lr", cfg.dynafed_lr, "a number > 0")
     _require(cfg.dynafed_epochs >= 0, "dynafed-epochs", cfg.dynafed_epochs, "an integer >= 0")
     _require(cfg.dyn_alpha > 0, "dyn-alpha", cfg.dyn_alpha, "a number > 0")

@@ -29,5 +29,6 @@ def make_model(cfg: RunConfig, *, seeded: bool = False) -> nn.Module:
     if seeded:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)
-            return build_model(cfg.model, run_dataset_info(cfg), moon_projection_dim=projection)
-    return build_model(cfg.model, run_dataset_info(cfg), moon_projection_dim=projection)
+            return build_model(cfg.model, run_dataset_info(cfg), moon_projection_dim=projection,
+                               gn_groups=cfg.gn_groups)
+    return build_model(cfg.model, run_dataset_info(cfg), moon_projection_dim=projection, gn_groups=cfg.gn_groups)

@@ -7,7 +7,9 @@ on D_syn started at `w^r` land near `w^{r+s}`:
 
     w_hat = A(X, Y, w^r, alpha, s),   L = ||w_hat - w^{r+s}||^2 / ||w^r - w^{r+s}||^2
 
-(matching trajectories, Cazenavette et al. 2022). The inner loop runs the
+(matching trajectories, Cazenavette et al. 2022; SPEC 4.3). FedSynSAM's eq. 9
+is the unnormalised ||w_hat - w^{r+s}||^2 (`matching-loss = "paper"`): it
+weighs each segment by its squared length and scales alpha's gradient by it. The inner loop runs the
 model functionally (`torch.func.functional_call`) with `create_graph=True`, so
 `L` is differentiated through all s steps with respect to X and alpha. Only
 the global trajectory is used: nothing beyond what FedAvg already gives the
@@ -60,6 +62,7 @@ class DistillSettings:
     alpha_init: float = 0.01
     alpha_lr: float = 1e-5
     seed: int = 0
+    normalized: bool = True  # matching-loss: normalized (SPEC 4.3) or paper (eq. 9, unnormalised)
 
     @classmethod
     def from_config(cfg_cls, cfg: RunConfig) -> "DistillSettings":
@@ -75,6 +78,7 @@ class DistillSettings:
             alpha_init=cfg.distill_alpha_init,
             alpha_lr=cfg.distill_alpha_lr,
             seed=cfg.seed,
+            normalized=cfg.matching_loss == "normalized",
         )
 
 
@@ -85,7 +89,7 @@ class DistillResult:
     x: np.ndarray
     y: np.ndarray
     alpha: float
-    start_loss: float  # mean normalised matching loss over all segments, before
+    start_loss: float  # mean matching loss (the configured one) over all segments, before
     end_loss: float    # ... and after distillation
     losses: list[float] = field(default_factory=list)  # the sampled segment's loss, per iteration
 
@@ -120,9 +124,14 @@ def unroll(
     return params
 
 
-def matching_loss(w_hat: Tensors, w_start: Tensors, w_target: Tensors) -> torch.Tensor:
-    """||w_hat - w_target||^2 / ||w_start - w_target||^2 over all parameters together."""
+def matching_loss(w_hat: Tensors, w_start: Tensors, w_target: Tensors, normalized: bool = True) -> torch.Tensor:
+    """||w_hat - w_target||^2 / ||w_start - w_target||^2 over all parameters together.
+
+    With `normalized` False, eq. 9's ||w_hat - w_target||^2 alone.
+    """
     num = sum(torch.sum((w_hat[n] - w_target[n]) ** 2) for n in w_target)
+    if not normalized:
+        return num
     den = sum(torch.sum((w_start[n] - w_target[n]) ** 2) for n in w_target)
     return num / (den + 1e-12)
 
@@ -134,14 +143,14 @@ def segment_starts(trajectory_length: int, steps: int) -> list[int]:
 
 def mean_matching_loss(
     model: nn.Module, trajectory: Sequence[tuple[Tensors, Tensors]], x: torch.Tensor, y: torch.Tensor,
-    alpha: torch.Tensor, steps: int,
+    alpha: torch.Tensor, steps: int, normalized: bool = True,
 ) -> float:
-    """The normalised matching loss averaged over every segment of the trajectory (no graph kept)."""
+    """The matching loss averaged over every segment of the trajectory (no graph kept)."""
     losses = []
     for r in segment_starts(len(trajectory), steps):
         (start, buffers), (target, _) = trajectory[r], trajectory[r + steps]
         w_hat = unroll(model, start, buffers, x, y, alpha.detach(), steps, create_graph=False)
-        losses.append(float(matching_loss({k: v.detach() for k, v in w_hat.items()}, start, target)))
+        losses.append(float(matching_loss({k: v.detach() for k, v in w_hat.items()}, start, target, normalized)))
     return float(np.mean(losses)) if losses else math.nan
 
 
@@ -172,20 +181,20 @@ def distill(
     starts = segment_starts(len(tensors), steps)
     rng = np.random.default_rng([settings.seed, 4])
 
-    start_loss = mean_matching_loss(model, tensors, x.detach(), y, alpha, steps)
+    start_loss = mean_matching_loss(model, tensors, x.detach(), y, alpha, steps, settings.normalized)
     losses = []
     for _ in range(settings.iterations):
         r = int(rng.choice(starts))
         (w_start, buffers), (w_target, _) = tensors[r], tensors[r + steps]
         w_hat = unroll(model, w_start, buffers, x, y, alpha, steps, create_graph=True)
-        loss = matching_loss(w_hat, w_start, w_target)
+        loss = matching_loss(w_hat, w_start, w_target, settings.normalized)
         x_opt.zero_grad(set_to_none=True)
         alpha_opt.zero_grad(set_to_none=True)
         loss.backward()
         x_opt.step()
         alpha_opt.step()
         losses.append(float(loss.detach()))
-    end_loss = mean_matching_loss(model, tensors, x.detach(), y, alpha, steps)
+    end_loss = mean_matching_loss(model, tensors, x.detach(), y, alpha, steps, settings.normalized)
     log(INFO, "distillation: %d iterations, %d segments of %d steps, matching loss %.4f -> %.4f, alpha %.5f",
         settings.iterations, len(starts), steps, start_loss, end_loss, float(alpha.detach()))
     return DistillResult(

@@ -177,3 +177,41 @@ def test_whole_update_extras_carry_their_tensor_mask():
     norm = np.sqrt(sum(float(np.sum(t.astype(np.float64) ** 2)) for t in control.values()))
     for name in control:
         assert np.abs(decoded[name] - control[name]).max() <= norm / 257 + 1e-5
+
+
+def test_bucket_scope_is_unbiased_with_a_bucket_length_that_does_not_divide_the_update():
+    """Buckets of 3 over 8 coordinates (3, 3, 2): mean over draws -> v; the error is stochastic rounding's,
+    summed per bucket with each bucket's own norm, and within QSGD's bound per bucket."""
+    v = np.array([3.0, -1.0, 0.5, 0.0, -2.25, 1.5, 0.125, -0.75], dtype=np.float32)
+    spec = CompressionSpec("qsgd", levels=17, scope="bucket", bucket_size=3)
+    s, draws = 17, 8_000
+    rng = np.random.default_rng(1)
+    total = np.zeros(v.size)
+    squared_error = 0.0
+    for _ in range(draws):
+        q = decode_update(encode_update({"v": v}, spec, rng), {"v": v.shape}, spec)["v"].astype(np.float64)
+        total += q
+        squared_error += float(np.sum((q - v) ** 2))
+    exact_variance, per_coordinate_var, bound = 0.0, np.zeros(v.size), 0.0
+    for start in range(0, v.size, 3):
+        b = v[start:start + 3].astype(np.float64)
+        norm = float(np.linalg.norm(b))
+        r = s * np.abs(b) / norm
+        p = r - np.floor(r)
+        per_coordinate_var[start:start + 3] = (norm / s) ** 2 * p * (1 - p)
+        exact_variance += float(np.sum(per_coordinate_var[start:start + 3]))
+        bound += qsgd_variance_bound(b.size, s) * norm**2
+    assert np.all(np.abs(total / draws - v) <= 5 * np.sqrt(per_coordinate_var / draws) + 1e-6)
+    assert squared_error / draws == pytest.approx(exact_variance, rel=0.1)
+    assert exact_variance <= bound
+
+
+def test_bucket_512_wire_size_at_the_mlps_size():
+    """159,010 coordinates (the 784-200-10 MLP) in buckets of 512: 311 norms (the last bucket 290 long),
+    1 sign bit and 5 level bits per coordinate (17 levels), by hand: 311 * 4 + 6 * 19,877 = 120,506 bytes."""
+    spec = CompressionSpec("qsgd", levels=17, scope="bucket", bucket_size=512)
+    shapes = {"w": (159_010,)}
+    payload = encode_update(_update(shapes), spec, np.random.default_rng(0))
+    assert payload_nbytes(payload) == 311 * 4 + 6 * 19_877
+    assert expected_payload_nbytes({"w": 159_010}, spec) == 311 * 4 + 6 * 19_877
+    assert payload["::bucket-512::norm"].shape == (311,)

@@ -86,6 +86,10 @@ BAD_CONFIGS = [
     ({"eval-every": -1}, "eval-every"),
     ({"alpha": float("nan")}, "alpha"),
     ({"fraction-train": float("nan")}, "fraction-train"),
+    ({"gn-groups": 3}, "gn-groups"),
+    ({"gn-groups": 0}, "gn-groups"),
+    ({"matching-loss": "unnormalized"}, "matching-loss"),
+    ({"topology": "random-push"}, "topology"),
 ]
 
 

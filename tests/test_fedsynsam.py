@@ -39,6 +39,19 @@ def _tiny_model() -> nn.Module:
 def test_matching_loss_hand_values():
     start, target, w_hat = ({"a": torch.tensor(v)} for v in ([0.0, 0.0], [3.0, 4.0], [3.0, 0.0]))
     assert float(matching_loss(w_hat, start, target)) == pytest.approx(16 / 25)
+    # eq. 9, unnormalised: ||(3, 0) - (3, 4)||^2 = 16 whatever the segment's length
+    assert float(matching_loss(w_hat, start, target, normalized=False)) == pytest.approx(16.0)
+    two = ({"a": torch.tensor(v[:1]), "b": torch.tensor(v[1:])} for v in ([1.0, 1.0, 0.0], [1.0, 3.0, 2.0],
+                                                                          [2.0, 2.0, 1.0]))
+    start2, target2, w_hat2 = two
+    # all tensors together: (1 + 1 + 1) / (0 + 4 + 4)
+    assert float(matching_loss(w_hat2, start2, target2)) == pytest.approx(3 / 8)
+    assert float(matching_loss(w_hat2, start2, target2, normalized=False)) == pytest.approx(3.0)
+
+
+def test_matching_loss_key_reaches_the_distillation_settings():
+    assert DistillSettings.from_config(RunConfig()).normalized is True
+    assert DistillSettings.from_config(RunConfig(matching_loss="paper")).normalized is False
 
 
 def test_functional_unroll_equals_plain_gradient_descent():
