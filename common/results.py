@@ -13,7 +13,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from logging import INFO
 from pathlib import Path
 from typing import Any
@@ -261,6 +261,13 @@ class RunResults:
         (self.path / "summary.json").write_text(json.dumps(_json_safe(dict(summary)), indent=2) + "\n")
         if self.tensorboard is not None:
             self.tensorboard.close()
+
+    def write_nodes(self, nodes: Sequence[Any]) -> None:
+        """nodes.json: who took part, as the handshake learned it (name, partition id, train and test counts)."""
+        rows = [{"name": n.name, "partition-id": n.partition_id, "node-id": n.node_id,
+                 "num-train-examples": n.num_train_examples, "num-test-examples": n.num_test_examples}
+                for n in nodes]
+        (self.path / "nodes.json").write_text(json.dumps(rows, indent=2) + "\n")
 
     def write_model(self, weights: Mapping[str, np.ndarray]) -> Path:
         """The final global model as safetensors (loads without unpickling)."""

@@ -66,7 +66,7 @@ from common.topology import (
     spectral_psi,
 )
 from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, node_table, save_checkpoint
-from server_app.evaluation import CentralEvaluator
+from server_app.evaluation import CentralEvaluator, central_evaluator
 from server_app.loop import TooManyFailedRounds
 from server_app.messaging import match_replies, send_and_receive
 from server_app.outcome import conclude
@@ -297,7 +297,7 @@ class DecentralizedRelay:
         self.summary()
         template = model_weights(make_model(cfg, seeded=True))
         model_bytes = to_record(template).count_bytes()
-        evaluator = CentralEvaluator(cfg) if cfg.central_eval else None
+        evaluator = central_evaluator(cfg)
         first_round = 1
         if results.resuming:
             first_round = self._resume(results, template)

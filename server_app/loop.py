@@ -28,7 +28,7 @@ from common.task import make_model
 from common.uplink import float32_equivalent_bytes
 from server_app.checkpoint import Checkpoint, load_checkpoint, node_table, save_checkpoint
 from server_app.diffusion_eval import DiffusionEvaluator
-from server_app.evaluation import CentralEvaluator
+from server_app.evaluation import central_evaluator
 from server_app.messaging import match_replies, send_and_receive
 from server_app.outcome import STATUS_OK, conclude
 from server_app.reply_checks import check_train_metrics
@@ -116,7 +116,7 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
     """Run all rounds; returns the run summary (also written to summary.json)."""
     strategy.summary()
     weights: Weights = model_weights(make_model(cfg, seeded=True))
-    evaluator = CentralEvaluator(cfg) if cfg.central_eval and not is_diffusion(cfg) else None
+    evaluator = central_evaluator(cfg)
     diffusion = DiffusionEvaluator(cfg, results) if is_diffusion(cfg) else None  # FID and sample grids
     first_round = 1
     if results.resuming:
