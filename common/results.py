@@ -282,6 +282,18 @@ class RunResults:
         return plot_rounds(self.rounds, self.path)
 
 
+def run_accuracy(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's accuracy: central where the server evaluated, else the clients' aggregated local-test accuracy.
+
+    A server without a test set (partition = node without central-test-path, or central-eval = false)
+    has no central accuracy; the nodes' local test splits, weighted by their sizes, then stand for it.
+    """
+    for source, key in (("central", "final-central-accuracy"), ("local-test", "final-local-test-accuracy")):
+        if isinstance(summary.get(key), (int, float)):
+            return {"final-accuracy": summary[key], "accuracy-source": source}
+    return {}
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """Rounds of a metrics.jsonl file."""
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]

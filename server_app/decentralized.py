@@ -55,7 +55,7 @@ from common.protocol import (
     STATE_OWN_ROUND,
 )
 from common.records import Weights, check_weights, from_record, message_array_bytes, model_weights, to_record
-from common.results import RunResults
+from common.results import RunResults, run_accuracy
 from common.task import make_model
 from common.topology import (
     RANDOM_TOPOLOGIES,
@@ -450,6 +450,7 @@ class DecentralizedRelay:
             summary.update({f"final-{k}": v for k, v in rounds[-1].items() if k.startswith("node-accuracy-")})
         conclude(summary, results, mean)
         summary.update(self._final_evaluate(grid, mean))
+        summary.update(run_accuracy(summary))
         if cfg.save_model:
             results.write_model(mean)
         results.write_summary(summary)

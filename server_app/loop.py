@@ -23,7 +23,7 @@ from flwr.serverapp import Grid
 from common.config import RunConfig
 from common.diffusion import is_diffusion
 from common.records import Weights, from_record, message_array_bytes, model_weights, to_record
-from common.results import RunResults
+from common.results import RunResults, run_accuracy
 from common.task import make_model
 from common.uplink import float32_equivalent_bytes
 from server_app.checkpoint import Checkpoint, load_checkpoint, node_table, save_checkpoint
@@ -215,6 +215,7 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
     )
     if final_eval is not None:
         summary.update({f"final-{key}": value for key, value in final_eval.items()})
+    summary.update(run_accuracy(summary))
     if cfg.save_model:
         results.write_model(weights)
     results.write_summary(summary)
