@@ -24,7 +24,7 @@ from common.hf_datasets import is_hf
 from common.diffusion import DIFFUSION_ALGORITHMS, FID_EXTRACTORS, OPTIMIZERS, SAMPLERS, UNET_PRESETS
 from common.fedcog_math import COG_ABLATIONS, COG_BASES, KD_WEIGHTINGS
 from common.gossip import DECENTRALIZED_ALGORITHMS, parse_targets
-from common.models import MODELS, check_model_fits
+from common.models import MODELS, check_model_fits, is_user_model, user_factory
 from common.site_data import node_shape_info
 from common.topology import MIXINGS, TOPOLOGIES
 
@@ -66,7 +66,9 @@ class RunConfig:
     hf_label_column: str = _key("", "`hf:<repo>` datasets: the label column; empty: found from the features.")
     model: str = _key("auto", "Model: cnn, cnn-gn (cnn with GroupNorm), mlp, convnet, resnet18; a U-Net (unet-small, "
                       "unet-paper-mnist, unet-paper-cifar) makes the run a diffusion task; auto: the algorithm's paper "
-                      "model (unet-paper-mnist for fedddpm and fedddpm+, cnn otherwise).", "SPEC 3.3")
+                      "model (unet-paper-mnist for fedddpm and fedddpm+, cnn otherwise); or a user's own, "
+                      "package.module:factory (called with num_classes, channels, image_size; docs/own-data.md).",
+                      "SPEC 3.3")
     partition: str = _key(
         "dirichlet", "Split over clients: iid, dirichlet, shard, pathological, pairs (disjoint groups of "
         "classes-per-client classes, each group's samples split evenly over N / groups clients), or node (no "
@@ -438,7 +440,16 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(cfg.dataset in DATASETS or (hf and len(cfg.dataset) > 3) or (node and cfg.dataset == OWN_DATASET),
              "dataset", cfg.dataset, "one of " + ", ".join(DATASETS) + " or hf:<repo>"
              + (f" ({OWN_DATASET} only with partition = node)" if cfg.dataset == OWN_DATASET else ""))
-    _check_choice("model", cfg.model, ("auto",) + MODELS + tuple(UNET_PRESETS))
+    if is_user_model(cfg.model):  # package.module:factory (SPEC 3.3)
+        try:
+            user_factory(cfg.model)
+        except ValueError as err:
+            raise ConfigError(f"run config key 'model': {err}") from None
+        _require(cfg.algorithm.split("+", 1)[0] != "moon", "model", cfg.model,
+                 f"a built-in classifier with moon (MOON needs the model's `features` and `head`: "
+                 f"{', '.join(MODELS)})")
+    else:
+        _check_choice("model", cfg.model, ("auto",) + MODELS + tuple(UNET_PRESETS) + ("package.module:factory",))
     _check_choice("partition", cfg.partition, PARTITIONS)
     _check_choice("aggregation", cfg.aggregation, AGGREGATIONS)
     _require(cfg.num_server_rounds >= 1, "num-server-rounds", cfg.num_server_rounds, "an integer >= 1")
@@ -550,7 +561,7 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(cfg.cog_grid_partition >= -1, "cog-grid-partition", cfg.cog_grid_partition,
              "a partition id, or -1 for no grid")
     _check_diffusion_values(cfg)
-    if hf and not node:
+    if (hf and not node) or is_user_model(cfg.model):  # a user's model is checked when it is built
         return
     try:
         check_model_fits(cfg.model, node_shape_info(cfg) if node else dataset_info(cfg.dataset))

@@ -209,3 +209,56 @@ def test_the_handshake_carries_no_label_histogram(sites, tmp_path, tiny_data_dir
         metrics = reply.content.metric_records["metrics"]
         assert set(metrics) <= {"partition-id", "num-partitions", "num-train-examples", "num-test-examples"}
         assert not any(isinstance(metrics[key], list) for key in metrics)
+
+
+# ----- a user's own model: model = "package.module:factory" --------------------------------------------
+
+USER_MODELS = '''
+from torch import nn
+
+
+def tiny(num_classes, channels, image_size):
+    return nn.Sequential(nn.Flatten(), nn.Linear(channels * image_size * image_size, num_classes))
+
+
+def not_a_module(num_classes, channels, image_size):
+    return [num_classes, channels, image_size]
+'''
+
+
+@pytest.fixture()
+def user_package(tmp_path, monkeypatch):
+    package = tmp_path / "userpkg" / "sitemodels"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "nets.py").write_text(USER_MODELS)
+    monkeypatch.syspath_prepend(str(tmp_path / "userpkg"))
+    return "sitemodels.nets"
+
+
+def test_a_user_model_factory_trains_on_the_sites(sites, tmp_path, user_package):
+    from safetensors.numpy import load_file
+
+    summary, folder = _run_sites(tmp_path, [s.path for s in sites], [s.name for s in sites],
+                                 model=f"{user_package}:tiny")
+    assert summary["status"] == "ok"
+    weights = load_file(str(folder / "model.safetensors"))
+    assert {name: w.shape for name, w in weights.items()} == {"1.weight": (10, 784), "1.bias": (10,)}
+
+
+@pytest.mark.parametrize("model, words", [
+    ("sitemodels.nets:not_a_module", ["returned list, not a torch.nn.Module"]),
+    ("sitemodels.nowhere:tiny", ["cannot import module 'sitemodels.nowhere'", "every SuperNode"]),
+    ("sitemodels.nets:absent", ["no callable 'absent'"]),
+])
+def test_a_bad_user_model_is_refused_with_a_clear_error(user_package, model, words):
+    from common.task import make_model
+
+    with pytest.raises((ConfigError, ValueError)) as caught:
+        make_model(_cfg(model=model))
+    assert all(w in str(caught.value) for w in words), str(caught.value)
+
+
+def test_moon_refuses_a_user_model_saying_what_it_lacks(user_package):
+    with pytest.raises(ConfigError, match="MOON needs the model's `features` and `head`"):
+        _cfg(model="sitemodels.nets:tiny", algorithm="moon")
