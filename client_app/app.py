@@ -9,6 +9,7 @@ that must survive between rounds lives in `Context.state`.
 from __future__ import annotations
 
 import os
+import socket
 from dataclasses import dataclass
 
 import torch
@@ -22,13 +23,13 @@ from client_app.threads import torch_threads, usable_cores
 from client_app.training import LocalJob
 from client_app.updates import CLIENT_UPDATES
 from client_app.uplink import uplink_records
-from common.config import ConfigError, RunConfig, parse_run_config
-from common.datasets import run_dataset_info
+from common.config import NODE_PARTITION, ConfigError, RunConfig, parse_run_config
 from common.diffusion import is_diffusion
 from common.evaluation import as_tensors, evaluate_model, resolve_device
 from common.partition import ClientData, PartitionSpec, load_client_data
 from common.protocol import CLIENT_STAT_PREFIX, FID_STATS, NODE_STATE_PREFIX
 from common.records import check_weights, from_record, load_weights, model_weights
+from common.site_data import fill_path_template, load_site_data, site_key, site_spec
 from common.task import make_model
 
 app = ClientApp()
@@ -38,34 +39,58 @@ app = ClientApp()
 class NodeSettings:
     """This node's part of the federation, from its node config."""
 
-    partition_id: int
-    num_partitions: int
+    partition_id: int  # with partition = node and no partition-id: a stable id from the node's name
+    num_partitions: int  # 0: not known (partition = node without partition ids)
     data_dir: str
     cache_dir: str
     device: torch.device
     torch_threads: int  # see client_app/threads.py
+    name: str = ""  # node config `name`, labels the node in logs and results
+    dataset_path: str = ""  # partition = node: the node's own data
 
 
 def _node_int(node_config: dict, key: str) -> int:
     if key not in node_config:
         raise ConfigError(f"node config key '{key}' is missing; start the SuperNode with "
-                          f"--node-config \"partition-id=<i> num-partitions=<N>\"")
+                          f"--node-config \"partition-id=<i> num-partitions=<N>\" (or run with partition = "
+                          f"\"node\" and --node-config \"dataset-path=<folder>\": the node's own data)")
     value = node_config[key]
     if isinstance(value, bool) or not isinstance(value, int):
         raise ConfigError(f"node config key '{key}' = {value!r} must be an integer")
     return value
 
 
+def _node_identity(node_config: dict, cfg: RunConfig) -> tuple[int, int, str, str]:
+    """(partition id, partition count, name, dataset path) of this node.
+
+    With partition = node, partition ids are optional: a node without one is known by its
+    `name` (default: host and dataset path) and a stable id derived from it.
+    """
+    if cfg.partition != NODE_PARTITION:
+        partition_id = _node_int(node_config, "partition-id")
+        num_partitions = _node_int(node_config, "num-partitions")
+        if num_partitions < 1 or not 0 <= partition_id < num_partitions:
+            raise ConfigError(
+                f"node config 'partition-id' = {partition_id} must be in 0..num-partitions-1 "
+                f"(num-partitions = {num_partitions})"
+            )
+        return partition_id, num_partitions, str(node_config.get("name", f"partition-{partition_id}")), ""
+    try:
+        path = fill_path_template(str(node_config.get("dataset-path", cfg.dataset_path)), node_config)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    has_id = "partition-id" in node_config
+    partition_id = _node_int(node_config, "partition-id") if has_id else None
+    num_partitions = _node_int(node_config, "num-partitions") if "num-partitions" in node_config else 0
+    default_name = f"partition-{partition_id}" if has_id else f"{socket.gethostname()}:{path}"
+    name = str(node_config.get("name", default_name))
+    return (partition_id if partition_id is not None else site_key(name)), num_partitions, name, path
+
+
 def node_settings(context: Context, cfg: RunConfig) -> NodeSettings:
     """Read and check the node config; node values override the run config's."""
     node_config = dict(context.node_config)
-    partition_id = _node_int(node_config, "partition-id")
-    num_partitions = _node_int(node_config, "num-partitions")
-    if num_partitions < 1 or not 0 <= partition_id < num_partitions:
-        raise ConfigError(
-            f"node config 'partition-id' = {partition_id} must be in 0..num-partitions-1 "
-            f"(num-partitions = {num_partitions})"
-        )
+    partition_id, num_partitions, name, dataset_path = _node_identity(node_config, cfg)
     device_name = str(node_config.get("device", cfg.device))
     try:
         device = resolve_device(device_name)
@@ -82,6 +107,8 @@ def node_settings(context: Context, cfg: RunConfig) -> NodeSettings:
         cache_dir=str(node_config.get("cache-dir", cfg.cache_dir)),
         device=device,
         torch_threads=threads,
+        name=name,
+        dataset_path=dataset_path,
     )
 
 
@@ -90,6 +117,8 @@ def _setup(context: Context) -> tuple[RunConfig, NodeSettings, ClientData]:
     node = node_settings(context, cfg)
     if torch.get_num_threads() != node.torch_threads:  # every message: each may run in a new process
         torch.set_num_threads(node.torch_threads)
+    if cfg.partition == NODE_PARTITION:  # the site's own data, never partitioned (common/site_data.py)
+        return cfg, node, load_site_data(site_spec(cfg, node.dataset_path), node.name, node.cache_dir)
     spec = PartitionSpec(
         dataset=cfg.dataset, partition=cfg.partition, num_partitions=node.num_partitions,
         seed=cfg.seed, alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
@@ -102,17 +131,21 @@ def _setup(context: Context) -> tuple[RunConfig, NodeSettings, ClientData]:
 
 @app.query("handshake")
 def handshake(msg: Message, context: Context) -> Message:
-    """Tell the server which partition this node holds and how much data it has."""
+    """Tell the server who this node is (partition id, name) and how many train and test examples it holds.
+
+    No label histogram: no server-side algorithm uses one (FedCOG reads its own on the node), and
+    a node sends the server nothing its algorithm does not need (docs/own-data.md has the table).
+    """
     cfg, node, data = _setup(context)
-    counts = data.label_counts(run_dataset_info(cfg, node.data_dir).num_classes)
-    metrics = MetricRecord({
+    metrics = {
         "partition-id": node.partition_id,
-        "num-partitions": node.num_partitions,
         "num-train-examples": int(len(data.y_train)),
         "num-test-examples": int(len(data.y_test)),
-        "label-counts": [int(c) for c in counts],
-    })
-    return Message(RecordDict({"metrics": metrics}), reply_to=msg)
+    }
+    if node.num_partitions:
+        metrics["num-partitions"] = node.num_partitions
+    content = RecordDict({"metrics": MetricRecord(metrics), "node": ConfigRecord({"name": node.name})})
+    return Message(content, reply_to=msg)
 
 
 def restore_node_state(content: RecordDict, state: RecordDict) -> None:

@@ -24,10 +24,13 @@ from common.hf_datasets import is_hf
 from common.diffusion import DIFFUSION_ALGORITHMS, FID_EXTRACTORS, OPTIMIZERS, SAMPLERS, UNET_PRESETS
 from common.fedcog_math import COG_ABLATIONS, COG_BASES, KD_WEIGHTINGS
 from common.gossip import DECENTRALIZED_ALGORITHMS, parse_targets
-from common.models import MODELS, check_model_fits
+from common.models import MODELS, check_model_fits, is_user_model, user_factory
+from common.site_data import node_shape_info
 from common.topology import MIXINGS, TOPOLOGIES
 
-PARTITIONS = ("iid", "dirichlet", "shard", "pathological", "pairs")
+PARTITIONS = ("iid", "dirichlet", "shard", "pathological", "pairs", "node")
+NODE_PARTITION = "node"  # every node trains on its own data (common/site_data.py)
+OWN_DATASET = "own"  # partition = node with no named dataset: the shape keys give the shape facts
 AGGREGATIONS = ("weighted", "uniform", "median", "trimmed-mean", "krum")
 # The distillation's trajectory-matching loss (server_app/distillation.py `matching_loss`).
 MATCHING_LOSSES = ("normalized", "paper")
@@ -49,7 +52,8 @@ class RunConfig:
     num_server_rounds: int = _key(20, "Number of federated rounds.")
     dataset: str = _key(
         "fashion-mnist", "Dataset: mnist, fashion-mnist, cifar10, cifar100, or `hf:<repo>` (a Hugging Face "
-        "dataset through flwr-datasets, see docs/data.md).", "SPEC 3.1"
+        "dataset through flwr-datasets, see docs/data.md); with partition = node also own (the sites' own images: "
+        "image-channels, image-size and class-names or num-classes give their shape, docs/own-data.md).", "SPEC 3.1"
     )
     data_dir: str = _key(
         "",
@@ -65,15 +69,39 @@ class RunConfig:
     model: str = _key("auto", "Model: cnn, cnn-gn (cnn with GroupNorm), mlp (784-200-10), mlp2 (784-200-200-10, "
                       "McMahan's 2NN), convnet, resnet18; a U-Net (unet-small, "
                       "unet-paper-mnist, unet-paper-cifar) makes the run a diffusion task; auto: the algorithm's paper "
-                      "model (unet-paper-mnist for fedddpm and fedddpm+, cnn otherwise).", "SPEC 3.3")
+                      "model (unet-paper-mnist for fedddpm and fedddpm+, cnn otherwise); or a user's own, "
+                      "package.module:factory (called with num_classes, channels, image_size; docs/own-data.md).",
+                      "SPEC 3.3")
     gn_groups: int = _key(
         2, "GroupNorm groups of resnet18 (a divisor of 64): 2, the project's default, or 32, the DisPFL code that "
         "OledFL builds on.", "OledFL code lineage (DisPFL): 32"
     )
     partition: str = _key(
         "dirichlet", "Split over clients: iid, dirichlet, shard, pathological, pairs (disjoint groups of "
-        "classes-per-client classes, each group's samples split evenly over N / groups clients).",
-        "SPEC 3.2; pairs: FedCOG NIID-2",
+        "classes-per-client classes, each group's samples split evenly over N / groups clients), or node (no "
+        "split: every node trains on its own data, named by its node config `dataset-path`, docs/own-data.md).",
+        "SPEC 3.2; pairs: FedCOG NIID-2; node: SPEC 3.1",
+    )
+    dataset_path: str = _key(
+        "", "partition = node: a node's data when its node config has no `dataset-path`; `{partition-id}` is "
+        "replaced by the node's partition id (simulation: one folder per node, e.g. /data/sites/{partition-id}).",
+        "SPEC 3.1",
+    )
+    class_names: str = _key(
+        "", "partition = node: the federation's classes, comma-separated, in label-id order; imagefolder class "
+        "folders and string labels map to ids through them. Empty: labels are ids 0..C-1.", "SPEC 3.1",
+    )
+    num_classes: int = _key(
+        0, "partition = node: the number of classes C; 0: from class-names, else the named dataset's.", "SPEC 3.1"
+    )
+    image_channels: int = _key(
+        0, "partition = node: channels of the images the model sees (1 grey, 3 colour; images are converted); 0: "
+        "the named dataset's.", "SPEC 3.1",
+    )
+    central_test_path: str = _key(
+        "", "A test set by path for central evaluation (any format of docs/own-data.md; a test split alone is "
+        "enough); empty: the named dataset's official test split, or with partition = node none (the clients' "
+        "local-test accuracy is then the run's accuracy).", "SPEC 3.1",
     )
     alpha: float = _key(0.3, "Dirichlet concentration (smaller is more skewed).", "SPEC 3.2")
     classes_per_client: int = _key(
@@ -272,7 +300,8 @@ class RunConfig:
 
     # --- FedDDPM (issue 5): the diffusion task (a unet-* model), FedDDPM / FedDDPM+, FID ---
     image_size: int = _key(
-        0, "Diffusion task: side of the square images, resized with antialiasing; 0: the dataset's own.", "SPEC 3.1"
+        0, "Diffusion task, and partition = node: side of the square images, resized with antialiasing on load; "
+        "0: the dataset's own.", "SPEC 3.1"
     )
     diffusion_timesteps: int = _key(
         0, "Diffusion task: T, the number of DDPM steps (linear beta 1e-4 to 0.02); 0: the U-Net preset's "
@@ -420,16 +449,29 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     """Range and consistency checks; each names the key and the accepted values."""
     _check_choice("algorithm", cfg.algorithm, sorted(known_algorithms))
     hf = is_hf(cfg.dataset)
-    _require(cfg.dataset in DATASETS or (hf and len(cfg.dataset) > 3), "dataset", cfg.dataset,
-             "one of " + ", ".join(DATASETS) + " or hf:<repo>")
-    _check_choice("model", cfg.model, ("auto",) + MODELS + tuple(UNET_PRESETS))
+    node = cfg.partition == NODE_PARTITION
+    _require(cfg.dataset in DATASETS or (hf and len(cfg.dataset) > 3) or (node and cfg.dataset == OWN_DATASET),
+             "dataset", cfg.dataset, "one of " + ", ".join(DATASETS) + " or hf:<repo>"
+             + (f" ({OWN_DATASET} only with partition = node)" if cfg.dataset == OWN_DATASET else ""))
+    if is_user_model(cfg.model):  # package.module:factory (SPEC 3.3)
+        try:
+            user_factory(cfg.model)
+        except ValueError as err:
+            raise ConfigError(f"run config key 'model': {err}") from None
+        _require(cfg.algorithm.split("+", 1)[0] != "moon", "model", cfg.model,
+                 f"a built-in classifier with moon (MOON needs the model's `features` and `head`: "
+                 f"{', '.join(MODELS)})")
+    else:
+        _check_choice("model", cfg.model, ("auto",) + MODELS + tuple(UNET_PRESETS) + ("package.module:factory",))
     _require(cfg.gn_groups >= 1 and 64 % cfg.gn_groups == 0, "gn-groups", cfg.gn_groups,
              "a divisor of 64 (1, 2, 4, 8, 16, 32 or 64)")
     _check_choice("partition", cfg.partition, PARTITIONS)
     _check_choice("aggregation", cfg.aggregation, AGGREGATIONS)
     _require(cfg.num_server_rounds >= 1, "num-server-rounds", cfg.num_server_rounds, "an integer >= 1")
     _require(cfg.alpha > 0, "alpha", cfg.alpha, "a number > 0")
-    if hf:  # an hf: dataset's classes are known once it is opened: the partitioner checks then
+    if node:
+        _check_node_values(cfg)
+    elif hf:  # an hf: dataset's classes are known once it is opened: the partitioner checks then
         _require(cfg.classes_per_client >= 1, "classes-per-client", cfg.classes_per_client, "an integer >= 1")
     else:
         num_classes = dataset_info(cfg.dataset).num_classes
@@ -535,13 +577,30 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(cfg.cog_grid_partition >= -1, "cog-grid-partition", cfg.cog_grid_partition,
              "a partition id, or -1 for no grid")
     _check_diffusion_values(cfg)
-    if hf:
+    if (hf and not node) or is_user_model(cfg.model):  # a user's model is checked when it is built
         return
     try:
-        check_model_fits(cfg.model, dataset_info(cfg.dataset))
+        check_model_fits(cfg.model, node_shape_info(cfg) if node else dataset_info(cfg.dataset))
     except ValueError as err:
         raise ConfigError(f"run config key 'model' = {cfg.model!r} does not fit dataset "
                           f"{cfg.dataset!r}: {err}") from None
+
+
+def _check_node_values(cfg: RunConfig) -> None:
+    """partition = node: the shape keys that replace a dataset, and what needs a dataset on the server."""
+    _require(not is_hf(cfg.dataset), "dataset", cfg.dataset,
+             f"{OWN_DATASET} or a named dataset with partition = node (a node's hf data is its dataset-path: a "
+             "save_to_disk or parquet folder)")
+    _require(cfg.num_classes >= 0, "num-classes", cfg.num_classes, "an integer >= 0 (0: from class-names)")
+    _require(cfg.image_channels in (0, 1, 3), "image-channels", cfg.image_channels, "0, 1 (grey) or 3 (colour)")
+    try:
+        node_shape_info(cfg)
+    except ValueError as err:
+        raise ConfigError(str(err)) from None
+    _require(cfg.model not in UNET_PRESETS, "model", cfg.model,
+             "a classifier with partition = node (the diffusion task's FID needs real images on the server)")
+    _require(not cfg.perturbation_diagnostic, "perturbation-diagnostic", cfg.perturbation_diagnostic,
+             "false with partition = node (it reads every client's data on the server)")
 
 
 def _check_diffusion_values(cfg: RunConfig) -> None:
@@ -574,7 +633,8 @@ def _check_diffusion_values(cfg: RunConfig) -> None:
     if cfg.model not in UNET_PRESETS:
         _require(cfg.algorithm not in ("fedddpm", "fedddpm+"), "model", cfg.model,
                  f"a U-Net ({', '.join(UNET_PRESETS)}) with algorithm '{cfg.algorithm}' (the diffusion task)")
-        _require(cfg.image_size == 0, "image-size", cfg.image_size, "0 unless the model is a U-Net (diffusion task)")
+        _require(cfg.image_size == 0 or cfg.partition == NODE_PARTITION, "image-size", cfg.image_size,
+                 "0 unless the model is a U-Net (diffusion task) or partition = node")
         return
     _require(cfg.algorithm in DIFFUSION_ALGORITHMS, "algorithm", cfg.algorithm,
              f"with a U-Net model (diffusion task) one of {', '.join(DIFFUSION_ALGORITHMS)}")

@@ -90,7 +90,15 @@ def dataset_info(name: str, data_dir: str | os.PathLike = "", image_column: str 
 
 
 def run_dataset_info(cfg, data_dir: str | None = None) -> DatasetInfo:
-    """Shape facts of a run's dataset (its data-dir, or `data_dir`, and its hf column keys)."""
+    """Shape facts of a run's dataset (its data-dir, or `data_dir`, and its hf column keys).
+
+    With `partition = "node"` they come from the run config alone (common/site_data.py): the sites'
+    folders differ and the server holds none of them.
+    """
+    if getattr(cfg, "partition", "") == "node":
+        from common.site_data import node_shape_info
+
+        return node_shape_info(cfg)
     return dataset_info(cfg.dataset, cfg.data_dir if data_dir is None else data_dir,
                         cfg.hf_image_column, cfg.hf_label_column)
 

@@ -4,9 +4,18 @@ Every model exposes `features(x)` (the penultimate representation) and `head`,
 so that MOON can add a projection head and FedCOG / FedSynSAM can reuse the
 same networks. Shapes come from `DatasetInfo`, so a model that cannot take a
 dataset's images is refused before any training (`check_model_fits`).
+
+A user's own model is named `package.module:factory`: the factory is called
+with `num_classes`, `channels` and `image_size` (keywords) and must return an
+`nn.Module` (SPEC 3.3). The module must be importable wherever the model is
+built: on the server and on every SuperNode (inside the Flower app that
+`flwr run` ships, or installed on every host).
 """
 
 from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -156,6 +165,44 @@ _BUILDERS = {
 }
 
 
+def is_user_model(name: str) -> bool:
+    """Whether a model name is a user's factory, `package.module:factory`."""
+    return ":" in name
+
+
+def user_factory(name: str) -> Callable[..., object]:
+    """The factory a `package.module:factory` name refers to; ValueError saying what failed."""
+    module_name, _, attribute = name.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"model {name!r}: write a user model as package.module:factory")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - any import failure: the same advice
+        raise ValueError(
+            f"model {name!r}: cannot import module {module_name!r} ({type(err).__name__}: {err}); it must be "
+            "importable on the server and on every SuperNode (inside the Flower app that `flwr run` ships, or "
+            "installed on every host)"
+        ) from None
+    factory = getattr(module, attribute, None)
+    if not callable(factory):
+        raise ValueError(f"model {name!r}: module {module_name!r} has no callable {attribute!r}")
+    return factory
+
+
+def build_user_model(name: str, info: DatasetInfo) -> nn.Module:
+    """A user's model: its factory called with the class count, channels and image size, checked to be a Module."""
+    factory = user_factory(name)
+    try:
+        model = factory(num_classes=info.num_classes, channels=info.channels, image_size=info.height)
+    except Exception as err:  # noqa: BLE001 - the user's code: say whose call failed
+        raise ValueError(f"model {name!r}: the factory raised {type(err).__name__}: {err} (it is called as "
+                         f"{name.partition(':')[2]}(num_classes={info.num_classes}, channels={info.channels}, "
+                         f"image_size={info.height}))") from None
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model {name!r}: the factory returned {type(model).__name__}, not a torch.nn.Module")
+    return model
+
+
 def check_model_fits(name: str, info: DatasetInfo) -> None:
     """Raise ValueError when a model cannot take the dataset's images."""
     if name in ("mlp", "mlp2") and info.shape != (1, 28, 28):
@@ -173,6 +220,11 @@ def build_model(
     name: str, info: DatasetInfo, *, moon_projection_dim: int = 0, gn_groups: int = DEFAULT_GN_GROUPS
 ) -> nn.Module:
     """A freshly initialised model; with `moon_projection_dim` > 0, MOON's variant; `gn_groups`: resnet18's."""
+    if is_user_model(name):
+        if moon_projection_dim > 0:
+            raise ValueError(f"model {name!r}: MOON needs a model split into `features` and `head` (a built-in: "
+                             f"{', '.join(MODELS)})")
+        return build_user_model(name, info)
     check_model_fits(name, info)
     try:
         builder = _BUILDERS[name]

@@ -238,7 +238,7 @@ def default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fedsynth" / "partitions"
 
 
-def _write_atomic_npz(path: Path, **arrays: np.ndarray) -> None:
+def write_atomic_npz(path: Path, **arrays: np.ndarray) -> None:
     # Two simulated clients may build the cache at once: each writes a temp file
     # and renames it, so a reader never sees a half-written file.
     fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
@@ -270,7 +270,7 @@ def load_client_data(spec: PartitionSpec, partition_id: int, data_dir: str = "",
         else:
             clients = build_client_datasets(load_dataset(spec.dataset, data_dir), spec)
         for pid, client in enumerate(clients):
-            _write_atomic_npz(folder / f"client-{pid}.npz", **client.__dict__)
+            write_atomic_npz(folder / f"client-{pid}.npz", **client.__dict__)
         (folder / "spec.json").write_text(json.dumps(spec.__dict__, indent=1))
         return clients[partition_id]
     try:

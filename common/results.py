@@ -13,7 +13,7 @@ import json
 import math
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from logging import INFO
 from pathlib import Path
 from typing import Any
@@ -262,6 +262,13 @@ class RunResults:
         if self.tensorboard is not None:
             self.tensorboard.close()
 
+    def write_nodes(self, nodes: Sequence[Any]) -> None:
+        """nodes.json: who took part, as the handshake learned it (name, partition id, train and test counts)."""
+        rows = [{"name": n.name, "partition-id": n.partition_id, "node-id": n.node_id,
+                 "num-train-examples": n.num_train_examples, "num-test-examples": n.num_test_examples}
+                for n in nodes]
+        (self.path / "nodes.json").write_text(json.dumps(rows, indent=2) + "\n")
+
     def write_model(self, weights: Mapping[str, np.ndarray]) -> Path:
         """The final global model as safetensors (loads without unpickling)."""
         from safetensors.numpy import save_file
@@ -273,6 +280,18 @@ class RunResults:
     def write_plots(self) -> list[Path]:
         """PNG curves of accuracy/loss and of bytes per round."""
         return plot_rounds(self.rounds, self.path)
+
+
+def run_accuracy(summary: Mapping[str, Any]) -> dict[str, Any]:
+    """The run's accuracy: central where the server evaluated, else the clients' aggregated local-test accuracy.
+
+    A server without a test set (partition = node without central-test-path, or central-eval = false)
+    has no central accuracy; the nodes' local test splits, weighted by their sizes, then stand for it.
+    """
+    for source, key in (("central", "final-central-accuracy"), ("local-test", "final-local-test-accuracy")):
+        if isinstance(summary.get(key), (int, float)):
+            return {"final-accuracy": summary[key], "accuracy-source": source}
+    return {}
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

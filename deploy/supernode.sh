@@ -2,7 +2,7 @@
 # Start a SuperNode of the fedsynth app on this host, against a (remote) SuperLink.
 #
 #   deploy/supernode.sh --superlink HOST:PORT --ca CA.crt --key NODE_KEY
-#                       --partition-id I --num-partitions N
+#                       (--partition-id I --num-partitions N | --dataset-path DIR [--name NAME])
 #                       [--data-dir DIR] [--cache-dir DIR] [--device auto|cpu|cuda|cuda:K]
 #                       [--supernodes-per-host N] [--torch-threads K]
 #                       [--port 9094] [--host 127.0.0.1] [--isolation subprocess|process]
@@ -11,7 +11,9 @@
 #
 # The node trusts only the federation's CA (--ca; a SuperLink certificate from any other CA is
 # refused) and proves its identity with its private key (--key, from deploy/pki.sh node-key;
-# its .pub must have been registered). Partition, data directory, cache directory and device go
+# its .pub must have been registered). --dataset-path names the site's own data (runs with
+# partition = "node", docs/own-data.md): no partition ids are needed, --name labels the node in
+# logs and results. Partition, data directory, cache directory and device go
 # into --node-config, where the ClientApp reads them on every message. --port is the node's local
 # Runtime API port (one per SuperNode on a host). With --isolation process, an executor
 # (flower-superexec) started separately runs the ClientApps; --runtime-certs serves that API
@@ -24,7 +26,7 @@
 # --insecure (plain HTTP, no authentication) is for local experiments and must be asked for.
 set -euo pipefail
 
-superlink="" ca="" key="" pid="" num="" data_dir="" cache_dir="" device="" port="9094"
+superlink="" ca="" key="" pid="" num="" dataset_path="" name="" data_dir="" cache_dir="" device="" port="9094"
 host="127.0.0.1" isolation="subprocess" runtime_certs="" runtime_name="" secret="" insecure=0 extra=()
 per_host="1" threads=""
 die() { echo "supernode.sh: $*" >&2; exit 2; }
@@ -36,6 +38,8 @@ while [ $# -gt 0 ]; do
         --partition-id) pid="$2"; shift 2 ;;
         --num-partitions) num="$2"; shift 2 ;;
         --data-dir) data_dir="$2"; shift 2 ;;
+        --dataset-path) dataset_path="$2"; shift 2 ;;
+        --name) name="$2"; shift 2 ;;
         --cache-dir) cache_dir="$2"; shift 2 ;;
         --device) device="$2"; shift 2 ;;
         --supernodes-per-host) per_host="$2"; shift 2 ;;
@@ -54,15 +58,18 @@ while [ $# -gt 0 ]; do
 done
 
 [ -n "$superlink" ] || die "--superlink HOST:PORT is required"
-[[ "$pid" =~ ^[0-9]+$ && "$num" =~ ^[0-9]+$ ]] || die "--partition-id and --num-partitions must be integers"
-[ "$pid" -lt "$num" ] || die "--partition-id $pid must be below --num-partitions $num"
+if [ -n "$pid$num" ] || [ -z "$dataset_path" ]; then
+    [[ "$pid" =~ ^[0-9]+$ && "$num" =~ ^[0-9]+$ ]] || die "--partition-id and --num-partitions must be integers (or give the site's own data with --dataset-path DIR)"
+    [ "$pid" -lt "$num" ] || die "--partition-id $pid must be below --num-partitions $num"
+fi
 [[ "$per_host" =~ ^[1-9][0-9]*$ ]] || die "--supernodes-per-host must be a positive integer"
 if [ -z "$threads" ]; then
     threads=$(( $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) / per_host )); [ "$threads" -ge 1 ] || threads=1
 fi
 [[ "$threads" =~ ^[1-9][0-9]*$ ]] || die "--torch-threads must be a positive integer"
-node_config="partition-id=$pid num-partitions=$num torch-threads=$threads"
-for pair in "data-dir=$data_dir" "cache-dir=$cache_dir" "device=$device"; do
+node_config="torch-threads=$threads"
+[ -n "$pid" ] && node_config="partition-id=$pid num-partitions=$num $node_config"
+for pair in "dataset-path=$dataset_path" "name=$name" "data-dir=$data_dir" "cache-dir=$cache_dir" "device=$device"; do
     value="${pair#*=}"
     [ -z "$value" ] && continue
     [[ "$value" =~ [\"[:space:]] ]] && die "${pair%%=*} '$value' must not contain spaces or quotes"

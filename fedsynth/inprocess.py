@@ -55,7 +55,7 @@ class InProcessGrid:
             self.sent.append(message)
             node_id = message.metadata.dst_node_id
             context = self.contexts[node_id]
-            pid = context.node_config["partition-id"]
+            pid = context.node_config.get("partition-id")
             kind = message.metadata.message_type.split(".")[0]
             fault = self.faults.get((pid, self._round_of(message), kind))
             if fault == "timeout":
@@ -83,14 +83,10 @@ def _error_reply(message: Message, reason: str) -> Message:
 def run_federation(raw: dict[str, Any], grid: "InProcessGrid") -> dict[str, Any]:
     """handshake -> strategy -> run, exactly as the ServerApp's main does, on an in-process grid."""
     from common.config import parse_run_config
-    from common.results import RunResults
-    from server_app.handshake import handshake
+    from server_app.app import serve
     from server_app.registry import SERVER_STRATEGIES
 
-    cfg = parse_run_config(raw, SERVER_STRATEGIES)
-    strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, handshake(grid, cfg))
-    with RunResults(cfg) as results:
-        return strategy.run(grid, results)
+    return serve(grid, parse_run_config(raw, SERVER_STRATEGIES))
 
 
 class SlowGrid(InProcessGrid):

@@ -64,13 +64,19 @@ def stop_process_groups(processes: list[subprocess.Popen]) -> None:
 
 
 class LoopbackFederation:
-    """SuperLink + `num_nodes` SuperNodes (partition i of `num_nodes`) under `workdir`; use as a context manager."""
+    """SuperLink + `num_nodes` SuperNodes (partition i of `num_nodes`) under `workdir`; use as a context manager.
+
+    `node_configs` gives every SuperNode its whole node config instead (sites with their own data:
+    `dataset-path=... name=...`, no partition ids); `num_nodes` is then its length.
+    """
 
     def __init__(self, workdir: Path, num_nodes: int, extra_env: dict[str, str] | None = None,
-                 node_config: str = "") -> None:
+                 node_config: str = "", node_configs: list[str] | None = None) -> None:
         self.workdir = Path(workdir)
-        self.num_nodes = num_nodes
+        self.num_nodes = len(node_configs) if node_configs is not None else num_nodes
+        num_nodes = self.num_nodes
         self.node_config = node_config  # added to every node's "partition-id=i num-partitions=N"
+        self.node_configs = node_configs
         self.link_port, *self.node_ports = free_ports(num_nodes + 1)
         self.flwr_home = self.workdir / "flwr-home"
         self.logs = self.workdir / "logs"
@@ -101,7 +107,8 @@ class LoopbackFederation:
                                       "--disable-runtime-dependency-installation"])
             wait_for_port(self.link_port, 60)
             for pid, port in enumerate(self.node_ports):
-                config = f"partition-id={pid} num-partitions={self.num_nodes} {self.node_config}".strip()
+                config = (self.node_configs[pid] if self.node_configs is not None else
+                          f"partition-id={pid} num-partitions={self.num_nodes} {self.node_config}".strip())
                 self.nodes.append(self._start(f"supernode-{pid}", [
                     str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.link_port}",
                     "--node-config", config, "--port", str(port),
@@ -124,6 +131,36 @@ class LoopbackFederation:
         """`run` without waiting: the `flwr run` process, its output piped (text)."""
         return subprocess.Popen([str(BIN / "flwr"), "run", ".", CONNECTION, "--stream", "--run-config", run_config],
                                 cwd=app_dir, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+
+    def submit(self, app_dir: Path, run_config: str) -> int:
+        """`flwr run <app_dir> loopback --format json`: start a run without streaming it; returns its run id."""
+        import json
+
+        result = subprocess.run([str(BIN / "flwr"), "run", ".", CONNECTION, "--format", "json", "--run-config",
+                                 run_config], cwd=app_dir, env=self.env, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"flwr run failed ({result.returncode}): {result.stdout[-2000:]}{result.stderr[-2000:]}")
+        return int(json.loads(result.stdout)["run-id"])
+
+    def status(self, run_id: int) -> str:
+        """The SuperLink's status of a run (`flwr ls --run-id`), e.g. "running" or "finished:completed"."""
+        import json
+
+        result = subprocess.run([str(BIN / "flwr"), "ls", CONNECTION, "--run-id", str(run_id), "--format", "json"],
+                                cwd=self.workdir, env=self.env, capture_output=True, text=True, timeout=120)
+        if result.returncode != 0:
+            raise RuntimeError(f"flwr ls failed ({result.returncode}): {result.stdout[-2000:]}{result.stderr[-2000:]}")
+        return str(json.loads(result.stdout)["runs"][0]["status"])
+
+    def wait_until_finished(self, run_id: int, timeout: float) -> str:
+        """Poll `status` until the run has finished (every 2 s); returns the final status, TimeoutError after `timeout`."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            status = self.status(run_id)
+            if status.startswith("finished"):
+                return status
+            time.sleep(2)
+        raise TimeoutError(f"run {run_id} not finished after {timeout:.0f}s (status {status!r})")
 
     def kill_node(self, partition_id: int) -> None:
         """SIGKILL SuperNode `partition_id` and the ClientApp it runs (its process group), as a crash would."""

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from common.config import parse_run_config
+from common.config import RunConfig, parse_run_config
 from common.results import RunResults
 from server_app.handshake import handshake
 from server_app.registry import SERVER_STRATEGIES
@@ -13,11 +15,20 @@ from server_app.registry import SERVER_STRATEGIES
 app = ServerApp()
 
 
+def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
+    """Handshake, strategy, rounds; returns the summary.
+
+    The results folder is opened first, so that a run refused at the handshake (a site's bad
+    data) still leaves a summary.json with status "failed" and the nodes' reasons.
+    """
+    with RunResults(cfg) as results:
+        nodes = handshake(grid, cfg)
+        results.write_nodes(nodes)
+        strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, nodes)
+        return strategy.run(grid, results)
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Entry point of a run, in simulation and in deployment alike."""
-    cfg = parse_run_config(context.run_config, SERVER_STRATEGIES)
-    nodes = handshake(grid, cfg)
-    strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, nodes)
-    with RunResults(cfg) as results:
-        strategy.run(grid, results)
+    serve(grid, parse_run_config(context.run_config, SERVER_STRATEGIES))

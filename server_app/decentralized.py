@@ -55,7 +55,7 @@ from common.protocol import (
     STATE_OWN_ROUND,
 )
 from common.records import Weights, check_weights, from_record, message_array_bytes, model_weights, to_record
-from common.results import RunResults
+from common.results import RunResults, run_accuracy
 from common.task import make_model
 from common.topology import (
     DIRECTED_TOPOLOGIES,
@@ -68,7 +68,7 @@ from common.topology import (
     spectral_psi,
 )
 from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, node_table, save_checkpoint
-from server_app.evaluation import CentralEvaluator
+from server_app.evaluation import CentralEvaluator, central_evaluator
 from server_app.loop import TooManyFailedRounds
 from server_app.messaging import match_replies, send_and_receive
 from server_app.outcome import conclude
@@ -303,7 +303,7 @@ class DecentralizedRelay:
         self.summary()
         template = model_weights(make_model(cfg, seeded=True))
         model_bytes = to_record(template).count_bytes()
-        evaluator = CentralEvaluator(cfg) if cfg.central_eval else None
+        evaluator = central_evaluator(cfg)
         first_round = 1
         if results.resuming:
             first_round = self._resume(results, template)
@@ -456,6 +456,7 @@ class DecentralizedRelay:
             summary.update({f"final-{k}": v for k, v in rounds[-1].items() if k.startswith("node-accuracy-")})
         conclude(summary, results, mean)
         summary.update(self._final_evaluate(grid, mean))
+        summary.update(run_accuracy(summary))
         if cfg.save_model:
             results.write_model(mean)
         results.write_summary(summary)

@@ -1,11 +1,19 @@
-"""Start-of-run handshake: learn which partition each connected node holds.
+"""Start-of-run handshake: learn which partition (or which site) each connected node holds.
 
 Node ids are random per run; partition ids are stable. The server asks every
-connected node for its partition id, partition count and sample counts, waits
-until all `num-partitions` nodes have answered (or `node-wait-timeout` passes),
-and from then on samples and orders nodes by partition id. In simulation the
-first message also pays for the simulation engine's start-up, so the handshake
-uses the long wait rather than the round timeout.
+connected node for its partition id, partition count, sample counts, image shape
+and name, waits until all `num-partitions` nodes have answered (or
+`node-wait-timeout` passes), and from then on samples and orders nodes by
+partition id. In simulation the first message also pays for the simulation
+engine's start-up, so the handshake uses the long wait rather than the round
+timeout.
+
+With `partition = "node"` the nodes hold their own data and need no partition
+ids: a node without one sends no partition count and a stable id from its name.
+The server then takes every connected node once at least `min-nodes` have
+answered, and a node refused for its data (missing, empty or unreadable folder,
+undecodable images, labels outside the label space) fails the run at once with
+the node's message: a site's data is fixed by its operator, not skipped.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from flwr.app import Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.config import RunConfig
+from common.config import NODE_PARTITION, RunConfig
 from common.protocol import HANDSHAKE
 from server_app.messaging import match_replies, send_and_receive
 from server_app.reply_checks import check_handshake_metrics
@@ -28,19 +36,25 @@ class HandshakeError(RuntimeError):
     """Too few nodes completed the handshake, or two claim the same partition."""
 
 
-def _node_info(node_id: int, metrics: MetricRecord) -> NodeInfo:
+def _node_info(node_id: int, metrics: MetricRecord, name: str) -> NodeInfo:
     return NodeInfo(
         node_id=node_id,
         partition_id=int(metrics["partition-id"]),
         num_train_examples=int(metrics["num-train-examples"]),
         num_test_examples=int(metrics["num-test-examples"]),
-        label_counts=tuple(int(c) for c in metrics["label-counts"]),
+        name=name,
     )
+
+
+def _node_name(reply: Message) -> str:
+    record = reply.content.config_records.get("node")
+    return str(record["name"]) if record is not None and "name" in record else ""
 
 
 def handshake(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) -> list[NodeInfo]:
     """Query connected nodes until every partition has answered or the wait runs out."""
     deadline = time.monotonic() + cfg.node_wait_timeout
+    own_data = cfg.partition == NODE_PARTITION
     infos: dict[int, NodeInfo] = {}
     errors: dict[int, str] = {}
     expected: int | None = None
@@ -64,24 +78,37 @@ def handshake(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) -> list[No
                     errors[nid] = f"malformed handshake reply: {reason}"
                     log(WARNING, "node %s: %s", nid, errors[nid])
                     continue
-                infos[nid] = _node_info(nid, metrics)
-                expected = max(expected or 0, int(metrics["num-partitions"]))
+                infos[nid] = _node_info(nid, metrics, _node_name(reply))
+                if "num-partitions" in metrics:
+                    expected = max(expected or 0, int(metrics["num-partitions"]))
         if expected is not None and len(infos) >= expected:
             break
+        if own_data and set(grid.get_node_ids()) <= set(infos) | set(errors) and (errors or len(infos) >= cfg.min_nodes):
+            break  # every connected site answered: a refused one fails the run now, not at the deadline
         if errors and not infos and set(grid.get_node_ids()) <= set(errors):
             break  # every node failed the same way so far: report it now rather than wait
         if time.monotonic() >= deadline:
             break
         time.sleep(poll_interval)
     nodes = sorted(infos.values(), key=lambda n: n.partition_id)
+    if own_data and errors:
+        raise HandshakeError(f"{len(errors)} node(s) refused at the handshake: "
+                             + "; ".join(f"node {nid}: {reason}" for nid, reason in errors.items()))
     _check_nodes(nodes, errors, cfg, expected)
-    log(INFO, "handshake: %d nodes, partitions %s", len(nodes), [n.partition_id for n in nodes])
+    log(INFO, "handshake: %d nodes, partitions %s", len(nodes),
+        [f"{n.partition_id} ({n.name})" if n.name else n.partition_id for n in nodes])
     return nodes
 
 
 def _check_nodes(nodes: list[NodeInfo], errors: dict[int, str], cfg: RunConfig, expected: int | None) -> None:
     seen: dict[int, int] = {}
     for node in nodes:
+        if node.partition_id in seen and cfg.partition == NODE_PARTITION:
+            first = next(n for n in nodes if n.node_id == seen[node.partition_id])
+            raise HandshakeError(
+                f"nodes {first.node_id} ({first.name!r}) and {node.node_id} ({node.name!r}) have the same id "
+                f"{node.partition_id}: give every SuperNode its own 'name' in --node-config"
+            )
         if node.partition_id in seen:
             raise HandshakeError(
                 f"nodes {seen[node.partition_id]} and {node.node_id} both hold partition-id "

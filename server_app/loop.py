@@ -23,12 +23,12 @@ from flwr.serverapp import Grid
 from common.config import RunConfig
 from common.diffusion import is_diffusion
 from common.records import Weights, from_record, message_array_bytes, model_weights, to_record
-from common.results import RunResults
+from common.results import RunResults, run_accuracy
 from common.task import make_model
 from common.uplink import float32_equivalent_bytes
 from server_app.checkpoint import Checkpoint, load_checkpoint, node_table, save_checkpoint
 from server_app.diffusion_eval import DiffusionEvaluator
-from server_app.evaluation import CentralEvaluator
+from server_app.evaluation import central_evaluator
 from server_app.messaging import match_replies, send_and_receive
 from server_app.outcome import STATUS_OK, conclude
 from server_app.reply_checks import check_train_metrics
@@ -116,7 +116,7 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
     """Run all rounds; returns the run summary (also written to summary.json)."""
     strategy.summary()
     weights: Weights = model_weights(make_model(cfg, seeded=True))
-    evaluator = CentralEvaluator(cfg) if cfg.central_eval and not is_diffusion(cfg) else None
+    evaluator = central_evaluator(cfg)
     diffusion = DiffusionEvaluator(cfg, results) if is_diffusion(cfg) else None  # FID and sample grids
     first_round = 1
     if results.resuming:
@@ -215,6 +215,7 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
     )
     if final_eval is not None:
         summary.update({f"final-{key}": value for key, value in final_eval.items()})
+    summary.update(run_accuracy(summary))
     if cfg.save_model:
         results.write_model(weights)
     results.write_summary(summary)

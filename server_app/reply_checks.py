@@ -121,26 +121,19 @@ def check_evaluate_metrics(metrics: Mapping[str, Any] | None, partition_id: int 
 
 
 def check_handshake_metrics(metrics: Mapping[str, Any] | None) -> str | None:
-    """Why a handshake reply is unusable, or None."""
+    """Why a handshake reply is unusable, or None (`num-partitions` is absent where nodes hold their own data)."""
     if metrics is None:
         return "handshake reply lacks the 'metrics' record"
     reason = _first(
-        _all_scalars_finite(metrics, allow_lists=("label-counts",)),
-        _integer(metrics, "num-partitions", 1),
+        _all_scalars_finite(metrics),
         _integer(metrics, "partition-id", 0),
         _integer(metrics, "num-train-examples", 0),
         _integer(metrics, "num-test-examples", 0),
+        *(_integer(metrics, key, 1) for key in ("num-partitions",) if key in metrics),
     )
     if reason:
         return reason
-    if metrics["partition-id"] >= metrics["num-partitions"]:
+    if "num-partitions" in metrics and metrics["partition-id"] >= metrics["num-partitions"]:
         return (f"handshake metric 'partition-id' = {metrics['partition-id']} is not below "
                 f"'num-partitions' = {metrics['num-partitions']}")
-    counts = metrics.get("label-counts")
-    if not isinstance(counts, list) or not all(is_int(c) and c >= 0 for c in counts):
-        return f"handshake metric 'label-counts' = {counts!r} is not a list of counts"
-    if sum(counts) != metrics["num-train-examples"]:
-        return (f"handshake metric 'label-counts' sums to {sum(counts)}, not 'num-train-examples' = "
-                f"{metrics['num-train-examples']}")
     return None
-

@@ -314,8 +314,11 @@ def test_on_pairs_every_client_holds_its_pair_and_generates_its_budget(tmp_path,
     raw = base_config(tmp_path, tiny_data_dir, algorithm="fedavg+cog", partition="pairs", **{
         "num-server-rounds": 1, "cog-start-round": 1, "local-test-fraction": 0.0, **SMALL_GEN})
     _, results, strategy, grid = run_inprocess(raw, 10)
-    for node in strategy.nodes:
-        held = [c for c, n in enumerate(node.label_counts) if n > 0]
+    from client_app.app import _setup
+
+    for context in grid.contexts.values():  # each node's own data (its histogram stays on the node)
+        _, node, data = _setup(context)
+        held = [c for c, n in enumerate(data.label_counts(10)) if n > 0]
         assert held == [2 * (node.partition_id % 5), 2 * (node.partition_id % 5) + 1]
     # 24 inputs over the classes each client lacks (the 8 missing ones, and a few of its smaller held
     # class where the stand-in data's two classes differ in size): the budget up to per-class rounding

@@ -133,7 +133,7 @@ def test_a_node_lost_mid_round_is_one_failure_with_its_partition_and_reason():
     from server_app.loop import collect_replies
     from server_app.strategies.fedavg import NodeInfo
 
-    nodes = [NodeInfo(node_id=n, partition_id=p, num_train_examples=10, num_test_examples=5, label_counts=(10,))
+    nodes = [NodeInfo(node_id=n, partition_id=p, num_train_examples=10, num_test_examples=5)
              for p, n in enumerate([11, 12, 13])]
     strategy = SimpleNamespace(nodes=nodes, check_reply=lambda reply: None)
     sent = sent_with_ids([11, 12, 13])

@@ -46,7 +46,7 @@ RECORD_VALUE = st.one_of(
 )
 TRAIN_KEYS = ["num-examples", "partition-id", "train-loss", "num-test-examples", "local-test-accuracy",
               "local-test-loss", "local-steps", "stat-cog-time", "own-model-round", "synthetic-examples"]
-HANDSHAKE_KEYS = ["partition-id", "num-partitions", "num-train-examples", "num-test-examples", "label-counts"]
+HANDSHAKE_KEYS = ["partition-id", "num-partitions", "num-train-examples", "num-test-examples"]
 
 
 def valid_train(pid: int = 1, n: int = 40) -> dict:
@@ -101,13 +101,17 @@ def test_evaluate_check_never_raises_and_accepts_only_usable_metrics(metrics):
 
 
 @settings(max_examples=300, deadline=None)
-@given(corrupted({"partition-id": 1, "num-partitions": 3, "num-train-examples": 5, "num-test-examples": 2,
-                  "label-counts": [2, 3]}, HANDSHAKE_KEYS + ["junk"], ANY_VALUE))
+@given(corrupted({"partition-id": 1, "num-partitions": 3, "num-train-examples": 5, "num-test-examples": 2},
+                 HANDSHAKE_KEYS + ["junk"], ANY_VALUE))
 def test_handshake_check_never_raises_and_accepts_only_usable_metrics(metrics):
     reason = check_handshake_metrics(metrics)
     if reason is None:
-        assert 0 <= metrics["partition-id"] < metrics["num-partitions"]
-        assert sum(metrics["label-counts"]) == metrics["num-train-examples"]
+        assert all(is_number(v) for v in metrics.values())
+        assert type(metrics["partition-id"]) is int and metrics["partition-id"] >= 0
+        for key in ("num-train-examples", "num-test-examples"):
+            assert type(metrics[key]) is int and metrics[key] >= 0
+        if "num-partitions" in metrics:  # absent where nodes hold their own data (partition = node)
+            assert type(metrics["num-partitions"]) is int and 0 <= metrics["partition-id"] < metrics["num-partitions"]
 
 
 @pytest.mark.parametrize("metrics, words", [

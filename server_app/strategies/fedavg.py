@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from logging import INFO, WARNING
 from typing import TYPE_CHECKING, Any
 
@@ -45,7 +45,7 @@ class NodeInfo:
     partition_id: int
     num_train_examples: int
     num_test_examples: int
-    label_counts: tuple[int, ...] = field(default=())
+    name: str = ""  # node config `name` (partition = node: the site's label in logs and results)
 
 
 def sample_nodes(nodes: list[NodeInfo], fraction: float, seed: int, server_round: int) -> list[NodeInfo]:

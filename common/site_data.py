@@ -1,0 +1,437 @@
+"""A site's own data (`partition = "node"`): the folder a SuperNode holds, loaded as it is, never partitioned.
+
+In a real deployment every SuperNode trains on what it holds. Its node config
+names the data (`dataset-path`, Flower's convention); in simulation a run-config
+template (`/data/sites/{partition-id}`) gives each virtual node its folder, so
+a user can try the sites' layout on one machine first. The formats:
+
+- an imagefolder tree: `train/<class>/<image>` and optionally `test/<class>/...`
+  (read with torchvision's `make_dataset`);
+- a `datasets` `save_to_disk` folder: a Dataset (what `flwr-datasets create`
+  writes for each partition, `partition_<i>/`) or a DatasetDict with `train` and
+  optionally `test`/`validation`;
+- parquet or csv files with an image and a label column: files named `test*`
+  or `validation*` are the test split, the others the training split (a csv's
+  image column holds paths relative to the csv file);
+- the papers' on-disk layouts: a torchvision root holding the run's named
+  dataset (`FashionMNIST/raw/`, `cifar-10-batches-py/`), its two splits.
+
+The sites agree on one label space from the run config (`class-names`, or a
+class count); a site may hold a subset of the classes. Class folder names and
+string labels map to ids through `class-names`, so two sites agree on ids.
+Every image is converted to the run's channels and resized to its square
+`image-size` on load. A site without a test split gets a seeded
+`local-test-fraction` cut of its training data.
+
+A node whose folder is missing, unreadable or empty, whose images cannot be
+decoded, or whose labels fall outside the label space raises `SiteDataError`
+with a message naming the node; the node fails the handshake with it.
+
+Every ClientApp message of a deployment runs in a new process, so the decoded
+arrays are cached under the node's `cache-dir`, keyed by the loading settings
+and a fingerprint of the folder (every file's path, size and modification
+time): a changed folder is read again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from common.datasets import DATASETS, DatasetInfo, dataset_info
+
+CACHE_VERSION = 1
+PATH_TEMPLATE_FIELD = "{partition-id}"
+TEST_SPLITS = ("test", "validation", "valid")
+FORMATS = ("imagefolder", "save_to_disk", "parquet", "csv", "torchvision")
+
+
+class SiteDataError(ValueError):
+    """A node's own data cannot be used; the message names the node and the problem."""
+
+
+@dataclass(frozen=True)
+class LabelSpace:
+    """The federation's classes: ids 0..num_classes-1, named by `class_names` when given."""
+
+    num_classes: int
+    class_names: tuple[str, ...] = ()
+
+    def label_of(self, value: Any) -> int | None:
+        """The id of a label (an id, a class name, or an id written as text); None when outside the space."""
+        if isinstance(value, (bool, np.bool_)):
+            return None
+        if isinstance(value, (int, np.integer)):
+            return int(value) if 0 <= int(value) < self.num_classes else None
+        if isinstance(value, str):
+            if self.class_names:
+                return self.class_names.index(value) if value in self.class_names else None
+            text = value.strip()
+            return self.label_of(int(text)) if text.isdigit() else None
+        return None
+
+    def describe(self) -> str:
+        """The space in words, for error messages."""
+        if self.class_names:
+            return f"class-names {', '.join(self.class_names)}"
+        return f"ids 0..{self.num_classes - 1}"
+
+
+def parse_class_names(text: str) -> tuple[str, ...]:
+    """`class-names` ("cat, dog") as a tuple of names, without empty entries."""
+    return tuple(name.strip() for name in text.split(",") if name.strip())
+
+
+def node_shape_info(cfg: Any) -> DatasetInfo:
+    """Shape facts of a `partition = node` run, from its run config alone (no data is opened).
+
+    `image-channels`, `image-size` and the class count (`class-names`, `num-classes`) default to the
+    named dataset's; with `dataset = "own"` they must be given. ValueError names the missing key.
+    """
+    named = dataset_info(cfg.dataset) if cfg.dataset in DATASETS else None
+    names = parse_class_names(cfg.class_names)
+    if names and len(set(names)) != len(names):
+        raise ValueError(f"run config key 'class-names' names a class twice: {cfg.class_names!r}")
+    if names and cfg.num_classes and cfg.num_classes != len(names):
+        raise ValueError(f"run config key 'num-classes' = {cfg.num_classes} but 'class-names' names {len(names)} "
+                         "classes; give one of them")
+    num_classes = len(names) or cfg.num_classes or (named.num_classes if named else 0)
+    channels = cfg.image_channels or (named.channels if named else 0)
+    side = cfg.image_size or (named.height if named else 0)
+    missing = [key for key, value in (("class-names' or 'num-classes", num_classes), ("image-channels", channels),
+                                      ("image-size", side)) if not value]
+    if missing:
+        raise ValueError(f"partition = node with dataset = {cfg.dataset!r} needs run config key(s) "
+                         + ", ".join(f"'{key}'" for key in missing)
+                         + " (the shape every site's images are brought to; a named dataset gives them)")
+    if channels not in (1, 3):
+        raise ValueError(f"run config key 'image-channels' = {channels} is invalid; accepted: 1 (grey) or 3 (colour)")
+    if num_classes < 2:
+        raise ValueError(f"partition = node needs at least 2 classes; got {num_classes}")
+    return DatasetInfo(cfg.dataset, channels, side, side, num_classes)
+
+
+def run_label_space(cfg: Any) -> LabelSpace:
+    """The federation's label space of a `partition = node` run."""
+    return LabelSpace(node_shape_info(cfg).num_classes, parse_class_names(cfg.class_names))
+
+
+def fill_path_template(template: str, node_config: Mapping[str, Any]) -> str:
+    """`dataset-path` with `{partition-id}` replaced by the node's partition id (simulation's per-node folders)."""
+    if PATH_TEMPLATE_FIELD not in template:
+        return template
+    if "partition-id" not in node_config:
+        raise ValueError(f"dataset-path {template!r} holds {PATH_TEMPLATE_FIELD}, but this node's config has no "
+                         "'partition-id' (give the node its own --node-config \"dataset-path=...\")")
+    return template.replace(PATH_TEMPLATE_FIELD, str(node_config["partition-id"]))
+
+
+def site_key(name: str) -> int:
+    """A stable non-negative 31-bit id for a node known only by its name (it stands in for a partition id)."""
+    return int(hashlib.sha256(name.encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
+
+
+@dataclass(frozen=True)
+class SiteSpec:
+    """Everything that determines what a site's folder loads as; with the folder's fingerprint, the cache key."""
+
+    path: str
+    dataset: str  # the run's dataset: a named one enables the torchvision layout
+    channels: int
+    side: int
+    num_classes: int
+    class_names: tuple[str, ...]
+    local_test_fraction: float
+    seed: int
+    image_column: str = ""
+    label_column: str = ""
+
+    @property
+    def labels(self) -> LabelSpace:
+        return LabelSpace(self.num_classes, self.class_names)
+
+
+def site_spec(cfg: Any, path: str, info: DatasetInfo | None = None) -> SiteSpec:
+    """The loading settings of a folder under a run config (shape facts: `info`, else the run config's)."""
+    info = info or node_shape_info(cfg)
+    return SiteSpec(
+        path=str(path), dataset=cfg.dataset, channels=info.channels, side=info.height, num_classes=info.num_classes,
+        class_names=parse_class_names(cfg.class_names), local_test_fraction=cfg.local_test_fraction, seed=cfg.seed,
+        image_column=cfg.hf_image_column, label_column=cfg.hf_label_column,
+    )
+
+
+@dataclass
+class _Split:
+    x: np.ndarray
+    y: np.ndarray
+
+
+class _Loader:
+    """Reads one folder for one node: images converted and resized, labels mapped, errors naming the node."""
+
+    def __init__(self, spec: SiteSpec, node: str) -> None:
+        self.spec = spec
+        self.node = node
+
+    def fail(self, problem: str) -> SiteDataError:
+        return SiteDataError(f"node {self.node!r}: {problem}")
+
+    # --- one image, one label ---------------------------------------------------------
+    def pixels(self, image: Any, where: str) -> np.ndarray:
+        """A PIL image, an encoded image or an array as uint8 (side, side, channels)."""
+        import io
+
+        from PIL import Image, UnidentifiedImageError
+        from torchvision.transforms.functional import resize
+
+        try:
+            if isinstance(image, Mapping):  # the datasets Image feature, undecoded: {"bytes": ..., "path": ...}
+                image = image.get("bytes") or image.get("path")
+            if isinstance(image, (bytes, bytearray)):
+                image = Image.open(io.BytesIO(image))
+            elif isinstance(image, (str, os.PathLike)):
+                image = Image.open(image)
+            elif not isinstance(image, Image.Image):
+                array = np.asarray(image)
+                if array.dtype != np.uint8:
+                    if array.size and (array.min() < 0 or array.max() > 255):
+                        raise ValueError("pixel values outside 0..255")
+                    array = array.astype(np.uint8)
+                image = Image.fromarray(array.squeeze(-1) if array.ndim == 3 and array.shape[-1] == 1 else array)
+            image = image.convert("L" if self.spec.channels == 1 else "RGB")
+            if image.size != (self.spec.side, self.spec.side):
+                image = resize(image, [self.spec.side, self.spec.side], antialias=True)
+            array = np.asarray(image, dtype=np.uint8)
+        except (OSError, UnidentifiedImageError, ValueError, TypeError) as err:
+            raise self.fail(f"{where} cannot be decoded as an image ({type(err).__name__}: {err})") from None
+        return array[..., None] if array.ndim == 2 else array
+
+    def label(self, value: Any, where: str) -> int:
+        label = self.spec.labels.label_of(value)
+        if label is None:
+            raise self.fail(f"label {value!r} of {where} is outside the federation's label space "
+                            f"({self.spec.labels.describe()}; run config keys 'class-names' / 'num-classes')")
+        return label
+
+    def stack(self, images: list[np.ndarray], labels: list[int]) -> _Split:
+        side, channels = self.spec.side, self.spec.channels
+        x = np.stack(images) if images else np.zeros((0, side, side, channels), np.uint8)
+        return _Split(x, np.asarray(labels, dtype=np.int64))
+
+    # --- formats --------------------------------------------------------------------------
+    def imagefolder(self, root: Path) -> _Split:
+        from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
+
+        classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
+        class_to_idx = {name: self.label(name, f"class folder {root / name}") for name in classes}
+        samples = make_dataset(str(root), class_to_idx, extensions=IMG_EXTENSIONS, allow_empty=True)
+        return self.stack([self.pixels(path, path) for path, _ in samples], [label for _, label in samples])
+
+    def table(self, table: Any, where: str) -> _Split:
+        """A `datasets.Dataset`: its image and label columns."""
+        import datasets
+
+        from common.hf_datasets import find_columns
+
+        try:
+            image, label = find_columns(table.features, self.spec.image_column, self.spec.label_column)
+        except ValueError as err:
+            raise self.fail(f"{where}: {err}") from None
+        feature = table.features[label]
+        names = feature.names if isinstance(feature, datasets.ClassLabel) and self.spec.class_names else None
+        undecoded = table.cast_column(image, datasets.Image(decode=False)) if isinstance(
+            table.features[image], datasets.Image) else table
+        images, labels = [], []
+        for index, row in enumerate(undecoded):
+            at = f"row {index} of {where}"
+            value = row[label]
+            labels.append(self.label(names[value] if names is not None and isinstance(value, int) else value, at))
+            cell = row[image]
+            if isinstance(cell, str) and not os.path.isabs(cell):  # a csv's relative path
+                cell = str(Path(where).parent / cell)
+            images.append(self.pixels(cell, at))
+        return self.stack(images, labels)
+
+    def saved(self, folder: Path) -> tuple[_Split | None, _Split | None]:
+        import datasets
+
+        try:
+            loaded = datasets.load_from_disk(str(folder))
+        except Exception as err:  # noqa: BLE001 - any failure to open means an unreadable folder
+            raise self.fail(f"{folder} cannot be read as a save_to_disk folder ({type(err).__name__}: {err})") from None
+        if isinstance(loaded, datasets.Dataset):
+            return self.table(loaded, str(folder)), None
+        test = next((name for name in TEST_SPLITS if name in loaded), None)
+        unknown = [name for name in loaded if name not in ("train", test)]
+        if unknown:
+            raise self.fail(f"{folder} holds splits {', '.join(loaded)}; expected 'train' and optionally 'test' "
+                            "(or 'validation')")
+        return (self.table(loaded["train"], f"{folder} split 'train'") if "train" in loaded else None,
+                self.table(loaded[test], f"{folder} split {test!r}") if test else None)
+
+    def files(self, paths: list[Path], kind: str) -> tuple[_Split | None, _Split | None]:
+        test = [p for p in paths if p.name.lower().startswith(TEST_SPLITS)]
+        train = [p for p in paths if p not in test]
+        return (self._read_files(train, kind) if train else None), (self._read_files(test, kind) if test else None)
+
+    def _read_files(self, paths: list[Path], kind: str) -> _Split:
+        import datasets
+
+        parts = []
+        for path in paths:
+            try:
+                if kind == "parquet":
+                    import pyarrow.parquet as pq
+
+                    table = datasets.Dataset(pq.read_table(path))
+                else:
+                    import pandas as pd
+
+                    table = datasets.Dataset.from_pandas(pd.read_csv(path), preserve_index=False)
+            except Exception as err:  # noqa: BLE001 - any parse failure: an unreadable file
+                raise self.fail(f"{path} cannot be read as {kind} ({type(err).__name__}: {err})") from None
+            parts.append(self.table(table, str(path)))
+        return _Split(np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]))
+
+    def torchvision(self, root: Path) -> tuple[_Split, _Split]:
+        from common.datasets import load_dataset
+
+        data = load_dataset(self.spec.dataset, root)
+        for value in np.unique(np.concatenate([data.y_train, data.y_test])):
+            self.label(int(value), f"{root} ({self.spec.dataset})")
+
+        def fitted(x: np.ndarray) -> np.ndarray:
+            if x.shape[1:] == (self.spec.side, self.spec.side, self.spec.channels):
+                return x
+            return np.stack([self.pixels(image, str(root)) for image in x])
+
+        return _Split(fitted(data.x_train), data.y_train), _Split(fitted(data.x_test), data.y_test)
+
+
+def detect_format(path: Path, dataset: str = "") -> str:
+    """Which of FORMATS a node's `dataset-path` holds; ValueError saying what was found otherwise."""
+    if path.is_file():
+        suffix = path.suffix.lower()
+        if suffix in (".parquet", ".csv"):
+            return suffix[1:]
+        raise ValueError(f"{path} is a file but not .parquet or .csv")
+    if (path / "dataset_dict.json").is_file() or (path / "state.json").is_file():
+        return "save_to_disk"
+    if (path / "train").is_dir() or (path / "test").is_dir():
+        return "imagefolder"
+    names = sorted(entry.name for entry in os.scandir(path))
+    if any(name.lower().endswith(".parquet") for name in names):
+        return "parquet"
+    if any(name.lower().endswith(".csv") for name in names):
+        return "csv"
+    if dataset in DATASETS:
+        from common.datasets import check_dataset_present
+
+        try:
+            check_dataset_present(dataset, str(path))
+            return "torchvision"
+        except (OSError, ValueError):
+            pass
+    if any(name.startswith("partition_") for name in names):
+        raise ValueError(f"{path} holds {', '.join(n for n in names if n.startswith('partition_'))[:200]}: "
+                         "`flwr-datasets create` output; point each node at one partition_<i> folder (in "
+                         "simulation: dataset-path = \".../partition_{partition-id}\")")
+    if not names:
+        raise ValueError(f"{path} is empty")
+    raise ValueError(f"{path} holds none of the formats a node reads (an imagefolder tree train/<class>/..., a "
+                     f"save_to_disk folder, parquet or csv files, or {dataset!r} in torchvision's layout); found: "
+                     + ", ".join(names[:8]))
+
+
+def folder_fingerprint(path: Path) -> str:
+    """A hash of every file's relative path, size and modification time under `path` (or of the file)."""
+    digest = hashlib.sha256()
+    entries: Iterable[Path] = [path] if path.is_file() else (
+        Path(root) / name for root, _, names in os.walk(path) for name in names)
+    for entry in sorted(entries):
+        stat = entry.stat()
+        digest.update(f"{entry.relative_to(path) if entry != path else entry.name}\0{stat.st_size}\0"
+                      f"{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def read_site(spec: SiteSpec, node: str) -> tuple[_Split | None, _Split | None]:
+    """The (train, test) splits of a folder, decoded; None for a split the folder does not have."""
+    path = Path(spec.path).expanduser()
+    loader = _Loader(spec, node)
+    if not str(spec.path):
+        raise loader.fail("no dataset-path: start the SuperNode with --node-config \"dataset-path=<folder>\" "
+                          "(or set run config key 'dataset-path')")
+    if not path.exists():
+        raise loader.fail(f"dataset-path {path} does not exist")
+    if not os.access(path, os.R_OK) or (path.is_dir() and not os.access(path, os.X_OK)):
+        raise loader.fail(f"dataset-path {path} is not readable by this SuperNode's user")
+    try:
+        kind = detect_format(path, spec.dataset)
+    except (OSError, ValueError) as err:
+        raise loader.fail(str(err)) from None
+    if kind == "imagefolder":
+        return tuple(loader.imagefolder(path / split) if (path / split).is_dir() else None  # type: ignore[return-value]
+                     for split in ("train", "test"))
+    if kind == "save_to_disk":
+        return loader.saved(path)
+    if kind in ("parquet", "csv"):
+        files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix.lower() == f".{kind}")
+        return loader.files(files, kind)
+    return loader.torchvision(path)
+
+
+def site_arrays(spec: SiteSpec, node: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """(x_train, y_train, x_test, y_test) of a node's folder (test None: it has no test split)."""
+    train, test = read_site(spec, node)
+    if train is None or len(train.y) == 0:
+        where = Path(spec.path).expanduser()
+        raise SiteDataError(f"node {node!r}: dataset-path {where} holds no training images"
+                            + (" (no train/ folder or train split)" if train is None else ""))
+    return train.x, train.y, (test.x if test else None), (test.y if test else None)
+
+
+def load_site_data(spec: SiteSpec, node: str, cache_dir: str = "") -> "ClientData":
+    """A node's train and test split from its own folder (cached; a seeded cut when it has no test split)."""
+    from common.partition import ClientData, default_cache_dir, split_local, write_atomic_npz
+
+    path = Path(spec.path).expanduser()
+    key = None
+    if str(spec.path) and path.exists() and os.access(path, os.R_OK):
+        text = json.dumps({**spec.__dict__, "fingerprint": folder_fingerprint(path), "version": CACHE_VERSION},
+                          sort_keys=True)
+        key = hashlib.sha256(text.encode()).hexdigest()[:16]
+        cached = (Path(cache_dir).expanduser() if cache_dir else default_cache_dir()) / "sites" / f"{key}.npz"
+        if cached.is_file():
+            try:
+                with np.load(cached, allow_pickle=False) as stored:
+                    return ClientData(**{k: stored[k] for k in ("x_train", "y_train", "x_test", "y_test")})
+            except Exception:  # noqa: BLE001 - a damaged cache file is read again from the folder
+                pass
+    x_train, y_train, x_test, y_test = site_arrays(spec, node)
+    if x_test is None:
+        train_idx, test_idx = split_local(np.arange(len(y_train)), spec.local_test_fraction, spec.seed, 0)
+        data = ClientData(x_train[train_idx], y_train[train_idx], x_train[test_idx], y_train[test_idx])
+    else:
+        data = ClientData(x_train, y_train, x_test, y_test)
+    if key is not None:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic_npz(cached, **data.__dict__)
+    return data
+
+
+def load_test_set(spec: SiteSpec, node: str = "server") -> tuple[np.ndarray, np.ndarray]:
+    """A test set by path (central evaluation): the folder's test split, else its only split."""
+    train, test = read_site(spec, node)
+    chosen = test if test is not None and len(test.y) else train
+    if chosen is None or len(chosen.y) == 0:
+        raise SiteDataError(f"{node}: central-test-path {Path(spec.path).expanduser()} holds no images")
+    return chosen.x, chosen.y

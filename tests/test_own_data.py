@@ -1,0 +1,264 @@
+"""A site's own data (`partition = "node"`, issue 33): formats, label space, validation, a server without data.
+
+The three imagefolder sites of tests/site_folders.py are PNG files cut from Fashion-MNIST's test
+images; the `datasets` formats use the tiny dataset of tests/hf_tiny.py.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from common.config import ConfigError, parse_run_config
+from common.site_data import LabelSpace, SiteDataError, fill_path_template, load_site_data, site_spec
+from fedsynth.inprocess import InProcessGrid, run_federation
+from server_app.registry import SERVER_STRATEGIES
+from tests.hf_tiny import NUM_CLASSES, SIDE, tiny_image_dataset, write_parquet, write_saved
+from tests.site_folders import CLASS_NAMES, fashion_mnist_test_images, site_run_config, write_images, write_sites
+
+
+@pytest.fixture(scope="module")
+def sites(tmp_path_factory: pytest.TempPathFactory):
+    return write_sites(tmp_path_factory.mktemp("sites"))
+
+
+def _cfg(**extra):
+    return parse_run_config(site_run_config(**extra), SERVER_STRATEGIES)
+
+
+def _own_cfg(**extra):
+    """The tiny hf dataset's shape, with no named dataset."""
+    return _cfg(**{"dataset": "own", "class-names": "", "num-classes": NUM_CLASSES, "image-channels": 1,
+                   "image-size": SIDE, **extra})
+
+
+def test_label_space_maps_ids_names_and_refuses_the_rest():
+    named = LabelSpace(3, ("cat", "dog", "cow"))
+    assert [named.label_of(v) for v in ("dog", 2, np.int64(0), "horse", 3, -1, True, 1.0)] == [
+        1, 2, 0, None, None, None, None, None]
+    ids = LabelSpace(3)
+    assert [ids.label_of(v) for v in ("2", "7", "cat", 1)] == [2, None, None, 1]
+
+
+def test_the_path_template_takes_the_partition_id_and_needs_one():
+    assert fill_path_template("/data/sites/{partition-id}/x", {"partition-id": 4}) == "/data/sites/4/x"
+    assert fill_path_template("/data/site", {}) == "/data/site"
+    with pytest.raises(ValueError, match="no 'partition-id'"):
+        fill_path_template("/data/{partition-id}", {})
+
+
+def test_shape_keys_are_required_without_a_named_dataset_and_hf_is_refused():
+    with pytest.raises(ConfigError, match="'image-channels'"):
+        _cfg(dataset="own", **{"image-size": 28})
+    with pytest.raises(ConfigError, match="'num-classes' = 3 but 'class-names' names 10"):
+        _cfg(**{"num-classes": 3})
+    with pytest.raises(ConfigError, match="dataset-path"):
+        _cfg(dataset="hf:x")
+    with pytest.raises(ConfigError, match="'own'"):
+        parse_run_config({"dataset": "own"}, SERVER_STRATEGIES)  # only with partition = node
+
+
+def test_imagefolder_sites_map_class_folders_through_the_class_names_resize_and_cut_a_test_split(sites, tmp_path):
+    cfg = _cfg()
+    x_all, y_all = fashion_mnist_test_images()
+    for site in sites:
+        data = load_site_data(site_spec(cfg, str(site.path)), site.name, str(tmp_path))
+        assert data.x_train.shape[1:] == (28, 28, 1) and data.x_train.dtype == np.uint8  # site-b's 32x32 resized
+        held = sorted(set(data.y_train.tolist()) | set(data.y_test.tolist()))
+        assert held == sorted(site.classes)  # ids from the class names, not from sorted folder names
+        cut = round(site.num_train * 0.2) if not site.num_test else 0
+        assert (len(data.y_train), len(data.y_test)) == (site.num_train - cut, site.num_test or cut)
+        if site.side == 28:  # unresized PNGs are Fashion-MNIST's own pixels
+            first = data.x_train[0, :, :, 0]
+            assert any(np.array_equal(first, image) for image in x_all[y_all == data.y_train[0]])
+    assert len(list((tmp_path / "sites").glob("*.npz"))) == 3  # decoded once, cached per node
+    again = load_site_data(site_spec(cfg, str(sites[2].path)), "site-c", str(tmp_path))
+    assert len(again.y_train) == 24  # from the cache, the same seeded cut
+
+
+def test_save_to_disk_parquet_csv_and_flwr_datasets_create_output_load(tmp_path):
+    from flwr_datasets.cli.create import create
+    from PIL import Image
+
+    cfg = _own_cfg(**{"local-test-fraction": 0.25})
+    expected = tiny_image_dataset()
+    write_saved(tmp_path / "saved")
+    write_parquet(tmp_path / "pq")
+    for folder in ("saved", "pq"):  # a train and a test split
+        data = load_site_data(site_spec(cfg, str(tmp_path / folder)), folder, str(tmp_path / "cache"))
+        np.testing.assert_array_equal(data.y_train, expected["train"]["digit"])
+        np.testing.assert_array_equal(data.x_test[3, :, :, 0], np.asarray(expected["test"][3]["picture"]))
+    # what `flwr-datasets create` writes: one saved Dataset per partition (no test split: a seeded cut)
+    create(str(tmp_path / "pq"), num_partitions=2, out_dir=tmp_path / "fds")
+    part = load_site_data(site_spec(cfg, str(tmp_path / "fds" / "partition_1")), "p1", str(tmp_path / "cache"))
+    assert (len(part.y_train), len(part.y_test)) == (90, 30)  # 120 rows of the 240, 25 % held out
+    with pytest.raises(SiteDataError, match="flwr-datasets create.*partition_<i>"):
+        load_site_data(site_spec(cfg, str(tmp_path / "fds")), "root", "")
+    # csv: an image column of paths relative to the csv file, string class names
+    (tmp_path / "csv" / "img").mkdir(parents=True)
+    rows = ["file,kind"]
+    for i in range(6):
+        Image.fromarray(np.asarray(expected["train"][i]["picture"])).save(tmp_path / "csv" / "img" / f"{i}.png")
+        rows.append(f"img/{i}.png,c{expected['train'][i]['digit']}")
+    (tmp_path / "csv" / "train.csv").write_text("\n".join(rows) + "\n")
+    named = _own_cfg(**{"num-classes": 0, "class-names": "c0,c1,c2,c3", "hf-image-column": "file",
+                        "hf-label-column": "kind", "local-test-fraction": 0.5})
+    data = load_site_data(site_spec(named, str(tmp_path / "csv")), "csv", "")
+    assert sorted(data.y_train.tolist() + data.y_test.tolist()) == sorted(expected["train"]["digit"][:6])
+
+
+def _bad_folder(tmp_path: Path, problem: str) -> Path:
+    x, y = fashion_mnist_test_images()
+    root = tmp_path / problem
+    if problem == "outside":  # a class the run does not know
+        write_images(root / "train", x[:3], y[:3], 28)
+        (root / "train" / CLASS_NAMES[int(y[0])]).rename(root / "train" / "cat")
+    elif problem == "empty":
+        root.mkdir()
+    elif problem == "empty-train":
+        (root / "train" / "tshirt").mkdir(parents=True)
+    elif problem == "undecodable":
+        write_images(root / "train", x[:3], y[:3], 28)
+        (root / "train" / CLASS_NAMES[int(y[0])] / "broken.png").write_bytes(b"not a png")
+    return root
+
+
+@pytest.mark.parametrize("problem, words", [
+    ("outside", ["'cat'", "outside the federation's label space", "class-names"]),
+    ("missing", ["does not exist"]),
+    ("empty", ["is empty"]),
+    ("empty-train", ["holds no training images"]),
+    ("undecodable", ["broken.png", "cannot be decoded"]),
+])
+def test_a_bad_folder_is_refused_with_a_message_naming_the_node(tmp_path, problem, words):
+    with pytest.raises(SiteDataError) as caught:
+        load_site_data(site_spec(_cfg(), str(_bad_folder(tmp_path, problem))), "site-x", str(tmp_path / "cache"))
+    message = str(caught.value)
+    assert message.startswith("node 'site-x': ") and all(w in message for w in words), message
+
+
+def _run_sites(tmp_path: Path, folders: list[Path], names: list[str], **extra) -> tuple[dict, Path]:
+    raw = site_run_config(**{"num-server-rounds": 2, "cache-dir": str(tmp_path / "cache"),
+                             "results-dir": str(tmp_path / "results"), "run-name": "run", **extra})
+    grid = InProcessGrid(len(folders), raw, node_config=lambda i: {"dataset-path": str(folders[i]), "name": names[i]})
+    return run_federation(raw, grid), tmp_path / "results" / "run"
+
+
+def test_a_federation_of_own_folders_needs_no_data_on_the_server(sites, tmp_path, monkeypatch):
+    import common.datasets
+
+    def no_dataset(*args, **kwargs):
+        raise AssertionError("the server opened a dataset")
+
+    monkeypatch.setattr(common.datasets, "load_dataset", no_dataset)  # only the torchvision layout would need it
+    summary, folder = _run_sites(tmp_path, [s.path for s in sites], [s.name for s in sites])
+    assert summary["status"] == "ok" and summary["num-nodes"] == 3
+    nodes = {row["name"]: row for row in json.loads((folder / "nodes.json").read_text())}
+    for site in sites:
+        cut = 0 if site.num_test else round(site.num_train * 0.2)
+        assert nodes[site.name]["num-train-examples"] == site.num_train - cut
+    rounds = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert not any("central-accuracy" in r for r in rounds)  # no test set on the server: no central evaluation
+    assert summary["accuracy-source"] == "local-test" and summary["final-accuracy"] == summary[
+        "final-local-test-accuracy"]
+
+
+def test_a_server_test_folder_is_used_for_central_evaluation(sites, tmp_path):
+    summary, folder = _run_sites(tmp_path, [s.path for s in sites[:2]], ["a", "b"],
+                                 **{"central-test-path": str(sites[0].path)})  # its test/ split: 8 images
+    rounds = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert rounds[0]["round"] == 0 and "central-accuracy" in rounds[-1]
+    assert summary["accuracy-source"] == "central" and summary["final-accuracy"] == summary["final-central-accuracy"]
+    assert round(rounds[-1]["central-accuracy"] * 8) == pytest.approx(rounds[-1]["central-accuracy"] * 8)
+
+
+def test_a_node_with_bad_data_fails_the_run_at_once_naming_the_node_in_the_results(sites, tmp_path):
+    from server_app.handshake import HandshakeError
+
+    bad = _bad_folder(tmp_path, "outside")
+    start = time.monotonic()
+    with pytest.raises(HandshakeError, match="refused at the handshake.*node 'site-bad'.*'cat'"):
+        _run_sites(tmp_path, [sites[0].path, bad], ["site-a", "site-bad"], **{"node-wait-timeout": 120.0})
+    assert time.monotonic() - start < 30  # not the node-wait-timeout
+    summary = json.loads((tmp_path / "results" / "run" / "summary.json").read_text())
+    assert summary["status"] == "failed" and "site-bad" in summary["status-reason"]
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "fedcog", "scaffold"])
+def test_the_handshake_carries_no_label_histogram(sites, tmp_path, tiny_data_dir, algorithm):
+    from flwr.app import Context, Message, RecordDict
+
+    from client_app.app import app
+
+    for raw, node_config in (
+        (site_run_config(algorithm=algorithm, **{"cache-dir": str(tmp_path)}),
+         {"dataset-path": str(sites[0].path), "name": "a"}),
+        ({"algorithm": algorithm, "partition": "iid", "data-dir": str(tiny_data_dir), "cache-dir": str(tmp_path)},
+         {"partition-id": 0, "num-partitions": 2}),
+    ):
+        context = Context(run_id=1, node_id=5, node_config=node_config, state=RecordDict(), run_config=raw)
+        from flwr.supercore.task_identity import TaskIdentity
+
+        TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
+        query = Message(RecordDict(), dst_node_id=5, message_type="query.handshake")
+        reply = app(query, context)
+        metrics = reply.content.metric_records["metrics"]
+        assert set(metrics) <= {"partition-id", "num-partitions", "num-train-examples", "num-test-examples"}
+        assert not any(isinstance(metrics[key], list) for key in metrics)
+
+
+# ----- a user's own model: model = "package.module:factory" --------------------------------------------
+
+USER_MODELS = '''
+from torch import nn
+
+
+def tiny(num_classes, channels, image_size):
+    return nn.Sequential(nn.Flatten(), nn.Linear(channels * image_size * image_size, num_classes))
+
+
+def not_a_module(num_classes, channels, image_size):
+    return [num_classes, channels, image_size]
+'''
+
+
+@pytest.fixture()
+def user_package(tmp_path, monkeypatch):
+    package = tmp_path / "userpkg" / "sitemodels"
+    package.mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "nets.py").write_text(USER_MODELS)
+    monkeypatch.syspath_prepend(str(tmp_path / "userpkg"))
+    return "sitemodels.nets"
+
+
+def test_a_user_model_factory_trains_on_the_sites(sites, tmp_path, user_package):
+    from safetensors.numpy import load_file
+
+    summary, folder = _run_sites(tmp_path, [s.path for s in sites], [s.name for s in sites],
+                                 model=f"{user_package}:tiny")
+    assert summary["status"] == "ok"
+    weights = load_file(str(folder / "model.safetensors"))
+    assert {name: w.shape for name, w in weights.items()} == {"1.weight": (10, 784), "1.bias": (10,)}
+
+
+@pytest.mark.parametrize("model, words", [
+    ("sitemodels.nets:not_a_module", ["returned list, not a torch.nn.Module"]),
+    ("sitemodels.nowhere:tiny", ["cannot import module 'sitemodels.nowhere'", "every SuperNode"]),
+    ("sitemodels.nets:absent", ["no callable 'absent'"]),
+])
+def test_a_bad_user_model_is_refused_with_a_clear_error(user_package, model, words):
+    from common.task import make_model
+
+    with pytest.raises((ConfigError, ValueError)) as caught:
+        make_model(_cfg(model=model))
+    assert all(w in str(caught.value) for w in words), str(caught.value)
+
+
+def test_moon_refuses_a_user_model_saying_what_it_lacks(user_package):
+    with pytest.raises(ConfigError, match="MOON needs the model's `features` and `head`"):
+        _cfg(model="sitemodels.nets:tiny", algorithm="moon")
