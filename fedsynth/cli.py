@@ -2,7 +2,8 @@
 
 `fedsynth data fetch` downloads a dataset with torchvision (fedsynth/data.py);
 `--gpus-per-client` gives each simulated ClientApp a fraction of a GPU through
-Ray (with `device = "auto"`, the app then uses CUDA).
+Ray (with `device = "auto"`, the app then uses CUDA); `--ray-address` runs the
+ClientApps on the nodes of an existing Ray cluster (docs/scale.md).
 
 `fedsynth run` does what `flwr run .` does in simulation (the same app, the same
 fused run config, the same results) but in this process, and its exit code says
@@ -76,11 +77,13 @@ def prepare_run_config(app_dir: Path, overrides: dict[str, Any]) -> tuple[dict[s
     return prepared, cfg
 
 
-def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client: float) -> Any:
+def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client: float,
+              on_cluster: bool = False) -> Any:
     """The checks that need no simulation engine, so that bad input fails in seconds, not after its start-up.
 
     The dataset's files, the node count against min-nodes, the CPUs asked for, the
     results folder (taken and locked here: a second run on it is refused at once;
+    on a Ray cluster `fedsynth.ray_cluster` checks the CPUs instead of this machine's;
     one holding another run is refused unless resume or overwrite) and, for a
     resume, the checkpoint against this config. Returns the folder's lock, held
     for the run (the ServerApp in this process sees it through HELD_LOCK_ENV).
@@ -94,7 +97,7 @@ def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client
         raise ConfigError(f"--num-supernodes {num_supernodes} is below run config key 'min-nodes' = {cfg.min_nodes}; "
                           "no round could count")
     cpus = os.cpu_count() or 1
-    if cpus_per_client > cpus:
+    if cpus_per_client > cpus and not on_cluster:
         raise ConfigError(f"--cpus-per-client {cpus_per_client:g} is more than the {cpus} CPUs of this machine: no "
                           f"ClientApp could start; use at most {cpus}")
     check_dataset_present(cfg.dataset, cfg.data_dir)
@@ -109,12 +112,36 @@ def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client
     return lock
 
 
-def backend_config(cpus_per_client: float, gpus_per_client: float = 0.0) -> dict[str, Any]:
-    """Flower's Ray backend config: each ClientApp's CPUs and (fractional) GPUs."""
-    return {
+def backend_config(cpus_per_client: float, gpus_per_client: float = 0.0, ray_address: str | None = None,
+                   placement_file: Path | None = None) -> dict[str, Any]:
+    """Flower's Ray backend config: each ClientApp's CPUs and (fractional) GPUs, and the cluster to join if any.
+
+    `address` reaches `ray.init` through Flower's `init_args`; the placement file
+    is read by `fedsynth.ray_backend.ClusterRayBackend` (Flower's backend ignores it).
+    """
+    config: dict[str, Any] = {
         "client_resources": {"num_cpus": cpus_per_client, "num_gpus": gpus_per_client},
         "init_args": {"logging_level": "ERROR", "log_to_driver": True},
     }
+    if ray_address:
+        config["init_args"]["address"] = ray_address
+    if placement_file is not None:
+        from fedsynth.ray_backend import PLACEMENT_KEY
+
+        config[PLACEMENT_KEY] = str(placement_file)
+    return config
+
+
+PLACEMENT_FILE = "ray-placement.jsonl"  # on a Ray cluster: which node ran each partition (fedsynth.ray_backend)
+
+
+def add_ray_address_option(parser: argparse.ArgumentParser) -> None:
+    """`--ray-address`: run the ClientApps on an existing Ray cluster (shared by run, compare and study)."""
+    parser.add_argument(
+        "--ray-address", default=None, metavar="HOST:PORT",
+        help="join this Ray cluster (`ray start --head` prints it) and place the ClientApps on its nodes; "
+             "checked at start for the CPUs/GPUs asked per ClientApp (docs/scale.md). Default: a Ray of this process",
+    )
 
 
 def add_gpus_option(parser: argparse.ArgumentParser) -> None:
@@ -133,19 +160,27 @@ def _gpu_fraction(text: str) -> float:
     return value
 
 
-def run_simulation(app_dir: Path, overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float, gpus_per_client: float = 0.0) -> Path:
+def run_simulation(app_dir: Path, overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float,
+                   gpus_per_client: float = 0.0, ray_address: str | None = None) -> Path:
     """Run the app in Flower's simulation engine in this process; returns the results folder.
 
     Uses the same entry Flower's own simulation runtime uses for `flwr run`, with
     the run's override config, so ServerApp and ClientApps see the fused config.
     Any exception of the ServerApp is re-raised here. The checks that need no
-    engine run first (`preflight`), so bad input fails in seconds.
+    engine run first (`preflight`), so bad input fails in seconds. With a
+    `ray_address`, the cluster is checked first (`fedsynth.ray_cluster`) and the
+    engine runs `fedsynth.ray_backend.ClusterRayBackend` on it.
     """
     prepared, cfg = prepare_run_config(app_dir, overrides)
     folder = Path(prepared["results-dir"]) / prepared["run-name"]
-    lock = preflight(cfg, folder, num_supernodes, cpus_per_client)
+    if ray_address:
+        from fedsynth.ray_cluster import check_cluster
+
+        check_cluster(ray_address, cpus_per_client, gpus_per_client)
+    lock = preflight(cfg, folder, num_supernodes, cpus_per_client, on_cluster=bool(ray_address))
     try:
-        _simulate(app_dir, prepared, num_supernodes, cpus_per_client, gpus_per_client)
+        _simulate(app_dir, prepared, num_supernodes, cpus_per_client, gpus_per_client, ray_address,
+                  folder / PLACEMENT_FILE if ray_address else None)
     finally:
         lock.close()
         os.environ.pop(HELD_LOCK_ENV, None)
@@ -155,7 +190,7 @@ def run_simulation(app_dir: Path, overrides: dict[str, Any], num_supernodes: int
 
 
 def _simulate(app_dir: Path, prepared: dict[str, Any], num_supernodes: int, cpus_per_client: float,
-              gpus_per_client: float) -> None:
+              gpus_per_client: float, ray_address: str | None = None, placement_file: Path | None = None) -> None:
     """Flower's simulation runtime on the prepared run config (the ServerApp's exceptions re-raised)."""
     from flwr.app import Context, RecordDict
     from flwr.common.config import get_fused_config_from_dir
@@ -180,19 +215,28 @@ def _simulate(app_dir: Path, prepared: dict[str, Any], num_supernodes: int, cpus
         run_config=get_fused_config_from_dir(app_dir, prepared),
     )
     components = _components(app_dir)
-    with _pythonpath_restored():
+    with _pythonpath_restored(), _cluster_backend(bool(ray_address)):
         _run_simulation(
             num_supernodes=num_supernodes,
             exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
             client_app_attr=components["clientapp"],
             server_app_attr=components["serverapp"],
             backend_name="ray",
-            backend_config=backend_config(cpus_per_client, gpus_per_client),
+            backend_config=backend_config(cpus_per_client, gpus_per_client, ray_address, placement_file),
             server_app_context=context,
             app_dir=str(app_dir),
             run=run,
             is_app=True,
         )
+
+
+def _cluster_backend(on_cluster: bool) -> contextlib.AbstractContextManager[None]:
+    """On a Ray cluster, the engine's backend is `ClusterRayBackend` (lost nodes, placement); else Flower's own."""
+    if not on_cluster:
+        return contextlib.nullcontext()
+    from fedsynth.ray_backend import installed
+
+    return installed()
 
 
 @contextlib.contextmanager
@@ -222,7 +266,8 @@ def _components(app_dir: Path) -> dict[str, str]:
         return tomllib.load(handle)["tool"]["flwr"]["app"]["components"]
 
 
-def compare(app_dir: Path, algorithms: list[str], overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float, name: str = "", gpus_per_client: float = 0.0) -> Path:
+def compare(app_dir: Path, algorithms: list[str], overrides: dict[str, Any], num_supernodes: int,
+            cpus_per_client: float, name: str = "", gpus_per_client: float = 0.0, ray_address: str | None = None) -> Path:
     """Run each algorithm on the same split and seed; write comparison.md and comparison.png."""
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = {k: v for k, v in overrides.items() if k not in ("algorithm", "run-name")}
@@ -232,7 +277,8 @@ def compare(app_dir: Path, algorithms: list[str], overrides: dict[str, Any], num
     runs: dict[str, Path] = {}
     for algorithm in algorithms:
         run_overrides = {**base, "algorithm": algorithm, "results-dir": str(folder), "run-name": algorithm}
-        runs[algorithm] = run_simulation(app_dir, run_overrides, num_supernodes, cpus_per_client, gpus_per_client)
+        runs[algorithm] = run_simulation(app_dir, run_overrides, num_supernodes, cpus_per_client, gpus_per_client,
+                                         ray_address)
     write_comparison(runs, folder)
     return folder
 
@@ -282,6 +328,7 @@ def _parser() -> argparse.ArgumentParser:
         cmd.add_argument("--num-supernodes", type=int, default=10, help="simulated clients (default 10)")
         cmd.add_argument("--cpus-per-client", type=float, default=1.0, help="CPUs reserved per ClientApp")
         add_gpus_option(cmd)
+        add_ray_address_option(cmd)
         cmd.add_argument("--app-dir", type=Path, default=None, help="the Flower app (default: found from cwd)")
         if name == "compare":
             cmd.add_argument("--algorithms", required=True, help="comma-separated, e.g. fedavg,fedprox,scaffold")
@@ -326,11 +373,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         overrides = parse_overrides(args.run_config)
         if args.command == "run":
-            return run_command(app_dir, overrides, args.num_supernodes, args.cpus_per_client, args.gpus_per_client)
+            return run_command(app_dir, overrides, args.num_supernodes, args.cpus_per_client, args.gpus_per_client,
+                               args.ray_address)
         else:
             algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
             folder = compare(app_dir, algorithms, overrides, args.num_supernodes, args.cpus_per_client, args.name,
-                             args.gpus_per_client)
+                             args.gpus_per_client, args.ray_address)
             print((folder / "comparison.md").read_text())
             statuses = {}
             for algorithm in algorithms:
@@ -348,10 +396,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(app_dir: Path, overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float,
-                gpus_per_client: float = 0.0) -> int:
+                gpus_per_client: float = 0.0, ray_address: str | None = None) -> int:
     """`fedsynth run`: one run in simulation, its summary printed, and the exit code of how it ended (EXIT_*)."""
     try:
-        folder = run_simulation(app_dir, overrides, num_supernodes, cpus_per_client, gpus_per_client)
+        folder = run_simulation(app_dir, overrides, num_supernodes, cpus_per_client, gpus_per_client, ray_address)
         summary = json.loads((folder / "summary.json").read_text())
         print(json.dumps(summary, indent=2))
         print(f"results: {folder}")
@@ -368,12 +416,13 @@ def run_command(app_dir: Path, overrides: dict[str, Any], num_supernodes: int, c
 def _report_failure(err: BaseException) -> int:
     """One line on stderr saying why, and the exit code of the failure (the engine wraps the ServerApp's errors)."""
     from common.datasets import DatasetMissingError
+    from fedsynth.ray_cluster import ClusterError
     from server_app.checkpoint import CheckpointError
 
     root = err
     while root.__cause__ is not None and isinstance(root, RuntimeError) and type(root) is RuntimeError:
         root = root.__cause__  # Flower's "An error was encountered. Ending simulation." around the real one
-    if isinstance(root, (ConfigError, CheckpointError, DatasetMissingError)):
+    if isinstance(root, (ConfigError, CheckpointError, DatasetMissingError, ClusterError)):
         print(f"fedsynth: refused: {root}", file=sys.stderr)
         return EXIT_BAD_INPUT
     print(f"fedsynth: run failed: {type(root).__name__}: {root}", file=sys.stderr)

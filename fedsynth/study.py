@@ -67,8 +67,12 @@ class StudyPaths:
 
 
 def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client: float | None = None,
-                        cpus_per_client: float | None = None) -> Executor:
-    """Runs each study run as `python -m fedsynth.study_worker` (Flower's simulation engine, one process per run)."""
+                        cpus_per_client: float | None = None, ray_address: str | None = None) -> Executor:
+    """Runs each study run as `python -m fedsynth.study_worker` (Flower's simulation engine, one process per run).
+
+    Without `ray_address` each run starts a Ray of its own; with it, each run's
+    ClientApps go to that cluster's nodes.
+    """
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
 
     def execute(spec: RunSpec, overrides: dict[str, Any], log_path: Path) -> RunOutcome:
@@ -78,9 +82,10 @@ def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client:
             "num-supernodes": study.num_supernodes,
             "cpus-per-client": study.cpus_per_client if cpus_per_client is None else cpus_per_client,
             "gpus-per-client": study.gpus_per_client if gpus_per_client is None else gpus_per_client,
+            "ray-address": ray_address,
         }
         env = app_process_env(app_dir, threads)
-        env["RAY_ADDRESS"] = "local"  # each run its own Ray instance: never join a concurrent run's cluster
+        env["RAY_ADDRESS"] = ray_address or "local"  # else each run its own Ray: never join a concurrent run's
         log_path.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
         with open(log_path, "w") as log:

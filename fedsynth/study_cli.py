@@ -25,6 +25,9 @@ def add_study_parser(sub: Any) -> None:
     cmd.add_argument("--cpus-per-client", type=float, default=None, help="CPUs per ClientApp (default: the study file's)")
     cmd.add_argument("--gpus-per-client", type=float, default=None,
                      help="GPUs per ClientApp, fractional for several per GPU (default: the study file's)")
+    cmd.add_argument("--ray-address", default=None, metavar="HOST:PORT",
+                     help="run each run's ClientApps on this Ray cluster, one run at a time (checked at start; "
+                          "docs/scale.md). Several hosts share a study through one --out folder instead")
     cmd.add_argument("--arms", type=_names, default=None,
                      help="run only these arms (comma-separated; claims between them are reported); the whole study later skips them")
     cmd.add_argument("--variants", type=_names, default=None, help="run only these variants (comma-separated)")
@@ -83,6 +86,11 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     if args.jobs < 1:
         print("fedsynth study: --jobs must be at least 1", file=sys.stderr)
         return 2
+    if args.ray_address and args.jobs > 1:
+        print("fedsynth study: --ray-address runs one run at a time (--jobs 1): each run sizes its ClientApp actors "
+              "to the whole cluster, so runs at once would wait on each other's actors; to run studies on several "
+              "hosts at once, start one `fedsynth study` per host on a shared --out (docs/scale.md)", file=sys.stderr)
+        return 2
     home = results_root(str(defaults.get("results-dir", "results"))) / "studies" / study.name
     paths = StudyPaths(out=(args.out or home).resolve(), runs=(args.runs_dir or home / "runs").resolve())
     ledger = Ledger(paths.ledger)
@@ -106,7 +114,17 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
         write_report(study, ledger, paths.out)
         print(f"report: {paths.out / 'report.md'}")
         return 0
-    executor = simulation_executor(app_dir, study, args.jobs, args.gpus_per_client, args.cpus_per_client)
+    if args.ray_address:
+        from fedsynth.ray_cluster import ClusterError, check_cluster
+
+        try:
+            check_cluster(args.ray_address, study.cpus_per_client if args.cpus_per_client is None else args.cpus_per_client,
+                          study.gpus_per_client if args.gpus_per_client is None else args.gpus_per_client)
+        except ClusterError as err:
+            print(f"fedsynth study: {err}", file=sys.stderr)
+            return 2
+    executor = simulation_executor(app_dir, study, args.jobs, args.gpus_per_client, args.cpus_per_client,
+                                   args.ray_address)
     measurer = sharpness_measurer(app_dir, study.sharpness_examples, max(1, (os.cpu_count() or 1) // args.jobs))
     try:
         ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed, measurer=measurer)

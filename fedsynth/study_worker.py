@@ -2,7 +2,7 @@
 
 The job names the app directory, the run's overrides and the simulation's
 resources; the run goes through `fedsynth.cli.run_command`, the path of
-`fedsynth run`, and the process exits with its codes (0 ok, 1 failed,
+`fedsynth run` (on the Ray cluster the job names, if any), and the process exits with its codes (0 ok, 1 failed,
 2 refused, 3 completed with failed rounds).
 """
 
@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
     from fedsynth.cli import run_command
 
     return run_command(Path(job["app-dir"]), job["overrides"], int(job["num-supernodes"]),
-                       float(job["cpus-per-client"]), float(job.get("gpus-per-client", 0.0)))
+                       float(job["cpus-per-client"]), float(job.get("gpus-per-client", 0.0)), job.get("ray-address"))
 
 
 if __name__ == "__main__":
