@@ -5,8 +5,12 @@
     .venv/bin/python benchmarks/fedsynsam_distillation.py oracle CODEC          # real balanced data in place of D_syn, alpha scan
     .venv/bin/python benchmarks/fedsynsam_distillation.py floor CODEC           # clean vs compressed global step at w^r
     .venv/bin/python benchmarks/fedsynsam_distillation.py diagnostic ROUNDS     # fedsynsam run with perturbation-diagnostic
+    .venv/bin/python benchmarks/fedsynsam_distillation.py codec-check CODEC[,CODEC...] --seeds 0,1 [--rounds 33]
+        # FedSynSAM in the codecs study's setting (lr 0.1): the distillation's end/start matching loss per codec
 
-CODEC is `qsgd4`, `topk0.1` or `none`. The setup is the `fedsynsam` preset's
+CODEC is `qsgd4` (per tensor, 7 levels), `qsgd17-model` (the paper's 4-bit eq. 3: one norm, 17 levels),
+`qsgd17-bucket512` (17 levels, one norm per bucket of 512), `qsgd257-model` (the paper's 8-bit), `topk0.1`
+or `none`. The setup is the `fedsynsam` preset's
 cpu size (Fashion-MNIST, mlp, Path(1), 10 clients in full participation,
 K = 10 steps of batch 128, lr 0.05, rho 0.05, R = 30), run in process
 (fedsynth/inprocess.py). WORK is --work (default /tmp/fedsynsam-distillation).
@@ -33,7 +37,15 @@ from common.task import make_model  # noqa: E402
 from server_app.distillation import DistillSettings, distill  # noqa: E402
 
 CODECS = {"qsgd4": {"compression": "qsgd", "bits": 4}, "topk0.1": {"compression": "topk", "topk-ratio": 0.1},
-          "none": {"compression": "none"}}
+          "none": {"compression": "none"},
+          "qsgd17-model": {"compression": "qsgd", "levels": 17, "qsgd-scope": "model"},
+          "qsgd17-bucket512": {"compression": "qsgd", "levels": 17, "qsgd-scope": "bucket", "qsgd-bucket": 512},
+          "qsgd257-model": {"compression": "qsgd", "levels": 257, "qsgd-scope": "model"}}
+# studies/fedsynsam-cpu-codecs.toml's base: the reduced study's tuned lr 0.1 and rho 0.05
+CODEC_STUDY = {"algorithm": "fedsynsam", "model": "mlp", "dataset": "fashion-mnist", "partition": "pathological",
+               "classes-per-client": 1, "fraction-train": 1.0, "local-steps": 10, "batch-size": 128, "lr": 0.1, "sam-rho": 0.05,
+               "trajectory-rounds": 30, "synthetic-ipc": 20, "distill-iterations": 200, "synsam-beta": 0.9,
+               "central-eval": False, "checkpoint-every": 0, "save-model": False}
 PRESET = {"algorithm": "fedsynsam", "model": "mlp", "dataset": "fashion-mnist", "partition": "pathological",
           "classes-per-client": 1, "local-steps": 10, "batch-size": 128, "lr": 0.05, "sam-rho": 0.05, "seed": 0,
           "trajectory-rounds": 30, "synthetic-ipc": 20, "central-eval": False}
@@ -164,13 +176,31 @@ def cmd_diagnostic(work: Path, rounds: int) -> None:
               + " ".join(f"{row[key]:.3f}" for row in after))
 
 
+def cmd_codec_check(work: Path, codecs: list[str], seeds: list[int], rounds: int) -> None:
+    """FedSynSAM runs of `rounds` rounds (R = 30): the distillation's start and end matching loss per codec and seed."""
+    for codec in codecs:
+        for seed in seeds:
+            wall = time.monotonic()
+            raw = {**CODEC_STUDY, **CODECS[codec], "seed": seed, "num-server-rounds": rounds,
+                   "results-dir": str(work / "results"), "run-name": f"codec-check-{codec}-s{seed}",
+                   "cache-dir": str(work / "cache")}
+            report = run_inprocess(raw, 10).distill_report
+            print(json.dumps({"codec": codec, "seed": seed, "start": report["distill-loss-start"],
+                              "end": report["distill-loss-end"],
+                              "end/start": report["distill-loss-end"] / report["distill-loss-start"],
+                              "alpha": report["distill-alpha"], "seconds": round(time.monotonic() - wall, 1)}),
+                  flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("command", choices=("trajectory", "distill", "oracle", "floor", "diagnostic"))
+    parser.add_argument("command", choices=("trajectory", "distill", "oracle", "floor", "diagnostic", "codec-check"))
     parser.add_argument("arg")
     parser.add_argument("changes", nargs="?", default="{}")
     parser.add_argument("--work", type=Path, default=Path("/tmp/fedsynsam-distillation"))
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--seeds", default="0", help="codec-check: comma-separated seeds")
+    parser.add_argument("--rounds", type=int, default=31, help="codec-check: rounds of each run (R = 30)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -182,6 +212,8 @@ def main() -> None:
         cmd_oracle(args.work, args.arg)
     elif args.command == "floor":
         cmd_floor(args.work, args.arg)
+    elif args.command == "codec-check":
+        cmd_codec_check(args.work, args.arg.split(","), [int(x) for x in args.seeds.split(",")], args.rounds)
     else:
         cmd_diagnostic(args.work, int(args.arg))
 

@@ -394,3 +394,28 @@ def test_relay_refuses_a_topology_the_nodes_cannot_form(raw: dict, match: str) -
     with pytest.raises(ConfigError, match=match) as info:
         DecentralizedRelay(cfg, nodes)
     assert "peers" in str(info.value) and f"{count} nodes" in str(info.value)
+
+
+def test_random_pull_sends_each_node_its_pull_row_and_logs_the_directed_psi(tmp_path, tiny_data_dir, cache_dir) -> None:
+    """DisPFL's pull graph end to end: node i mixes itself and its k draws, 1/(k+1) each, as mixing_matrix says."""
+    from common.topology import disagreement_factor
+
+    raw = _config(tmp_path, tiny_data_dir, cache_dir, algorithm="dfedavg", topology="random-pull", peers=1,
+                  mixing="uniform", **{"num-server-rounds": 2})
+    _, results, relay, grid = run_inprocess(raw, 4)
+    by_node = {node.node_id: i for i, node in enumerate(relay.nodes)}
+    partition = [node.partition_id for node in relay.nodes]
+    rounds = _rounds(results)
+    for t in (1, 2):
+        w = mixing_matrix("random-pull", 4, peers=1, seed=relay.cfg.seed, round_num=t, mixing="uniform")
+        assert rounds[t]["psi"] == pytest.approx(disagreement_factor(w))
+        sent = [m for m in grid.sent if GOSSIP in m.content.config_records
+                and m.content.config_records["config"]["server-round"] == t]
+        assert len(sent) == 4
+        for message in sent:
+            i = by_node[message.metadata.dst_node_id]
+            gossip = message.content.config_records[GOSSIP]
+            assert gossip["self-weight"] == pytest.approx(w[i, i]) == pytest.approx(0.5)
+            expected = [j for j in range(4) if j != i and w[i, j] > 0]
+            assert list(gossip["neighbours"]) == [partition[j] for j in expected]
+            assert list(gossip["weights"]) == pytest.approx([w[i, j] for j in expected])
