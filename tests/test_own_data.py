@@ -286,3 +286,10 @@ def test_an_hf_run_with_its_shape_in_the_run_config_and_no_central_eval_opens_no
     wrong = {**keys, "run-name": "wrong", "image-size": 32}
     with pytest.raises(Exception, match="do not describe dataset 'hf:saved'"):
         run_federation(wrong, InProcessGrid(2, wrong))
+
+
+def test_two_nodes_with_one_name_are_refused_naming_both(sites, tmp_path):
+    from server_app.handshake import HandshakeError
+
+    with pytest.raises(HandshakeError, match="'twin'.*'twin'.*give every SuperNode its own 'name'"):
+        _run_sites(tmp_path, [sites[0].path, sites[1].path], ["twin", "twin"])
