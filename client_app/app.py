@@ -24,6 +24,8 @@ from client_app.training import LocalJob
 from client_app.updates import CLIENT_UPDATES
 from client_app.uplink import uplink_records
 from common.config import NODE_PARTITION, ConfigError, RunConfig, parse_run_config
+from common.datasets import run_dataset_info
+from common.hf_datasets import is_hf
 from common.diffusion import is_diffusion
 from common.evaluation import as_tensors, evaluate_model, resolve_device
 from common.partition import ClientData, PartitionSpec, load_client_data
@@ -126,7 +128,20 @@ def _setup(context: Context) -> tuple[RunConfig, NodeSettings, ClientData]:
         image_column=cfg.hf_image_column, label_column=cfg.hf_label_column,
     )
     data = load_client_data(spec, node.partition_id, node.data_dir, node.cache_dir)
+    if is_hf(cfg.dataset) and cfg.image_channels:  # shape facts given in the run config must be the data's
+        _check_shape_keys(cfg, data)
     return cfg, node, data
+
+
+def _check_shape_keys(cfg: RunConfig, data: ClientData) -> None:
+    info = run_dataset_info(cfg)
+    shape = tuple(int(v) for v in data.x_train.shape[1:])
+    if shape != (info.height, info.width, info.channels) or (len(data.y_train) and data.y_train.max() >= info.num_classes):
+        raise ConfigError(
+            f"run config keys 'image-size' = {cfg.image_size}, 'image-channels' = {cfg.image_channels} and "
+            f"'num-classes' = {info.num_classes} do not describe dataset {cfg.dataset!r}: its images are "
+            f"{shape[0]}x{shape[1]} with {shape[2]} channel(s) and its labels reach {int(data.y_train.max())}"
+        )
 
 
 @app.query("handshake")

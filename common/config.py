@@ -92,11 +92,12 @@ class RunConfig:
         "folders and string labels map to ids through them. Empty: labels are ids 0..C-1.", "SPEC 3.1",
     )
     num_classes: int = _key(
-        0, "partition = node: the number of classes C; 0: from class-names, else the named dataset's.", "SPEC 3.1"
+        0, "partition = node: the number of classes C; 0: from class-names, else the named dataset's. hf:<repo> "
+        "datasets: with image-channels and image-size, the shape facts without opening the dataset.", "SPEC 3.1"
     )
     image_channels: int = _key(
         0, "partition = node: channels of the images the model sees (1 grey, 3 colour; images are converted); 0: "
-        "the named dataset's.", "SPEC 3.1",
+        "the named dataset's. hf:<repo> datasets: see num-classes.", "SPEC 3.1",
     )
     central_test_path: str = _key(
         "", "A test set by path for central evaluation (any format of docs/own-data.md; a test split alone is "
@@ -469,6 +470,11 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _check_choice("aggregation", cfg.aggregation, AGGREGATIONS)
     _require(cfg.num_server_rounds >= 1, "num-server-rounds", cfg.num_server_rounds, "an integer >= 1")
     _require(cfg.alpha > 0, "alpha", cfg.alpha, "a number > 0")
+    if not node:
+        _require(cfg.image_channels == 0 or hf, "image-channels", cfg.image_channels,
+                 "0 unless partition = node or the dataset is hf:<repo>")
+        _require(cfg.num_classes == 0 or hf, "num-classes", cfg.num_classes,
+                 "0 unless partition = node or the dataset is hf:<repo>")
     if node:
         _check_node_values(cfg)
     elif hf:  # an hf: dataset's classes are known once it is opened: the partitioner checks then
@@ -633,8 +639,8 @@ def _check_diffusion_values(cfg: RunConfig) -> None:
     if cfg.model not in UNET_PRESETS:
         _require(cfg.algorithm not in ("fedddpm", "fedddpm+"), "model", cfg.model,
                  f"a U-Net ({', '.join(UNET_PRESETS)}) with algorithm '{cfg.algorithm}' (the diffusion task)")
-        _require(cfg.image_size == 0 or cfg.partition == NODE_PARTITION, "image-size", cfg.image_size,
-                 "0 unless the model is a U-Net (diffusion task) or partition = node")
+        _require(cfg.image_size == 0 or cfg.partition == NODE_PARTITION or is_hf(cfg.dataset), "image-size",
+                 cfg.image_size, "0 unless the model is a U-Net (diffusion task), partition = node or an hf: dataset")
         return
     _require(cfg.algorithm in DIFFUSION_ALGORITHMS, "algorithm", cfg.algorithm,
              f"with a U-Net model (diffusion task) one of {', '.join(DIFFUSION_ALGORITHMS)}")
@@ -725,9 +731,10 @@ Every key below lives in `[tool.flwr.app.config]` in `pyproject.toml` and can be
 `--run-config "key=value key2='text'"` (`fedsynth run`, `fedsynth compare`, `flwr run .`) or in a study
 file ([studies.md](studies.md)). Server and clients validate the config before any work: an unknown key or
 algorithm lists the known ones, and a bad value stops the run with one message naming the key and the
-accepted values. On a SuperNode, the node config keys `partition-id`, `num-partitions` (required),
-`data-dir`, `cache-dir` and `device` (optional, overriding the run config on that node) are set with
-`flower-supernode --node-config` ([deployment.md](deployment.md)). The *source* column names where a
+accepted values. On a SuperNode, the node config keys `partition-id`, `num-partitions` (required, except
+with `partition = "node"`), `dataset-path`, `name`, `data-dir`, `cache-dir` and `device` (optional,
+overriding the run config on that node) are set with `flower-supernode --node-config`
+([deployment.md](deployment.md), [own-data.md](own-data.md)). The *source* column names where a
 default comes from (a paper, or SPEC.md).
 """
 

@@ -93,12 +93,20 @@ def run_dataset_info(cfg, data_dir: str | None = None) -> DatasetInfo:
     """Shape facts of a run's dataset (its data-dir, or `data_dir`, and its hf column keys).
 
     With `partition = "node"` they come from the run config alone (common/site_data.py): the sites'
-    folders differ and the server holds none of them.
+    folders differ and the server holds none of them. An `hf:` dataset's come from the run config
+    when it gives all of them (`image-channels`, `image-size`, `num-classes` or `class-names`), else
+    from the dataset.
     """
     if getattr(cfg, "partition", "") == "node":
         from common.site_data import node_shape_info
 
         return node_shape_info(cfg)
+    if cfg.dataset.startswith("hf:") and cfg.image_channels and cfg.image_size and (cfg.num_classes or cfg.class_names):
+        # given in the run config: nobody opens the dataset to learn them (a server without data)
+        from common.site_data import parse_class_names
+
+        num_classes = cfg.num_classes or len(parse_class_names(cfg.class_names))
+        return DatasetInfo(cfg.dataset, cfg.image_channels, cfg.image_size, cfg.image_size, num_classes)
     return dataset_info(cfg.dataset, cfg.data_dir if data_dir is None else data_dir,
                         cfg.hf_image_column, cfg.hf_label_column)
 

@@ -100,7 +100,8 @@ def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client
     if cpus_per_client > cpus and not on_cluster:
         raise ConfigError(f"--cpus-per-client {cpus_per_client:g} is more than the {cpus} CPUs of this machine: no "
                           f"ClientApp could start; use at most {cpus}")
-    check_dataset_present(cfg.dataset, cfg.data_dir)
+    if cfg.partition != "node":  # the nodes' own folders are checked by each node at the handshake
+        check_dataset_present(cfg.dataset, cfg.data_dir)
     lock = lock_run_folder(folder)
     try:
         if plan_run_folder(folder, cfg.resume, cfg.overwrite):

@@ -104,6 +104,8 @@ def _progress_line(record: dict[str, Any], num_rounds: int) -> str:
     parts = [f"[round {record['round']}/{num_rounds}]"]
     if "central-accuracy" in record:
         parts.append(f"acc {record['central-accuracy']:.4f} loss {record['central-loss']:.4f}")
+    elif "local-test-accuracy" in record:  # no test set on the server: the nodes' own test splits
+        parts.append(f"local-test acc {record['local-test-accuracy']:.4f}")
     if "train-loss" in record:
         parts.append(f"train-loss {record['train-loss']:.4f}")
     parts.append(f"nodes {record['answered']}/{record['sampled']}")

@@ -262,3 +262,34 @@ def test_a_bad_user_model_is_refused_with_a_clear_error(user_package, model, wor
 def test_moon_refuses_a_user_model_saying_what_it_lacks(user_package):
     with pytest.raises(ConfigError, match="MOON needs the model's `features` and `head`"):
         _cfg(model="sitemodels.nets:tiny", algorithm="moon")
+
+
+def test_an_hf_run_with_its_shape_in_the_run_config_and_no_central_eval_opens_no_dataset_on_the_server(
+        tmp_path, monkeypatch):
+    import common.hf_datasets
+
+    write_saved(tmp_path / "data" / "saved")
+    raw = {"dataset": "hf:saved", "data-dir": str(tmp_path / "data"), "partition": "iid", "model": "mlp",
+           "cache-dir": str(tmp_path / "cache"), "results-dir": str(tmp_path / "results"), "num-server-rounds": 1,
+           "local-steps": 2, "batch-size": 8}
+    run_federation({**raw, "run-name": "warm"}, InProcessGrid(2, {**raw, "run-name": "warm"}))  # the nodes' caches
+
+    def opened(*args, **kwargs):
+        raise AssertionError("a dataset was opened")
+
+    for name in ("open_dataset", "hf_dataset_info", "load_hf_arrays"):
+        monkeypatch.setattr(common.hf_datasets, name, opened)
+    keys = {**raw, "run-name": "cold", "central-eval": False, "image-channels": 1, "image-size": SIDE,
+            "num-classes": NUM_CLASSES}
+    summary = run_federation(keys, InProcessGrid(2, keys))  # the nodes read their cached partitions
+    assert summary["status"] == "ok" and summary["accuracy-source"] == "local-test"
+    wrong = {**keys, "run-name": "wrong", "image-size": 32}
+    with pytest.raises(Exception, match="do not describe dataset 'hf:saved'"):
+        run_federation(wrong, InProcessGrid(2, wrong))
+
+
+def test_two_nodes_with_one_name_are_refused_naming_both(sites, tmp_path):
+    from server_app.handshake import HandshakeError
+
+    with pytest.raises(HandshakeError, match="'twin'.*'twin'.*give every SuperNode its own 'name'"):
+        _run_sites(tmp_path, [sites[0].path, sites[1].path], ["twin", "twin"])
