@@ -247,8 +247,8 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
     claims = Claims(ledger, paths.claims)
     ran = taken_elsewhere = 0
     pending: dict[Future[RunOutcome], tuple[RunSpec, Path, Claim]] = {}
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        try:
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             queue = list(todo)
             while queue or pending:
                 while queue and len(pending) < max(1, jobs):
@@ -258,9 +258,14 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
                         taken_elsewhere += 1
                         continue
                     folder = paths.runs / spec.folder_name
-                    overrides = {**_prepare_folder(folder, dict(spec.overrides)),
-                                 "results-dir": str(paths.runs), "run-name": spec.folder_name}
-                    future = pool.submit(_run_and_measure, executor, measurer, spec, overrides, paths.log(spec), folder)
+                    try:
+                        overrides = {**_prepare_folder(folder, dict(spec.overrides)),
+                                     "results-dir": str(paths.runs), "run-name": spec.folder_name}
+                        future = pool.submit(_run_and_measure, executor, measurer, spec, overrides, paths.log(spec),
+                                             folder)
+                    except BaseException:
+                        claims.release(claim)
+                        raise
                     pending[future] = (spec, folder, claim)
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
@@ -279,9 +284,9 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
                     claims.record(claim, entry)
                     progress.finished(spec, entry)
                     ran += 1
-        finally:
-            for _, _, claim in pending.values():  # this process stops: its unfinished runs are free to take
-                claims.release(claim)
+    finally:
+        for _, _, claim in pending.values():  # this process stops (its pool waited for them): free to take again
+            claims.release(claim)
     if taken_elsewhere:
         progress.write(f"{taken_elsewhere} run(s) skipped: finished or under way in another `fedsynth study` on "
                        f"{paths.out}")
