@@ -6,10 +6,20 @@ report. A study run again skips every key in its ledger, so a killed study
 finishes the rest, and a committed ledger lets another machine continue the
 study or remake its report without the runs' folders. Lines are appended and
 flushed one at a time; a line cut short by a kill is ignored on reading.
+
+Several study processes may share one ledger (hosts on shared storage, or two
+processes on one host): every append holds an exclusive `fcntl.flock` on the
+side file `ledger.jsonl.lock`, re-reads what the others appended and first
+repairs a torn last line (a process killed mid-write), so the next line never
+glues onto it and no whole entry is lost. On NFS, Linux takes flock as an NFS
+byte-range lock, so it holds across hosts; the torn fragment is kept in
+`ledger.jsonl.torn`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 from collections.abc import Iterator
@@ -34,9 +44,60 @@ class Ledger:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.entries: dict[str, dict[str, Any]] = {}
+        self.reload()
+
+    @property
+    def lock_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".lock")
+
+    @property
+    def torn_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".torn")
+
+    def reload(self) -> None:
+        """Read the file again: the entries other processes appended since."""
+        self.entries = {}
         if self.path.is_file():
             for entry in self._read():
                 self.entries[entry["key"]] = entry
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[None]:
+        """Hold the ledger's lock (exclusive, waiting for it): no other process appends meanwhile."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.lock_path, "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def repair(self) -> str | None:
+        """Mend a last line without its newline (call holding the lock); what was done, or None when intact.
+
+        A whole entry that only lacks its newline gets it; a fragment (a write
+        cut short) moves to `ledger.jsonl.torn` and the file is cut back to its
+        last whole line.
+        """
+        if not self.path.is_file() or self.path.stat().st_size == 0:
+            return None
+        with open(self.path, "rb+") as handle:
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) == b"\n":
+                return None
+            handle.seek(0)
+            data = handle.read()  # the position is now the end, where a missing newline goes
+            cut = data.rfind(b"\n") + 1
+            tail = data[cut:]
+            if _is_entry(tail):
+                handle.write(b"\n")
+                _sync(handle)
+                return "its last entry lacked its newline; added"
+            with open(self.torn_path, "ab") as torn:
+                torn.write(tail + b"\n")
+            handle.truncate(cut)
+            _sync(handle)
+        return f"a line cut short by a kill ({len(tail)} bytes) was moved to {self.torn_path}"
 
     def _read(self) -> Iterator[dict[str, Any]]:
         for line in self.path.read_text().splitlines():
@@ -54,11 +115,29 @@ class Ledger:
         return self.entries.get(key)
 
     def append(self, entry: dict[str, Any]) -> None:
-        """Record a finished run: written and flushed to disk before returning."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        """Record a finished run under the lock: written and flushed to disk before returning."""
+        with self.locked():
+            self.append_locked(entry)
+
+    def append_locked(self, entry: dict[str, Any]) -> None:
+        """`append` for a caller that holds the lock; the other processes' entries are read in too."""
+        self.repair()
+        self.reload()
         line = json.dumps(entry, sort_keys=True, allow_nan=True)
         with open(self.path, "a") as handle:
             handle.write(line + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
+            _sync(handle)
         self.entries[entry["key"]] = entry
+
+
+def _is_entry(raw: bytes) -> bool:
+    try:
+        entry = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return False
+    return isinstance(entry, dict) and isinstance(entry.get("key"), str)
+
+
+def _sync(handle: Any) -> None:
+    handle.flush()
+    os.fsync(handle.fileno())

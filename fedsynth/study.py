@@ -15,7 +15,6 @@ The report (`fedsynth.study_report`) is remade from the ledger alone.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import math
 import os
@@ -31,6 +30,7 @@ from typing import Any
 
 from fedsynth.app_process import app_process_env
 from fedsynth.ledger import Ledger, thin
+from fedsynth.study_claims import Claim, Claims
 from fedsynth.scores import curve, lower_is_better, score_run
 from fedsynth.study_sharpness import SHARPNESS, Measurer, can_measure, lacks_sharpness, sharpness_scores
 from fedsynth.studyfile import RunSpec, Study, report_runs, tuning_runs
@@ -60,6 +60,11 @@ class StudyPaths:
     @property
     def ledger(self) -> Path:
         return self.out / "ledger.jsonl"
+
+    @property
+    def claims(self) -> Path:
+        """The claim files of runs under way (`fedsynth.study_claims`), for processes sharing this folder."""
+        return self.out / "claims"
 
     def log(self, spec: RunSpec) -> Path:
         """The log of one run (its process's output, then its sharpness measurement's)."""
@@ -225,7 +230,11 @@ def _run_and_measure(executor: Executor, measurer: Measurer | None, spec: RunSpe
 def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: StudyPaths, executor: Executor,
                  jobs: int, progress: Progress, max_runs: int | None = None, retry_failed: bool = False,
                  measurer: Measurer | None = None) -> int:
-    """Run every spec not in the ledger (or failed, with retry_failed), N at once; returns how many were run."""
+    """Run every spec not in the ledger (or failed, with retry_failed), N at once; returns how many were run.
+
+    Each run is claimed first (`fedsynth.study_claims`): a run another process on
+    the same study folder finished or holds meanwhile is skipped.
+    """
     todo = []
     for spec in specs:
         entry = ledger.get(spec.key)
@@ -234,32 +243,53 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
                 todo.append(spec)
     if max_runs is not None:
         todo = todo[:max_runs]
-    ran = 0
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        pending: dict[Future[RunOutcome], tuple[RunSpec, Path]] = {}
-        queue = list(todo)
-        while queue or pending:
-            while queue and len(pending) < max(1, jobs):
-                spec = queue.pop(0)
-                folder = paths.runs / spec.folder_name
-                overrides = {**_prepare_folder(folder, dict(spec.overrides)),
-                             "results-dir": str(paths.runs), "run-name": spec.folder_name}
-                pending[pool.submit(_run_and_measure, executor, measurer, spec, overrides, paths.log(spec), folder)] = (spec, folder)
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                spec, folder = pending.pop(future)
-                outcome = future.result()
-                entry = ledger_entry(study, spec, folder, outcome)
-                if outcome.exit_code < 0 or (outcome.exit_code != 0 and entry["rounds"] == 0):
-                    # Killed by a signal, or failed before its first round (the engine did not start):
-                    # not a result of the method; it runs again on the next call.
-                    progress.write(f"{spec.cell} {spec.phase} seed {spec.seed}: exit {outcome.exit_code} before any "
-                                   f"round finished; not recorded, it runs again next time "
-                                   f"(log: {paths.log(spec)})")
-                    continue
-                ledger.append(entry)
-                progress.finished(spec, entry)
-                ran += 1
+    planned = {spec.key: ledger.get(spec.key) for spec in todo}
+    claims = Claims(ledger, paths.claims)
+    ran = taken_elsewhere = 0
+    pending: dict[Future[RunOutcome], tuple[RunSpec, Path, Claim]] = {}
+    try:
+        with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+            queue = list(todo)
+            while queue or pending:
+                while queue and len(pending) < max(1, jobs):
+                    spec = queue.pop(0)
+                    claim = claims.claim(spec.key, planned[spec.key])
+                    if claim is None:
+                        taken_elsewhere += 1
+                        continue
+                    folder = paths.runs / spec.folder_name
+                    try:
+                        overrides = {**_prepare_folder(folder, dict(spec.overrides)),
+                                     "results-dir": str(paths.runs), "run-name": spec.folder_name}
+                        future = pool.submit(_run_and_measure, executor, measurer, spec, overrides, paths.log(spec),
+                                             folder)
+                    except BaseException:
+                        claims.release(claim)
+                        raise
+                    pending[future] = (spec, folder, claim)
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in done:
+                    spec, folder, claim = pending[future]
+                    outcome = future.result()
+                    del pending[future]
+                    entry = ledger_entry(study, spec, folder, outcome)
+                    if outcome.exit_code < 0 or (outcome.exit_code != 0 and entry["rounds"] == 0):
+                        # Killed by a signal, or failed before its first round (the engine did not start):
+                        # not a result of the method; it runs again on the next call.
+                        claims.release(claim)
+                        progress.write(f"{spec.cell} {spec.phase} seed {spec.seed}: exit {outcome.exit_code} before "
+                                       f"any round finished; not recorded, it runs again next time "
+                                       f"(log: {paths.log(spec)})")
+                        continue
+                    claims.record(claim, entry)
+                    progress.finished(spec, entry)
+                    ran += 1
+    finally:
+        for _, _, claim in pending.values():  # this process stops (its pool waited for them): free to take again
+            claims.release(claim)
+    if taken_elsewhere:
+        progress.write(f"{taken_elsewhere} run(s) skipped: finished or under way in another `fedsynth study` on "
+                       f"{paths.out}")
     return ran
 
 
@@ -286,18 +316,33 @@ def measure_recorded_runs(study: Study, ledger: Ledger, paths: StudyPaths, measu
         write(f"sharpness: {without_model} recorded report run(s) have no model.safetensors under {paths.runs}; "
               f"not measured (save-model = false, or the runs' folders are elsewhere: --runs-dir)")
     measured = 0
+    claims = Claims(ledger, paths.claims)  # another process on this folder may be measuring the same runs
+    held = []
+    for entry, folder, log in todo:
+        claim = claims.claim(entry["key"], entry)
+        if claim is not None:
+            held.append((entry, folder, log, claim))
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        futures = {pool.submit(measurer, folder, log): (entry, folder) for entry, folder, log in todo}
-        for future in futures:
-            entry, folder = futures[future]
-            future.result()
-            scores = sharpness_scores(folder)
-            if scores is None:
-                write(f"sharpness of {folder} failed; see its log under {paths.runs / 'logs'}")
-                continue
-            ledger.append({**entry, "scores": {**entry.get("scores", {}), SHARPNESS: scores}})
-            measured += 1
-            write(f"sharpness {entry.get('cell')} seed {entry.get('seed')}: {scores['last-k']:.4f}")
+        futures = {pool.submit(measurer, folder, log): (entry, folder, claim) for entry, folder, log, claim in held}
+        try:
+            for future in list(futures):
+                entry, folder, claim = futures.pop(future)
+                try:
+                    future.result()
+                    scores = sharpness_scores(folder)
+                except BaseException:
+                    claims.release(claim)
+                    raise
+                if scores is None:
+                    claims.release(claim)
+                    write(f"sharpness of {folder} failed; see its log under {paths.runs / 'logs'}")
+                    continue
+                claims.record(claim, {**entry, "scores": {**entry.get("scores", {}), SHARPNESS: scores}})
+                measured += 1
+                write(f"sharpness {entry.get('cell')} seed {entry.get('seed')}: {scores['last-k']:.4f}")
+        finally:
+            for _, _, claim in futures.values():
+                claims.release(claim)
     return measured
 
 
@@ -320,29 +365,24 @@ def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1
               measurer: Measurer | None = None) -> Ledger:
     """Both phases, then the report; returns the ledger. Safe to call again after a kill.
 
-    With a `measurer`, a study that scores `sharpness` measures each report run's final model.
+    Several processes (hosts on shared storage) may run the same study on one
+    `paths.out` at once: each claims a run before it starts it
+    (`fedsynth.study_claims`), so no run runs twice, and each reads the others'
+    entries before it plans the report runs and writes the report (the last to
+    finish writes the whole report). With a `measurer`, a study that scores
+    `sharpness` measures each report run's final model.
     """
     from fedsynth.study_report import write_report
 
     paths.out.mkdir(parents=True, exist_ok=True)
-    with open(paths.out / ".study.lock", "w") as lock:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise StudyBusyError(f"another `fedsynth study` is running on {paths.out}; wait for it or use another --out") from None
-        if SHARPNESS not in study.metrics:
-            measurer = None
-        return _run_locked(study, paths, executor, jobs, max_runs, retry_failed, write, write_report, measurer)
-
-
-class StudyBusyError(RuntimeError):
-    """A second study process on the same output folder."""
-
-
-def _run_locked(study: Study, paths: StudyPaths, executor: Executor, jobs: int, max_runs: int | None,
-                retry_failed: bool, write: Callable[[str], None], write_report: Callable[..., None],
-                measurer: Measurer | None) -> Ledger:
+    if SHARPNESS not in study.metrics:
+        measurer = None
     ledger = Ledger(paths.ledger)
+    with ledger.locked():
+        repaired = ledger.repair()
+        ledger.reload()
+    if repaired:
+        write(f"ledger {paths.ledger}: {repaired}")
     tuning, report, _ = plan(study, ledger)
     remaining = total_runs(study) - sum(1 for spec in tuning + report if spec.key in ledger)
     write(f"study {study.name}: {total_runs(study)} runs ({len(tuning)} tuning, "
@@ -352,6 +392,7 @@ def _run_locked(study: Study, paths: StudyPaths, executor: Executor, jobs: int, 
     ran = execute_runs(study, tuning, ledger, paths, executor, jobs, progress, budget, retry_failed, measurer)
     if budget is not None:
         budget -= ran
+    ledger.reload()  # tuning runs other processes finished meanwhile
     _, report, chosen = plan(study, ledger)
     for cell, point in chosen.items():
         write(f"tuned {cell}: {json.dumps(point)}")
@@ -359,6 +400,8 @@ def _run_locked(study: Study, paths: StudyPaths, executor: Executor, jobs: int, 
         execute_runs(study, report, ledger, paths, executor, jobs, progress, budget, retry_failed, measurer)
     if measurer is not None:
         measure_recorded_runs(study, ledger, paths, measurer, jobs, write)
-    write_report(study, ledger, paths.out)
+    with ledger.locked():  # the last process to finish writes last, from the whole ledger
+        ledger.reload()
+        write_report(study, ledger, paths.out)
     write(f"report: {paths.out / 'report.md'}")
     return ledger

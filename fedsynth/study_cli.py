@@ -70,7 +70,7 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     from common.results import results_root
     from fedsynth.cli import app_defaults
     from fedsynth.ledger import Ledger
-    from fedsynth.study import StudyBusyError, StudyPaths, plan, run_study, simulation_executor, total_runs
+    from fedsynth.study import StudyPaths, plan, run_study, simulation_executor, total_runs
     from fedsynth.study_sharpness import sharpness_measurer
     from fedsynth.study_report import write_report
     from fedsynth.study_reuse import reusable, reuse_runs
@@ -126,11 +126,7 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     executor = simulation_executor(app_dir, study, args.jobs, args.gpus_per_client, args.cpus_per_client,
                                    args.ray_address)
     measurer = sharpness_measurer(app_dir, study.sharpness_examples, max(1, (os.cpu_count() or 1) // args.jobs))
-    try:
-        ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed, measurer=measurer)
-    except StudyBusyError as err:
-        print(f"fedsynth study: {err}", file=sys.stderr)
-        return 2
+    ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed, measurer=measurer)
     failed = [e for e in ledger.entries.values() if e.get("exit-code") != 0]
     if failed:
         print(f"fedsynth study: {len(failed)} run(s) exited non-zero (see runs.csv and {paths.runs / 'logs'})",

@@ -79,10 +79,10 @@ def test_the_address_reaches_rays_init_args_and_a_refused_cluster_exits_2(tmp_pa
     assert "cannot host one ClientApp" in capsys.readouterr().err and len(calls) == 1
 
 
-def test_a_study_on_a_cluster_runs_one_run_at_a_time(tmp_path):
-    done = subprocess.run([sys.executable, "-m", "fedsynth.cli", "study", "studies/fedsynsam-cpu.toml", "--ray-address",
-                           "127.0.0.1:1", "--jobs", "2", "--out", str(tmp_path)], capture_output=True, text=True, cwd=REPO)
-    assert done.returncode == 2 and "one run at a time" in done.stderr
+def test_a_study_on_a_cluster_runs_one_run_at_a_time(tmp_path, capsys):
+    code = main(["study", str(REPO / "studies" / "fedsynsam-cpu.toml"), "--app-dir", str(REPO), "--ray-address",
+                 "127.0.0.1:1", "--jobs", "2", "--out", str(tmp_path)])
+    assert code == 2 and "one run at a time" in capsys.readouterr().err
 
 
 # ---- a real two-node cluster ------------------------------------------------------------------------------------

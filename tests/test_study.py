@@ -317,22 +317,6 @@ def test_a_killed_study_finishes_without_rerunning_finished_runs(tmp_path, tiny_
     assert third == []
 
 
-def test_a_second_study_on_the_same_folder_is_refused_at_once(tmp_path, tiny_data_dir):
-    import fcntl
-
-    from fedsynth.study import StudyBusyError
-
-    study = tiny_study(tmp_path, tiny_data_dir)
-    paths = StudyPaths(out=tmp_path / "out", runs=tmp_path / "runs")
-    paths.out.mkdir()
-    with open(paths.out / ".study.lock", "w") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        calls: list = []
-        with pytest.raises(StudyBusyError, match="another `fedsynth study`"):
-            run_study(study, paths, inprocess_executor(calls), write=lambda line: None)
-        assert calls == []
-
-
 def test_tuning_never_reads_the_test_split(tmp_path, tiny_data_dir):
     """A study whose official test split is poisoned (labels shifted, images noise) chooses the same values."""
     poisoned = tmp_path / "poisoned"
