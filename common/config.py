@@ -146,10 +146,23 @@ class RunConfig:
                                 "per coordinate; in [0, 0.5).", "FedTrimmedAvg")
     byzantine_nodes: int = _key(1, "aggregation = krum: number f of malicious nodes Krum tolerates.", "Krum")
     max_update_norm: float = _key(
-        0.0, "Bound on the L2 norm of each client update w_i - w (all arrays); 0: none. See update-norm-action."
+        0.0, "Bound on the L2 norm of each client update w_i - w (all arrays; decentralized: each node's step from "
+        "its last model, before it is relayed); 0: none. See update-norm-action."
     )
     update_norm_action: str = _key(
         "clip", "A client update above max-update-norm: clip (scaled to the bound) or refuse (dropped as a failure)."
+    )
+    max_weight_share: float = _key(
+        0.5, "Cap on any one client's share of a weighted mean (the model's sample-count weights, the test-count "
+        "weighted local accuracy and train loss, FedDDPM's auxiliary set sizes); the excess goes to the others in "
+        "proportion. 0.5: no client holds a majority of a round whatever count it claims, and honest Dirichlet "
+        "splits of the studies stay below it (largest share 0.29 at 10 clients, alpha >= 0.01, or 100 clients, "
+        "fraction-train >= 0.15; docs/reliability.md), so it changes nothing there; 1: off."
+    )
+    max_record_norm: float = _key(
+        0.0, "Bound on the L2 norm of each algorithm-specific array record of a reply (SCAFFOLD's and fedgamma's "
+        "control-variate delta, FedLESAM-D's dynamic correction, FedSMOO's perturbation dual); 0: none. Acted on as "
+        "update-norm-action says."
     )
     server_lr: float = _key(1.0, "Server step eta_g on the mean update.")
     server_momentum: float = _key(0.9, "FedAvgM server momentum.", "FedCOG: 0.1")
@@ -510,6 +523,9 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(cfg.byzantine_nodes >= 0, "byzantine-nodes", cfg.byzantine_nodes, "an integer >= 0")
     _require(cfg.max_update_norm >= 0, "max-update-norm", cfg.max_update_norm, "a number >= 0 (0: no bound)")
     _check_choice("update-norm-action", cfg.update_norm_action, ("clip", "refuse"))
+    _require(0 < cfg.max_weight_share <= 1, "max-weight-share", cfg.max_weight_share,
+             "a share in (0, 1] (1: no cap)")
+    _require(cfg.max_record_norm >= 0, "max-record-norm", cfg.max_record_norm, "a number >= 0 (0: no bound)")
     _require(cfg.aggregation in ("weighted", "uniform") or cfg.algorithm not in DECENTRALIZED_ALGORITHMS,
              "aggregation", cfg.aggregation, "weighted or uniform with a decentralized algorithm (no server mean)")
     _require(cfg.server_lr > 0, "server-lr", cfg.server_lr, "a number > 0")

@@ -7,6 +7,12 @@ as JSON in its header metadata, so a checkpoint loads without unpickling
 anything, and a single file can be written atomically (temp file, then rename):
 a run killed mid-write leaves the previous checkpoint intact.
 
+Every field is verified before a resumed run writes anything (`load_checkpoint`):
+a SHA-256 checksum over every array and every metadata field (a flipped bit is
+refused, not resumed), the round within 1..num-server-rounds, torch's RNG state
+of the shape torch uses, finite arrays and metrics, metric records numbered
+up to the checkpoint's round, and model arrays that fit the model.
+
 Where the randomness lives: node sampling and clients' batch orders are drawn
 from generators seeded by (seed, round, partition), so resuming at round r
 replays exactly what an uninterrupted run does from r on; torch's global RNG
@@ -15,21 +21,26 @@ state is saved for strategies that draw from it (e.g. sampling on the server).
 
 from __future__ import annotations
 
+import hashlib
 import json
+import math
 import os
 import tempfile
+from logging import WARNING
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
+from flwr.common.logger import log
 
 from common.config import RunConfig
 from common.records import Weights
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: with a checksum; 1 (without) is still read, unverified
+_CHECKSUM = "checksum"
 _MODEL = "model/"
 _STATE = "state/"
 _RNG = "rng/torch"
@@ -85,6 +96,57 @@ def _check_metrics(metrics: Any) -> None:
         raise ValueError("its 'metrics' field is not a list of round records")
 
 
+def contents_checksum(tensors: dict[str, np.ndarray], meta: dict[str, str]) -> str:
+    """SHA-256 over every array (name, dtype, shape, bytes) and every metadata field but the checksum itself."""
+    digest = hashlib.sha256()
+    for key in sorted(tensors):
+        value = np.ascontiguousarray(tensors[key])
+        digest.update(json.dumps([key, value.dtype.str, list(value.shape)]).encode())
+        digest.update(value.tobytes())
+    digest.update(json.dumps({k: v for k, v in meta.items() if k != _CHECKSUM}, sort_keys=True).encode())
+    return digest.hexdigest()
+
+
+def _non_finite(value: Any) -> bool:
+    """A NaN or an infinity anywhere in a JSON value."""
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_non_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_non_finite(v) for v in value)
+    return False
+
+
+def _check_fields(path: Path, cfg: RunConfig, server_round: int, metrics: list[dict[str, Any]],
+                  rng: np.ndarray | None) -> list[dict[str, Any]]:
+    """The round, RNG state and metrics checked; returns the metric records up to the checkpoint's round."""
+    if not 1 <= server_round <= cfg.num_server_rounds:
+        raise CheckpointError(
+            f"checkpoint {path} is of round {server_round}, outside 1..num-server-rounds = {cfg.num_server_rounds}"
+            + ("; to extend the run set num-server-rounds to at least that round" if server_round > 1 else
+               "; it is corrupt: delete it to start over")
+        )
+    expected = torch.get_rng_state().numpy()
+    if rng is None or rng.dtype != expected.dtype or rng.shape != expected.shape:
+        shown = "missing" if rng is None else f"{rng.dtype} of shape {rng.shape}"
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: its torch RNG state is {shown}, expected {expected.dtype} of shape "
+            f"{expected.shape}; delete it to start over"
+        )
+    bad = [r["round"] for r in metrics if _non_finite(r)]
+    if bad:
+        raise CheckpointError(
+            f"checkpoint {path} holds non-finite metrics (NaN or inf) in round(s) {bad[:5]}; it cannot be resumed: "
+            "start the run over (overwrite = true) or restore an earlier checkpoint"
+        )
+    later = [r["round"] for r in metrics if r["round"] > server_round]
+    if later:
+        log(WARNING, "checkpoint %s of round %d holds metrics of later round(s) %s; they are dropped and re-run",
+            path, server_round, later[:5])
+    return [r for r in metrics if r["round"] <= server_round]
+
+
 def save_checkpoint(folder: Path, cfg: RunConfig, ckpt: Checkpoint) -> Path:
     """Write the checkpoint atomically into `folder`; returns its path."""
     from safetensors.numpy import save_file
@@ -107,12 +169,14 @@ def save_checkpoint(folder: Path, cfg: RunConfig, ckpt: Checkpoint) -> Path:
         "metrics": json.dumps(ckpt.metrics),
         "nodes": json.dumps(ckpt.nodes),
     }
+    tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+    meta[_CHECKSUM] = contents_checksum(tensors, meta)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / CHECKPOINT_FILE
     fd, tmp = tempfile.mkstemp(dir=folder, prefix=".checkpoint-", suffix=".tmp")
     os.close(fd)
     try:
-        save_file({k: np.ascontiguousarray(v) for k, v in tensors.items()}, tmp, metadata=meta)
+        save_file(tensors, tmp, metadata=meta)
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -149,8 +213,15 @@ def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights, nodes: list
             f"checkpoint {path} is corrupt or not a fedsynth checkpoint ({type(err).__name__}: {err}); "
             "delete it to start over, or restore it from a backup"
         ) from None
-    if meta.get("format") != str(FORMAT_VERSION):
+    if meta.get("format") not in (str(FORMAT_VERSION), "1"):
         raise CheckpointError(f"checkpoint {path} has format {meta.get('format')!r}, expected {FORMAT_VERSION}")
+    if meta.get("format") == "1":
+        log(WARNING, "checkpoint %s was written before checkpoints had a checksum: its contents are not verified", path)
+    elif meta.get(_CHECKSUM) != contents_checksum(tensors, meta):
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt: its checksum does not match its contents (a changed or damaged file); "
+            "delete it to start over, or restore it from a backup"
+        )
     mismatched = config_differences(identity, cfg)
     if mismatched:
         detail = ", ".join(f"'{k}' is {old!r} in the checkpoint but {new!r} now" for k, (old, new) in mismatched.items())
@@ -185,6 +256,7 @@ def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights, nodes: list
         }
     except (KeyError, AttributeError, TypeError) as err:
         raise CheckpointError(f"checkpoint {path} is corrupt: its strategy state lacks {err}") from None
+    metrics = _check_fields(path, cfg, server_round, metrics, tensors.get(_RNG))
     return Checkpoint(server_round, weights, state, strategy_meta, metrics, tensors.get(_RNG), saved_nodes)
 
 
@@ -197,7 +269,12 @@ def fork_checkpoint(source: Path, target: Path, cfg: RunConfig) -> Path:
     with safe_open(str(source / CHECKPOINT_FILE), framework="numpy") as handle:
         meta = dict(handle.metadata() or {})
         tensors = {key: handle.get_tensor(key) for key in handle.keys()}
+    if meta.get(_CHECKSUM) is not None and meta[_CHECKSUM] != contents_checksum(tensors, meta):
+        raise CheckpointError(f"checkpoint {source / CHECKPOINT_FILE} is corrupt: its checksum does not match its "
+                              "contents; it cannot be forked")
     meta["identity"] = json.dumps(_identity(cfg))
+    meta["format"] = str(FORMAT_VERSION)
+    meta[_CHECKSUM] = contents_checksum(tensors, meta)
     target.mkdir(parents=True, exist_ok=True)
     save_file(tensors, str(target / CHECKPOINT_FILE), metadata=meta)
     return target / CHECKPOINT_FILE

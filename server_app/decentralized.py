@@ -54,7 +54,9 @@ from common.protocol import (
     STATE_OWN_MODEL,
     STATE_OWN_ROUND,
 )
-from common.records import Weights, check_weights, from_record, message_array_bytes, model_weights, to_record
+from common.records import (
+    Weights, check_weights, from_record, message_array_bytes, model_weights, subtract, to_record,
+)
 from common.results import RunResults, run_accuracy
 from common.task import make_model
 from common.topology import (
@@ -73,7 +75,8 @@ from server_app.loop import TooManyFailedRounds
 from server_app.messaging import match_replies, send_and_receive
 from server_app.outcome import conclude
 from server_app.reply_checks import check_train_metrics
-from server_app.strategies.fedavg import NodeInfo, checked_evaluate_metrics
+from server_app.robust import clip_update, update_norm
+from server_app.strategies.fedavg import NodeInfo, checked_evaluate_metrics, local_test_summary, reply_metric_means
 
 
 def _state_group(partition_id: int) -> str:
@@ -213,13 +216,34 @@ class DecentralizedRelay:
             return "reply lacks the 'arrays' record"
         node = next((n for n in self.nodes if n.node_id == reply.metadata.src_node_id), None)
         reason = check_train_metrics(content.metric_records.get("metrics"), node and node.partition_id,
-                                     node and node.num_train_examples)
+                                     node and node.num_train_examples,
+                                     max_test_examples=node and node.num_test_examples)
         if reason is not None:
             return reason
         try:
             return check_weights(from_record(content.array_records["arrays"]), template, "model")
         except Exception as err:  # noqa: BLE001 - a reply must never crash the relay
             return f"malformed model ({type(err).__name__}: {err})"
+
+    def update_norm_problem(self, i: int, reply: Message) -> str | None:
+        """Why node i's new model must be refused for moving too far from its last one (max-update-norm, refuse)."""
+        bound = self.cfg.max_update_norm
+        if bound <= 0 or self.cfg.update_norm_action != "refuse":
+            return None
+        norm = update_norm(subtract(from_record(reply.content.array_records["arrays"]), self.models[i]))
+        return f"model moved by {norm:.4g} from its last one, above max-update-norm = {bound:g}" if norm > bound else None
+
+    def bounded_model(self, i: int, model: Weights) -> Weights:
+        """Node i's new model z_i, its step from its last model clipped to `max-update-norm` when that is set.
+
+        What a node sends is forwarded to its neighbours; the bound keeps one node from pushing
+        arbitrary weights into every neighbour's mix (the decentralized form of the update bound).
+        """
+        bound = self.cfg.max_update_norm
+        if bound <= 0:
+            return model
+        step = clip_update(subtract(model, self.models[i]), bound)
+        return {name: (self.models[i][name] + step[name]).astype(model[name].dtype) for name in model}
 
     def collect(self, server_round: int, sent: list[Message], replies: list[Message], template: Weights) -> dict[str, Any]:
         """Take the good replies' models; returns the round's reply statistics and failures."""
@@ -233,7 +257,7 @@ class DecentralizedRelay:
             i = index_of[message.metadata.dst_node_id]
             answered.add(i)
             uplink += message_array_bytes(reply)
-            reason = self.check_reply(reply, template)
+            reason = self.check_reply(reply, template) or self.update_norm_problem(i, reply)
             if reason is None:
                 good[i] = reply
             else:
@@ -254,7 +278,7 @@ class DecentralizedRelay:
                 state_lost += 1
                 log(WARNING, "round %d: partition %d mixed its model of round %d, but it last sent one in round %d "
                     "(node state lost)", server_round, self.nodes[i].partition_id, own_round, self.last_answered[i])
-            self.models[i] = from_record(reply.content.array_records["arrays"])
+            self.models[i] = self.bounded_model(i, from_record(reply.content.array_records["arrays"]))
             self.last_answered[i] = server_round
         self.present = np.zeros(len(self.nodes), dtype=bool)
         self.present[list(good)] = True
@@ -337,7 +361,7 @@ class DecentralizedRelay:
                 "psi": disagreement_factor(base) if cfg.topology in DIRECTED_TOPOLOGIES else spectral_psi(base),
                 "state-lost": outcome["state-lost"],
             }
-            record.update(self._reply_metrics(good))
+            record.update(self._reply_metrics(good, cfg.max_weight_share))
             mean = average_model(self.models)
             record["consensus-distance"] = consensus_distance(self.models, mean)
             is_last = server_round == cfg.num_server_rounds
@@ -380,19 +404,14 @@ class DecentralizedRelay:
         return ckpt.server_round + 1
 
     @staticmethod
-    def _reply_metrics(metrics: list[Mapping[str, Any]]) -> dict[str, Any]:
-        """Train loss and the nodes' own (mixed-model, local test split) accuracies of a round."""
+    def _reply_metrics(metrics: list[Mapping[str, Any]], max_share: float) -> dict[str, Any]:
+        """Train loss and the nodes' own (mixed-model, local test split) accuracies of a round (capped shares)."""
         if not metrics:
             return {}
-        counts = np.array([m["num-examples"] for m in metrics], dtype=np.float64)
-        out: dict[str, Any] = {
-            "train-loss": float(np.sum(np.array([m["train-loss"] for m in metrics]) * counts) / counts.sum()),
-        }
+        out: dict[str, Any] = reply_metric_means(metrics, max_share)
         tested = [m for m in metrics if m.get("num-test-examples", 0) > 0]
         if tested:
-            test_counts = np.array([m["num-test-examples"] for m in tested], dtype=np.float64)
             accuracy = np.array([m["local-test-accuracy"] for m in tested], dtype=np.float64)
-            out["local-test-accuracy"] = float(np.sum(accuracy * test_counts) / test_counts.sum())
             out.update({f"node-accuracy-{k}": v for k, v in node_accuracy_stats(accuracy).items()})
         directions = [m["ole-direction-norm"] for m in metrics if "ole-direction-norm" in m]
         if directions:
@@ -411,15 +430,7 @@ class DecentralizedRelay:
         metrics = checked_evaluate_metrics(self.nodes, replies)
         if not metrics:
             return {}
-        counts = np.array([m["num-examples"] for m in metrics], dtype=np.float64)
-        accuracy = np.array([m["local-test-accuracy"] for m in metrics], dtype=np.float64)
-        loss = np.array([m["local-test-loss"] for m in metrics], dtype=np.float64)
-        return {
-            "final-local-test-accuracy": float(np.sum(accuracy * counts) / counts.sum()),
-            "final-local-test-loss": float(np.sum(loss * counts) / counts.sum()),
-            "final-local-test-accuracy-min": float(accuracy.min()),
-            "final-local-test-accuracy-max": float(accuracy.max()),
-        }
+        return {f"final-{k}": v for k, v in local_test_summary(metrics, self.cfg.max_weight_share).items()}
 
     def _finish(self, grid: Grid, results: RunResults, evaluator: CentralEvaluator | None, wall_time: float) -> dict[str, Any]:
         cfg = self.cfg

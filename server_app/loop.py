@@ -78,7 +78,8 @@ def _check_train_reply(strategy: FedAvgStrategy, reply: Message, node: NodeInfo 
     """Every metric field (against the node's handshake), then the strategy's checks of the arrays."""
     if node is None:
         return "reply from a node that did not complete the handshake"
-    reason = check_train_metrics(reply.content.metric_records.get("metrics"), node.partition_id, node.num_train_examples)
+    reason = check_train_metrics(reply.content.metric_records.get("metrics"), node.partition_id, node.num_train_examples,
+                                 max_test_examples=node.num_test_examples)
     if reason is not None:
         return reason
     try:

@@ -64,13 +64,16 @@ def _first(*reasons: str | None) -> str | None:
 
 
 def check_train_metrics(metrics: Mapping[str, Any] | None, partition_id: int | None = None,
-                        max_examples: int | None = None, needs_loss: bool = True) -> str | None:
+                        max_examples: int | None = None, needs_loss: bool = True,
+                        max_test_examples: int | None = None) -> str | None:
     """Why a train reply's metrics are unusable, or None.
 
     `num-examples` must be a positive integer no larger than `max_examples` (the
-    node's handshake count); `partition-id`, when the node is known, must be its
-    own; `train-loss` a finite number; a local test accuracy in [0, 1] with a
-    positive `num-test-examples`; and every other value a finite number.
+    node's handshake count of training examples), `num-test-examples` no larger
+    than `max_test_examples` (its handshake count of test examples);
+    `partition-id`, when the node is known, must be its own; `train-loss` a
+    finite number; a local test accuracy in [0, 1] with a non-negative
+    `num-test-examples`; and every other value a finite number.
     """
     if metrics is None:
         return "reply lacks the 'metrics' record"
@@ -95,6 +98,9 @@ def check_train_metrics(metrics: Mapping[str, Any] | None, partition_id: int | N
         )
         if reason:
             return reason
+        if max_test_examples is not None and metrics["num-test-examples"] > max_test_examples:
+            return (f"reply metric 'num-test-examples' = {metrics['num-test-examples']} exceeds the "
+                    f"{max_test_examples} test examples the node reported in the handshake")
     for key in ("local-steps", "synthetic-examples", "own-model-round"):
         if key in metrics and (reason := _integer(metrics, key, 0)):
             return reason

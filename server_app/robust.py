@@ -39,6 +39,18 @@ def clip_update(delta: Weights, max_norm: float) -> Weights:
     return {name: (value.astype(np.float64) * scale).astype(value.dtype) for name, value in delta.items()}
 
 
+def record_norm_problem(record: Weights, max_norm: float, action: str, name: str) -> str | None:
+    """Why an algorithm-specific record must be refused for its norm (`max-record-norm`, action refuse), or None."""
+    if max_norm > 0 and action == "refuse" and (norm := update_norm(record)) > max_norm:
+        return f"record '{name}' has L2 norm {norm:.4g}, above max-record-norm = {max_norm:g}"
+    return None
+
+
+def bounded_record(record: Weights, max_norm: float) -> Weights:
+    """An algorithm-specific record clipped to `max-record-norm` (unchanged when the bound is 0 or not reached)."""
+    return clip_update(record, max_norm) if max_norm > 0 else record
+
+
 def coordinate_median(deltas: list[Weights]) -> Weights:
     """Coordinate-wise median of the updates (Flower's FedMedian rule)."""
     return {name: np.median(np.stack([d[name] for d in deltas]), axis=0).astype(np.float32) for name in deltas[0]}

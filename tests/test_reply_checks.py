@@ -87,7 +87,7 @@ def test_train_check_never_raises_and_accepts_only_usable_metrics(metrics):
     if reason is None:
         assert train_fields_are_usable(metrics, 1, 40)
         # what the server computes from an accepted reply does not raise
-        aggregate_metrics([SimpleNamespace(content=RecordDict({"metrics": MetricRecord(metrics)}))])
+        aggregate_metrics([SimpleNamespace(content=RecordDict({"metrics": MetricRecord(metrics)}))], 0.5)
 
 
 @settings(max_examples=300, deadline=None)

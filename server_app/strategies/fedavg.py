@@ -30,6 +30,7 @@ from common.config import RunConfig
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
 from common.records import Weights, check_weights, from_record, message_array_bytes, to_record
 from common.uplink import compression_spec, decode_reply
+from server_app.influence import bounded_weights
 from server_app.robust import ROBUST_AGGREGATIONS, clip_update, combine_updates, update_norm
 from server_app.strategies.node_models import NodeModels
 
@@ -199,10 +200,11 @@ class FedAvgStrategy(Strategy):
         return 3 * sum(w.nbytes for w in self.current.values()) + (1 << 20)
 
     def aggregation_weights(self, replies: list[Message]) -> list[float]:
-        """Sample counts (`weighted`) or ones (`uniform`)."""
+        """Sample counts (`weighted`), no share above `max-weight-share` (server_app/influence.py), or ones (`uniform`)."""
         if self.cfg.aggregation != "weighted":
             return [1.0] * len(replies)
-        return [float(r.content.metric_records["metrics"]["num-examples"]) for r in replies]
+        counts = [float(r.content.metric_records["metrics"]["num-examples"]) for r in replies]
+        return bounded_weights(counts, self.cfg.max_weight_share)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Average the updates of checked replies (in partition order) and take the server step."""
@@ -221,7 +223,7 @@ class FedAvgStrategy(Strategy):
         else:
             mean_delta = weighted_mean(deltas, self.aggregation_weights(replies))
         self.current = self.server_step(mean_delta, replies)
-        return to_record(self.current), aggregate_metrics(replies)
+        return to_record(self.current), aggregate_metrics(replies, self.cfg.max_weight_share)
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Every node evaluates the model on its local test split."""
@@ -232,20 +234,11 @@ class FedAvgStrategy(Strategy):
         ]
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        """Test-sample weighted local accuracy and loss."""
+        """Test-sample weighted local accuracy and loss (no node's share above `max-weight-share`)."""
         metrics = checked_evaluate_metrics(self.nodes, replies)
         if not metrics:
             return None
-        counts = np.array([m["num-examples"] for m in metrics], dtype=np.float64)
-        acc = np.array([m["local-test-accuracy"] for m in metrics], dtype=np.float64)
-        loss = np.array([m["local-test-loss"] for m in metrics], dtype=np.float64)
-        return MetricRecord({
-            "local-test-accuracy": float(np.sum(acc * counts) / counts.sum()),
-            "local-test-loss": float(np.sum(loss * counts) / counts.sum()),
-            "local-test-accuracy-min": float(acc.min()),
-            "local-test-accuracy-max": float(acc.max()),
-            "num-nodes": len(metrics),
-        })
+        return MetricRecord({**local_test_summary(metrics, self.cfg.max_weight_share), "num-nodes": len(metrics)})
 
     def summary(self) -> None:
         """Log what this strategy will do."""
@@ -281,19 +274,40 @@ def partition_of(reply: Message) -> int:
     return int(reply.content.metric_records["metrics"].get("partition-id", 0))
 
 
-def aggregate_metrics(replies: list[Message]) -> MetricRecord:
-    """Sample-weighted train loss and the received global model's local test accuracy."""
-    metrics = [r.content.metric_records["metrics"] for r in replies]
-    counts = np.array([m["num-examples"] for m in metrics], dtype=np.float64)
-    out = {
-        "train-loss": float(np.sum(np.array([m["train-loss"] for m in metrics]) * counts) / counts.sum()),
-        "num-examples": int(counts.sum()),
+def weighted_metric(values: Iterable[float], counts: Iterable[float], max_share: float) -> float:
+    """The count-weighted mean of a reported metric, no node's share above `max_share` (server_app/influence.py)."""
+    weights = np.array(bounded_weights(list(counts), max_share), dtype=np.float64)
+    return float(np.sum(np.array(list(values), dtype=np.float64) * weights) / weights.sum())
+
+
+def local_test_summary(metrics: list[Mapping[str, Any]], max_share: float) -> dict[str, float]:
+    """Test-count weighted local accuracy and loss of evaluate replies, with their min and max accuracy."""
+    counts = [m["num-examples"] for m in metrics]
+    accuracy = [m["local-test-accuracy"] for m in metrics]
+    return {
+        "local-test-accuracy": weighted_metric(accuracy, counts, max_share),
+        "local-test-loss": weighted_metric([m["local-test-loss"] for m in metrics], counts, max_share),
+        "local-test-accuracy-min": float(min(accuracy)),
+        "local-test-accuracy-max": float(max(accuracy)),
     }
+
+
+def reply_metric_means(metrics: list[Mapping[str, Any]], max_share: float) -> dict[str, float]:
+    """Sample-weighted train loss and test-count weighted local test accuracy of train replies (capped shares)."""
+    out = {"train-loss": weighted_metric([m["train-loss"] for m in metrics], [m["num-examples"] for m in metrics],
+                                         max_share)}
     tested = [m for m in metrics if m.get("num-test-examples", 0) > 0]
     if tested:
-        test_counts = np.array([m["num-test-examples"] for m in tested], dtype=np.float64)
-        accuracy = np.array([m["local-test-accuracy"] for m in tested], dtype=np.float64)
-        out["local-test-accuracy"] = float(np.sum(accuracy * test_counts) / test_counts.sum())
+        out["local-test-accuracy"] = weighted_metric([m["local-test-accuracy"] for m in tested],
+                                                     [m["num-test-examples"] for m in tested], max_share)
+    return out
+
+
+def aggregate_metrics(replies: list[Message], max_share: float) -> MetricRecord:
+    """Sample-weighted train loss and the received global model's local test accuracy (capped shares)."""
+    metrics = [r.content.metric_records["metrics"] for r in replies]
+    out: dict[str, Any] = {**reply_metric_means(metrics, max_share),
+                           "num-examples": int(sum(m["num-examples"] for m in metrics))}
     # Per-client statistics a rule reports (FedCOG's generation time): mean and max over the replies.
     for key in sorted({k for m in metrics for k in m.keys() if k.startswith(CLIENT_STAT_PREFIX)}):
         values = np.array([float(m[key]) for m in metrics if key in m], dtype=np.float64)

@@ -3,7 +3,8 @@
 Both start with a **warmup**: every node trains its own DDPM on its local data
 for `warmup-epochs` (from the run's initial model) and uploads it once. The
 server draws `|A_i| = aux-fraction * m_i` images from node i's warm model
-(m_i: the sample count the node reports) and keeps their union, the
+(m_i: the sample count the node reports, none above `max-weight-share` of
+their total, so a false claim cannot make the server sample without end) and keeps their union, the
 **auxiliary set** A, which approximates the global data distribution. A lives
 in this strategy object only: it is never put in a message (tests check every
 message sent), and it is checkpointed with the server state
@@ -64,6 +65,7 @@ from common.protocol import DIFFUSION_PHASE, FID_EXTRACTOR, FID_STATS, FID_SUMS,
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
 from common.task import make_model
 from server_app.diffusion_eval import GRID_IMAGES, run_extractor, spread_indices
+from server_app.influence import capped_counts
 from server_app.messaging import match_replies, send_and_receive
 from server_app.reply_checks import check_train_metrics, is_int
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
@@ -231,7 +233,8 @@ class FedDDPMStrategy(FedAvgStrategy):
         node = next((n for n in self.nodes if n.node_id == reply.metadata.src_node_id), None)
         if node is None:
             return "warmup reply from a node that did not complete the handshake", {}
-        reason = check_train_metrics(content.metric_records.get("metrics"), node.partition_id, node.num_train_examples)
+        reason = check_train_metrics(content.metric_records.get("metrics"), node.partition_id, node.num_train_examples,
+                                     max_test_examples=node.num_test_examples)
         if reason is not None:
             return f"warmup {reason}", {}
         try:
@@ -246,8 +249,11 @@ class FedDDPMStrategy(FedAvgStrategy):
         model = make_model(self.cfg).to(self.device)
         spec, shape = aux_sampler_spec(self.cfg), image_shape(self.cfg)
         parts = []
-        for partition_id, num_examples, weights in warm:
-            count = auxiliary_count(num_examples, self.cfg.aux_fraction)
+        # |A_i| scales with the count node i claims: no node's count above max-weight-share of the total,
+        # so one node's claim cannot make the server sample without end (server_app/influence.py)
+        claims = capped_counts([num_examples for _, num_examples, _ in warm], self.cfg.max_weight_share)
+        for (partition_id, _, weights), claim in zip(warm, claims):
+            count = auxiliary_count(int(claim), self.cfg.aux_fraction)
             load_weights(model, weights)
             model.to(self.device)
             parts.append(sample(model, spec, count, shape, seeded_generator(self.cfg.seed, partition_id, 0, _AUX_STREAM),

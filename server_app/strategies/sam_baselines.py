@@ -33,6 +33,7 @@ from common.protocol import (
 from common.records import Weights, check_weights, from_record, subtract, to_record
 from common.task import make_model
 from server_app.perturbation import PerturbationDiagnostic
+from server_app.robust import bounded_record, clip_update, record_norm_problem
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, partition_of
 from server_app.strategies.previous_update import PreviousUpdateStrategy
 from server_app.strategies.scaffold import ScaffoldStrategy
@@ -116,11 +117,14 @@ class FedLESAMDStrategy(FedAvgStrategy):
         record = content.array_records.get(DYNAMIC_CORRECTION)
         if record is None:
             return f"reply lacks the '{DYNAMIC_CORRECTION}' record"
-        return check_weights(from_record(record), self._h(), DYNAMIC_CORRECTION)
+        correction = from_record(record)
+        return check_weights(correction, self._h(), DYNAMIC_CORRECTION) or record_norm_problem(
+            correction, self.cfg.max_record_norm, self.cfg.update_norm_action, DYNAMIC_CORRECTION)
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         ordered = sorted(replies, key=partition_of)
-        corrections = [from_record(r.content.array_records[DYNAMIC_CORRECTION]) for r in ordered]
+        corrections = [bounded_record(from_record(r.content.array_records[DYNAMIC_CORRECTION]), self.cfg.max_record_norm)
+                       for r in ordered]
         for reply, correction in zip(ordered, corrections):
             previous = self.client_gradients.get(partition_of(reply))
             self.client_gradients[partition_of(reply)] = (
@@ -178,15 +182,21 @@ class FedSMOOStrategy(FedAvgStrategy):
         if record is None:
             return f"reply lacks the '{PERTURBATION_DUAL}' record"
         reference = {name: self.current[name] for name in self.parameter_names}
-        return check_weights(from_record(record), reference, PERTURBATION_DUAL)
+        dual = from_record(record)
+        return check_weights(dual, reference, PERTURBATION_DUAL) or record_norm_problem(
+            dual, self.cfg.max_record_norm, self.cfg.update_norm_action, PERTURBATION_DUAL)
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         ordered = sorted(replies, key=partition_of)
         self.perturbation = smoo_global_perturbation(
-            [from_record(r.content.array_records[PERTURBATION_DUAL]) for r in ordered], self.cfg.sam_rho
+            [bounded_record(from_record(r.content.array_records[PERTURBATION_DUAL]), self.cfg.max_record_norm)
+             for r in ordered], self.cfg.sam_rho
         )
         alpha = self.cfg.dyn_alpha
-        corrections = [{n: -alpha * d[n] for n in self.parameter_names} for d in map(self.client_delta, ordered)]
+        # the updates as the mean took them: clipped to max-update-norm when it is set
+        updates = [clip_update(d, self.cfg.max_update_norm) if self.cfg.max_update_norm > 0 else d
+                   for d in map(self.client_delta, ordered)]
+        corrections = [{n: -alpha * d[n] for n in self.parameter_names} for d in updates]
         if self.h is None:
             self.h = {name: np.zeros_like(self.current[name]) for name in self.parameter_names}
         self.h = feddyn_server_state(self.h, corrections, len(self.nodes))

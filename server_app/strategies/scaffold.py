@@ -15,6 +15,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
 from common.losses import scaffold_server_control
 from common.records import Weights, from_record, to_record
+from server_app.robust import bounded_record, record_norm_problem
 from server_app.strategies.fedavg import FedAvgStrategy, check_weights, partition_of
 
 
@@ -56,11 +57,16 @@ class ScaffoldStrategy(FedAvgStrategy):
         record = content.array_records.get(SCAFFOLD_CONTROL_DELTA)
         if record is None:
             return f"reply lacks the '{SCAFFOLD_CONTROL_DELTA}' record"
-        return check_weights(from_record(record), self._control(), SCAFFOLD_CONTROL_DELTA)
+        delta = from_record(record)
+        return check_weights(delta, self._control(), SCAFFOLD_CONTROL_DELTA) or record_norm_problem(
+            delta, self.cfg.max_record_norm, self.cfg.update_norm_action, SCAFFOLD_CONTROL_DELTA)
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         ordered = sorted(replies, key=partition_of)
-        deltas = [from_record(r.content.array_records[SCAFFOLD_CONTROL_DELTA]) for r in ordered]
+        # each c_i+ - c_i within max-record-norm: one node's control variate cannot drag c (and every client's
+        # correction) away
+        deltas = [bounded_record(from_record(r.content.array_records[SCAFFOLD_CONTROL_DELTA]), self.cfg.max_record_norm)
+                  for r in ordered]
         for reply, delta in zip(ordered, deltas):
             previous = self.client_controls.get(partition_of(reply))
             self.client_controls[partition_of(reply)] = (
