@@ -9,8 +9,8 @@
         # FedSynSAM in the codecs study's setting (lr 0.1): the distillation's end/start matching loss per codec
 
 CODEC is `qsgd4` (per tensor, 7 levels), `qsgd17-model` (the paper's 4-bit eq. 3: one norm, 17 levels),
-`qsgd17-bucket512` (17 levels, one norm per bucket of 512), `qsgd257-model` (the paper's 8-bit), `topk0.1`
-or `none`. The setup is the `fedsynsam` preset's
+`qsgd17-bucket512` (17 levels, one norm per bucket of 512), `qsgd257-model` (the paper's 8-bit),
+`qsgd257-bucket512`, `topk0.1` or `none`. The setup is the `fedsynsam` preset's
 cpu size (Fashion-MNIST, mlp, Path(1), 10 clients in full participation,
 K = 10 steps of batch 128, lr 0.05, rho 0.05, R = 30), run in process
 (fedsynth/inprocess.py). WORK is --work (default /tmp/fedsynsam-distillation).
@@ -40,7 +40,8 @@ CODECS = {"qsgd4": {"compression": "qsgd", "bits": 4}, "topk0.1": {"compression"
           "none": {"compression": "none"},
           "qsgd17-model": {"compression": "qsgd", "levels": 17, "qsgd-scope": "model"},
           "qsgd17-bucket512": {"compression": "qsgd", "levels": 17, "qsgd-scope": "bucket", "qsgd-bucket": 512},
-          "qsgd257-model": {"compression": "qsgd", "levels": 257, "qsgd-scope": "model"}}
+          "qsgd257-model": {"compression": "qsgd", "levels": 257, "qsgd-scope": "model"},
+          "qsgd257-bucket512": {"compression": "qsgd", "levels": 257, "qsgd-scope": "bucket", "qsgd-bucket": 512}}
 # studies/fedsynsam-cpu-codecs.toml's base: the reduced study's tuned lr 0.1 and rho 0.05
 CODEC_STUDY = {"algorithm": "fedsynsam", "model": "mlp", "dataset": "fashion-mnist", "partition": "pathological",
                "classes-per-client": 1, "fraction-train": 1.0, "local-steps": 10, "batch-size": 128, "lr": 0.1, "sam-rho": 0.05,
