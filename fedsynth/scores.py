@@ -22,12 +22,25 @@ def lower_is_better(metric: str) -> bool:
     return metric.startswith(LOWER_IS_BETTER_PREFIXES) or metric.endswith("loss")
 
 
+RUN_ACCURACY = "accuracy"  # the run's accuracy: central where the server evaluated, else the nodes' local test
+
+
+def resolved_metric(rounds: Sequence[Mapping[str, Any]], metric: str) -> str:
+    """The round key a metric is read from: `accuracy` is `central-accuracy` where the run has it, else
+    `local-test-accuracy` (a server without a test set, docs/own-data.md); any other name is itself."""
+    if metric != RUN_ACCURACY:
+        return metric
+    return "central-accuracy" if any("central-accuracy" in r for r in rounds) else "local-test-accuracy"
+
+
 def curve(rounds: Iterable[Mapping[str, Any]], metric: str) -> list[tuple[int, float, float]]:
     """(round, value, seconds since the run started) of every round that evaluated `metric`.
 
     Seconds are the running sum of `round-time`; rounds without one add nothing.
     A non-finite value (a diverged run) is kept as NaN: it is a real outcome.
     """
+    rounds = list(rounds)
+    metric = resolved_metric(rounds, metric)
     points: list[tuple[int, float, float]] = []
     elapsed = 0.0
     for record in rounds:

@@ -190,7 +190,7 @@ def parse_study(raw: Mapping[str, Any], path: Path) -> Study:
                          "tuning must use seeds of its own")
     metric = str(head.get("metric", "central-accuracy"))
     tuning_metric = str(head.get("tuning-metric", "local-test-accuracy"))
-    if tuning_metric.startswith("central-") or tuning_metric.startswith("final-central"):
+    if tuning_metric.startswith("central-") or tuning_metric.startswith("final-central") or tuning_metric == "accuracy":
         raise StudyError(f"[study] tuning-metric {tuning_metric!r} is scored on the official test split; "
                          "tune on the clients' held-out split (local-test-accuracy) or a training hold-out")
     score = str(head.get("score", "last-k"))

@@ -23,7 +23,8 @@ def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     """
     with RunResults(cfg) as results:
         nodes = handshake(grid, cfg)
-        results.write_nodes(nodes)
+        if not results.resuming:  # a resume keeps the folder as it was until its checkpoint is checked
+            results.write_nodes(nodes)
         strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, nodes)
         return strategy.run(grid, results)
 

@@ -293,3 +293,16 @@ def test_two_nodes_with_one_name_are_refused_naming_both(sites, tmp_path):
 
     with pytest.raises(HandshakeError, match="'twin'.*'twin'.*give every SuperNode its own 'name'"):
         _run_sites(tmp_path, [sites[0].path, sites[1].path], ["twin", "twin"])
+
+
+def test_the_run_accuracy_metric_is_central_where_evaluated_else_the_nodes_local_test():
+    from common.results import run_accuracy
+    from fedsynth.scores import curve
+
+    central = [{"round": 0, "central-accuracy": 0.1}, {"round": 1, "central-accuracy": 0.5, "local-test-accuracy": 0.7}]
+    local = [{"round": 1, "local-test-accuracy": 0.4}, {"round": 2, "local-test-accuracy": 0.6}]
+    assert [(r, v) for r, v, _ in curve(central, "accuracy")] == [(0, 0.1), (1, 0.5)]
+    assert [(r, v) for r, v, _ in curve(local, "accuracy")] == [(1, 0.4), (2, 0.6)]
+    assert run_accuracy({"final-central-accuracy": 0.5, "final-local-test-accuracy": 0.7}) == {
+        "final-accuracy": 0.5, "accuracy-source": "central"}
+    assert run_accuracy({"final-local-test-accuracy": 0.7}) == {"final-accuracy": 0.7, "accuracy-source": "local-test"}
