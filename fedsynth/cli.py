@@ -83,10 +83,11 @@ def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client
 
     The dataset's files, the node count against min-nodes, the CPUs asked for, the
     results folder (taken and locked here: a second run on it is refused at once;
-    on a Ray cluster `fedsynth.ray_cluster` checks the CPUs instead of this machine's;
     one holding another run is refused unless resume or overwrite) and, for a
     resume, the checkpoint against this config. Returns the folder's lock, held
     for the run (the ServerApp in this process sees it through HELD_LOCK_ENV).
+    On a Ray cluster the CPUs are the cluster's, checked by `fedsynth.ray_cluster`,
+    not this machine's.
     """
     from common.datasets import check_dataset_present
     from common.records import model_weights

@@ -85,8 +85,8 @@ def probe_cluster(address: str, timeout: float = PROBE_TIMEOUT_S) -> list[RayNod
 def _check_reachable(address: str) -> None:
     """A host:port address that refuses connections fails in seconds, not after Ray's minute of retries."""
     host, _, port = address.rpartition(":")
-    if not host or not port.isdigit():
-        return  # "auto" or a "ray://" client address: left to ray.init
+    if "://" in address or not host or not port.isdigit():
+        return  # "auto" or a "ray://" client address: left to ray.init (and the probe's timeout)
     try:
         socket.create_connection((host, int(port)), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as err:

@@ -87,50 +87,75 @@ def test_a_study_on_a_cluster_runs_one_run_at_a_time(tmp_path, capsys):
 
 # ---- a real two-node cluster ------------------------------------------------------------------------------------
 
-@pytest.fixture
-def two_node_cluster(tmp_path):
-    """A head and a worker raylet on this host (ray.cluster_utils.Cluster), one CPU each, or a skip saying why."""
+def start_cluster(head_cpus: int, worker_cpus: int):
+    """A head and a worker raylet on this host (ray.cluster_utils.Cluster), or a skip saying why in one line."""
     from ray.cluster_utils import Cluster
 
     try:
         cluster = Cluster(initialize_head=True, connect=False,
-                          head_node_args={"num_cpus": 1, "include_dashboard": False})
-        worker = cluster.add_node(num_cpus=1)
+                          head_node_args={"num_cpus": head_cpus, "include_dashboard": False})
+        worker = cluster.add_node(num_cpus=worker_cpus)
         cluster.wait_for_nodes(timeout=60)
     except Exception as err:  # noqa: BLE001 - any failure to start Ray here is a reason to skip, said in one line
         pytest.skip(f"a two-node Ray cluster cannot start here: {type(err).__name__}: {err}")
+    return cluster, worker
+
+
+@pytest.fixture
+def two_node_cluster():
+    """A head and a worker with one CPU each: one ClientApp actor on each."""
+    cluster, worker = start_cluster(1, 1)
     try:
         yield cluster, worker
     finally:
         cluster.shutdown()
 
 
-@pytest.mark.slow
-def test_a_run_spreads_over_two_nodes_and_finishes_on_the_head_when_the_worker_dies(
-        tmp_path, tiny_data_dir, two_node_cluster):
-    cluster, worker = two_node_cluster
-    rounds = 20
-    config = (f'data-dir="{tiny_data_dir}" cache-dir="{tmp_path / "cache"}" results-dir="{tmp_path}" run-name="run" '
+@pytest.fixture
+def worker_only_cluster():
+    """A head that hosts no ClientApp and a worker with one CPU: every actor is on the worker."""
+    cluster, worker = start_cluster(0, 1)
+    try:
+        yield cluster, worker
+    finally:
+        cluster.shutdown()
+
+
+def start_run(cluster, tmp_path: Path, data_dir: Path, rounds: int, *extra: str) -> subprocess.Popen:
+    config = (f'data-dir="{data_dir}" cache-dir="{tmp_path / "cache"}" results-dir="{tmp_path}" run-name="run" '
               f'num-server-rounds={rounds} local-steps=60 batch-size=16 model="mlp" checkpoint-every=1 '
-              f'node-wait-timeout=600.0')
-    run = subprocess.Popen(
+              f'node-wait-timeout=600.0 ' + " ".join(extra))
+    return subprocess.Popen(
         [sys.executable, "-m", "fedsynth.cli", "run", "--app-dir", str(REPO), "--num-supernodes", "4",
          "--cpus-per-client", "1", "--ray-address", cluster.address, "--run-config", config],
         cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
-    placement, metrics_file = tmp_path / "run" / PLACEMENT_FILE, tmp_path / "run" / "metrics.jsonl"
-    worker_id = worker.node_id
+
+
+def wait_for_rounds(run: subprocess.Popen, folder: Path, rounds: int, nodes: int = 1) -> set[str]:
+    """Wait until the run has logged `rounds` rounds and its ClientApps ran on `nodes` nodes; those nodes."""
+    placement, metrics = folder / PLACEMENT_FILE, folder / "metrics.jsonl"
     deadline = time.monotonic() + 300
+    seen: set[str] = set()
     while time.monotonic() < deadline and run.poll() is None:
-        nodes = {json.loads(line)["ray-node-id"] for line in placement.read_text().splitlines()} if placement.is_file() else set()
-        trained = len(metrics_file.read_text().splitlines()) if metrics_file.is_file() else 0
-        if len(nodes) == 2 and trained >= 2:  # both nodes used, and the run a round or two in
-            break
+        seen = {json.loads(line)["ray-node-id"] for line in placement.read_text().splitlines()} if placement.is_file() else set()
+        done = len(metrics.read_text().splitlines()) if metrics.is_file() else 0
+        if len(seen) >= nodes and done >= rounds:
+            return seen
         time.sleep(0.2)
-    if len(nodes) < 2:
-        run.kill()
-        pytest.fail(f"the ClientApps did not land on both nodes: {nodes}\n{run.communicate()[0][-3000:]}")
-    assert worker_id in nodes
+    run.kill()
+    pytest.fail(f"the run did not reach {rounds} rounds on {nodes} node(s): {seen}\n{run.communicate()[0][-3000:]}")
+
+
+@pytest.mark.slow
+def test_a_run_spreads_over_two_nodes_and_finishes_on_the_head_when_the_worker_dies(
+        tmp_path, tiny_data_dir, two_node_cluster):
+    cluster, worker = two_node_cluster
+    rounds = 12
+    run = start_run(cluster, tmp_path, tiny_data_dir, rounds)
+    placement = tmp_path / "run" / PLACEMENT_FILE
+    nodes = wait_for_rounds(run, tmp_path / "run", rounds=2, nodes=2)  # both nodes used, the run two rounds in
+    assert worker.node_id in nodes
     killed_at = len(placement.read_text().splitlines())
     cluster.remove_node(worker, allow_graceful=False)  # the worker node dies mid-run
     output, _ = run.communicate(timeout=600)
@@ -140,5 +165,26 @@ def test_a_run_spreads_over_two_nodes_and_finishes_on_the_head_when_the_worker_d
     assert summary["status"] == "ok" and summary["rounds"] == rounds
     assert summary["failed-rounds"] == 0 and summary["rounds-with-dropped-replies"] == 0  # no reply was lost
     after = [json.loads(line) for line in placement.read_text().splitlines()[killed_at:]]
-    assert all(entry["ray-node-id"] != worker_id for entry in after)  # later placements all on the head
-    print(f"placement: {placement.read_text()}")
+    assert all(entry["ray-node-id"] != worker.node_id for entry in after)  # later placements all on the head
+
+
+@pytest.mark.slow
+def test_a_run_that_loses_every_node_fails_with_a_checkpoint_and_resumes_on_a_new_one(
+        tmp_path, tiny_data_dir, worker_only_cluster):
+    cluster, worker = worker_only_cluster
+    rounds = 8
+    run = start_run(cluster, tmp_path, tiny_data_dir, rounds, "max-failed-rounds=1")
+    wait_for_rounds(run, tmp_path / "run", rounds=2)
+    cluster.remove_node(worker, allow_graceful=False)  # the only node with ClientApps dies
+    output, _ = run.communicate(timeout=600)
+    assert run.returncode != 0 and "every ClientApp actor was lost" in output, output[-3000:]
+    assert (tmp_path / "run" / "checkpoint.safetensors").is_file()
+    new = cluster.add_node(num_cpus=1)  # a node joins again
+    cluster.wait_for_nodes(timeout=60)
+    resumed = start_run(cluster, tmp_path, tiny_data_dir, rounds, "max-failed-rounds=1", "resume=true")
+    output, _ = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, output[-3000:]
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["status"] == "ok" and summary["rounds"] == rounds
+    placed = [json.loads(line)["ray-node-id"] for line in (tmp_path / "run" / PLACEMENT_FILE).read_text().splitlines()]
+    assert new.node_id in placed and set(placed) == {worker.node_id, new.node_id}
