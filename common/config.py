@@ -121,7 +121,8 @@ class RunConfig:
         "weighted local accuracy and train loss, FedDDPM's auxiliary set sizes); the excess goes to the others in "
         "proportion. 0.5: no client holds a majority of a round whatever count it claims, and honest Dirichlet "
         "splits of the studies stay below it (largest share 0.29 at 10 clients, alpha >= 0.01, or 100 clients, "
-        "fraction-train >= 0.15; docs/reliability.md), so it changes nothing there; 1: off."
+        "fraction-train >= 0.15; docs/reliability.md), so it changes nothing there. Applies to means of more than "
+        "1 / max-weight-share clients (fewer cannot be capped without making the mean uniform); 1: off."
     )
     max_record_norm: float = _key(
         0.0, "Bound on the L2 norm of each algorithm-specific array record of a reply (SCAFFOLD's and fedgamma's "

@@ -29,13 +29,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.interrupt import STOP, raise_if_stopped
 from fedsynth.app_process import app_process_env
 from fedsynth.ledger import Ledger, thin
 from fedsynth.scores import curve, lower_is_better, score_run
 from fedsynth.study_sharpness import SHARPNESS, Measurer, can_measure, lacks_sharpness, sharpness_scores
 from fedsynth.studyfile import RunSpec, Study, report_runs, tuning_runs
+from fedsynth.workers import run_worker
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
+INTERRUPTED_EXIT_CODES = (130, 143)  # a run stopped by SIGINT / SIGTERM (common/interrupt.py)
 
 
 @dataclass(frozen=True)
@@ -84,11 +87,10 @@ def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
         with open(log_path, "w") as log:
-            process = subprocess.run(
-                [sys.executable, "-m", "fedsynth.study_worker", json.dumps(job)],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(app_dir), check=False,
-            )
-        return RunOutcome(process.returncode, time.monotonic() - start)
+            # a worker the study signals and that never outlives it (fedsynth/workers.py)
+            code = run_worker([sys.executable, "-m", "fedsynth.study_worker", json.dumps(job)],
+                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(app_dir))
+        return RunOutcome(code, time.monotonic() - start)
 
     return execute
 
@@ -233,8 +235,8 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
         pending: dict[Future[RunOutcome], tuple[RunSpec, Path]] = {}
         queue = list(todo)
-        while queue or pending:
-            while queue and len(pending) < max(1, jobs):
+        while (queue and not STOP.is_set()) or pending:
+            while queue and len(pending) < max(1, jobs) and not STOP.is_set():  # a signal: start no new run
                 spec = queue.pop(0)
                 folder = paths.runs / spec.folder_name
                 overrides = {**_prepare_folder(folder, dict(spec.overrides)),
@@ -245,9 +247,11 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
                 spec, folder = pending.pop(future)
                 outcome = future.result()
                 entry = ledger_entry(study, spec, folder, outcome)
-                if outcome.exit_code < 0 or (outcome.exit_code != 0 and entry["rounds"] == 0):
-                    # Killed by a signal, or failed before its first round (the engine did not start):
-                    # not a result of the method; it runs again on the next call.
+                if (outcome.exit_code < 0 or outcome.exit_code in INTERRUPTED_EXIT_CODES
+                        or (outcome.exit_code != 0 and entry["rounds"] == 0)):
+                    # Killed or interrupted by a signal (130/143: it stopped cleanly and kept its checkpoint), or
+                    # failed before its first round (the engine did not start): not a result of the method; it
+                    # runs again (resumes) on the next call.
                     progress.write(f"{spec.cell} {spec.phase} seed {spec.seed}: exit {outcome.exit_code} before any "
                                    f"round finished; not recorded, it runs again next time "
                                    f"(log: {paths.log(spec)})")
@@ -255,6 +259,7 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
                 ledger.append(entry)
                 progress.finished(spec, entry)
                 ran += 1
+    raise_if_stopped()  # the study was signalled: its workers stopped, it stops too (exit 130/143)
     return ran
 
 

@@ -18,6 +18,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.config import RunConfig
+from common.interrupt import raise_if_stopped
 from common.protocol import HANDSHAKE
 from server_app.messaging import match_replies, send_and_receive
 from server_app.reply_checks import check_handshake_metrics
@@ -45,6 +46,7 @@ def handshake(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) -> list[No
     errors: dict[int, str] = {}
     expected: int | None = None
     while True:
+        raise_if_stopped()
         new = [nid for nid in grid.get_node_ids() if nid not in infos and nid not in errors]
         if new:
             messages = [
