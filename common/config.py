@@ -80,6 +80,11 @@ class RunConfig:
         1.0, "Fraction p of clients sampled per round (n = max(floor(N*p), 1)).", "SPEC 4"
     )
     min_nodes: int = _key(1, "A round counts only if at least this many nodes answered.")
+    max_missing_nodes: int = _key(
+        0, "How many of the num-partitions nodes may fail the start-of-run handshake (or not connect within "
+        "node-wait-timeout) and the run still start without them; 0: every node must answer, else the run fails "
+        "(exit 1) naming each lost node and why."
+    )
     max_failed_rounds: int = _key(
         3, "Stop the run after this many consecutive rounds below min-nodes."
     )
@@ -444,6 +449,7 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(0 <= cfg.local_test_fraction < 1, "local-test-fraction", cfg.local_test_fraction, "a number in [0, 1)")
     _require(0 < cfg.fraction_train <= 1, "fraction-train", cfg.fraction_train, "a number in (0, 1]")
     _require(cfg.min_nodes >= 1, "min-nodes", cfg.min_nodes, "an integer >= 1")
+    _require(cfg.max_missing_nodes >= 0, "max-missing-nodes", cfg.max_missing_nodes, "an integer >= 0")
     _require(cfg.max_failed_rounds >= 1, "max-failed-rounds", cfg.max_failed_rounds, "an integer >= 1")
     _require(cfg.round_timeout > 0, "round-timeout", cfg.round_timeout, "seconds > 0")
     _require(0 < cfg.reply_poll_interval <= 10, "reply-poll-interval", cfg.reply_poll_interval, "seconds in (0, 10]")

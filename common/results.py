@@ -180,6 +180,7 @@ class RunResults:
         self.path = run_folder(cfg)
         self.metrics_path = self.path / "metrics.jsonl"
         self.rounds: list[dict[str, Any]] = []
+        self.handshake_failures: list[dict[str, Any]] = []  # nodes lost at the start (server_app/handshake.py)
         self._summary_written = False
         self.tensorboard = None
         self._started = False  # True once this run writes into the folder (a resume: after its checkpoint passed)

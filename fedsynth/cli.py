@@ -347,6 +347,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fetch(args.dataset, args.dir)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    # Ray's C++ failure-signal handler takes SIGTERM over and aborts the process (exit 134, no summary); without
+    # it SIGTERM reaches common/interrupt.py's handler (crash stack dumps of Ray's own processes are lost)
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     app_dir = find_app_dir(args.app_dir)
     if args.command == "study":
         return study_command(args, app_dir)

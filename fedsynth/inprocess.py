@@ -84,12 +84,14 @@ def run_federation(raw: dict[str, Any], grid: "InProcessGrid") -> dict[str, Any]
     """handshake -> strategy -> run, exactly as the ServerApp's main does, on an in-process grid."""
     from common.config import parse_run_config
     from common.results import RunResults
-    from server_app.handshake import handshake
+    from server_app.handshake import run_handshake
     from server_app.registry import SERVER_STRATEGIES
 
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
-    strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, handshake(grid, cfg))
+    nodes, failures = run_handshake(grid, cfg)
+    strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, nodes)
     with RunResults(cfg) as results:
+        results.handshake_failures = failures
         return strategy.run(grid, results)
 
 

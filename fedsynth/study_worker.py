@@ -22,6 +22,7 @@ def main(argv: list[str]) -> int:
     stop_when_parent_dies()  # a study killed outright: this run stops itself cleanly (fedsynth/workers.py)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")  # SIGTERM stops the run cleanly (fedsynth/cli.py)
     from fedsynth.cli import run_command
 
     return run_command(Path(job["app-dir"]), job["overrides"], int(job["num-supernodes"]),

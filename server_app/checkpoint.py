@@ -69,7 +69,7 @@ class Checkpoint:
 RESUME_MAY_CHANGE = frozenset({
     "resume", "overwrite", "run-name", "results-dir", "data-dir", "cache-dir", "device", "round-timeout",
     "reply-poll-interval", "node-wait-timeout", "warmup-timeout", "checkpoint-every", "save-model",
-    "num-server-rounds", "max-failed-rounds", "eval-every", "perturbation-diagnostic",
+    "num-server-rounds", "max-failed-rounds", "max-missing-nodes", "eval-every", "perturbation-diagnostic",
 })
 
 
