@@ -116,6 +116,11 @@ class RunConfig:
         1.0, "Fraction p of clients sampled per round (n = max(floor(N*p), 1)).", "SPEC 4"
     )
     min_nodes: int = _key(1, "A round counts only if at least this many nodes answered.")
+    max_missing_nodes: int = _key(
+        0, "How many of the num-partitions nodes may fail the start-of-run handshake (or not connect within "
+        "node-wait-timeout) and the run still start without them; 0: every node must answer, else the run fails "
+        "(exit 1) naming each lost node and why."
+    )
     max_failed_rounds: int = _key(
         3, "Stop the run after this many consecutive rounds below min-nodes."
     )
@@ -157,7 +162,8 @@ class RunConfig:
         "weighted local accuracy and train loss, FedDDPM's auxiliary set sizes); the excess goes to the others in "
         "proportion. 0.5: no client holds a majority of a round whatever count it claims, and honest Dirichlet "
         "splits of the studies stay below it (largest share 0.29 at 10 clients, alpha >= 0.01, or 100 clients, "
-        "fraction-train >= 0.15; docs/reliability.md), so it changes nothing there; 1: off."
+        "fraction-train >= 0.15; docs/reliability.md), so it changes nothing there. Applies to means of more than "
+        "1 / max-weight-share clients (fewer cannot be capped without making the mean uniform); 1: off."
     )
     max_record_norm: float = _key(
         0.0, "Bound on the L2 norm of each algorithm-specific array record of a reply (SCAFFOLD's and fedgamma's "
@@ -506,6 +512,7 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(0 <= cfg.local_test_fraction < 1, "local-test-fraction", cfg.local_test_fraction, "a number in [0, 1)")
     _require(0 < cfg.fraction_train <= 1, "fraction-train", cfg.fraction_train, "a number in (0, 1]")
     _require(cfg.min_nodes >= 1, "min-nodes", cfg.min_nodes, "an integer >= 1")
+    _require(cfg.max_missing_nodes >= 0, "max-missing-nodes", cfg.max_missing_nodes, "an integer >= 0")
     _require(cfg.max_failed_rounds >= 1, "max-failed-rounds", cfg.max_failed_rounds, "an integer >= 1")
     _require(cfg.round_timeout > 0, "round-timeout", cfg.round_timeout, "seconds > 0")
     _require(0 < cfg.reply_poll_interval <= 10, "reply-poll-interval", cfg.reply_poll_interval, "seconds in (0, 10]")

@@ -180,6 +180,7 @@ class RunResults:
         self.path = run_folder(cfg)
         self.metrics_path = self.path / "metrics.jsonl"
         self.rounds: list[dict[str, Any]] = []
+        self.handshake_failures: list[dict[str, Any]] = []  # nodes lost at the start (server_app/handshake.py)
         self._summary_written = False
         self.tensorboard = None
         self._started = False  # True once this run writes into the folder (a resume: after its checkpoint passed)
@@ -218,12 +219,40 @@ class RunResults:
 
         Not a resume refused at its checkpoint: that folder is left exactly as it was.
         """
+        from common.interrupt import RunInterrupted
+
         try:
-            if exc is not None and self._started and not self._summary_written:
+            if isinstance(exc, RunInterrupted):
+                self._write_interrupted(exc)
+            elif exc is not None and self._started and not self._summary_written:
                 self.write_summary({"status": "failed", "status-reason": f"{type(exc).__name__}: {exc}",
                                     "results-dir": str(self.path)})
         finally:
             self.close()
+
+    def _write_interrupted(self, exc: Any) -> None:
+        """summary.json of a run stopped by SIGINT/SIGTERM: status interrupted, its last finished round, how to go on.
+
+        A resume that was refused at its checkpoint wrote nothing, and an interrupted one leaves nothing rewritten
+        before it started; the checkpoint on disk is the run's latest either way.
+        """
+        from common.interrupt import record_stopped
+
+        rounds = [r["round"] for r in self.rounds if isinstance(r.get("round"), int) and r.get("phase") is None]
+        exc.last_round = max(rounds, default=0)
+        exc.folder = self.path
+        if not self._started:
+            record_stopped(self.path, exc.last_round)
+            return
+        self.write_summary({
+            "status": "interrupted",
+            "status-reason": f"{exc}; stopped after round {exc.last_round}",
+            "last-round": exc.last_round,
+            "checkpoint": (self.path / CHECKPOINT_FILE).is_file(),
+            "resume": f"--run-config \"run-name='{self.path.name}' resume=true\" with the same other settings",
+            "results-dir": str(self.path),
+        })
+        record_stopped(self.path, exc.last_round)
 
     def log_round(self, record: Mapping[str, Any], tensorboard: bool = True) -> None:
         """Append one round's metrics to metrics.jsonl and flush (and to TensorBoard when on)."""

@@ -20,12 +20,15 @@ import contextlib
 import json
 import os
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from common.config import ConfigError, RunConfig, parse_overrides, parse_run_config
+from common.interrupt import RunInterrupted, exit_code, install_handlers, restore_handlers, signal_name
+from common.interrupt import stopped_at as interrupt_state
 from common.results import (
     HELD_LOCK_ENV, LOCK_FILE, default_run_name, lock_run_folder, plan_run_folder, read_metrics, reserve_run_folder,
     results_root,
@@ -217,7 +220,7 @@ def _simulate(app_dir: Path, prepared: dict[str, Any], num_supernodes: int, cpus
         run_config=get_fused_config_from_dir(app_dir, prepared),
     )
     components = _components(app_dir)
-    with _pythonpath_restored(), _cluster_backend(bool(ray_address)):
+    with _pythonpath_restored(), _cluster_backend(bool(ray_address)), _sigterm_handler_kept():
         _run_simulation(
             num_supernodes=num_supernodes,
             exit_event=EventType.PYTHON_API_RUN_SIMULATION_LEAVE,
@@ -259,6 +262,30 @@ def _pythonpath_restored() -> Iterator[None]:
             os.environ.pop("PYTHONPATH", None)
         else:
             os.environ["PYTHONPATH"] = before
+
+
+@contextlib.contextmanager
+def _sigterm_handler_kept() -> Iterator[None]:
+    """Keep this process's SIGTERM handler while Flower starts Ray in it.
+
+    `ray.init` in a driver's main thread replaces the SIGTERM handler with one that
+    calls `sys.exit` wherever the main thread is; under Flower's engine loop that
+    ended the process with SIGABRT (exit 134), no summary and no message (issue 34).
+    While the CLI's handler (common/interrupt.py) is installed, Ray's registration
+    is skipped, so SIGTERM stops the run as SIGINT does.
+    """
+    import signal
+
+    from ray._private import utils as ray_utils
+
+    ours = signal.getsignal(signal.SIGTERM)
+    original = ray_utils.set_sigterm_handler
+    if callable(ours) and getattr(ours, "__module__", "") == "common.interrupt":
+        ray_utils.set_sigterm_handler = lambda handler: None
+    try:
+        yield
+    finally:
+        ray_utils.set_sigterm_handler = original
 
 
 def _components(app_dir: Path) -> dict[str, str]:
@@ -369,6 +396,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fetch(args.dataset, args.dir)
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
+    # Ray's C++ failure-signal handler takes SIGTERM over and aborts the process (exit 134, no summary); without
+    # it SIGTERM reaches common/interrupt.py's handler (crash stack dumps of Ray's own processes are lost)
+    os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     app_dir = find_app_dir(args.app_dir)
     if args.command == "study":
         return study_command(args, app_dir)
@@ -399,20 +429,86 @@ def main(argv: list[str] | None = None) -> int:
 
 def run_command(app_dir: Path, overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float,
                 gpus_per_client: float = 0.0, ray_address: str | None = None) -> int:
-    """`fedsynth run`: one run in simulation, its summary printed, and the exit code of how it ended (EXIT_*)."""
+    """`fedsynth run`: one run in simulation, its summary printed, and the exit code of how it ended (EXIT_*).
+
+    SIGINT and SIGTERM stop the run at its next reply poll (common/interrupt.py): summary.json says
+    `interrupted`, the checkpoint is kept, the resume command is printed, and the exit code is 130 or 143.
+    """
+    def report_at_forced_exit(signum: int) -> None:
+        where = interrupt_state()
+        error = RunInterrupted(signum)
+        error.folder, error.last_round = where.get("folder"), where.get("last-round")
+        _report_interrupt(error, overrides, num_supernodes, cpus_per_client, gpus_per_client)
+
+    on_main_thread = threading.current_thread() is threading.main_thread()
+    handlers = install_handlers(report_at_forced_exit) if on_main_thread else {}
     try:
         folder = run_simulation(app_dir, overrides, num_supernodes, cpus_per_client, gpus_per_client, ray_address)
         summary = json.loads((folder / "summary.json").read_text())
         print(json.dumps(summary, indent=2))
         print(f"results: {folder}")
     except BaseException as err:  # noqa: BLE001 - the CLI's job is to turn any failure into an exit code
+        interrupted = _interrupted(err)
+        if interrupted is not None:
+            return _report_interrupt(interrupted, overrides, num_supernodes, cpus_per_client, gpus_per_client)
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise
         return _report_failure(err)
+    finally:
+        restore_handlers(handlers)
     if summary.get("status", STATUS_OK) == STATUS_FAILED_ROUNDS:
         print(f"fedsynth: completed with failed rounds: {summary.get('status-reason', '')}", file=sys.stderr)
         return EXIT_FAILED_ROUNDS
     return EXIT_OK
+
+
+_REPORTED = threading.Event()
+
+
+def _interrupted(err: BaseException) -> RunInterrupted | None:
+    """The RunInterrupted behind an exception (Flower may wrap the ServerApp's), or None."""
+    seen: BaseException | None = err
+    while seen is not None:
+        if isinstance(seen, RunInterrupted):
+            return seen
+        seen = seen.__cause__ or seen.__context__
+    return None
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str):
+        return "'" + value + "'"
+    return repr(value)
+
+
+def resume_command(overrides: dict[str, Any], folder: Path, num_supernodes: int, cpus_per_client: float,
+                   gpus_per_client: float) -> str:
+    """The `fedsynth run` command line that continues the run in `folder` from its checkpoint."""
+    kept = {k: v for k, v in overrides.items() if k not in ("run-name", "results-dir", "resume", "overwrite")}
+    config = {**kept, "results-dir": str(folder.parent), "run-name": folder.name, "resume": True}
+    text = " ".join(f"{k}={_toml_value(v)}" for k, v in config.items())
+    gpus = f" --gpus-per-client {gpus_per_client:g}" if gpus_per_client else ""
+    return (f"fedsynth run --num-supernodes {num_supernodes} --cpus-per-client {cpus_per_client:g}{gpus} "
+            f"--run-config \"{text}\"")
+
+
+def _report_interrupt(err: RunInterrupted, overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float,
+                      gpus_per_client: float) -> int:
+    """Where the run stopped and the command that resumes it (printed once); the exit code 128 + signal."""
+    if _REPORTED.is_set():
+        return exit_code(err.signum)
+    _REPORTED.set()
+    where = f"after round {err.last_round}" if err.last_round is not None else "before its first round"
+    print(f"fedsynth: interrupted by {signal_name(err.signum)} {where}", file=sys.stderr)
+    if err.folder is not None:
+        has_checkpoint = (err.folder / "checkpoint.safetensors").is_file()
+        print(f"fedsynth: results in {err.folder}" + ("; its checkpoint is kept" if has_checkpoint else
+              " (no checkpoint yet: a resume starts over)"), file=sys.stderr)
+        print("fedsynth: resume with: " + resume_command(overrides, err.folder, num_supernodes, cpus_per_client,
+                                                         gpus_per_client), file=sys.stderr)
+    return exit_code(err.signum)
 
 
 def _report_failure(err: BaseException) -> int:

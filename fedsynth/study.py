@@ -28,14 +28,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from common.interrupt import STOP, raise_if_stopped
 from fedsynth.app_process import app_process_env
 from fedsynth.ledger import Ledger, thin
 from fedsynth.study_claims import Claim, Claims
 from fedsynth.scores import curve, lower_is_better, score_run
 from fedsynth.study_sharpness import SHARPNESS, Measurer, can_measure, lacks_sharpness, sharpness_scores
 from fedsynth.studyfile import RunSpec, Study, report_runs, tuning_runs
+from fedsynth.workers import run_worker
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
+INTERRUPTED_EXIT_CODES = (130, 143)  # a run stopped by SIGINT / SIGTERM (common/interrupt.py)
 
 
 @dataclass(frozen=True)
@@ -94,11 +97,10 @@ def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client:
         log_path.parent.mkdir(parents=True, exist_ok=True)
         start = time.monotonic()
         with open(log_path, "w") as log:
-            process = subprocess.run(
-                [sys.executable, "-m", "fedsynth.study_worker", json.dumps(job)],
-                stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(app_dir), check=False,
-            )
-        return RunOutcome(process.returncode, time.monotonic() - start)
+            # a worker the study signals and that never outlives it (fedsynth/workers.py)
+            code = run_worker([sys.executable, "-m", "fedsynth.study_worker", json.dumps(job)],
+                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(app_dir))
+        return RunOutcome(code, time.monotonic() - start)
 
     return execute
 
@@ -250,8 +252,8 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
     try:
         with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
             queue = list(todo)
-            while queue or pending:
-                while queue and len(pending) < max(1, jobs):
+            while (queue and not STOP.is_set()) or pending:
+                while queue and len(pending) < max(1, jobs) and not STOP.is_set():  # a signal: start no new run
                     spec = queue.pop(0)
                     claim = claims.claim(spec.key, planned[spec.key])
                     if claim is None:
@@ -267,15 +269,19 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
                         claims.release(claim)
                         raise
                     pending[future] = (spec, folder, claim)
+                if not pending:
+                    continue
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for future in done:
                     spec, folder, claim = pending[future]
                     outcome = future.result()
                     del pending[future]
                     entry = ledger_entry(study, spec, folder, outcome)
-                    if outcome.exit_code < 0 or (outcome.exit_code != 0 and entry["rounds"] == 0):
-                        # Killed by a signal, or failed before its first round (the engine did not start):
-                        # not a result of the method; it runs again on the next call.
+                    if (outcome.exit_code < 0 or outcome.exit_code in INTERRUPTED_EXIT_CODES
+                            or (outcome.exit_code != 0 and entry["rounds"] == 0)):
+                        # Killed or interrupted by a signal (130/143: it stopped cleanly and kept its checkpoint),
+                        # or failed before its first round (the engine did not start): not a result of the
+                        # method; it runs again (resumes) on the next call.
                         claims.release(claim)
                         progress.write(f"{spec.cell} {spec.phase} seed {spec.seed}: exit {outcome.exit_code} before "
                                        f"any round finished; not recorded, it runs again next time "
@@ -290,6 +296,7 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
     if taken_elsewhere:
         progress.write(f"{taken_elsewhere} run(s) skipped: finished or under way in another `fedsynth study` on "
                        f"{paths.out}")
+    raise_if_stopped()  # the study was signalled: its workers stopped, it stops too (exit 130/143)
     return ran
 
 

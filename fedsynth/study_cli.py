@@ -126,7 +126,18 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     executor = simulation_executor(app_dir, study, args.jobs, args.gpus_per_client, args.cpus_per_client,
                                    args.ray_address)
     measurer = sharpness_measurer(app_dir, study.sharpness_examples, max(1, (os.cpu_count() or 1) // args.jobs))
-    ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed, measurer=measurer)
+    from common.interrupt import RunInterrupted, exit_code, restore_handlers, signal_name
+    from fedsynth.workers import forward_signals
+
+    handlers = forward_signals()  # SIGINT/SIGTERM reach every worker; the study starts no new run
+    try:
+        ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed, measurer=measurer)
+    except RunInterrupted as err:
+        print(f"fedsynth study: interrupted by {signal_name(err.signum)}; the stopped runs kept their checkpoints and "
+              "resume on the next call of the same command", file=sys.stderr)
+        return exit_code(err.signum)
+    finally:
+        restore_handlers(handlers)
     failed = [e for e in ledger.entries.values() if e.get("exit-code") != 0]
     if failed:
         print(f"fedsynth study: {len(failed)} run(s) exited non-zero (see runs.csv and {paths.runs / 'logs'})",

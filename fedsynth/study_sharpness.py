@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from fedsynth.app_process import app_process_env
+from fedsynth.workers import run_worker
 
 SHARPNESS = "sharpness"
 SHARPNESS_FILE = "sharpness.json"
@@ -42,9 +43,8 @@ def sharpness_measurer(app_dir: Path, examples: int, threads: int) -> Measurer:
         with open(log_path, "a") as log:
             log.write(f"\n--- sharpness of {folder} on {examples} training examples\n")
             log.flush()
-            done = subprocess.run([sys.executable, "-m", "common.sharpness", str(folder), "--max-examples", str(examples)],
-                                  stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(app_dir), check=False)
-        return done.returncode
+            return run_worker([sys.executable, "-m", "common.sharpness", str(folder), "--max-examples", str(examples)],
+                              stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(app_dir))
 
     return measure
 

@@ -9,7 +9,7 @@ from flwr.serverapp import Grid, ServerApp
 
 from common.config import RunConfig, parse_run_config
 from common.results import RunResults
-from server_app.handshake import handshake
+from server_app.handshake import HandshakeError, handshake_outcome
 from server_app.registry import SERVER_STRATEGIES
 
 app = ServerApp()
@@ -22,7 +22,14 @@ def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     data) still leaves a summary.json with status "failed" and the nodes' reasons.
     """
     with RunResults(cfg) as results:
-        nodes = handshake(grid, cfg)
+        try:
+            nodes, failures = handshake_outcome(grid, cfg)
+        except HandshakeError as err:
+            if not results.resuming:  # each lost node and its reason, for the operator
+                results.write_summary({"status": "failed", "status-reason": f"handshake: {err}",
+                                       "handshake-failures": err.failures, "results-dir": str(results.path)})
+            raise
+        results.handshake_failures = failures
         if not results.resuming:  # a resume keeps the folder as it was until its checkpoint is checked
             results.write_nodes(nodes)
         strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, nodes)

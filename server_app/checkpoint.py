@@ -41,6 +41,7 @@ from common.records import Weights
 CHECKPOINT_FILE = "checkpoint.safetensors"
 FORMAT_VERSION = 2  # 2: with a checksum; 1 (without) is still read, unverified
 _CHECKSUM = "checksum"
+_READ_ON_RESUME = ("central-accuracy", "central-loss")  # numbers the summary takes max/last of
 _MODEL = "model/"
 _STATE = "state/"
 _RNG = "rng/torch"
@@ -68,7 +69,7 @@ class Checkpoint:
 RESUME_MAY_CHANGE = frozenset({
     "resume", "overwrite", "run-name", "results-dir", "data-dir", "cache-dir", "device", "round-timeout",
     "reply-poll-interval", "node-wait-timeout", "warmup-timeout", "checkpoint-every", "save-model",
-    "num-server-rounds", "max-failed-rounds", "eval-every", "perturbation-diagnostic",
+    "num-server-rounds", "max-failed-rounds", "max-missing-nodes", "eval-every", "perturbation-diagnostic",
 })
 
 
@@ -134,7 +135,9 @@ def _check_fields(path: Path, cfg: RunConfig, server_round: int, metrics: list[d
             f"checkpoint {path} is corrupt: its torch RNG state is {shown}, expected {expected.dtype} of shape "
             f"{expected.shape}; delete it to start over"
         )
-    bad = [r["round"] for r in metrics if _non_finite(r)]
+    # NaN and inf are written as null (common/results.py); the rounds' central numbers are read on resume
+    bad = [r["round"] for r in metrics if _non_finite(r) or any(
+        key in r and (isinstance(r[key], bool) or not isinstance(r[key], (int, float))) for key in _READ_ON_RESUME)]
     if bad:
         raise CheckpointError(
             f"checkpoint {path} holds non-finite metrics (NaN or inf) in round(s) {bad[:5]}; it cannot be resumed: "

@@ -37,6 +37,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.config import ConfigError, RunConfig
+from common.interrupt import raise_if_stopped
 from common.gossip import (
     average_model,
     consensus_distance,
@@ -339,6 +340,7 @@ class DecentralizedRelay:
         failed_in_a_row = 0
         start = time.monotonic()
         for server_round in range(first_round, cfg.num_server_rounds + 1):
+            raise_if_stopped()  # SIGINT/SIGTERM: stop here, the last checkpoint is kept (common/interrupt.py)
             round_start = time.monotonic()
             base, w = self.mixing(server_round)
             sent = self.messages(server_round, w)

@@ -14,18 +14,29 @@ The server then takes every connected node once at least `min-nodes` have
 answered, and a node refused for its data (missing, empty or unreadable folder,
 undecodable images, labels outside the label space) fails the run at once with
 the node's message: a site's data is fixed by its operator, not skipped.
+
+The wait ends when all `num-partitions` partitions have answered, or when every
+connected node has answered and as many nodes as partitions are connected, or
+after `node-wait-timeout` (a connected node always gets at least
+`round-timeout` to answer). A node that fails the handshake (an error, a
+malformed reply, a partition id another node already holds: that node alone
+is refused) is recorded with its reason. Fewer partitions than
+`num-partitions` - `max-missing-nodes` is a failure: the run does not start on
+a part of the federation silently (docs/reliability.md).
 """
 
 from __future__ import annotations
 
 import time
 from logging import INFO, WARNING
+from typing import Any
 
 from flwr.app import Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.config import NODE_PARTITION, RunConfig
+from common.interrupt import raise_if_stopped
 from common.protocol import HANDSHAKE
 from server_app.messaging import match_replies, send_and_receive
 from server_app.reply_checks import check_handshake_metrics
@@ -33,7 +44,11 @@ from server_app.strategies.fedavg import NodeInfo
 
 
 class HandshakeError(RuntimeError):
-    """Too few nodes completed the handshake, or two claim the same partition."""
+    """More nodes than `max-missing-nodes` were lost at the handshake, or fewer than `min-nodes` answered."""
+
+    def __init__(self, message: str, failures: list[dict[str, Any]] | None = None) -> None:
+        super().__init__(message)
+        self.failures = failures or []
 
 
 def _node_info(node_id: int, metrics: MetricRecord, name: str) -> NodeInfo:
@@ -52,19 +67,30 @@ def _node_name(reply: Message) -> str:
 
 
 def handshake(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) -> list[NodeInfo]:
-    """Query connected nodes until every partition has answered or the wait runs out."""
+    """The nodes of the run (see `handshake_outcome`)."""
+    return handshake_outcome(grid, cfg, poll_interval)[0]
+
+
+def handshake_outcome(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) -> tuple[list[NodeInfo], list[dict[str, Any]]]:
+    """(nodes, failures): query connected nodes until every partition or every connected node has answered.
+
+    Each failure is {"node", "partition" (when known), "reason"}. Raises HandshakeError (with the failures)
+    when more than `max-missing-nodes` partitions are missing or fewer than `min-nodes` nodes answered.
+    """
     deadline = time.monotonic() + cfg.node_wait_timeout
     own_data = cfg.partition == NODE_PARTITION
     infos: dict[int, NodeInfo] = {}
     errors: dict[int, str] = {}
     expected: int | None = None
     while True:
+        raise_if_stopped()
         new = [nid for nid in grid.get_node_ids() if nid not in infos and nid not in errors]
         if new:
             messages = [
                 Message(RecordDict(), dst_node_id=nid, message_type=f"query.{HANDSHAKE}") for nid in new
             ]
-            remaining = max(deadline - time.monotonic(), 1.0)
+            # a connected node gets at least round-timeout to answer, even when node-wait-timeout is short
+            remaining = max(deadline - time.monotonic(), cfg.round_timeout)
             replies = send_and_receive(grid, messages, remaining, cfg.reply_poll_interval)
             for message, reply in match_replies(messages, replies)[0]:
                 nid = message.metadata.dst_node_id  # the SuperLink answers for a node that went away
@@ -78,12 +104,26 @@ def handshake(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) -> list[No
                     errors[nid] = f"malformed handshake reply: {reason}"
                     log(WARNING, "node %s: %s", nid, errors[nid])
                     continue
-                infos[nid] = _node_info(nid, metrics, _node_name(reply))
+                info = _node_info(nid, metrics, _node_name(reply))
+                holder = next((n for n in infos.values() if n.partition_id == info.partition_id), None)
+                if holder is not None:  # refuse this node alone: the federation goes on with the first holder
+                    errors[nid] = (
+                        f"node {nid} ({info.name!r}) has the same id {info.partition_id} as node {holder.node_id} "
+                        f"({holder.name!r}): give every SuperNode its own 'name' in --node-config" if own_data else
+                        f"partition-id {info.partition_id} is already held by node {holder.node_id}; give "
+                        "every SuperNode its own 'partition-id' in --node-config")
+                    log(WARNING, "node %s: %s", nid, errors[nid])
+                    continue
+                infos[nid] = info
                 if "num-partitions" in metrics:
                     expected = max(expected or 0, int(metrics["num-partitions"]))
         if expected is not None and len(infos) >= expected:
             break
-        if own_data and set(grid.get_node_ids()) <= set(infos) | set(errors) and (errors or len(infos) >= cfg.min_nodes):
+        connected = set(grid.get_node_ids())
+        answered = set(infos) | set(errors)
+        if expected is not None and connected <= answered and len(connected) >= expected:
+            break  # every node that is there has answered, and no more are due
+        if own_data and connected <= answered and (errors or len(infos) >= cfg.min_nodes):
             break  # every connected site answered: a refused one fails the run now, not at the deadline
         if errors and not infos and set(grid.get_node_ids()) <= set(errors):
             break  # every node failed the same way so far: report it now rather than wait
@@ -91,30 +131,18 @@ def handshake(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) -> list[No
             break
         time.sleep(poll_interval)
     nodes = sorted(infos.values(), key=lambda n: n.partition_id)
-    if own_data and errors:
+    failures = [{"node": nid, "reason": reason} for nid, reason in errors.items()]
+    if own_data and errors:  # a site's data is fixed by its operator, not skipped
         raise HandshakeError(f"{len(errors)} node(s) refused at the handshake: "
-                             + "; ".join(f"node {nid}: {reason}" for nid, reason in errors.items()))
-    _check_nodes(nodes, errors, cfg, expected)
+                             + "; ".join(f"node {nid}: {reason}" for nid, reason in errors.items()), failures)
+    _check_nodes(nodes, errors, cfg, expected, failures)
     log(INFO, "handshake: %d nodes, partitions %s", len(nodes),
         [f"{n.partition_id} ({n.name})" if n.name else n.partition_id for n in nodes])
-    return nodes
+    return nodes, failures
 
 
-def _check_nodes(nodes: list[NodeInfo], errors: dict[int, str], cfg: RunConfig, expected: int | None) -> None:
-    seen: dict[int, int] = {}
-    for node in nodes:
-        if node.partition_id in seen and cfg.partition == NODE_PARTITION:
-            first = next(n for n in nodes if n.node_id == seen[node.partition_id])
-            raise HandshakeError(
-                f"nodes {first.node_id} ({first.name!r}) and {node.node_id} ({node.name!r}) have the same id "
-                f"{node.partition_id}: give every SuperNode its own 'name' in --node-config"
-            )
-        if node.partition_id in seen:
-            raise HandshakeError(
-                f"nodes {seen[node.partition_id]} and {node.node_id} both hold partition-id "
-                f"{node.partition_id}; give every SuperNode its own 'partition-id' in --node-config"
-            )
-        seen[node.partition_id] = node.node_id
+def _check_nodes(nodes: list[NodeInfo], errors: dict[int, str], cfg: RunConfig, expected: int | None,
+                 failures: list[dict[str, Any]]) -> None:
     if len(nodes) < cfg.min_nodes:
         detail = "; ".join(f"node {nid}: {reason}" for nid, reason in list(errors.items())[:3])
         raise HandshakeError(
@@ -123,7 +151,21 @@ def _check_nodes(nodes: list[NodeInfo], errors: dict[int, str], cfg: RunConfig, 
             + (f". Node errors: {detail}" if detail else
                f". {len(nodes)} node(s) answered; start more SuperNodes or lower min-nodes" if nodes else
                ". No node answered: check that the SuperNodes are connected to this SuperLink "
-               "(in simulation, a slow start of the engine may need a larger node-wait-timeout)")
+               "(in simulation, a slow start of the engine may need a larger node-wait-timeout)"),
+            failures,
         )
-    if expected is not None and len(nodes) < expected:
-        log(WARNING, "only %d of %d partitions answered the handshake; continuing with them", len(nodes), expected)
+    missing = sorted(set(range(expected)) - {n.partition_id for n in nodes}) if expected is not None else []
+    if len(missing) > cfg.max_missing_nodes:
+        detail = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:3])
+        raise HandshakeError(
+            f"{len(missing)} of {expected} partitions did not complete the handshake (partitions {missing[:10]}), "
+            f"more than max-missing-nodes = {cfg.max_missing_nodes}"
+            + (f". Node errors: {detail}" if detail else ". Those nodes did not connect within node-wait-timeout = "
+               f"{cfg.node_wait_timeout:g}s")
+            + "; fix them, or set max-missing-nodes to run without them",
+            failures,
+        )
+    if missing:
+        log(WARNING, "%d of %d partitions did not complete the handshake (%s); continuing without them "
+            "(max-missing-nodes = %d)", len(missing), expected, missing[:10], cfg.max_missing_nodes)
+

@@ -6,7 +6,9 @@ at the handshake and in every reply owns the mean: the global model becomes
 its local model and the round's local test accuracy its own. The counts cannot
 be verified by the server, so their effect is bounded instead: every client's
 share of a mean is capped at `max-weight-share` and the excess is handed to the
-others in proportion to their own weights ("water-filling"). Honest runs whose
+others in proportion to their own weights ("water-filling"), in every mean
+of more than 1 / max-weight-share clients (fewer cannot be capped without
+making the mean uniform). Honest runs whose
 largest share is already below the cap are unchanged, bit for bit, because the
 weights are then returned as they came.
 
@@ -26,9 +28,10 @@ from collections.abc import Sequence
 def capped_shares(weights: Sequence[float], max_share: float) -> list[float]:
     """The shares w_i / sum(w), with every share capped at `max_share` and the excess spread over the rest.
 
-    The others keep their proportions. When the cap cannot hold (n * max_share <= 1) every client gets 1/n,
-    the closest feasible shares. A single weight, or all-zero weights, give equal shares. `max_share` >= 1
-    leaves the shares as they are.
+    The others keep their proportions. When the cap cannot hold with room to spare (n * max_share <= 1:
+    e.g. two replies and a cap of 0.5) capping would make every share 1/n and throw the sample weighting
+    away for honest clients too, so the shares are left as they are: the cap protects rounds with more than
+    1 / max_share replies. All-zero weights give equal shares. `max_share` >= 1 leaves the shares as they are.
     """
     n = len(weights)
     if n == 0:
@@ -41,7 +44,7 @@ def capped_shares(weights: Sequence[float], max_share: float) -> list[float]:
     if max_share >= 1.0 or max(shares) <= max_share:
         return shares
     if n * max_share <= 1.0:
-        return [1.0 / n] * n
+        return shares
     capped: set[int] = set()
     while True:
         free = [i for i in range(n) if i not in capped]
@@ -51,8 +54,8 @@ def capped_shares(weights: Sequence[float], max_share: float) -> list[float]:
         if not over:
             return [max_share if i in capped else values[i] / free_total * mass for i in range(n)]
         capped.update(over)
-        if len(capped) == n:
-            return [1.0 / n] * n
+        if len(capped) == n:  # unreachable when n * max_share > 1; kept so the loop always ends
+            return shares
 
 
 def capped_counts(counts: Sequence[float], max_share: float) -> list[float]:
@@ -60,14 +63,14 @@ def capped_counts(counts: Sequence[float], max_share: float) -> list[float]:
 
     The uncapped counts stay as they are (so server work that scales with a
     claim, FedDDPM's auxiliary sampling, is bounded by what the others claim);
-    when the cap cannot hold, every count becomes the smallest one.
+    when the cap cannot hold (n * max_share <= 1) the counts are left as they are.
     """
     if len(counts) <= 1 or max_share >= 1.0:
         return [float(c) for c in counts]
     shares = capped_shares(counts, max_share)
     uncapped = [i for i, (c, p) in enumerate(zip(counts, shares)) if 0 < p < max_share and c > 0]
-    if not uncapped:  # the cap cannot hold, or every count is at it: all as the smallest
-        return [float(min(counts))] * len(counts)
+    if not uncapped:  # the cap cannot hold, or every count is exactly at it
+        return [float(c) for c in counts]
     scale = float(counts[uncapped[0]]) / shares[uncapped[0]]  # the same for every uncapped count
     return [float(c) if i in uncapped else p * scale for i, (c, p) in enumerate(zip(counts, shares))]
 

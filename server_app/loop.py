@@ -22,6 +22,7 @@ from flwr.serverapp import Grid
 
 from common.config import RunConfig
 from common.diffusion import is_diffusion
+from common.interrupt import RunInterrupted, raise_if_stopped
 from common.records import Weights, from_record, message_array_bytes, model_weights, to_record
 from common.results import RunResults, run_accuracy
 from common.task import make_model
@@ -133,61 +134,77 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
         log(INFO, "[round 0/%d] acc %.4f loss %.4f", cfg.num_server_rounds, accuracy, loss)
     failed_in_a_row = 0
     start = time.monotonic()
-    for server_round in range(first_round, cfg.num_server_rounds + 1):
-        round_start = time.monotonic()
-        config = ConfigRecord({"lr": cfg.local_lr(server_round)})
-        sent = list(strategy.configure_train(server_round, to_record(weights), config, grid))
-        downlink = sum(message_array_bytes(m) for m in sent)
-        replies = send_and_receive(grid, sent, cfg.round_timeout, cfg.reply_poll_interval)
-        server_start = time.monotonic()
-        outcome = collect_replies(strategy, sent, replies)
-        record: dict[str, Any] = {
-            "round": server_round,
-            "sampled": len(sent),
-            "answered": len(outcome.good),
-            "failed": len(outcome.failures),
-            "failures": outcome.failures,
-            "uplink-bytes": outcome.uplink_bytes,
-            "uplink-float32-bytes": outcome.uplink_float32_bytes,
-            "downlink-bytes": downlink,
-            "lr": cfg.local_lr(server_round),
-        }
-        if len(outcome.good) >= cfg.min_nodes:
-            failed_in_a_row = 0
-            arrays, metrics = strategy.aggregate_train(server_round, outcome.good)
-            if arrays is not None:
-                weights = from_record(arrays)
-            if metrics is not None:
-                record.update(dict(metrics))
-        else:
-            failed_in_a_row += 1
-            record["skipped"] = True
-            log(WARNING, "round %d: %d of %d nodes answered, fewer than min-nodes=%d; model unchanged",
-                server_round, len(outcome.good), len(sent), cfg.min_nodes)
-            if failed_in_a_row >= cfg.max_failed_rounds:
-                results.log_round(record)
-                raise TooManyFailedRounds(
-                    f"fewer than min-nodes={cfg.min_nodes} nodes answered in {failed_in_a_row} rounds in a row "
-                    f"(max-failed-rounds={cfg.max_failed_rounds}); last failures: {outcome.failures[:3]}"
-                )
-        is_last = server_round == cfg.num_server_rounds
-        if evaluator is not None and (is_last or (cfg.eval_every and server_round % cfg.eval_every == 0)):
-            record["central-loss"], record["central-accuracy"] = evaluator.evaluate(weights)
-        stopping = strategy.stop_requested()  # FedDDPM+ ends after its one-shot correction
-        if diffusion is not None:
-            record.update(diffusion.after_round(server_round, weights, is_last or stopping))
-        record["server-time"] = time.monotonic() - server_start
-        record["round-time"] = time.monotonic() - round_start
-        results.log_round(record)
-        if cfg.checkpoint_every and (server_round % cfg.checkpoint_every == 0 or is_last or stopping):
+    last_checkpoint = first_round - 1 if results.resuming else 0
+    finished = first_round - 1
+    try:
+        for server_round in range(first_round, cfg.num_server_rounds + 1):
+            raise_if_stopped()
+            round_start = time.monotonic()
+            config = ConfigRecord({"lr": cfg.local_lr(server_round)})
+            sent = list(strategy.configure_train(server_round, to_record(weights), config, grid))
+            downlink = sum(message_array_bytes(m) for m in sent)
+            replies = send_and_receive(grid, sent, cfg.round_timeout, cfg.reply_poll_interval)
+            server_start = time.monotonic()
+            outcome = collect_replies(strategy, sent, replies)
+            record: dict[str, Any] = {
+                "round": server_round,
+                "sampled": len(sent),
+                "answered": len(outcome.good),
+                "failed": len(outcome.failures),
+                "failures": outcome.failures,
+                "uplink-bytes": outcome.uplink_bytes,
+                "uplink-float32-bytes": outcome.uplink_float32_bytes,
+                "downlink-bytes": downlink,
+                "lr": cfg.local_lr(server_round),
+            }
+            if len(outcome.good) >= cfg.min_nodes:
+                failed_in_a_row = 0
+                arrays, metrics = strategy.aggregate_train(server_round, outcome.good)
+                if arrays is not None:
+                    weights = from_record(arrays)
+                if metrics is not None:
+                    record.update(dict(metrics))
+            else:
+                failed_in_a_row += 1
+                record["skipped"] = True
+                log(WARNING, "round %d: %d of %d nodes answered, fewer than min-nodes=%d; model unchanged",
+                    server_round, len(outcome.good), len(sent), cfg.min_nodes)
+                if failed_in_a_row >= cfg.max_failed_rounds:
+                    results.log_round(record)
+                    raise TooManyFailedRounds(
+                        f"fewer than min-nodes={cfg.min_nodes} nodes answered in {failed_in_a_row} rounds in a row "
+                        f"(max-failed-rounds={cfg.max_failed_rounds}); last failures: {outcome.failures[:3]}"
+                    )
+            is_last = server_round == cfg.num_server_rounds
+            if evaluator is not None and (is_last or (cfg.eval_every and server_round % cfg.eval_every == 0)):
+                record["central-loss"], record["central-accuracy"] = evaluator.evaluate(weights)
+            stopping = strategy.stop_requested()  # FedDDPM+ ends after its one-shot correction
+            if diffusion is not None:
+                record.update(diffusion.after_round(server_round, weights, is_last or stopping))
+            record["server-time"] = time.monotonic() - server_start
+            record["round-time"] = time.monotonic() - round_start
+            results.log_round(record)
+            finished = server_round
+            if cfg.checkpoint_every and (server_round % cfg.checkpoint_every == 0 or is_last or stopping):
+                save_checkpoint(results.path, cfg, Checkpoint(
+                    server_round, weights, strategy.checkpoint_arrays(), strategy.state_meta(), results.rounds,
+                    nodes=node_table(strategy.nodes),
+                ))
+                last_checkpoint = server_round
+            log(INFO, "%s", _progress_line(record, cfg.num_server_rounds))
+            if stopping:
+                log(INFO, "round %d: %s stopped the run", server_round, type(strategy).__name__)
+                break
+    except RunInterrupted:
+        # keep what the finished rounds computed: a checkpoint of the last one (unless it has one), then let
+        # RunResults write summary.json with status interrupted and the CLI print the resume command
+        if cfg.checkpoint_every and finished > last_checkpoint:
             save_checkpoint(results.path, cfg, Checkpoint(
-                server_round, weights, strategy.checkpoint_arrays(), strategy.state_meta(), results.rounds,
+                finished, weights, strategy.checkpoint_arrays(), strategy.state_meta(), results.rounds,
                 nodes=node_table(strategy.nodes),
             ))
-        log(INFO, "%s", _progress_line(record, cfg.num_server_rounds))
-        if stopping:
-            log(INFO, "round %d: %s stopped the run", server_round, type(strategy).__name__)
-            break
+            log(INFO, "interrupted: checkpoint of round %d written", finished)
+        raise
 
     summary: dict[str, Any] = {
         "algorithm": cfg.algorithm,

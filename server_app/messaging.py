@@ -25,10 +25,16 @@ from collections.abc import Iterable, Sequence
 from flwr.app import Message
 from flwr.serverapp import Grid
 
+from common.interrupt import raise_if_stopped
+
 
 def send_and_receive(grid: Grid, messages: Iterable[Message], timeout: float | None,
                      poll_interval: float) -> list[Message]:
-    """Push `messages`, then pull replies every `poll_interval` s until all arrived or `timeout` s passed."""
+    """Push `messages`, then pull replies every `poll_interval` s until all arrived or `timeout` s passed.
+
+    Raises RunInterrupted at the next poll once a stop was requested (SIGINT/SIGTERM, common/interrupt.py).
+    """
+    raise_if_stopped()
     if not isinstance(grid, Grid):
         return list(grid.send_and_receive(messages, timeout=timeout))
     pending = set(grid.push_messages(messages))
@@ -40,6 +46,7 @@ def send_and_receive(grid: Grid, messages: Iterable[Message], timeout: float | N
         pending.difference_update(reply.metadata.reply_to_message_id for reply in pulled)
         if not pending:
             break
+        raise_if_stopped()
         wait = poll_interval
         if deadline is not None:
             remaining = deadline - time.monotonic()

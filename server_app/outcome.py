@@ -71,6 +71,7 @@ def conclude(summary: dict[str, Any], results: Any, weights: Mapping[str, np.nda
     """Add the outcome to `summary`; a failed run writes it (no model file: nothing worth keeping) and raises RunFailed."""
     status, reason = run_outcome(results.rounds, weights)
     summary.update(status_fields(status, reason, results.rounds))
+    summary["handshake-failures"] = list(getattr(results, "handshake_failures", []))
     summary["results-dir"] = str(results.path)
     if status == STATUS_FAILED:
         results.write_summary(summary)

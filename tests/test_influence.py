@@ -48,9 +48,10 @@ def test_shares_below_the_cap_are_left_as_they_are():
     assert capped_shares([9, 1], 1.0) == pytest.approx([0.9, 0.1])
 
 
-def test_an_infeasible_cap_gives_equal_shares():
-    assert capped_shares([3, 1], 0.5) == [0.5, 0.5]
-    assert capped_shares([5, 1, 1], 0.3) == pytest.approx([1 / 3] * 3)
+def test_a_cap_that_cannot_hold_leaves_the_sample_weighting_alone():
+    # two replies under a cap of 0.5: capping would make the mean uniform for honest clients as well
+    assert capped_shares([3, 1], 0.5) == [0.75, 0.25]
+    assert capped_shares([5, 1, 1], 0.3) == pytest.approx([5 / 7, 1 / 7, 1 / 7])
     assert capped_shares([7], 0.5) == [1.0]
     assert capped_shares([0, 0], 0.5) == [0.5, 0.5]
 
@@ -58,7 +59,7 @@ def test_an_infeasible_cap_gives_equal_shares():
 def test_capped_counts_lower_only_the_largest():
     assert capped_counts([1e12, 100, 100, 100, 100], 0.5) == pytest.approx([400, 100, 100, 100, 100])
     assert capped_counts([5, 4, 1], 0.4) == pytest.approx([2, 2, 1])
-    assert capped_counts([3, 1], 0.5) == [1.0, 1.0]
+    assert capped_counts([3, 1], 0.5) == [3.0, 1.0]
     assert capped_counts([3, 2, 2], 0.5) == [3.0, 2.0, 2.0]
     assert capped_mean([0.0, 1.0, 1.0, 1.0, 1.0], [1e12, 1, 1, 1, 1], 0.5) == pytest.approx(0.5)
 
