@@ -177,16 +177,18 @@ def cmd_diagnostic(work: Path, rounds: int) -> None:
               + " ".join(f"{row[key]:.3f}" for row in after))
 
 
-def cmd_codec_check(work: Path, codecs: list[str], seeds: list[int], rounds: int) -> None:
+def cmd_codec_check(work: Path, codecs: list[str], seeds: list[int], rounds: int, matching_loss: str) -> None:
     """FedSynSAM runs of `rounds` rounds (R = 30): the distillation's start and end matching loss per codec and seed."""
+    suffix = "" if matching_loss == "normalized" else f"-{matching_loss}"
     for codec in codecs:
         for seed in seeds:
             wall = time.monotonic()
             raw = {**CODEC_STUDY, **CODECS[codec], "seed": seed, "num-server-rounds": rounds,
-                   "results-dir": str(work / "results"), "run-name": f"codec-check-{codec}-s{seed}",
-                   "cache-dir": str(work / "cache")}
+                   "matching-loss": matching_loss, "results-dir": str(work / "results"),
+                   "run-name": f"codec-check-{codec}{suffix}-s{seed}", "cache-dir": str(work / "cache")}
             report = run_inprocess(raw, 10).distill_report
-            print(json.dumps({"codec": codec, "seed": seed, "start": report["distill-loss-start"],
+            print(json.dumps({"codec": codec, "matching-loss": matching_loss, "seed": seed,
+                              "start": report["distill-loss-start"],
                               "end": report["distill-loss-end"],
                               "end/start": report["distill-loss-end"] / report["distill-loss-start"],
                               "alpha": report["distill-alpha"], "seconds": round(time.monotonic() - wall, 1)}),
@@ -202,6 +204,7 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--seeds", default="0", help="codec-check: comma-separated seeds")
     parser.add_argument("--rounds", type=int, default=31, help="codec-check: rounds of each run (R = 30)")
+    parser.add_argument("--matching-loss", default="normalized", help="codec-check: normalized or paper (eq. 9)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     args.work.mkdir(parents=True, exist_ok=True)
@@ -214,7 +217,8 @@ def main() -> None:
     elif args.command == "floor":
         cmd_floor(args.work, args.arg)
     elif args.command == "codec-check":
-        cmd_codec_check(args.work, args.arg.split(","), [int(x) for x in args.seeds.split(",")], args.rounds)
+        cmd_codec_check(args.work, args.arg.split(","), [int(x) for x in args.seeds.split(",")], args.rounds,
+                        args.matching_loss)
     else:
         cmd_diagnostic(args.work, int(args.arg))
 

@@ -57,12 +57,13 @@ def eigen_report(n: int, k: int, betas: list[float], samples: int = 200) -> str:
 
     The static-topology table was the `oledfl` preset's psi table (issue 18 replaced the preset by studies).
     """
-    from common.topology import mixing_matrix, ole_beta_bound, ole_gossip_contraction, spectral_psi
+    from common.topology import mixing_matrix, ole_beta_bound, ole_gossip_contraction, ole_gossip_growth, spectral_psi
 
     lines = [f"# Spectra, {n} nodes, random k = {k} ({samples} rounds' matrices; 100-node rows: 40)", "",
              "| W | mean degree | lambda_min (mean, min over rounds) | lambda_2 (mean) | mean self-weight | "
-             + " | ".join(f"E-contraction beta={b:g}" for b in betas) + " | beta where it reaches 1 |",
-             "| --- | --- | --- | --- | --- |" + " --- |" * len(betas) + " --- |"]
+             + " | ".join(f"E-contraction beta={b:g}" for b in betas) + " | beta where it reaches 1 | "
+             f"measured product growth beta={betas[-1]:g} |",
+             "| --- | --- | --- | --- | --- |" + " --- |" * len(betas) + " --- | --- |"]
 
     def random_ws(kind: str, nodes: int, peers: int, count: int) -> list[np.ndarray]:
         return [mixing_matrix(kind, nodes, peers=peers, seed=0, round_num=t) for t in range(1, count + 1)]
@@ -87,13 +88,16 @@ def eigen_report(n: int, k: int, betas: list[float], samples: int = 200) -> str:
         selfw = float(np.mean([np.mean(np.diag(w)) for w in ws]))
         contr = [ole_gossip_contraction(ws, b, exchangeable=exchangeable) for b in betas]
         lines.append(f"| {name} | {degree:.1f} | {np.mean(lam_min):.3f}, {np.min(lam_min):.3f} | {np.mean(lam_2):.3f} | "
-                     f"{selfw:.3f} | " + " | ".join(f"{c:.3f}" for c in contr) + f" | {critical_beta(ws, exchangeable)} |")
+                     f"{selfw:.3f} | " + " | ".join(f"{c:.3f}" for c in contr) + f" | {critical_beta(ws, exchangeable)} | "
+                     f"{ole_gossip_growth(ws if exchangeable else ws * 50, betas[-1]):.3f} |")
     lines += ["", "Ole's gossip M = (1+beta) W - beta I maps an eigenvalue lambda of W to (1+beta) lambda - beta: "
               "|.| < 1 needs beta < (1+lambda)/(1-lambda) for the most negative lambda; and |(1+beta) lambda - beta| < |lambda| "
               "(faster consensus than W) only for lambda > beta/(2+beta). E-contraction is "
               "E||P M e||^2/||e||^2 for disagreement vectors e (P removes the mean): with a fresh random W per "
               "round the same for every e, trace/(n-1) of the averaged operator (issue 35; the top eigenvalue of "
-              "a finite average is biased upward); for a static W the worst e: "
+              "a finite average is biased upward); for a static W the worst e. The last column is measured: the "
+              "per-round factor of ||P M_T ... M_1 P||_F^2 / (n-1) over the rows' matrices in order (a static W: 50 "
+              "rounds): "
               "beta = 0 is plain gossip; > 1 means Ole's restarts alone push the nodes apart. The directed "
               "uniform rows are not symmetric (their lambda columns are real parts).", "",
               f"## psi of the static topologies ({n} nodes)", "",

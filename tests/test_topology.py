@@ -21,6 +21,7 @@ from common.topology import (
     neighbours,
     ole_beta_bound,
     ole_gossip_contraction,
+    ole_gossip_growth,
     renormalize_present,
     spectral_psi,
     uniform_weights,
@@ -426,3 +427,18 @@ def test_disagreement_factor_is_psi_on_symmetric_and_singular_value_on_directed(
     # a disagreement (1, -1) becomes (0, -1), centred (0.5, -0.5): half the norm
     assert disagreement_factor(w) == pytest.approx(0.5)
     assert disagreement_factor(np.ones((1, 1))) == 0.0
+
+
+def test_ole_gossip_growth_of_the_product_by_hand_and_on_the_papers_topology() -> None:
+    """The measured counterpart: per-round factor of ||P M_T ... M_1 P||_F^2 / (n-1)."""
+    full4 = mixing_matrix("full", 4)
+    assert ole_gossip_growth([full4] * 5, 0.5) == pytest.approx(0.25)  # P M = -beta P every round
+    # one matching kept for 2 rounds: disagreement eigenvalues 1, -beta, -beta -> (1 + 2 beta^4) / 3 after 2
+    matching = _matching([(0, 1), (2, 3)])
+    assert ole_gossip_growth([matching] * 2, 0.5) == pytest.approx(math.sqrt((1 + 2 * 0.5**4) / 3))
+    assert ole_gossip_growth([matching], 0.5) == pytest.approx((1 + 2 * 0.25) / 3)  # one round: trace / (n-1)
+    assert ole_gossip_growth([np.ones((1, 1))], 0.9) == 0.0
+    # 100 nodes, k = 10, fresh graphs: below 1 at beta 0.99, a little under the mean-square factor 0.982
+    ws = [mixing_matrix("random", 100, peers=10, seed=0, round_num=t) for t in range(1, 41)]
+    growth = ole_gossip_growth(ws, 0.99)
+    assert 0.95 < growth < k_regular_ole_contraction(100, 10, 0.99) < 1.0
