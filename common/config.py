@@ -626,8 +626,13 @@ def _check_node_values(cfg: RunConfig) -> None:
         node_shape_info(cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    _require(cfg.model not in UNET_PRESETS, "model", cfg.model,
-             "a classifier with partition = node (the diffusion task's FID needs real images on the server)")
+    if cfg.model in UNET_PRESETS:  # the diffusion task trains on the sites' folders; its FID would need real
+        # images on the server (a reference from the clients' feature sums is not built yet)
+        _require(not cfg.central_eval, "central-eval", cfg.central_eval,
+                 "false with a U-Net and partition = node (FID and KID need real images on the server)")
+        _require(cfg.algorithm != "fedddpm+", "algorithm", cfg.algorithm,
+                 "not fedddpm+ with partition = node (QuickTest's feature extractor is trained on real images on "
+                 "the server)")
     _require(not cfg.perturbation_diagnostic, "perturbation-diagnostic", cfg.perturbation_diagnostic,
              "false with partition = node (it reads every client's data on the server)")
 
@@ -668,13 +673,14 @@ def _check_diffusion_values(cfg: RunConfig) -> None:
     _require(cfg.algorithm in DIFFUSION_ALGORITHMS, "algorithm", cfg.algorithm,
              f"with a U-Net model (diffusion task) one of {', '.join(DIFFUSION_ALGORITHMS)}")
     _require(not cfg.cog, "cog", cfg.cog, "false with a U-Net model (FedCOG needs a classifier)")
-    if is_hf(cfg.dataset):
+    if is_hf(cfg.dataset) and cfg.partition != NODE_PARTITION:
         return
     preset = UNET_PRESETS[cfg.model]
-    side = cfg.image_size or dataset_info(cfg.dataset).height
+    own = node_shape_info(cfg) if cfg.partition == NODE_PARTITION else dataset_info(cfg.dataset)
+    side = cfg.image_size or own.height
     _require(side % preset.downsampling == 0, "image-size", cfg.image_size,
              f"a side divisible by {preset.downsampling} for model '{cfg.model}' (the dataset's own side is "
-             f"{dataset_info(cfg.dataset).height}; e.g. image-size = {max(preset.downsampling, side // preset.downsampling * preset.downsampling)})")
+             f"{own.height}; e.g. image-size = {max(preset.downsampling, side // preset.downsampling * preset.downsampling)})")
     timesteps = cfg.diffusion_timesteps or preset.timesteps
     _require("ddim" not in (cfg.sampler, cfg.aux_sampler) or cfg.ddim_steps <= timesteps, "ddim-steps", cfg.ddim_steps,
              f"at most T = {timesteps} (diffusion-timesteps)")

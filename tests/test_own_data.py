@@ -306,3 +306,18 @@ def test_the_run_accuracy_metric_is_central_where_evaluated_else_the_nodes_local
     assert run_accuracy({"final-central-accuracy": 0.5, "final-local-test-accuracy": 0.7}) == {
         "final-accuracy": 0.5, "accuracy-source": "central"}
     assert run_accuracy({"final-local-test-accuracy": 0.7}) == {"final-accuracy": 0.7, "accuracy-source": "local-test"}
+
+
+def test_fedddpm_trains_on_the_sites_folders_without_server_data(sites, tmp_path):
+    from tests.diffusion_tiny import TINY_DIFFUSION
+
+    summary, folder = _run_sites(tmp_path, [s.path for s in sites], [s.name for s in sites], algorithm="fedddpm",
+                                 **{**TINY_DIFFUSION, "central-eval": False, "num-server-rounds": 1,
+                                    "local-steps": 1, "batch-size": 8, "warmup-steps": 1})
+    assert summary["status"] == "ok" and (folder / "samples-final.png").is_file() and "final-fid" not in summary
+    warmup = json.loads((folder / "metrics.jsonl").read_text().splitlines()[0])
+    assert warmup["aux-size"] >= 3  # images sampled from every site's warm model, kept on the server
+    with pytest.raises(ConfigError, match="central-eval.*FID and KID need real images"):
+        _cfg(algorithm="fedddpm", **{**TINY_DIFFUSION})
+    with pytest.raises(ConfigError, match="not fedddpm\\+"):
+        _cfg(algorithm="fedddpm+", **{**TINY_DIFFUSION, "central-eval": False})
