@@ -79,7 +79,27 @@ def prepare_run_config(app_dir: Path, overrides: dict[str, Any]) -> tuple[dict[s
     return prepared, cfg
 
 
-def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client: float) -> Any:
+def check_resources(num_supernodes: int, cpus_per_client: float, gpus_per_client: float) -> None:
+    """The simulation's resource options, refused before Ray starts (where a bad one gave a 48-line traceback)."""
+    import math
+
+    if num_supernodes < 1:
+        raise ConfigError(f"--num-supernodes {num_supernodes}: at least 1 SuperNode is needed")
+    if not (math.isfinite(cpus_per_client) and cpus_per_client > 0):
+        raise ConfigError(f"--cpus-per-client {cpus_per_client:g}: a number of CPUs > 0 (fractions allowed), "
+                          "e.g. --cpus-per-client 1")
+    if not (math.isfinite(gpus_per_client) and gpus_per_client >= 0):
+        raise ConfigError(f"--gpus-per-client {gpus_per_client:g}: a number of GPUs >= 0")
+    if gpus_per_client > 0:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--gpus-per-client {gpus_per_client:g} but this machine has no CUDA GPU that torch "
+                              "can use; leave --gpus-per-client at 0 to run on CPUs")
+
+
+def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client: float,
+              gpus_per_client: float = 0.0) -> Any:
     """The checks that need no simulation engine, so that bad input fails in seconds, not after its start-up.
 
     The dataset's files, the node count against min-nodes, the CPUs asked for, the
@@ -93,6 +113,7 @@ def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client
     from common.task import make_model
     from server_app.checkpoint import load_checkpoint
 
+    check_resources(num_supernodes, cpus_per_client, gpus_per_client)
     if num_supernodes < cfg.min_nodes:
         raise ConfigError(f"--num-supernodes {num_supernodes} is below run config key 'min-nodes' = {cfg.min_nodes}; "
                           "no round could count")
@@ -146,7 +167,7 @@ def run_simulation(app_dir: Path, overrides: dict[str, Any], num_supernodes: int
     """
     prepared, cfg = prepare_run_config(app_dir, overrides)
     folder = Path(prepared["results-dir"]) / prepared["run-name"]
-    lock = preflight(cfg, folder, num_supernodes, cpus_per_client)
+    lock = preflight(cfg, folder, num_supernodes, cpus_per_client, gpus_per_client)
     try:
         _simulate(app_dir, prepared, num_supernodes, cpus_per_client, gpus_per_client)
     finally:
@@ -254,6 +275,17 @@ def compare(app_dir: Path, algorithms: list[str], overrides: dict[str, Any], num
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = {k: v for k, v in overrides.items() if k not in ("algorithm", "run-name")}
     cfg_root = results_root(str(base.get("results-dir", app_defaults(app_dir)["results-dir"])))
+    from server_app.registry import SERVER_STRATEGIES
+
+    if not algorithms:
+        raise ConfigError("--algorithms names no algorithm; e.g. --algorithms fedavg,fedprox")
+    check_resources(num_supernodes, cpus_per_client, gpus_per_client)
+    defaults = app_defaults(app_dir)
+    for algorithm in algorithms:  # every one checked before the first runs: a misspelt last one fails now
+        try:
+            parse_run_config({**defaults, **base, "algorithm": algorithm}, SERVER_STRATEGIES)
+        except ConfigError as err:
+            raise ConfigError(f"--algorithms: {algorithm!r}: {err}") from None
     folder = cfg_root / (name or f"compare-{stamp}")
     folder.mkdir(parents=True, exist_ok=True)
     runs: dict[str, Path] = {}
