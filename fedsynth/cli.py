@@ -391,8 +391,12 @@ def main(argv: list[str] | None = None) -> int:
             return run_command(app_dir, overrides, args.num_supernodes, args.cpus_per_client, args.gpus_per_client)
         else:
             algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-            folder = compare(app_dir, algorithms, overrides, args.num_supernodes, args.cpus_per_client, args.name,
-                             args.gpus_per_client)
+            handlers = install_handlers()  # Ctrl-C stops the current run cleanly, as in `fedsynth run`
+            try:
+                folder = compare(app_dir, algorithms, overrides, args.num_supernodes, args.cpus_per_client,
+                                 args.name, args.gpus_per_client)
+            finally:
+                restore_handlers(handlers)
             print((folder / "comparison.md").read_text())
             statuses = {}
             for algorithm in algorithms:
@@ -400,6 +404,12 @@ def main(argv: list[str] | None = None) -> int:
                 statuses.setdefault(str(summary.get("status", STATUS_OK)), f"{algorithm}: {summary.get('status-reason', '')}")
         print(f"results: {folder}")
     except BaseException as err:  # noqa: BLE001 - the CLI's job is to turn any failure into an exit code
+        interrupted = _interrupted(err)
+        if interrupted is not None:  # compare: the run under way stopped cleanly; the others did not start
+            print(f"fedsynth: compare interrupted by {signal_name(interrupted.signum)}"
+                  + (f"; the run in {interrupted.folder} resumes with resume = true" if interrupted.folder else ""),
+                  file=sys.stderr)
+            return exit_code(interrupted.signum)
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise
         return _report_failure(err)
