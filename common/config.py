@@ -467,6 +467,10 @@ def _check_choice(key: str, value: str, choices: Iterable[str]) -> None:
 
 def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     """Range and consistency checks; each names the key and the accepted values."""
+    for f in config_fields():  # a NUL in a name or path fails deep in the OS ("embedded null byte")
+        value = getattr(cfg, f.name)
+        _require(not (isinstance(value, str) and "\x00" in value), key_name(f.name), value, "text without a NUL byte")
+    _require(cfg.seed >= 0, "seed", cfg.seed, "an integer >= 0 (numpy's generators take no negative seed)")
     _check_choice("algorithm", cfg.algorithm, sorted(known_algorithms))
     hf = is_hf(cfg.dataset)
     node = cfg.partition == NODE_PARTITION

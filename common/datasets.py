@@ -168,6 +168,21 @@ def _check_counts(images: np.ndarray, labels: np.ndarray, images_path: Path, lab
                          "expected one label per image (the files are from different datasets or truncated)")
 
 
+def check_images_and_labels(info: DatasetInfo, images: np.ndarray, labels: np.ndarray, images_path: Path,
+                            labels_path: Path) -> None:
+    """Images of the size the model is built for and labels in 0..num_classes-1, naming the file at fault.
+
+    Otherwise the run fails deep in torch ("mat1 and mat2 shapes cannot be multiplied", "Target 255 is out of
+    bounds") without saying which file is wrong.
+    """
+    if tuple(images.shape[1:3]) != (info.height, info.width):
+        raise ValueError(f"{images_path} holds {images.shape[1]}x{images.shape[2]} images; dataset {info.name!r} "
+                         f"and its models expect {info.height}x{info.width}")
+    if len(labels) and (int(labels.min()) < 0 or int(labels.max()) >= info.num_classes):
+        raise ValueError(f"{labels_path} holds labels from {int(labels.min())} to {int(labels.max())}; dataset "
+                         f"{info.name!r} has {info.num_classes} classes, so labels must be in 0..{info.num_classes - 1}")
+
+
 def _load_idx_dataset(info: DatasetInfo, root: Path, explicit: bool = False) -> DatasetArrays:
     folder = _IDX_FOLDERS[info.name]
     directories = [root / folder / "raw", root / folder, root]
@@ -194,6 +209,8 @@ def _load_idx_dataset(info: DatasetInfo, root: Path, explicit: bool = False) -> 
         if arrays[f"x_{split}"].ndim != 3:
             raise ValueError(f"{found[f'x_{split}']} holds arrays of shape {arrays[f'x_{split}'].shape}; "
                              "expected (N, 28, 28) images")
+        check_images_and_labels(info, arrays[f"x_{split}"], arrays[f"y_{split}"], found[f"x_{split}"],
+                                found[f"y_{split}"])
     return DatasetArrays(
         info,
         arrays["x_train"][..., None],

@@ -153,6 +153,10 @@ def partition_indices(labels: np.ndarray, spec: PartitionSpec) -> list[np.ndarra
     """Indices into `labels` of each partition, per the spec's partitioner."""
     from datasets import Dataset
 
+    if len(labels) < spec.num_partitions:
+        raise ValueError(f"dataset {spec.dataset!r} has {len(labels)} training samples, fewer than the "
+                         f"{spec.num_partitions} partitions (num-partitions / --num-supernodes): every node needs "
+                         "at least one; use fewer nodes or more data")
     if spec.partition == "pairs":
         parts = pairs_indices(labels, dataset_info(spec.dataset).num_classes, spec.classes_per_client,
                               spec.num_partitions, spec.seed)

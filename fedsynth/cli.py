@@ -80,8 +80,31 @@ def prepare_run_config(app_dir: Path, overrides: dict[str, Any]) -> tuple[dict[s
     return prepared, cfg
 
 
+def check_resources(num_supernodes: int, cpus_per_client: float, gpus_per_client: float,
+                    on_cluster: bool = False) -> None:
+    """The simulation's resource options, refused before Ray starts (where a bad one gave a 48-line traceback).
+
+    On a Ray cluster the GPUs are the cluster's, checked by `fedsynth.ray_cluster.check_cluster`, not this host's.
+    """
+    import math
+
+    if num_supernodes < 1:
+        raise ConfigError(f"--num-supernodes {num_supernodes}: at least 1 SuperNode is needed")
+    if not (math.isfinite(cpus_per_client) and cpus_per_client > 0):
+        raise ConfigError(f"--cpus-per-client {cpus_per_client:g}: a number of CPUs > 0 (fractions allowed), "
+                          "e.g. --cpus-per-client 1")
+    if not (math.isfinite(gpus_per_client) and gpus_per_client >= 0):
+        raise ConfigError(f"--gpus-per-client {gpus_per_client:g}: a number of GPUs >= 0")
+    if gpus_per_client > 0 and not on_cluster:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise ConfigError(f"--gpus-per-client {gpus_per_client:g} but this machine has no CUDA GPU that torch "
+                              "can use; leave --gpus-per-client at 0 to run on CPUs")
+
+
 def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client: float,
-              on_cluster: bool = False) -> Any:
+              gpus_per_client: float = 0.0, on_cluster: bool = False) -> Any:
     """The checks that need no simulation engine, so that bad input fails in seconds, not after its start-up.
 
     The dataset's files, the node count against min-nodes, the CPUs asked for, the
@@ -97,6 +120,7 @@ def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client
     from common.task import make_model
     from server_app.checkpoint import load_checkpoint
 
+    check_resources(num_supernodes, cpus_per_client, gpus_per_client)
     if num_supernodes < cfg.min_nodes:
         raise ConfigError(f"--num-supernodes {num_supernodes} is below run config key 'min-nodes' = {cfg.min_nodes}; "
                           "no round could count")
@@ -182,7 +206,7 @@ def run_simulation(app_dir: Path, overrides: dict[str, Any], num_supernodes: int
         from fedsynth.ray_cluster import check_cluster
 
         check_cluster(ray_address, cpus_per_client, gpus_per_client)
-    lock = preflight(cfg, folder, num_supernodes, cpus_per_client, on_cluster=bool(ray_address))
+    lock = preflight(cfg, folder, num_supernodes, cpus_per_client, gpus_per_client, on_cluster=bool(ray_address))
     try:
         _simulate(app_dir, prepared, num_supernodes, cpus_per_client, gpus_per_client, ray_address,
                   folder / PLACEMENT_FILE if ray_address else None)
@@ -301,6 +325,17 @@ def compare(app_dir: Path, algorithms: list[str], overrides: dict[str, Any], num
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = {k: v for k, v in overrides.items() if k not in ("algorithm", "run-name")}
     cfg_root = results_root(str(base.get("results-dir", app_defaults(app_dir)["results-dir"])))
+    from server_app.registry import SERVER_STRATEGIES
+
+    if not algorithms:
+        raise ConfigError("--algorithms names no algorithm; e.g. --algorithms fedavg,fedprox")
+    check_resources(num_supernodes, cpus_per_client, gpus_per_client, on_cluster=bool(ray_address))
+    defaults = app_defaults(app_dir)
+    for algorithm in algorithms:  # every one checked before the first runs: a misspelt last one fails now
+        try:
+            parse_run_config({**defaults, **base, "algorithm": algorithm}, SERVER_STRATEGIES)
+        except ConfigError as err:
+            raise ConfigError(f"--algorithms: {algorithm!r}: {err}") from None
     folder = cfg_root / (name or f"compare-{stamp}")
     folder.mkdir(parents=True, exist_ok=True)
     runs: dict[str, Path] = {}
@@ -409,8 +444,12 @@ def main(argv: list[str] | None = None) -> int:
                                args.ray_address)
         else:
             algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-            folder = compare(app_dir, algorithms, overrides, args.num_supernodes, args.cpus_per_client, args.name,
-                             args.gpus_per_client, args.ray_address)
+            handlers = install_handlers()  # Ctrl-C stops the current run cleanly, as in `fedsynth run`
+            try:
+                folder = compare(app_dir, algorithms, overrides, args.num_supernodes, args.cpus_per_client,
+                                 args.name, args.gpus_per_client, args.ray_address)
+            finally:
+                restore_handlers(handlers)
             print((folder / "comparison.md").read_text())
             statuses = {}
             for algorithm in algorithms:
@@ -418,6 +457,12 @@ def main(argv: list[str] | None = None) -> int:
                 statuses.setdefault(str(summary.get("status", STATUS_OK)), f"{algorithm}: {summary.get('status-reason', '')}")
         print(f"results: {folder}")
     except BaseException as err:  # noqa: BLE001 - the CLI's job is to turn any failure into an exit code
+        interrupted = _interrupted(err)
+        if interrupted is not None:  # compare: the run under way stopped cleanly; the others did not start
+            print(f"fedsynth: compare interrupted by {signal_name(interrupted.signum)}"
+                  + (f"; the run in {interrupted.folder} resumes with resume = true" if interrupted.folder else ""),
+                  file=sys.stderr)
+            return exit_code(interrupted.signum)
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise
         return _report_failure(err)

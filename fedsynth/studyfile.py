@@ -11,9 +11,11 @@ before any run starts.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
 import itertools
 import json
+import math
 import re
 import tomllib
 from collections.abc import Callable, Mapping
@@ -25,6 +27,27 @@ from fedsynth.scores import lower_is_better
 from fedsynth.study_sharpness import SHARPNESS
 
 SCORE_PATTERN = re.compile(r"^(last-k|final|best|(rounds|seconds)-to:[0-9.eE+-]+)$")
+SCORES = "last-k, final, best, rounds-to:T or seconds-to:T (T a number)"
+# The [study] table's keys and what each holds (docs/studies.md); any other key is refused with a "did you mean".
+STUDY_KEYS = {
+    "name": "a string", "description": "a string", "notes": "a string",
+    "report-seeds": "a non-empty list of integers >= 0", "tuning-seeds": "a list of integers >= 0",
+    "metric": "a metric name", "tuning-metric": "a metric name", "extra-metrics": "a list of metric names",
+    "score": SCORES, "targets": "a list of numbers", "last-k": "an integer >= 1",
+    "display-scale": "a number > 0", "num-supernodes": "an integer >= 1", "cpus-per-client": "a number > 0",
+    "gpus-per-client": "a number >= 0 (a fraction <= 1 or a whole number)", "tuning-central-eval": "true or false",
+    "sharpness-examples": "an integer >= 0 (0: every training example)",
+}
+CLAIM_KEYS = ("claim", "score", "metric")
+# Metrics a run records (metrics.jsonl, summary.json) that a study may score; names with these prefixes are
+# the rules' own statistics and diagnostics. A name that is neither is refused: a misspelt metric would leave
+# every run "not run yet" in the report after the study finished.
+KNOWN_METRICS = (
+    "accuracy", "central-accuracy", "central-loss", "local-test-accuracy", "local-test-loss", "train-loss",
+    "local-test-accuracy-min", "local-test-accuracy-max", "consensus-distance", "fid", "kid", "final-fid",
+    "final-kid", "aux-fid", "aux-kid", "quicktest-fid", "correction-loss", "distill-loss-end", SHARPNESS,
+)
+METRIC_PREFIXES = ("stat-", "cos-", "synthetic-", "node-accuracy-", "final-")
 CLAIM_PATTERN = re.compile(r"^\s*(\S+)\s*([<>])\s*(\S+)\s*$")
 # Keys the study runner sets itself on every run.
 RUNNER_KEYS = ("seed", "results-dir", "run-name", "resume")
@@ -142,10 +165,60 @@ class RunSpec:
         return f"{safe}-{self.phase}-s{self.seed}-{self.key}"
 
 
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (_is_int(value) or isinstance(value, float)) and math.isfinite(value)
+
+
+def _bad(key: str, value: Any) -> StudyError:
+    return StudyError(f"[study] {key} = {value!r} is invalid; accepted: {STUDY_KEYS[key]}")
+
+
 def _ints(value: Any, key: str) -> list[int]:
-    if not isinstance(value, list) or not all(isinstance(v, int) and not isinstance(v, bool) for v in value):
-        raise StudyError(f"[study] {key} must be a list of integers, got {value!r}")
+    if not isinstance(value, list) or not all(_is_int(v) and v >= 0 for v in value):
+        raise _bad(key, value)
     return list(value)
+
+
+def _value(head: Mapping[str, Any], key: str, default: Any, ok: Callable[[Any], bool]) -> Any:
+    """head[key] (or the default) when `ok` accepts it; else a StudyError naming the key and what it accepts."""
+    value = head.get(key, default)
+    if not ok(value):
+        raise _bad(key, value)
+    return value
+
+
+def check_score(score: Any, where: str) -> str:
+    """A score name: last-k, final, best, rounds-to:T, seconds-to:T with T a number."""
+    if not isinstance(score, str) or not SCORE_PATTERN.match(score):
+        raise StudyError(f"{where}: score {score!r} must be {SCORES}")
+    if "-to:" in score:
+        try:
+            float(score.split(":", 1)[1])
+        except ValueError:
+            raise StudyError(f"{where}: score {score!r}: the target after ':' is not a number") from None
+    return score
+
+
+def check_metric(metric: Any, where: str) -> str:
+    """A metric a run records (KNOWN_METRICS or one of METRIC_PREFIXES), else refused with the closest names."""
+    if isinstance(metric, str) and (metric in KNOWN_METRICS or metric.startswith(METRIC_PREFIXES)):
+        return metric
+    close = difflib.get_close_matches(str(metric), KNOWN_METRICS, n=2, cutoff=0.6)
+    hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+    raise StudyError(f"{where}: metric {metric!r} is not one a run records{hint}; known: {', '.join(KNOWN_METRICS)} "
+                     f"and names starting {', '.join(METRIC_PREFIXES)}")
+
+
+def _unknown_keys(table: Mapping[str, Any], known: Any, where: str) -> None:
+    for key in table:
+        if key not in known:
+            close = difflib.get_close_matches(str(key), list(known), n=2, cutoff=0.6)
+            hint = f" (did you mean {' or '.join(map(repr, close))}?)" if close else ""
+            raise StudyError(f"{where}: unknown key {key!r}{hint}; known: {', '.join(known)}")
 
 
 def _table(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
@@ -158,8 +231,14 @@ def _table(raw: Mapping[str, Any], key: str) -> dict[str, Any]:
 def _claim(entry: Any, default_score: str, arms: set[str], default_metric: str, metrics: list[str]) -> Claim:
     if isinstance(entry, str):
         text, score, metric = entry, default_score, default_metric
-    else:
+    elif isinstance(entry, Mapping):
+        _unknown_keys(entry, CLAIM_KEYS, "[[claims]]")
         text, score, metric = entry.get("claim"), entry.get("score", default_score), entry.get("metric", default_metric)
+    else:
+        raise StudyError(f"[[claims]] entry {entry!r} must be a string 'A > B' or a table with claim, score, metric")
+    if not isinstance(text, str):
+        raise StudyError(f"[[claims]] claim = {text!r} must be a string 'A > B' or 'A < B' with arm names")
+    check_score(score, f"claim {text!r}")
     match = CLAIM_PATTERN.match(text or "")
     if not match:
         raise StudyError(f"claim {text!r} must read 'A > B' or 'A < B' with arm names")
@@ -167,8 +246,6 @@ def _claim(entry: Any, default_score: str, arms: set[str], default_metric: str, 
     for name in (better, other):
         if name not in arms:
             raise StudyError(f"claim {text!r} names '{name}', which is not an arm (arms: {', '.join(sorted(arms))})")
-    if not SCORE_PATTERN.match(score):
-        raise StudyError(f"claim {text!r}: score {score!r} must be last-k, final, best, rounds-to:T or seconds-to:T")
     if metric not in metrics:
         raise StudyError(f"claim {text!r}: metric {metric!r} is not scored; add it to [study] extra-metrics "
                          f"(scored: {', '.join(metrics)})")
@@ -181,39 +258,52 @@ def parse_study(raw: Mapping[str, Any], path: Path) -> Study:
     if unknown:
         raise StudyError(f"unknown top-level table(s) {sorted(unknown)}; a study has [study], [base], [variants.*], [arms.*], [[claims]]")
     head = _table(raw, "study")
+    _unknown_keys(head, STUDY_KEYS, "[study]")
     report_seeds = _ints(head.get("report-seeds", [0, 1, 2]), "report-seeds")
     tuning_seeds = _ints(head.get("tuning-seeds", []), "tuning-seeds")
     if not report_seeds:
-        raise StudyError("[study] report-seeds is empty")
+        raise _bad("report-seeds", report_seeds)
     if set(report_seeds) & set(tuning_seeds):
         raise StudyError(f"[study] tuning-seeds {sorted(set(report_seeds) & set(tuning_seeds))} are also report seeds; "
                          "tuning must use seeds of its own")
-    metric = str(head.get("metric", "central-accuracy"))
-    tuning_metric = str(head.get("tuning-metric", "local-test-accuracy"))
+    metric = check_metric(head.get("metric", "central-accuracy"), "[study] metric")
+    tuning_metric = check_metric(head.get("tuning-metric", "local-test-accuracy"), "[study] tuning-metric")
     if tuning_metric.startswith("central-") or tuning_metric.startswith("final-central") or tuning_metric == "accuracy":
         raise StudyError(f"[study] tuning-metric {tuning_metric!r} is scored on the official test split; "
                          "tune on the clients' held-out split (local-test-accuracy) or a training hold-out")
-    score = str(head.get("score", "last-k"))
-    if not SCORE_PATTERN.match(score):
-        raise StudyError(f"[study] score {score!r} must be last-k, final, best, rounds-to:T or seconds-to:T")
-    targets = [float(t) for t in head.get("targets", [])]
-    last_k = int(head.get("last-k", 5))
-    if last_k < 1:
-        raise StudyError("[study] last-k must be at least 1")
+    score = check_score(head.get("score", "last-k"), "[study]")
+    targets = [float(t) for t in _value(head, "targets", [], lambda v: isinstance(v, list) and all(map(_is_number, v)))]
+    last_k = _value(head, "last-k", 5, lambda v: _is_int(v) and v >= 1)
+    display_scale = _value(head, "display-scale", 1.0, lambda v: _is_number(v) and v > 0)
+    num_supernodes = _value(head, "num-supernodes", 10, lambda v: _is_int(v) and v >= 1)
+    cpus_per_client = _value(head, "cpus-per-client", 1.0, lambda v: _is_number(v) and v > 0)
+    gpus_per_client = _value(head, "gpus-per-client", 0.0,
+                             lambda v: _is_number(v) and v >= 0 and (v <= 1 or float(v).is_integer()))
+    tuning_central_eval = _value(head, "tuning-central-eval", False, lambda v: isinstance(v, bool))
+    for key in ("name", "description", "notes"):
+        _value(head, key, "", lambda v: isinstance(v, str))
     base = _table(raw, "base")
-    variants = {name: dict(table) for name, table in _table(raw, "variants").items()}
-    for name in variants:
-        if "@" in name:
-            raise StudyError(f"variant name {name!r} must not contain '@'")
+    variants = _table(raw, "variants")
+    for name, table in variants.items():
+        if "@" in name or not isinstance(table, Mapping):
+            raise StudyError(f"variant {name!r} must be a table [variants.{name}] and its name must not contain '@'")
+    variants = {name: dict(table) for name, table in variants.items()}
     arms: dict[str, Arm] = {}
     for name, table in _table(raw, "arms").items():
         if "@" in name or not isinstance(table, Mapping):
             raise StudyError(f"arm {name!r} must be a table and its name must not contain '@'")
         overrides = {k: v for k, v in table.items() if k not in ("grid", "paper")}
+        if not isinstance(table.get("grid", {}), Mapping):
+            raise StudyError(f"arm {name!r}: grid = {table.get('grid')!r} must be a table [arms.{name}.grid] of "
+                             "run-config keys, each with a non-empty list of values")
         grid = dict(table.get("grid", {}))
         for key, values in grid.items():
             if not isinstance(values, list) or not values:
                 raise StudyError(f"arm {name!r}: grid {key!r} must be a non-empty list")
+        paper = table.get("paper")
+        if paper is not None and not (_is_number(paper) or (isinstance(paper, Mapping) and all(
+                _is_number(v) for v in paper.values()))):
+            raise StudyError(f"arm {name!r}: paper = {paper!r} must be a number or a table of numbers per variant")
         if grid and not tuning_seeds:
             raise StudyError(f"arm {name!r} has a tuning grid but [study] tuning-seeds is empty")
         arms[name] = Arm(name, overrides, grid, table.get("paper"))
@@ -224,8 +314,11 @@ def parse_study(raw: Mapping[str, Any], path: Path) -> Study:
                              *[(f"arms.{a.name}", a.overrides) for a in arms.values()]]:
             if key in table:
                 raise StudyError(f"[{where}] sets '{key}', which the study runner sets itself")
-    extra_metrics = [str(m) for m in head.get("extra-metrics", [])]
+    extra = _value(head, "extra-metrics", [], lambda v: isinstance(v, list))
+    extra_metrics = [check_metric(m, "[study] extra-metrics") for m in extra]
     scored = scored_metrics(metric, tuning_metric, extra_metrics)
+    if not isinstance(raw.get("claims", []), list):
+        raise StudyError("claims must be an array of tables [[claims]] (or strings 'A > B')")
     claims = [_claim(entry, score, set(arms), metric, scored) for entry in raw.get("claims", [])]
     sharpness_examples = head.get("sharpness-examples", 10000)
     if not isinstance(sharpness_examples, int) or isinstance(sharpness_examples, bool) or sharpness_examples < 0:
@@ -244,10 +337,10 @@ def parse_study(raw: Mapping[str, Any], path: Path) -> Study:
         name=str(head.get("name", path.stem)), description=str(head.get("description", "")), path=path,
         base=base, variants=variants, arms=arms, claims=claims, report_seeds=report_seeds, tuning_seeds=tuning_seeds,
         metric=metric, tuning_metric=tuning_metric, extra_metrics=extra_metrics,
-        last_k=last_k, score=score, targets=targets, display_scale=float(head.get("display-scale", 1.0)),
-        num_supernodes=int(head.get("num-supernodes", 10)), cpus_per_client=float(head.get("cpus-per-client", 1.0)),
-        gpus_per_client=float(head.get("gpus-per-client", 0.0)),
-        tuning_central_eval=bool(head.get("tuning-central-eval", False)), notes=str(head.get("notes", "")),
+        last_k=last_k, score=score, targets=targets, display_scale=float(display_scale),
+        num_supernodes=num_supernodes, cpus_per_client=float(cpus_per_client),
+        gpus_per_client=float(gpus_per_client),
+        tuning_central_eval=tuning_central_eval, notes=str(head.get("notes", "")),
         sharpness_examples=sharpness_examples,
     )
 

@@ -27,7 +27,7 @@ from common.records import Weights, from_record, message_array_bytes, model_weig
 from common.results import RunResults, run_accuracy
 from common.task import make_model
 from common.uplink import float32_equivalent_bytes
-from server_app.checkpoint import Checkpoint, load_checkpoint, node_table, save_checkpoint
+from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, node_table, save_checkpoint
 from server_app.diffusion_eval import DiffusionEvaluator
 from server_app.evaluation import central_evaluator
 from server_app.messaging import match_replies, send_and_receive
@@ -92,8 +92,14 @@ def _check_train_reply(strategy: FedAvgStrategy, reply: Message, node: NodeInfo 
 def resume_from_checkpoint(cfg: RunConfig, strategy: FedAvgStrategy, results: RunResults, template: Weights) -> tuple[Weights, int]:
     """Restore model, strategy state, RNG and metrics from the run's checkpoint; returns (weights, next round)."""
     ckpt = load_checkpoint(results.path, cfg, template, node_table(strategy.nodes))
-    strategy.load_checkpoint_arrays(ckpt.state_arrays)
-    strategy.load_state_meta(ckpt.state_meta)
+    try:
+        strategy.load_checkpoint_arrays(ckpt.state_arrays)
+        strategy.load_state_meta(ckpt.state_meta)
+    except CheckpointError:
+        raise
+    except (KeyError, TypeError, ValueError, AttributeError) as err:  # nothing is written yet: refuse cleanly
+        raise CheckpointError(f"checkpoint {results.path} holds a strategy state {type(strategy).__name__} cannot "
+                              f"use ({type(err).__name__}: {err}); delete it to start over") from None
     strategy.on_resume()
     results.restore_rounds(ckpt.metrics)
     if ckpt.torch_rng is not None:

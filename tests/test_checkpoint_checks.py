@@ -132,3 +132,14 @@ def test_a_checkpoint_is_refused_by_the_cli_before_the_engine_starts(run_copy, t
     with pytest.raises(CheckpointError, match="round 99"):
         preflight(parse_run_config(raw, SERVER_STRATEGIES), folder, 2, 1.0)
     assert files(folder) == before
+
+
+def test_a_checkpoint_missing_its_strategy_arrays_is_refused_before_anything_is_written(finished_run, tmp_path):
+    raw, folder = finished_run
+    raw = {**raw, "algorithm": "fedavgm", "results-dir": str(tmp_path / "results"), "run-name": "m"}
+    run_federation(raw, InProcessGrid(2, raw))
+    folder = tmp_path / "results" / "m"
+    meta, tensors = read(folder / CHECKPOINT_FILE)
+    tensors = {k: v for k, v in tensors.items() if not k.startswith("state/")}  # the velocity's arrays are gone
+    rewrite(folder / CHECKPOINT_FILE, meta, tensors)
+    refused({**raw, "resume": True}, folder, "corrupt")

@@ -22,6 +22,8 @@ def captured(monkeypatch):
     module = importlib.import_module("flwr.simulation.run_simulation")  # the package re-exports a function of that name
     calls: list[dict] = []
     monkeypatch.setattr(module, "_run_simulation", lambda **kwargs: calls.append(kwargs))
+    # the plumbing is what is tested here, on any machine: the CLI refuses GPUs where torch sees none
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     return calls
 
 
