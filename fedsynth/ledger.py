@@ -14,6 +14,10 @@ repairs a torn last line (a process killed mid-write), so the next line never
 glues onto it and no whole entry is lost. On NFS, Linux takes flock as an NFS
 byte-range lock, so it holds across hosts; the torn fragment is kept in
 `ledger.jsonl.torn`.
+
+An entry whose fields have the wrong types (a hand-edited or damaged line,
+e.g. `"scores": "x"`) is left out and listed in `malformed` with its line and
+reason, so the report never crashes on it and its run counts as not done.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ class Ledger:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self.entries: dict[str, dict[str, Any]] = {}
+        self.malformed: list[str] = []  # "line N: reason" of each entry left out
         self.reload()
 
     @property
@@ -57,6 +62,7 @@ class Ledger:
     def reload(self) -> None:
         """Read the file again: the entries other processes appended since."""
         self.entries = {}
+        self.malformed = []
         if self.path.is_file():
             for entry in self._read():
                 self.entries[entry["key"]] = entry
@@ -100,13 +106,18 @@ class Ledger:
         return f"a line cut short by a kill ({len(tail)} bytes) was moved to {self.torn_path}"
 
     def _read(self) -> Iterator[dict[str, Any]]:
-        for line in self.path.read_text().splitlines():
+        for number, line in enumerate(self.path.read_text().splitlines(), start=1):
             try:
                 entry = json.loads(line)
             except json.JSONDecodeError:
                 continue  # the tail of a line cut by a kill
-            if isinstance(entry, dict) and isinstance(entry.get("key"), str):
-                yield entry
+            if not (isinstance(entry, dict) and isinstance(entry.get("key"), str)):
+                continue
+            reason = malformed_reason(entry)
+            if reason is not None:
+                self.malformed.append(f"line {number}: {reason}")
+                continue
+            yield entry
 
     def __contains__(self, key: str) -> bool:
         return key in self.entries
@@ -128,6 +139,33 @@ class Ledger:
             handle.write(line + "\n")
             _sync(handle)
         self.entries[entry["key"]] = entry
+
+
+_DICT_FIELDS = ("scores", "curves", "config", "grid-point")
+_NUMBER_FIELDS = ("seconds", "rounds", "seed")
+
+
+def malformed_reason(entry: dict[str, Any]) -> str | None:
+    """Why a ledger entry cannot be used (a field of the wrong type), or None when it can."""
+    for name in _DICT_FIELDS:
+        if name in entry and not isinstance(entry[name], dict):
+            return f"{name!r} must be a table, not {type(entry[name]).__name__}"
+    for metric, scores in entry.get("scores", {}).items():
+        if not isinstance(scores, dict):
+            return f"scores of {metric!r} must be a table, not {type(scores).__name__}"
+        for name, value in scores.items():
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                return f"score {metric}/{name} must be a number or null, not {value!r}"
+    for metric, points in entry.get("curves", {}).items():
+        if not isinstance(points, list) or not all(isinstance(p, list) and len(p) == 2 for p in points):
+            return f"curve {metric!r} must be a list of [round, value] pairs"
+    if "exit-code" in entry and (isinstance(entry["exit-code"], bool) or not isinstance(entry["exit-code"], int)):
+        return f"'exit-code' must be an integer, not {entry['exit-code']!r}"
+    for name in _NUMBER_FIELDS:
+        if name in entry and entry[name] is not None and (isinstance(entry[name], bool)
+                                                           or not isinstance(entry[name], (int, float))):
+            return f"{name!r} must be a number, not {entry[name]!r}"
+    return None
 
 
 def _is_entry(raw: bytes) -> bool:

@@ -94,6 +94,8 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     home = results_root(str(defaults.get("results-dir", "results"))) / "studies" / study.name
     paths = StudyPaths(out=(args.out or home).resolve(), runs=(args.runs_dir or home / "runs").resolve())
     ledger = Ledger(paths.ledger)
+    for problem in ledger.malformed:  # left out: the report is made without it, and its run runs again
+        print(f"fedsynth study: {paths.ledger} {problem}; that entry is ignored", file=sys.stderr)
     missing = [str(path) for path in args.reuse if not path.is_file()]
     if missing:
         print(f"fedsynth study: --reuse: no ledger at {', '.join(missing)}", file=sys.stderr)

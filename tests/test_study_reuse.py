@@ -82,3 +82,38 @@ def test_the_command_reuses_and_reports_and_refuses_a_missing_ledger(tmp_path):
     assert "| new > base |" in report and f"4 run(s) reused from `{source.path}`" in report
     missing = subprocess.run([*command, "--reuse", str(tmp_path / "nope.jsonl")], capture_output=True, text=True, cwd=ROOT)
     assert missing.returncode == 2 and "no ledger at" in missing.stderr
+
+
+def test_a_malformed_ledger_entry_is_named_and_left_out_not_a_crash(tmp_path):
+    study_file = tmp_path / "broken.toml"
+    study_file.write_text('[study]\nname = "broken"\nreport-seeds = [0, 1]\ntuning-seeds = []\nlast-k = 2\n'
+                          '[base]\nmodel = "mlp"\nnum-server-rounds = 4\n'
+                          '[arms.base]\nalgorithm = "fedavg"\n[arms.new]\nalgorithm = "fedprox"\n'
+                          '[[claims]]\nclaim = "new > base"\n')
+    from fedsynth.studyfile import load_study
+    study = load_study(study_file)
+    ledger = Ledger(tmp_path / "out" / "ledger.jsonl")
+    specs = report_runs(study, {})
+    for spec in specs[1:]:
+        ledger.append(_entry(spec.key))
+    ledger.append({**_entry(specs[0].key), "scores": "x"})  # a hand-edited line
+    reread = Ledger(ledger.path)
+    assert specs[0].key not in reread and len(reread.entries) == len(specs) - 1
+    assert reread.malformed == [f"line {len(specs)}: 'scores' must be a table, not str"]
+    command = [sys.executable, "-m", "fedsynth.cli", "study", str(study_file), "--out", str(tmp_path / "out"),
+               "--report-only"]
+    done = subprocess.run(command, capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 0, done.stderr
+    assert "'scores' must be a table, not str; that entry is ignored" in done.stderr
+    assert (tmp_path / "out" / "report.md").is_file()
+
+
+@pytest.mark.parametrize("field, value", [
+    ("curves", [1, 2]), ("exit-code", "0"), ("seconds", "slow"),
+    ("scores", {"central-accuracy": {"last-k": "high"}}), ("scores", {"central-accuracy": 0.5}),
+])
+def test_each_wrongly_typed_field_is_malformed(field, value):
+    from fedsynth.ledger import malformed_reason
+
+    assert malformed_reason(_entry("k")) is None
+    assert malformed_reason({**_entry("k"), field: value}) is not None
