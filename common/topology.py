@@ -361,6 +361,16 @@ def disagreement_factor(w: np.ndarray) -> float:
     return float(np.linalg.norm(projector @ w @ projector, 2))
 
 
+def _disagreement_projector(ws: Sequence[np.ndarray]) -> np.ndarray | None:
+    """I - 11^T/n, the projector onto the disagreement subspace of the rounds' n nodes; None when n = 1."""
+    if not ws:
+        raise ValueError("need at least one mixing matrix")
+    n = ws[0].shape[0]
+    if n == 1:
+        return None
+    return np.eye(n) - np.full((n, n), 1.0 / n)
+
+
 def ole_gossip_contraction(ws: Sequence[np.ndarray], beta: float, *, exchangeable: bool = False) -> float:
     """Mean-square factor by which OledFL's restart-and-mix shrinks the nodes' disagreement per round.
 
@@ -388,12 +398,10 @@ def ole_gossip_contraction(ws: Sequence[np.ndarray], beta: float, *, exchangeabl
     unbiased estimate, and exact from one graph on k-regular graphs with
     uniform weights (`k_regular_ole_contraction`).
     """
-    if not ws:
-        raise ValueError("need at least one mixing matrix")
-    n = ws[0].shape[0]
-    if n == 1:
+    projector = _disagreement_projector(ws)
+    if projector is None:
         return 0.0
-    projector = np.eye(n) - np.full((n, n), 1.0 / n)
+    n = projector.shape[0]
     second_moment = np.zeros((n, n))
     for w in ws:
         m = projector @ ((1 + beta) * np.asarray(w, dtype=np.float64) - beta * np.eye(n))
@@ -417,12 +425,10 @@ def ole_gossip_growth(ws: Sequence[np.ndarray], beta: float) -> float:
     a static W it tends to the worst mode's factor. Renormalised every round,
     so long products neither overflow nor underflow.
     """
-    if not ws:
-        raise ValueError("need at least one mixing matrix")
-    n = ws[0].shape[0]
-    if n == 1:
+    projector = _disagreement_projector(ws)
+    if projector is None:
         return 0.0
-    projector = np.eye(n) - np.full((n, n), 1.0 / n)
+    n = projector.shape[0]
     product = projector.copy()
     log_total = 0.0
     for w in ws:
