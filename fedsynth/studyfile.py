@@ -45,7 +45,8 @@ CLAIM_KEYS = ("claim", "score", "metric")
 KNOWN_METRICS = (
     "accuracy", "central-accuracy", "central-loss", "local-test-accuracy", "local-test-loss", "train-loss",
     "local-test-accuracy-min", "local-test-accuracy-max", "consensus-distance", "fid", "kid", "final-fid",
-    "final-kid", "aux-fid", "aux-kid", "quicktest-fid", "correction-loss", "distill-loss-start", "distill-loss-end", SHARPNESS,
+    "final-kid", "aux-fid", "aux-kid", "quicktest-fid", "correction-loss", "distill-loss-start", "distill-loss-end",
+    SHARPNESS,
 )
 METRIC_PREFIXES = ("stat-", "cos-", "synthetic-", "node-accuracy-", "final-")
 CLAIM_PATTERN = re.compile(r"^\s*(\S+)\s*([<>])\s*(\S+)\s*$")
