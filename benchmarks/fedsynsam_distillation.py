@@ -35,6 +35,7 @@ from common.config import RunConfig  # noqa: E402
 from common.datasets import dataset_info  # noqa: E402
 from common.task import make_model  # noqa: E402
 from server_app.distillation import DistillSettings, distill  # noqa: E402
+from server_app.app import run_strategy
 
 CODECS = {"qsgd4": {"compression": "qsgd", "bits": 4}, "topk0.1": {"compression": "topk", "topk-ratio": 0.1},
           "none": {"compression": "none"},
@@ -64,7 +65,7 @@ def run_inprocess(raw: dict, num_nodes: int):
     grid = InProcessGrid(num_nodes, raw)
     strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, handshake(grid, cfg))
     with RunResults(cfg) as results:
-        strategy.run(grid, results)
+        run_strategy(grid, cfg, strategy, results)
     return strategy
 
 

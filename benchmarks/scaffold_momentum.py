@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from server_app.app import run_strategy
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
@@ -47,7 +48,7 @@ def measure(raw: dict[str, Any], num_nodes: int) -> list[dict[str, float]]:
     from common.results import RunResults
     from fedsynth.inprocess import InProcessGrid
     from server_app.handshake import handshake
-    from server_app.loop import TooManyFailedRounds
+    from server_app.strategies.base import TooManyFailedRounds
     from server_app.registry import SERVER_STRATEGIES
 
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
@@ -79,7 +80,7 @@ def measure(raw: dict[str, Any], num_nodes: int) -> list[dict[str, float]]:
     strategy.server_step = recording_step
     results = RunResults(cfg)
     try:
-        strategy.run(grid, results)
+        run_strategy(grid, cfg, strategy, results)
     except TooManyFailedRounds:  # diverged: the clients refuse a non-finite model; keep the rows so far
         pass
     accuracy = {r["round"]: r["central-accuracy"] for r in results.rounds if "central-accuracy" in r}

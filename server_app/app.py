@@ -8,18 +8,25 @@ from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
 from common.config import RunConfig, parse_run_config
+from common.interrupt import RunInterrupted
 from common.results import RunResults
 from server_app.handshake import HandshakeError, handshake_outcome
+from server_app.messaging import polling_grid
+from server_app.recorder import RunRecorder
 from server_app.registry import SERVER_STRATEGIES
+from server_app.strategies.base import RoundStrategy, TooManyFailedRounds
 
 app = ServerApp()
 
 
 def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
-    """Handshake, strategy, rounds; returns the summary.
+    """Handshake, strategy, Flower's `Strategy.start()`, results; returns the summary.
 
     The results folder is opened first, so that a run refused at the handshake (a site's bad
-    data) still leaves a summary.json with status "failed" and the nodes' reasons.
+    data) still leaves a summary.json with status "failed" and the nodes' reasons. The strategy
+    runs through the same `start()` a Flower developer calls, with fedsynth's results,
+    checkpoints and progress lines as its `evaluate_fn` (server_app/recorder.py) and a grid
+    that notices replies within `reply-poll-interval` (server_app/messaging.py).
     """
     with RunResults(cfg) as results:
         try:
@@ -33,7 +40,24 @@ def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         if not results.resuming:  # a resume keeps the folder as it was until its checkpoint is checked
             results.write_nodes(nodes)
         strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, nodes)
-        return strategy.run(grid, results)
+        return run_strategy(grid, cfg, strategy, results)
+
+
+def run_strategy(grid: Grid, cfg: RunConfig, strategy: RoundStrategy, results: RunResults) -> dict[str, Any]:
+    """`strategy.start()` with the run's recorder as its evaluate_fn, then the final evaluation and summary."""
+    recorder = RunRecorder(cfg, strategy, results)
+    initial_arrays = recorder.initial_arrays()
+    grid = polling_grid(grid, cfg.reply_poll_interval)
+    try:
+        result = strategy.start(grid, initial_arrays, num_rounds=cfg.num_server_rounds, timeout=cfg.round_timeout,
+                                evaluate_fn=recorder)
+    except RunInterrupted:
+        recorder.on_interrupt()
+        raise
+    except TooManyFailedRounds:
+        recorder.on_failed_round()
+        raise
+    return recorder.finish(grid, result)
 
 
 @app.main()

@@ -25,19 +25,17 @@ resumed run starts with empty `Context.state` on the nodes.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
-from typing import Any
+from pathlib import Path
+from typing import Any, Callable
 
 import numpy as np
-import torch
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.config import ConfigError, RunConfig
-from common.interrupt import raise_if_stopped
 from common.gossip import (
     average_model,
     consensus_distance,
@@ -55,11 +53,7 @@ from common.protocol import (
     STATE_OWN_MODEL,
     STATE_OWN_ROUND,
 )
-from common.records import (
-    Weights, check_weights, from_record, message_array_bytes, model_weights, subtract, to_record,
-)
-from common.results import RunResults, run_accuracy
-from common.task import make_model
+from common.records import Weights, check_weights, from_record, subtract, to_record
 from common.topology import (
     DIRECTED_TOPOLOGIES,
     RANDOM_TOPOLOGIES,
@@ -70,14 +64,11 @@ from common.topology import (
     ole_gossip_contraction,
     spectral_psi,
 )
-from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, node_table, save_checkpoint
-from server_app.evaluation import CentralEvaluator, central_evaluator
-from server_app.loop import TooManyFailedRounds
-from server_app.messaging import match_replies, send_and_receive
-from server_app.outcome import conclude
+from server_app.checkpoint import CheckpointError
 from server_app.reply_checks import check_train_metrics
 from server_app.robust import clip_update, update_norm
-from server_app.strategies.fedavg import NodeInfo, checked_evaluate_metrics, local_test_summary, reply_metric_means
+from server_app.strategies.base import NodeInfo, RoundStrategy
+from server_app.strategies.fedavg import reply_metric_means
 
 
 def _state_group(partition_id: int) -> str:
@@ -106,28 +97,53 @@ def node_accuracy_stats(accuracies: Sequence[float]) -> dict[str, float]:
     }
 
 
-class DecentralizedRelay:
+class DecentralizedRelay(RoundStrategy):
     """Relay and orchestrator of dpsgd, dfedavg, dfedavgm, dfedsam, oledfl-sgd and oledfl-sam.
 
     The node update rule is the ClientApp's (`client_app/decentralized.py`);
-    the relay is the same for all six.
+    the relay is the same for all six. Under Flower's `start()`, `configure_train`
+    sends each node its own message (its mixing weights and its neighbours'
+    models), `aggregate_train` keeps every good reply as that node's new model
+    and returns the average model x-bar, which `evaluate_fn` and the `Result`
+    receive. A round with fewer than `min-nodes` good replies still mixes (the
+    nodes that answered move on); `max-failed-rounds` such rounds in a row end
+    the run.
     """
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo]) -> None:
+    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, fraction_evaluate: float = 0.0,
+                 lr_schedule: Callable[[int], float] | None = None) -> None:
+        super().__init__(min_nodes=cfg.min_nodes, max_failed_rounds=cfg.max_failed_rounds,
+                         fraction_evaluate=fraction_evaluate, max_weight_share=cfg.max_weight_share, seed=cfg.seed,
+                         nodes=nodes)
         self.cfg = cfg
-        self.nodes = sorted(nodes, key=lambda n: n.partition_id)
+        # fedsynth's clients read each round's lr from the config (`lr * lr-decay^(round-1)`)
+        self.lr_schedule = lr_schedule if lr_schedule is not None else cfg.local_lr
+        self.models: list[Weights] = []              # z_i, the last model node i sent (x^0 before)
+        self.present = np.ones(0, dtype=bool)        # who sent a model in the last round
+        self.last_answered: list[int] = []           # round of each node's last accepted model
+        self.completed_round = 0
+        self.restore_pending: set[int] = set()       # nodes whose Context.state is re-sent (resume)
+        self.targets = parse_targets(cfg.target_accuracies)
+        self._base: np.ndarray | None = None
+        if self.nodes:
+            self._size_node_state()
+
+    def ensure_nodes(self, grid: Grid) -> None:
+        if not self.nodes:
+            super().ensure_nodes(grid)
+            self._size_node_state()
+
+    def _size_node_state(self) -> None:
+        """Check the topology against the node count and size the per-node state."""
         count = len(self.nodes)
+        cfg = self.cfg
         try:
             check_topology(cfg.topology, count, cfg.peers, cfg.mixing)
         except ValueError as err:
             raise ConfigError(f"run config keys topology = {cfg.topology!r}, peers = {cfg.peers}, mixing = "
                               f"{cfg.mixing!r} do not fit this run's {count} nodes: {err}") from None
-        self.models: list[Weights] = []              # z_i, the last model node i sent (x^0 before)
-        self.present = np.ones(count, dtype=bool)    # who sent a model in the last round
-        self.last_answered = [0] * count             # round of each node's last accepted model
-        self.completed_round = 0
-        self.restore_pending: set[int] = set()       # nodes whose Context.state is re-sent (resume)
-        self.targets = parse_targets(cfg.target_accuracies)
+        self.present = np.ones(count, dtype=bool)
+        self.last_answered = [0] * count
 
     # ----- server state that a checkpoint must keep ---------------------------------
     def state_arrays(self) -> dict[str, Weights]:
@@ -161,6 +177,18 @@ class DecentralizedRelay:
         self.present = np.asarray(meta["present"], dtype=bool)
         self.last_answered = [int(r) for r in meta["last-answered"]]
 
+    def checkpoint_arrays(self) -> dict[str, Weights]:
+        """Every array group a checkpoint keeps: the nodes' last models."""
+        return self.state_arrays()
+
+    def load_checkpoint_arrays(self, groups: Mapping[str, Weights]) -> None:
+        """Restore what `checkpoint_arrays` returned."""
+        self.load_state_arrays(groups)
+
+    def check_restored(self, template: Weights) -> str | None:
+        """Why the restored node models cannot continue a run of this model, or None."""
+        return next((p for p in (check_weights(m, template, "checkpointed node model") for m in self.models) if p), None)
+
     def on_resume(self) -> None:
         """After a checkpoint was loaded: give every node its own model back with its next message."""
         self.restore_pending = set(range(len(self.nodes)))
@@ -177,7 +205,7 @@ class DecentralizedRelay:
         base = self.topology_matrix(server_round)
         return base, dropout_mixing(base, self.present)
 
-    def messages(self, server_round: int, w: np.ndarray) -> list[Message]:
+    def messages(self, server_round: int, w: np.ndarray, config: ConfigRecord) -> list[Message]:
         """One train message per node: its mixing weights and its neighbours' models (or their sum)."""
         records: dict[int, ArrayRecord] = {}
         out = []
@@ -185,7 +213,7 @@ class DecentralizedRelay:
             row = w[i]
             neighbours = [int(j) for j in np.flatnonzero(row > 0) if j != i]
             content = RecordDict({
-                "config": ConfigRecord({"server-round": server_round, "lr": self.cfg.local_lr(server_round)}),
+                "config": config,
                 GOSSIP: ConfigRecord({
                     "self-weight": float(row[i]),
                     "neighbours": [self.nodes[j].partition_id for j in neighbours],
@@ -208,23 +236,22 @@ class DecentralizedRelay:
             out.append(Message(content, dst_node_id=node.node_id, message_type=MessageType.TRAIN))
         return out
 
-    def check_reply(self, reply: Message, template: Weights) -> str | None:
+    def check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:
         """Why a node's reply cannot be used as its new model, or None."""
-        if reply.has_error():
-            return f"error: {reply.error.reason}"
         content = reply.content
         if "arrays" not in content.array_records:
             return "reply lacks the 'arrays' record"
-        node = next((n for n in self.nodes if n.node_id == reply.metadata.src_node_id), None)
-        reason = check_train_metrics(content.metric_records.get("metrics"), node and node.partition_id,
-                                     node and node.num_train_examples,
-                                     max_test_examples=node and node.num_test_examples)
+        reason = check_train_metrics(content.metric_records.get("metrics"),
+                                     node.partition_id if self.handshake_nodes else None, node.num_train_examples,
+                                     max_test_examples=node.num_test_examples, partition_required=self.handshake_nodes)
         if reason is not None:
             return reason
+        i = self.nodes.index(node)
         try:
-            return check_weights(from_record(content.array_records["arrays"]), template, "model")
+            problem = check_weights(from_record(content.array_records["arrays"]), self.models[i], "model")
         except Exception as err:  # noqa: BLE001 - a reply must never crash the relay
             return f"malformed model ({type(err).__name__}: {err})"
+        return problem or self.update_norm_problem(i, reply)
 
     def update_norm_problem(self, i: int, reply: Message) -> str | None:
         """Why node i's new model must be refused for moving too far from its last one (max-update-norm, refuse)."""
@@ -246,31 +273,35 @@ class DecentralizedRelay:
         step = clip_update(subtract(model, self.models[i]), bound)
         return {name: (self.models[i][name] + step[name]).astype(model[name].dtype) for name in model}
 
-    def collect(self, server_round: int, sent: list[Message], replies: list[Message], template: Weights) -> dict[str, Any]:
-        """Take the good replies' models; returns the round's reply statistics and failures."""
-        index_of = {node.node_id: i for i, node in enumerate(self.nodes)}
-        answered: set[int] = set()
-        good: dict[int, Message] = {}
-        failures: list[dict[str, Any]] = []
-        uplink = 0
-        pairs, _ = match_replies(sent, replies)  # by the message answered: the SuperLink answers for lost nodes
-        for message, reply in pairs:
-            i = index_of[message.metadata.dst_node_id]
-            answered.add(i)
-            uplink += message_array_bytes(reply)
-            reason = self.check_reply(reply, template) or self.update_norm_problem(i, reply)
-            if reason is None:
-                good[i] = reply
-            else:
-                failures.append({"node": self.nodes[i].node_id, "partition": self.nodes[i].partition_id, "reason": reason})
-        for message in sent:
-            i = index_of[message.metadata.dst_node_id]
-            if i not in answered:
-                failures.append({"node": self.nodes[i].node_id, "partition": self.nodes[i].partition_id, "reason": "timeout"})
-        for failure in failures:
-            log(WARNING, "round %d: node %s (partition %s) left out of the next mixing: %s",
-                server_round, failure["node"], failure["partition"], failure["reason"])
+    # ----- Strategy API -----------------------------------------------------------------
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """Each node its own message: its row of W_t and its neighbours' last models (x^0 = `arrays` before)."""
+        if not self.round_is_active(server_round):
+            return self.skip_round()
+        self.ensure_nodes(grid)
+        if not self.models:
+            self.models = [from_record(arrays)] * len(self.nodes)
+        base, w = self.mixing(server_round)
+        self._base = base
+        round_config = {**config, "server-round": server_round}
+        if self.lr_schedule is not None:
+            round_config["lr"] = self.lr_schedule(server_round)
+        sent = self.messages(server_round, w, ConfigRecord(round_config))
+        fields: dict[str, Any] = {**traffic(w, to_record(self.models[0]).count_bytes())}
+        if "lr" in round_config:
+            fields["lr"] = round_config["lr"]
+        fields["psi"] = disagreement_factor(base) if self.cfg.topology in DIRECTED_TOPOLOGIES else spectral_psi(base)
+        return self.begin_round(server_round, sent, **fields)
 
+    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Keep each good reply as its node's model; returns x-bar and the round's metrics.
+
+        A failed, timed-out or bad reply leaves its node out of the next round's mixing.
+        """
+        if self.round_report is None:  # a round that sent nothing
+            return None, None
+        outcome = self.collect(replies)
+        good = {i: reply for i, reply in outcome.good}
         state_lost = 0
         for i, reply in good.items():
             own_round = int(reply.content.metric_records["metrics"].get("own-model-round", 0))
@@ -284,8 +315,16 @@ class DecentralizedRelay:
         self.present = np.zeros(len(self.nodes), dtype=bool)
         self.present[list(good)] = True
         self.restore_pending -= set(good)
-        metrics = [good[i].content.metric_records["metrics"] for i in sorted(good)]
-        return {"good": metrics, "failures": failures, "uplink-bytes": uplink, "state-lost": state_lost}
+        self.completed_round = server_round
+        mean = average_model(self.models)
+        metrics = MetricRecord({**self._reply_metrics([good[i].content.metric_records["metrics"] for i in sorted(good)],
+                                                      self.max_weight_share),
+                                "consensus-distance": consensus_distance(self.models, mean)})
+        self.finish_round(metrics, [good[i] for i in sorted(good)], **{"state-lost": state_lost})
+        if len(good) < self.min_nodes:
+            self.round_report["below-min-nodes"] = True
+        self.count_short_round(server_round, len(good), "the nodes that answered mix on")
+        return to_record(mean), metrics
 
     # ----- the run --------------------------------------------------------------------
     def summary(self) -> None:
@@ -324,89 +363,6 @@ class DecentralizedRelay:
             "per round (mean square), so they drift apart unless local training pulls them back%s",
             cfg.ole_beta, cfg.topology, contraction, bound)
 
-    def run(self, grid: Grid, results: RunResults) -> dict[str, Any]:
-        """Run every round, then the final evaluations; returns the summary (also summary.json)."""
-        cfg = self.cfg
-        self.summary()
-        template = model_weights(make_model(cfg, seeded=True))
-        model_bytes = to_record(template).count_bytes()
-        evaluator = central_evaluator(cfg)
-        first_round = 1
-        if results.resuming:
-            first_round = self._resume(results, template)
-        else:
-            self.models = [template] * len(self.nodes)
-            if evaluator is not None:
-                loss, accuracy = evaluator.evaluate(template)
-                results.log_round({"round": 0, "central-loss": loss, "central-accuracy": accuracy})
-        failed_in_a_row = 0
-        start = time.monotonic()
-        for server_round in range(first_round, cfg.num_server_rounds + 1):
-            raise_if_stopped()  # SIGINT/SIGTERM: stop here, the last checkpoint is kept (common/interrupt.py)
-            round_start = time.monotonic()
-            base, w = self.mixing(server_round)
-            sent = self.messages(server_round, w)
-            downlink = sum(message_array_bytes(m) for m in sent)
-            replies = send_and_receive(grid, sent, cfg.round_timeout, cfg.reply_poll_interval)
-            server_start = time.monotonic()
-            outcome = self.collect(server_round, sent, replies, template)
-            self.completed_round = server_round
-            good = outcome["good"]
-            record: dict[str, Any] = {
-                "round": server_round,
-                "sampled": len(sent),
-                "answered": len(good),
-                "failed": len(outcome["failures"]),
-                "failures": outcome["failures"],
-                "uplink-bytes": outcome["uplink-bytes"],
-                "downlink-bytes": downlink,
-                **traffic(w, model_bytes),
-                "lr": cfg.local_lr(server_round),
-                "psi": disagreement_factor(base) if cfg.topology in DIRECTED_TOPOLOGIES else spectral_psi(base),
-                "state-lost": outcome["state-lost"],
-            }
-            record.update(self._reply_metrics(good, cfg.max_weight_share))
-            mean = average_model(self.models)
-            record["consensus-distance"] = consensus_distance(self.models, mean)
-            is_last = server_round == cfg.num_server_rounds
-            if evaluator is not None and (is_last or (cfg.eval_every and server_round % cfg.eval_every == 0)):
-                record["central-loss"], record["central-accuracy"] = evaluator.evaluate(mean)
-            if len(good) < cfg.min_nodes:
-                failed_in_a_row += 1
-                record["below-min-nodes"] = True
-            else:
-                failed_in_a_row = 0
-            record["server-time"] = time.monotonic() - server_start
-            record["round-time"] = time.monotonic() - round_start
-            results.log_round(record)
-            if failed_in_a_row >= cfg.max_failed_rounds:
-                raise TooManyFailedRounds(
-                    f"fewer than min-nodes={cfg.min_nodes} nodes answered in {failed_in_a_row} rounds in a row "
-                    f"(max-failed-rounds={cfg.max_failed_rounds}); last failures: {outcome['failures'][:3]}"
-                )
-            if cfg.checkpoint_every and (server_round % cfg.checkpoint_every == 0 or is_last):
-                save_checkpoint(results.path, cfg, Checkpoint(
-                    server_round, mean, self.state_arrays(), self.state_meta(), results.rounds,
-                    nodes=node_table(self.nodes),
-                ))
-            log(INFO, "%s", _progress_line(record, cfg.num_server_rounds))
-        return self._finish(grid, results, evaluator, time.monotonic() - start)
-
-    def _resume(self, results: RunResults, template: Weights) -> int:
-        ckpt = load_checkpoint(results.path, self.cfg, template, node_table(self.nodes))
-        self.load_state_arrays(ckpt.state_arrays)
-        self.load_state_meta(ckpt.state_meta)
-        for model in self.models:
-            problem = check_weights(model, template, "checkpointed node model")
-            if problem:
-                raise CheckpointError(problem)
-        self.on_resume()
-        results.restore_rounds(ckpt.metrics)
-        if ckpt.torch_rng is not None:
-            torch.set_rng_state(torch.from_numpy(ckpt.torch_rng.copy()))
-        log(INFO, "resumed from the checkpoint of round %d in %s", ckpt.server_round, results.path)
-        return ckpt.server_round + 1
-
     @staticmethod
     def _reply_metrics(metrics: list[Mapping[str, Any]], max_share: float) -> dict[str, Any]:
         """Train loss and the nodes' own (mixed-model, local test split) accuracies of a round (capped shares)."""
@@ -422,63 +378,34 @@ class DecentralizedRelay:
             out["ole-direction-norm"] = float(np.mean(directions))
         return out
 
-    def _final_evaluate(self, grid: Grid, mean: Weights) -> dict[str, Any]:
-        """Every node evaluates x-bar on its local test split."""
-        arrays = to_record(mean)
-        sent = [
-            Message(RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": self.cfg.num_server_rounds})}),
-                    dst_node_id=node.node_id, message_type=MessageType.EVALUATE)
-            for node in self.nodes
-        ]
-        replies = send_and_receive(grid, sent, self.cfg.round_timeout, self.cfg.reply_poll_interval)
-        metrics = checked_evaluate_metrics(self.nodes, replies)
-        if not metrics:
-            return {}
-        return {f"final-{k}": v for k, v in local_test_summary(metrics, self.cfg.max_weight_share).items()}
-
-    def _finish(self, grid: Grid, results: RunResults, evaluator: CentralEvaluator | None, wall_time: float) -> dict[str, Any]:
+    def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        """What a decentralized run adds to summary.json: its topology, traffic, targets and consensus."""
         cfg = self.cfg
-        mean = average_model(self.models)
-        rounds = [r for r in results.rounds if r.get("round", 0) >= 1]
+        trained = [r for r in rounds if r.get("round", 0) >= 1]
         summary: dict[str, Any] = {
-            "algorithm": cfg.algorithm,
-            "dataset": cfg.dataset,
-            "partition": cfg.partition,
             "topology": cfg.topology,
             "peers": cfg.peers if cfg.topology in RANDOM_TOPOLOGIES else None,
             "mixing": cfg.mixing,
             "ole-beta": cfg.ole_beta if cfg.algorithm.startswith("oledfl") else None,
             "relay-mixing": cfg.relay_mixing,
-            "rounds": cfg.num_server_rounds,
-            "num-nodes": len(self.nodes),
-            "wall-time": wall_time,
-            "psi": float(np.mean([r["psi"] for r in rounds])) if rounds else None,
+            "psi": float(np.mean([r["psi"] for r in trained])) if trained else None,
         }
-        for key in ("uplink-bytes", "downlink-bytes", "downlink-bytes-neighbour-models", "downlink-bytes-relay-mixing"):
-            summary[key] = sum(r.get(key, 0) for r in rounds)
-        central = [r for r in results.rounds if "central-accuracy" in r]
+        for key in ("downlink-bytes-neighbour-models", "downlink-bytes-relay-mixing"):
+            summary[key] = sum(r.get(key, 0) for r in trained)
+        central = [r for r in rounds if "central-accuracy" in r]
         if central:
-            summary["final-central-accuracy"] = central[-1]["central-accuracy"]
-            summary["final-central-loss"] = central[-1]["central-loss"]
-            summary["best-central-accuracy"] = max(r["central-accuracy"] for r in central)
             summary["rounds-to-target"] = rounds_to_targets(
                 [(r["round"], r["central-accuracy"]) for r in central], self.targets)
-        if rounds:
-            summary["final-consensus-distance"] = rounds[-1]["consensus-distance"]
-        if rounds:
+        if trained:
+            summary["final-consensus-distance"] = trained[-1]["consensus-distance"]
             # the nodes' own (mixed) models on their local test splits in the last round; evaluating all N
             # models on the central test set as well would cost N evaluations per run
-            summary.update({f"final-{k}": v for k, v in rounds[-1].items() if k.startswith("node-accuracy-")})
-        conclude(summary, results, mean)
-        summary.update(self._final_evaluate(grid, mean))
-        summary.update(run_accuracy(summary))
-        if cfg.save_model:
-            results.write_model(mean)
-        results.write_summary(summary)
-        results.write_plots()
-        plot_decentralized(results.rounds, results.path)
-        log(INFO, "results written to %s", results.path)
+            summary.update({f"final-{k}": v for k, v in trained[-1].items() if k.startswith("node-accuracy-")})
         return summary
+
+    def plot(self, rounds: Sequence[Mapping[str, Any]], folder: Path) -> None:
+        """decentralized.png beside the common plots."""
+        plot_decentralized(rounds, folder)
 
 
 def _progress_line(record: dict[str, Any], num_rounds: int) -> str:

@@ -216,3 +216,16 @@ def plot_fid(curves: dict[str, list[tuple[int, float]]], path, title: str) -> No
 def spread_indices(total: int, count: int) -> np.ndarray:
     """`count` indices spread evenly over `total` items (a grid that shows every client's part)."""
     return np.unique(np.linspace(0, max(total - 1, 0), num=min(count, total)).round().astype(np.int64))
+
+
+def record_auxiliary(cfg: RunConfig, results: "RunResults", auxiliary: np.ndarray | None, record: dict[str, Any]) -> None:
+    """FedDDPM's auxiliary set in the results: a grid of its images, and its FID and KID where the server has data.
+
+    Table IV's "FID of the synthetic auxiliary dataset" needs the real images (`central-eval`, simulation).
+    """
+    if auxiliary is None:
+        return
+    save_image_grid(auxiliary[spread_indices(len(auxiliary), GRID_IMAGES)], results.path / "auxiliary.png")
+    if cfg.central_eval:
+        scores = DiffusionEvaluator(cfg, results).scores(auxiliary, seed=0)
+        record.update({"aux-fid": scores["fid"], "aux-kid": scores["kid"]})

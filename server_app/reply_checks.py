@@ -65,13 +65,14 @@ def _first(*reasons: str | None) -> str | None:
 
 def check_train_metrics(metrics: Mapping[str, Any] | None, partition_id: int | None = None,
                         max_examples: int | None = None, needs_loss: bool = True,
-                        max_test_examples: int | None = None) -> str | None:
+                        max_test_examples: int | None = None, partition_required: bool = True) -> str | None:
     """Why a train reply's metrics are unusable, or None.
 
     `num-examples` must be a positive integer no larger than `max_examples` (the
     node's handshake count of training examples), `num-test-examples` no larger
     than `max_test_examples` (its handshake count of test examples);
-    `partition-id`, when the node is known, must be its own; `train-loss` a
+    `partition-id`, when the node is known, must be its own (a ClientApp that
+    is not fedsynth's may leave it out: `partition_required` False); `train-loss` a
     finite number; a local test accuracy in [0, 1] with a non-negative
     `num-test-examples`; and every other value a finite number.
     """
@@ -80,7 +81,7 @@ def check_train_metrics(metrics: Mapping[str, Any] | None, partition_id: int | N
     reason = _first(
         _all_scalars_finite(metrics),
         _integer(metrics, "num-examples", 1),
-        _integer(metrics, "partition-id", 0),
+        _integer(metrics, "partition-id", 0) if partition_required or "partition-id" in metrics else None,
         _number(metrics, "train-loss") if needs_loss else None,
     )
     if reason:
@@ -108,14 +109,14 @@ def check_train_metrics(metrics: Mapping[str, Any] | None, partition_id: int | N
 
 
 def check_evaluate_metrics(metrics: Mapping[str, Any] | None, partition_id: int | None = None,
-                           max_examples: int | None = None) -> str | None:
+                           max_examples: int | None = None, partition_required: bool = True) -> str | None:
     """Why an evaluate reply's metrics are unusable, or None (`num-examples` may be 0: no local test split)."""
     if metrics is None:
         return "reply lacks the 'metrics' record"
     reason = _first(
         _all_scalars_finite(metrics),
         _integer(metrics, "num-examples", 0, max_examples),
-        _integer(metrics, "partition-id", 0),
+        _integer(metrics, "partition-id", 0) if partition_required or "partition-id" in metrics else None,
         _number(metrics, "local-test-accuracy", 0.0, 1.0),
         _number(metrics, "local-test-loss", 0.0),
     )

@@ -40,7 +40,7 @@ def cfg_of(**overrides):
     return parse_run_config({k.replace("_", "-"): v for k, v in overrides.items()}, SERVER_STRATEGIES)
 
 
-def make_nodes(n: int, examples: int = 10) -> list[NodeInfo]:
+def make_nodes(n: int, examples: int = 1000) -> list[NodeInfo]:
     return [NodeInfo(node_id=1000 + 7 * pid, partition_id=pid, num_train_examples=examples,
                      num_test_examples=2) for pid in range(n)]
 

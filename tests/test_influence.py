@@ -27,7 +27,7 @@ from common.task import make_model
 from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.decentralized import DecentralizedRelay
 from server_app.influence import bounded_weights, capped_counts, capped_mean, capped_shares
-from server_app.loop import collect_replies
+from tests.replies import collect_replies
 from server_app.registry import SERVER_STRATEGIES
 from server_app.robust import update_norm
 from server_app.strategies.fedavg import NodeInfo
@@ -176,7 +176,7 @@ def run_round(algorithm: str, share: float, hostile: dict | None):
         extra = to_record({k: np.full_like(v, hostile["record-scale"]) for k, v in records.weights.items()})
         replies.append(make_reply(sent[HONEST], records.shifted(hostile["scale"]), extra, metrics, hostile["drop-record"]))
     outcome = collect_replies(strategy, sent, replies)
-    arrays, round_metrics = strategy.aggregate_train(1, outcome.good)
+    arrays, round_metrics = strategy.aggregate_good(1, outcome.good)
     return from_record(arrays), dict(round_metrics), strategy, outcome.failures
 
 

@@ -19,6 +19,7 @@ from server_app.handshake import handshake
 from server_app.registry import SERVER_STRATEGIES
 from tests.diffusion_tiny import TINY_DIFFUSION
 from fedsynth.inprocess import InProcessGrid
+from server_app.app import run_strategy
 
 
 def run_inprocess(raw: dict, num_nodes: int, grid: InProcessGrid | None = None):
@@ -27,7 +28,7 @@ def run_inprocess(raw: dict, num_nodes: int, grid: InProcessGrid | None = None):
     nodes = handshake(grid, cfg)
     strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, nodes)
     with RunResults(cfg) as results:
-        summary = strategy.run(grid, results)
+        summary = run_strategy(grid, cfg, strategy, results)
     return summary, results, strategy, grid
 
 
@@ -118,7 +119,7 @@ def test_nan_reply_is_dropped_not_averaged(tmp_path, tiny_data_dir):
 
 
 def test_too_few_nodes_for_too_long_stops_the_run(tmp_path, tiny_data_dir):
-    from server_app.loop import TooManyFailedRounds
+    from server_app.strategies.base import TooManyFailedRounds
 
     raw = base_config(tmp_path, tiny_data_dir, **{"num-server-rounds": 4, "min-nodes": 2, "max-failed-rounds": 2})
     grid = InProcessGrid(2, raw)

@@ -1,7 +1,7 @@
 """Every field of every reply is checked before use: property tests with random malformed replies.
 
 The reply checks (server_app/reply_checks.py) and the round's reply sorting and
-aggregation (server_app/loop.py, the FedAvg strategy) are fed random malformed
+aggregation (the strategies' `aggregate_train`) are fed random malformed
 replies: none raises, and none is averaged in.
 """
 
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from common.config import parse_run_config
 from common.records import from_record, model_weights, to_record
 from common.task import make_model
-from server_app.loop import collect_replies
+from tests.replies import collect_replies
 from server_app.registry import SERVER_STRATEGIES
 from server_app.reply_checks import (
     check_evaluate_metrics,
@@ -172,10 +172,10 @@ def test_random_malformed_reply_is_dropped_and_never_averaged_in(strategy_setup,
     bad.content["metrics"] = MetricRecord(metrics)
     outcome = collect_replies(strategy, sent, replies + [bad])
     assert [f["partition"] for f in outcome.failures] == [2]
-    arrays, _ = strategy.aggregate_train(1, outcome.good)
+    arrays, _ = strategy.aggregate_good(1, outcome.good)
 
     reference, sent_ref = round_messages(cfg, nodes, weights)
-    expected, _ = reference.aggregate_train(1, collect_replies(reference, sent_ref, [
+    expected, _ = reference.aggregate_good(1, collect_replies(reference, sent_ref, [
         honest_reply(sent_ref[0], weights, 0, 0.01), honest_reply(sent_ref[1], weights, 1, -0.02)]).good)
     for name, value in from_record(expected).items():
         np.testing.assert_array_equal(from_record(arrays)[name], value)
@@ -201,7 +201,9 @@ def test_duplicate_and_unsolicited_replies_are_ignored(strategy_setup):
 def test_final_evaluation_skips_malformed_replies(strategy_setup):
     cfg, nodes, weights = strategy_setup
     strategy = FedAvgStrategy(cfg, nodes)
-    sent = list(strategy.configure_evaluate(1, to_record(weights), ConfigRecord({}), None))
+    sent = strategy.evaluate_messages(1, to_record(weights), ConfigRecord({}), nodes)
+    for number, message in enumerate(sent):
+        message.metadata.__dict__["_message_id"] = f"e{number}"
     good = {"num-examples": 10, "partition-id": 0, "local-test-accuracy": 0.8, "local-test-loss": 0.5}
     replies = [
         Message(RecordDict({"metrics": MetricRecord(good)}), reply_to=sent[0]),

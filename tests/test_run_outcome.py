@@ -64,7 +64,7 @@ def test_diverging_run_fails_and_saves_no_model(tmp_path, tiny_data_dir):
 
 
 def test_run_stopped_by_failed_rounds_leaves_a_failed_summary(tmp_path, tiny_data_dir):
-    from server_app.loop import TooManyFailedRounds
+    from server_app.strategies.base import TooManyFailedRounds
 
     raw = config(tmp_path, tiny_data_dir, **{"num-server-rounds": 3, "max-failed-rounds": 1, "round-timeout": 5.0})
     grid = InProcessGrid(2, raw)

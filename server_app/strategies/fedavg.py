@@ -18,47 +18,24 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from typing import TYPE_CHECKING, Any
+from typing import Any, Callable
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
-from flwr.serverapp.strategy import Strategy
 
 from common.config import RunConfig
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
 from common.records import Weights, check_weights, from_record, message_array_bytes, to_record
-from common.uplink import compression_spec, decode_reply
+from common.uplink import compression_spec, decode_reply, float32_equivalent_bytes
 from server_app.influence import bounded_weights
 from server_app.robust import ROBUST_AGGREGATIONS, clip_update, combine_updates, update_norm
+from server_app.reply_checks import check_train_metrics
+from server_app.strategies.base import (
+    NodeInfo, RoundStrategy, checked_evaluate_metrics, local_test_summary, sample_nodes, weighted_metric,
+)
 from server_app.strategies.node_models import NodeModels
-
-if TYPE_CHECKING:
-    from common.results import RunResults
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """What the handshake learned about one node."""
-
-    node_id: int
-    partition_id: int
-    num_train_examples: int
-    num_test_examples: int
-    name: str = ""  # node config `name` (partition = node: the site's label in logs and results)
-
-
-def sample_nodes(nodes: list[NodeInfo], fraction: float, seed: int, server_round: int) -> list[NodeInfo]:
-    """n = max(floor(N * fraction), 1) nodes, drawn without replacement, seeded by (seed, round)."""
-    ordered = sorted(nodes, key=lambda n: n.partition_id)
-    # the epsilon keeps floor(100 * 0.29) at 29 despite binary rounding
-    count = max(math.floor(len(ordered) * fraction + 1e-9), 1)
-    if count >= len(ordered):
-        return ordered
-    rng = np.random.default_rng([seed, server_round, 1])
-    chosen = np.sort(rng.choice(len(ordered), size=count, replace=False))
-    return [ordered[i] for i in chosen]
 
 
 def weighted_mean(values: list[Weights], weights: list[float]) -> Weights:
@@ -70,12 +47,23 @@ def weighted_mean(values: list[Weights], weights: list[float]) -> Weights:
     }
 
 
-class FedAvgStrategy(Strategy):
-    """FedAvg (McMahan et al., 2017): the sampled clients' models averaged on the server."""
+class FedAvgStrategy(RoundStrategy):
+    """FedAvg (McMahan et al., 2017): the sampled clients' models averaged on the server.
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo]) -> None:
+    Built from a validated run config (`cfg`) and the handshake's node table; the keyword-parameter
+    classes of `fedsynth.strategies` build the same config from their parameters. `fraction_evaluate`
+    is 0 in fedsynth's own runs (the train replies carry the evaluation; every node evaluates the final
+    model once, server_app/recorder.py) and Flower's 1.0 in the public classes.
+    """
+
+    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, fraction_evaluate: float = 0.0,
+                 lr_schedule: Callable[[int], float] | None = None) -> None:
+        super().__init__(min_nodes=cfg.min_nodes, max_failed_rounds=cfg.max_failed_rounds,
+                         fraction_evaluate=fraction_evaluate, max_weight_share=cfg.max_weight_share, seed=cfg.seed,
+                         nodes=nodes)
         self.cfg = cfg
-        self.nodes = sorted(nodes, key=lambda n: n.partition_id)
+        # fedsynth's clients read each round's lr from the config (`lr * lr-decay^(round-1)`)
+        self.lr_schedule = lr_schedule if lr_schedule is not None else cfg.local_lr
         self.current: Weights = {}
         self.restore_pending: set[int] = set()
         self.node_models = NodeModels(cfg)
@@ -93,20 +81,6 @@ class FedAvgStrategy(Strategy):
         """The new global model from the mean client update."""
         lr = self.cfg.server_lr
         return {name: (self.current[name] + lr * mean_delta[name]).astype(np.float32) for name in self.current}
-
-    def stop_requested(self) -> bool:
-        """True once the algorithm has finished before num-server-rounds (FedDDPM+ after its correction)."""
-        return False
-
-    def run(self, grid: Grid, results: "RunResults") -> dict[str, Any]:
-        """Run the whole federation with this strategy (the ServerApp's entry point).
-
-        Centralized strategies use the shared round loop; a scheme with another
-        round structure (decentralized relaying) provides its own `run`.
-        """
-        from server_app.loop import run_rounds
-
-        return run_rounds(grid, self.cfg, self, results)
 
     # ----- server state that a checkpoint must keep ---------------------------------
     def state_arrays(self) -> dict[str, Weights]:
@@ -152,11 +126,17 @@ class FedAvgStrategy(Strategy):
     # ----- Strategy API -----------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """One message per sampled node: the global model, the round's config and extra records."""
+        if not self.round_is_active(server_round):
+            return self.skip_round()
+        self.ensure_nodes(grid)
         self.current = from_record(arrays)
         extra = self.downlink_records(server_round)
+        round_config = {**config, "server-round": server_round}
+        if self.lr_schedule is not None:
+            round_config["lr"] = self.lr_schedule(server_round)
         messages = []
         for node in sample_nodes(self.nodes, self.cfg.fraction_train, self.cfg.seed, server_round):
-            content = RecordDict({"arrays": arrays, "config": ConfigRecord({**config, "server-round": server_round})})
+            content = RecordDict({"arrays": arrays, "config": ConfigRecord(round_config)})
             for name, record in extra.items():
                 content[name] = record
             if node.partition_id in self.restore_pending:
@@ -164,7 +144,16 @@ class FedAvgStrategy(Strategy):
                 for name, record in restored.items():
                     content[f"{NODE_STATE_PREFIX}{name}"] = record
             messages.append(Message(content, dst_node_id=node.node_id, message_type=MessageType.TRAIN))
-        return messages
+        fields = {"lr": round_config["lr"]} if "lr" in round_config else {}
+        return self.begin_round(server_round, messages, **fields)
+
+    def check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:
+        """Every metric field (against the node's handshake counts), then the strategy's checks of the arrays."""
+        reason = check_train_metrics(reply.content.metric_records.get("metrics"),
+                                     node.partition_id if self.handshake_nodes else None, node.num_train_examples,
+                                     max_test_examples=node.num_test_examples,
+                                     partition_required=self.handshake_nodes)
+        return reason if reason is not None else self.check_reply(reply)
 
     def check_reply(self, reply: Message) -> str | None:
         """Why a train reply must be dropped, or None when it can be aggregated."""
@@ -207,6 +196,29 @@ class FedAvgStrategy(Strategy):
         return bounded_weights(counts, self.cfg.max_weight_share)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+        """Drop failed, late and malformed replies (each recorded in `round_report`), then aggregate the rest.
+
+        Fewer than `min_nodes` good replies leave the model unchanged (None, None).
+        """
+        replies = list(replies)
+        if self.round_report is None:  # a round that sent nothing
+            return None, None
+        model_record = self._sent[0].content.array_records.get("arrays") if self._sent else None
+        model_bytes = model_record.count_bytes() if model_record is not None else 0  # a compressed reply replaces it
+        outcome = self.collect(replies, model_bytes, lambda reply: float32_equivalent_bytes(reply, model_bytes))
+        self.round_report["uplink-float32-bytes"] = outcome.uplink_float32_bytes
+        good = [reply for _, reply in outcome.good]
+        if len(good) < self.min_nodes:
+            self.round_report["skipped"] = True
+            self.finish_round(None, [])
+            self.count_short_round(server_round, len(good))  # raises after max-failed-rounds
+            return None, None
+        self.count_short_round(server_round, len(good))
+        arrays, metrics = self.aggregate_good(server_round, good)
+        self.finish_round(metrics, good)
+        return arrays, metrics
+
+    def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Average the updates of checked replies (in partition order) and take the server step."""
         replies = sorted(replies, key=partition_of)
         if not replies:
@@ -225,71 +237,15 @@ class FedAvgStrategy(Strategy):
         self.current = self.server_step(mean_delta, replies)
         return to_record(self.current), aggregate_metrics(replies, self.cfg.max_weight_share)
 
-    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        """Every node evaluates the model on its local test split."""
-        return [
-            Message(RecordDict({"arrays": arrays, "config": ConfigRecord({**config, "server-round": server_round})}),
-                    dst_node_id=node.node_id, message_type=MessageType.EVALUATE)
-            for node in self.nodes
-        ]
-
-    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
-        """Test-sample weighted local accuracy and loss (no node's share above `max-weight-share`)."""
-        metrics = checked_evaluate_metrics(self.nodes, replies)
-        if not metrics:
-            return None
-        return MetricRecord({**local_test_summary(metrics, self.cfg.max_weight_share), "num-nodes": len(metrics)})
-
     def summary(self) -> None:
         """Log what this strategy will do."""
         log(INFO, "%s: %d nodes, fraction-train %.2f, aggregation %s, server-lr %g",
             type(self).__name__, len(self.nodes), self.cfg.fraction_train, self.cfg.aggregation, self.cfg.server_lr)
 
 
-def checked_evaluate_metrics(nodes: list[NodeInfo], replies: Iterable[Message]) -> list[MetricRecord]:
-    """The metrics of the evaluate replies whose every field checks out and that have test examples.
-
-    One reply per known node; a malformed one is logged and left out (server_app/reply_checks.py).
-    """
-    from server_app.reply_checks import check_evaluate_metrics
-
-    node_of = {n.node_id: n for n in nodes}
-    good: dict[int, MetricRecord] = {}
-    for reply in replies:
-        node = node_of.get(reply.metadata.src_node_id)
-        if node is None or node.node_id in good or reply.has_error():
-            continue
-        metrics = reply.content.metric_records.get("metrics")
-        reason = check_evaluate_metrics(metrics, node.partition_id, node.num_test_examples)
-        if reason is not None:
-            log(WARNING, "final evaluation: dropped the reply of node %s (partition %s): %s",
-                node.node_id, node.partition_id, reason)
-        elif metrics["num-examples"] > 0:
-            good[node.node_id] = metrics
-    return list(good.values())
-
-
 def partition_of(reply: Message) -> int:
     """The partition id a reply reports (for a fixed aggregation order)."""
     return int(reply.content.metric_records["metrics"].get("partition-id", 0))
-
-
-def weighted_metric(values: Iterable[float], counts: Iterable[float], max_share: float) -> float:
-    """The count-weighted mean of a reported metric, no node's share above `max_share` (server_app/influence.py)."""
-    weights = np.array(bounded_weights(list(counts), max_share), dtype=np.float64)
-    return float(np.sum(np.array(list(values), dtype=np.float64) * weights) / weights.sum())
-
-
-def local_test_summary(metrics: list[Mapping[str, Any]], max_share: float) -> dict[str, float]:
-    """Test-count weighted local accuracy and loss of evaluate replies, with their min and max accuracy."""
-    counts = [m["num-examples"] for m in metrics]
-    accuracy = [m["local-test-accuracy"] for m in metrics]
-    return {
-        "local-test-accuracy": weighted_metric(accuracy, counts, max_share),
-        "local-test-loss": weighted_metric([m["local-test-loss"] for m in metrics], counts, max_share),
-        "local-test-accuracy-min": float(min(accuracy)),
-        "local-test-accuracy-max": float(max(accuracy)),
-    }
 
 
 def reply_metric_means(metrics: list[Mapping[str, Any]], max_share: float) -> dict[str, float]:

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
 from typing import TYPE_CHECKING, Any
 
@@ -127,8 +127,8 @@ def check_feature_sums(reply: Message, dim: int | None, max_examples: int | None
 class FedDDPMStrategy(FedAvgStrategy):
     """FedDDPM: FedAvg of DDPMs plus `correction-epochs` on the server's auxiliary set after every aggregation."""
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo]) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
+        super().__init__(cfg, nodes, **kwargs)
         self.auxiliary: np.ndarray | None = None       # A, float32 (n, C, H, W) in [-1, 1]; server only
         self.aux_counts: dict[int, int] = {}           # partition id -> |A_i|
         self.device = resolve_device(cfg.device)
@@ -152,26 +152,24 @@ class FedDDPMStrategy(FedAvgStrategy):
         self.aux_counts = {int(pid): int(n) for pid, n in meta.get("aux-counts", {}).items()}
 
     # ----- the run ---------------------------------------------------------------------
-    def run(self, grid: Grid, results: "RunResults") -> dict[str, Any]:
-        """Warmup and auxiliary set (unless restored from a checkpoint), then the shared round loop."""
-        from server_app.loop import run_rounds
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """Before the first round of a run (not of a resumed one): the warm-up and the auxiliary set."""
+        if self.round_is_active(server_round) and self.auxiliary is None and self.completed_rounds == 0:
+            self.ensure_nodes(grid)
+            self.warmup(grid, from_record(arrays))
+        return super().configure_train(server_round, arrays, config, grid)
 
-        if self.auxiliary is None and not results.resuming:
-            self.warmup(grid, results)
-        summary = run_rounds(grid, self.cfg, self, results)
-        summary.update(self.run_summary())
-        results.write_summary(summary)
-        return summary
-
-    def run_summary(self) -> dict[str, Any]:
+    def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """What this algorithm adds to summary.json."""
         return {"aux-size": 0 if self.auxiliary is None else int(len(self.auxiliary)),
                 "aux-sampler": aux_sampler_spec(self.cfg).label}
 
-    def warmup(self, grid: Grid, results: "RunResults") -> None:
-        """Every node trains and uploads its warm DDPM once; the server samples the auxiliary set from them."""
+    def warmup(self, grid: Grid, initial: Weights) -> None:
+        """Every node trains and uploads its warm DDPM once; the server samples the auxiliary set from them.
+
+        The warm-up's record (round 0, phase "warmup") goes to `phase_records` for the results folder.
+        """
         start = time.monotonic()
-        initial = model_weights(make_model(self.cfg, seeded=True))
         arrays = to_record(initial)
         messages = [
             Message(RecordDict({MODEL: arrays, "config": ConfigRecord({"server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE})}),
@@ -211,16 +209,8 @@ class FedDDPMStrategy(FedAvgStrategy):
             "aux-size": int(len(self.auxiliary)), "warmup-time": train_time,
             "aux-sampling-time": time.monotonic() - start - train_time,
         }
-        save_image_grid(self.auxiliary[spread_indices(len(self.auxiliary), GRID_IMAGES)], results.path / "auxiliary.png")
-        if self.cfg.central_eval:
-            # Table IV's "FID of the synthetic auxiliary dataset" (needs the real data: simulation only)
-            from server_app.diffusion_eval import DiffusionEvaluator
-
-            evaluator = DiffusionEvaluator(self.cfg, results)
-            aux_scores = evaluator.scores(self.auxiliary, seed=0)
-            record.update({"aux-fid": aux_scores["fid"], "aux-kid": aux_scores["kid"]})
         record["round-time"] = time.monotonic() - start
-        results.log_round(record)
+        self.phase_records.append(record)
         log(INFO, "warmup done: auxiliary set of %d images (%s) in %.1fs", len(self.auxiliary),
             aux_sampler_spec(self.cfg).label, record["round-time"])
 
@@ -233,8 +223,9 @@ class FedDDPMStrategy(FedAvgStrategy):
         node = next((n for n in self.nodes if n.node_id == reply.metadata.src_node_id), None)
         if node is None:
             return "warmup reply from a node that did not complete the handshake", {}
-        reason = check_train_metrics(content.metric_records.get("metrics"), node.partition_id, node.num_train_examples,
-                                     max_test_examples=node.num_test_examples)
+        reason = check_train_metrics(content.metric_records.get("metrics"),
+                                     node.partition_id if self.handshake_nodes else None, node.num_train_examples,
+                                     max_test_examples=node.num_test_examples, partition_required=self.handshake_nodes)
         if reason is not None:
             return f"warmup {reason}", {}
         try:
@@ -286,9 +277,9 @@ class FedDDPMStrategy(FedAvgStrategy):
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         return self.after_aggregation(super().server_step(mean_delta, replies))
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         self._round, self._round_metrics = server_round, {}
-        arrays, metrics = super().aggregate_train(server_round, replies)
+        arrays, metrics = super().aggregate_good(server_round, replies)
         if metrics is not None:
             for key, value in self._round_metrics.items():
                 metrics[key] = value
@@ -308,8 +299,8 @@ class FedDDPMStrategy(FedAvgStrategy):
 class FedDDPMPlusStrategy(FedDDPMStrategy):
     """FedDDPM+: FedAvg rounds, QuickTest at t = 0, 10, 20, ..., one-shot correction on A at the clients' rate, stop."""
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo]) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
+        super().__init__(cfg, nodes, **kwargs)
         self.quicktest_average: float | None = None
         self.stopped_at: int | None = None
         self.stop_reason = ""
@@ -328,9 +319,9 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
         super().load_state_arrays(groups)
         self._restored_reference = groups.get("quicktest-reference")
 
-    def run(self, grid: Grid, results: "RunResults") -> dict[str, Any]:
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self._grid = grid  # the nodes' feature sums are asked for at the first QuickTest
-        return super().run(grid, results)
+        return super().configure_train(server_round, arrays, config, grid)
 
     def state_meta(self) -> dict[str, Any]:
         return {**super().state_meta(), "quicktest-average": self.quicktest_average, "stopped-at": self.stopped_at,
@@ -363,7 +354,7 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
     def collect_client_stats(self, extractor: FeatureExtractor) -> GaussianStats:
         """Ask every node for (sum f, sum f f^T, n) of its images and pool them: the exact pooled mean and covariance."""
         if self._grid is None:
-            raise RuntimeError("the nodes' feature sums need the grid: run the strategy through run()")
+            raise RuntimeError("the nodes' feature sums need the grid: run the strategy through start()")
         weights = to_record(extractor_weights(extractor)) if extractor.name == "classifier" else None
         messages = []
         for node in self.nodes:
@@ -427,5 +418,5 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
             return self.correct(weights, self.cfg.oneshot_epochs, self.cfg.oneshot_rate())
         return weights
 
-    def run_summary(self) -> dict[str, Any]:
-        return {**super().run_summary(), "stopped-at-round": self.stopped_at, "stop-reason": self.stop_reason}
+    def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return {**super().run_summary(rounds), "stopped-at-round": self.stopped_at, "stop-reason": self.stop_reason}

@@ -47,13 +47,13 @@ _TRAJECTORY = "trajectory-"
 class TrajectoryStrategy(FedAvgStrategy):
     """FedAvg that records the global trajectory and distils a synthetic set after R aggregations."""
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo]) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
+        super().__init__(cfg, nodes, **kwargs)
         self.trajectory: list[Weights] = []
         self.synthetic: tuple[np.ndarray, np.ndarray] | None = None
         self.previous_update: Weights | None = None
         self.distill_report: dict[str, float] = {}
-        self.diagnostic = PerturbationDiagnostic(cfg, len(nodes)) if cfg.perturbation_diagnostic else None
+        self.diagnostic = PerturbationDiagnostic(cfg, len(nodes or [])) if cfg.perturbation_diagnostic else None
         self._round_metrics: dict[str, float] = {}
         self.server_round = 0
 
@@ -95,18 +95,18 @@ class TrajectoryStrategy(FedAvgStrategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self.server_round = server_round
         messages = list(super().configure_train(server_round, arrays, config, grid))
-        if not self.trajectory:
+        if messages and not self.trajectory:
             self.trajectory.append(dict(self.current))  # w^0
         return messages
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
         self._round_metrics = {}
         if self.diagnostic is not None and replies:
             self._round_metrics.update(self.diagnostic.measure(
                 self.current, [partition_of(r) for r in replies], self.previous_update, self.synthetic,
             ))
-        arrays, metrics = super().aggregate_train(server_round, replies)
+        arrays, metrics = super().aggregate_good(server_round, replies)
         if metrics is None or not self._round_metrics:
             return arrays, metrics
         return arrays, MetricRecord({**dict(metrics), **self._round_metrics})
@@ -142,8 +142,8 @@ class TrajectoryStrategy(FedAvgStrategy):
 class FedSynSAMStrategy(TrajectoryStrategy):
     """FedSynSAM: FedAvg of (compressed) updates; D_syn distilled after round R and sent once to every node."""
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo]) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
+        super().__init__(cfg, nodes, **kwargs)
         # partitions whose node reported holding D_syn; the others get it with their next message
         self.synthetic_holders: set[int] = set()
 
@@ -163,12 +163,12 @@ class FedSynSAMStrategy(TrajectoryStrategy):
                 message.content[SYNTHETIC_DATA] = record
         return messages
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
         holding = [partition_of(r) for r in replies
                    if r.content.metric_records["metrics"].get("synthetic-examples", 0) > 0]
         self.synthetic_holders.update(holding)
-        arrays, metrics = super().aggregate_train(server_round, replies)
+        arrays, metrics = super().aggregate_good(server_round, replies)
         if metrics is None or self.synthetic is None:
             return arrays, metrics
         # how many of this round's nodes trained with D_syn (read from their state, or just received)

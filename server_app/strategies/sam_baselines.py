@@ -23,10 +23,12 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
+from common.config import RunConfig
 from common.protocol import (
     DYNAMIC_CORRECTION, GLOBAL_PERTURBATION, PERTURBATION_DUAL, PREVIOUS_UPDATE, STATE_DYN_GRADIENT,
 )
@@ -42,16 +44,16 @@ from server_app.strategies.scaffold import ScaffoldStrategy
 class FedLESAMStrategy(PreviousUpdateStrategy):
     """FedLESAM's server: FedAvg that sends `w^t - w^{t-1}`; logs the perturbation diagnostic when on."""
 
-    def __init__(self, cfg, nodes: list[NodeInfo]) -> None:
-        super().__init__(cfg, nodes)
-        self.diagnostic = PerturbationDiagnostic(cfg, len(nodes)) if cfg.perturbation_diagnostic else None
+    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
+        super().__init__(cfg, nodes, **kwargs)
+        self.diagnostic = PerturbationDiagnostic(cfg, len(nodes or [])) if cfg.perturbation_diagnostic else None
 
-    def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
         measured = {}
         if self.diagnostic is not None and replies:
             measured = self.diagnostic.measure(self.current, [partition_of(r) for r in replies], self.previous_update, None)
-        arrays, metrics = super().aggregate_train(server_round, replies)
+        arrays, metrics = super().aggregate_good(server_round, replies)
         if metrics is None or not measured:
             return arrays, metrics
         return arrays, MetricRecord({**dict(metrics), **measured})
@@ -60,8 +62,8 @@ class FedLESAMStrategy(PreviousUpdateStrategy):
 class FedLESAMSStrategy(ScaffoldStrategy):
     """FedLESAM-S's server: SCAFFOLD that also sends the previous global update."""
 
-    def __init__(self, cfg, nodes: list[NodeInfo]) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
+        super().__init__(cfg, nodes, **kwargs)
         self.previous_update: Weights | None = None
 
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
@@ -97,8 +99,8 @@ def feddyn_server_state(h: Weights, corrections: list[Mapping[str, np.ndarray]],
 class FedLESAMDStrategy(FedAvgStrategy):
     """FedLESAM-D's server: FedDyn's `h` correction, and the previous global update sent down."""
 
-    def __init__(self, cfg, nodes: list[NodeInfo]) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
+        super().__init__(cfg, nodes, **kwargs)
         self.parameter_names = [name for name, _ in make_model(cfg).named_parameters()]
         self.h: Weights | None = None
         self.previous_update: Weights | None = None
@@ -168,8 +170,8 @@ def smoo_global_perturbation(duals: list[Mapping[str, np.ndarray]], rho: float) 
 class FedSMOOStrategy(FedAvgStrategy):
     """FedSMOO's server: FedDyn's `h` from the updates, and the global perturbation `s` sent down."""
 
-    def __init__(self, cfg, nodes: list[NodeInfo]) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
+        super().__init__(cfg, nodes, **kwargs)
         self.parameter_names = [name for name, _ in make_model(cfg).named_parameters()]
         self.h: Weights | None = None
         self.perturbation: Weights | None = None

@@ -8,15 +8,17 @@ they count every record sent.
 """
 
 from __future__ import annotations
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 
+from common.config import RunConfig
 from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
 from common.losses import scaffold_server_control
 from common.records import Weights, from_record, to_record
 from server_app.robust import bounded_record, record_norm_problem
-from server_app.strategies.fedavg import FedAvgStrategy, check_weights, partition_of
+from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, check_weights, partition_of
 
 
 class ScaffoldStrategy(FedAvgStrategy):
@@ -24,8 +26,8 @@ class ScaffoldStrategy(FedAvgStrategy):
 
     control: Weights | None = None
 
-    def __init__(self, cfg, nodes) -> None:
-        super().__init__(cfg, nodes)
+    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
+        super().__init__(cfg, nodes, **kwargs)
         # Each client's c_i, rebuilt from the deltas it sent (c_i starts at 0), so
         # that a resumed run can hand every node its control variate back.
         self.client_controls: dict[int, Weights] = {}

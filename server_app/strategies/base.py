@@ -1,0 +1,361 @@
+"""What every fedsynth strategy adds to Flower's `Strategy` so that Flower's own `start()` runs it whole.
+
+Flower's `Strategy.start()` calls `configure_train`, `grid.send_and_receive`,
+`aggregate_train`, `configure_evaluate`, `aggregate_evaluate` and `evaluate_fn`
+once per round and returns a `Result`. `RoundStrategy` keeps everything a
+fedsynth run needs inside those calls, so a Flower developer's ServerApp and
+fedsynth's own (server_app/app.py) run the same code:
+
+- the nodes: the handshake's table when the strategy was built from a run
+  config, otherwise the grid's node ids, numbered in id order, at the first
+  `configure_train`;
+- failed, late and malformed replies are dropped in `aggregate_train`, each
+  recorded with its node and reason in `round_report`, as Flower's FedAvg drops
+  error replies; fewer than `min_nodes` good replies leave the model unchanged,
+  and `max_failed_rounds` such rounds in a row raise `TooManyFailedRounds`;
+- a round at or below `completed_rounds` (restored from a checkpoint), or after
+  the algorithm stopped itself (FedDDPM+), sends nothing and aggregates nothing,
+  so a resumed run calls the same `start()` with the same `num_rounds` and its
+  round numbers, seeded sampling and learning-rate schedule stay the same;
+- `round_report` is the bookkeeping of the last round (nodes sampled and
+  answered, failures, bytes each way, the aggregated metrics), read by the
+  `evaluate_fn` that writes fedsynth's results folder (server_app/recorder.py);
+- `configure_evaluate` sends nothing when every good train reply of the round
+  already carried the evaluation of the model it received (fedsynth's clients
+  evaluate it inside the train message), instead of a second round trip.
+
+Flower's start() has no early stop and no step before the first round; the
+multi-phase methods use its hooks instead: FedDDPM's warm-up runs inside its
+first `configure_train` (which receives the grid for exactly such exchanges),
+FedDDPM+ sends nothing once its one-shot correction is done.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from logging import INFO, WARNING
+from pathlib import Path
+from typing import Any, Callable
+
+from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.logger import log
+from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
+
+import math
+
+import numpy as np
+
+from common.records import message_array_bytes
+from server_app.influence import bounded_weights
+from server_app.messaging import send_and_receive
+from server_app.reply_checks import check_evaluate_metrics
+
+
+class TooManyFailedRounds(RuntimeError):
+    """Fewer than min-nodes answered for max-failed-rounds rounds in a row."""
+
+
+@dataclass(frozen=True)
+class NodeInfo:
+    """What the handshake learned about one node (counts are None for nodes known only by id)."""
+
+    node_id: int
+    partition_id: int
+    num_train_examples: int | None = None
+    num_test_examples: int | None = None
+    name: str = ""  # node config `name` (partition = node: the site's label in logs and results)
+
+
+def nodes_from_grid(grid: Grid) -> list[NodeInfo]:
+    """The grid's nodes numbered 0..N-1 in node-id order: the node table of a run without a handshake."""
+    return [NodeInfo(node_id=int(node_id), partition_id=i) for i, node_id in enumerate(sorted(grid.get_node_ids()))]
+
+
+def sample_nodes(nodes: list[NodeInfo], fraction: float, seed: int, server_round: int) -> list[NodeInfo]:
+    """n = max(floor(N * fraction), 1) nodes, drawn without replacement, seeded by (seed, round)."""
+    ordered = sorted(nodes, key=lambda n: n.partition_id)
+    # the epsilon keeps floor(100 * 0.29) at 29 despite binary rounding
+    count = max(math.floor(len(ordered) * fraction + 1e-9), 1)
+    if count >= len(ordered):
+        return ordered
+    rng = np.random.default_rng([seed, server_round, 1])
+    chosen = np.sort(rng.choice(len(ordered), size=count, replace=False))
+    return [ordered[i] for i in chosen]
+
+
+def weighted_metric(values: Iterable[float], counts: Iterable[float], max_share: float) -> float:
+    """The count-weighted mean of a reported metric, no node's share above `max_share` (server_app/influence.py)."""
+    weights = np.array(bounded_weights(list(counts), max_share), dtype=np.float64)
+    return float(np.sum(np.array(list(values), dtype=np.float64) * weights) / weights.sum())
+
+
+def local_test_summary(metrics: list[Any], max_share: float) -> dict[str, float]:
+    """Test-count weighted local accuracy and loss of evaluate replies, with their min and max accuracy."""
+    counts = [m["num-examples"] for m in metrics]
+    accuracy = [m["local-test-accuracy"] for m in metrics]
+    return {
+        "local-test-accuracy": weighted_metric(accuracy, counts, max_share),
+        "local-test-loss": weighted_metric([m["local-test-loss"] for m in metrics], counts, max_share),
+        "local-test-accuracy-min": float(min(accuracy)),
+        "local-test-accuracy-max": float(max(accuracy)),
+    }
+
+
+def checked_evaluate_metrics(nodes: list[NodeInfo], replies: Iterable[Message], known_partitions: bool = True) -> list[MetricRecord]:
+    """The metrics of the evaluate replies whose every field checks out and that have test examples.
+
+    One reply per known node; a malformed one is logged and left out (server_app/reply_checks.py).
+    """
+    node_of = {n.node_id: n for n in nodes}
+    good: dict[int, MetricRecord] = {}
+    for reply in replies:
+        node = node_of.get(reply.metadata.src_node_id)
+        if node is None or node.node_id in good or reply.has_error():
+            continue
+        metrics = reply.content.metric_records.get("metrics")
+        reason = check_evaluate_metrics(metrics, node.partition_id if known_partitions else None,
+                                        node.num_test_examples, partition_required=known_partitions)
+        if reason is not None:
+            log(WARNING, "evaluation: dropped the reply of node %s (partition %s): %s",
+                node.node_id, node.partition_id, reason)
+        elif metrics["num-examples"] > 0:
+            good[node.node_id] = metrics
+    return list(good.values())
+
+
+def pair_replies(sent: Sequence[Message], replies: Iterable[Message]) -> tuple[list[tuple[Message, Message]], list[Message]]:
+    """Pair replies with the sent messages they answer; returns (pairs in `sent` order, unanswered sent messages).
+
+    A reply is matched by its `reply_to_message_id` (the grid sets message ids when it pushes), so a
+    SuperLink's error reply for a lost node counts for that node. Messages that were never pushed (an
+    `aggregate_train` called by hand) are paired by node id instead.
+    """
+    from server_app.messaging import match_replies
+
+    replies = list(replies)
+    if all(message.metadata.message_id for message in sent):
+        return match_replies(sent, replies)
+    by_node: dict[int, Message] = {}
+    for reply in replies:
+        by_node.setdefault(reply.metadata.src_node_id, reply)
+    pairs = [(m, by_node[m.metadata.dst_node_id]) for m in sent if m.metadata.dst_node_id in by_node]
+    unanswered = [m for m in sent if m.metadata.dst_node_id not in by_node]
+    return pairs, unanswered
+
+
+@dataclass
+class RoundOutcome:
+    """The replies of one round, sorted into usable ones and failures."""
+
+    good: list[tuple[int, Message]] = field(default_factory=list)  # (index into nodes, reply)
+    failures: list[dict[str, Any]] = field(default_factory=list)
+    uplink_bytes: int = 0
+    uplink_float32_bytes: int = 0  # what the same replies would weigh uncompressed (SPEC 3.5)
+
+
+class RoundStrategy(Strategy):
+    """The node table, reply filtering, round bookkeeping and resume rules shared by fedsynth's strategies.
+
+    Parameters
+    ----------
+    min_nodes : int (default: 1)
+        Fewest good train replies a round needs; with fewer the model is left unchanged.
+    max_failed_rounds : int (default: 3)
+        Rounds in a row below `min_nodes` after which `aggregate_train` raises `TooManyFailedRounds`.
+    fraction_evaluate : float (default: 1.0)
+        Fraction of the nodes sent an evaluate message each round. A round whose good train replies all
+        carried the local evaluation of the received model sends none (fedsynth's clients do that).
+    max_weight_share : float (default: 1.0)
+        No node's share of a sample-weighted mean (model or metric) above this; 1.0 leaves the counts as they are.
+    seed : int (default: 0)
+        Seed of the node sampling: the same seed and round draw the same nodes.
+    nodes : list[NodeInfo] | None (default: None)
+        The node table of a handshake; None takes the grid's nodes at the first round.
+    """
+
+    def __init__(self, *, min_nodes: int = 1, max_failed_rounds: int = 3, fraction_evaluate: float = 1.0,
+                 max_weight_share: float = 1.0, seed: int = 0, nodes: list[NodeInfo] | None = None) -> None:
+        self.min_nodes = min_nodes
+        self.max_failed_rounds = max_failed_rounds
+        self.fraction_evaluate = fraction_evaluate
+        self.max_weight_share = max_weight_share
+        self.seed = seed
+        self.nodes: list[NodeInfo] = sorted(nodes or [], key=lambda n: n.partition_id)
+        self.handshake_nodes = bool(nodes)  # counts and partition ids to check replies against
+        self.completed_rounds = 0  # rounds a checkpoint restored: start() skips them
+        self.failed_in_a_row = 0
+        self.round_report: dict[str, Any] | None = None
+        self.phase_records: list[dict[str, Any]] = []  # steps that are not rounds (FedDDPM's warm-up), for the results
+        self._sent: list[Message] = []
+        self.round_started_at = time.monotonic()        # when this round's configure_train ran
+        self.aggregation_started_at = time.monotonic()  # when its replies were in
+        self._evaluation_carried: MetricRecord | None = None
+
+    # ----- hooks ----------------------------------------------------------------------
+    def stop_requested(self) -> bool:
+        """True once the algorithm has finished before the last round (FedDDPM+ after its correction)."""
+        return False
+
+    def round_is_active(self, server_round: int) -> bool:
+        """False for rounds a checkpoint restored and for every round after the algorithm stopped itself."""
+        return server_round > self.completed_rounds and not self.stop_requested()
+
+    def check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:
+        """Why a (non-error) train reply must be dropped, or None."""
+        raise NotImplementedError
+
+    def run_summary(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """What this algorithm adds to a run's summary.json, from its round records."""
+        return {}
+
+    def plot(self, rounds: Sequence[dict[str, Any]], folder: Path) -> None:
+        """Plots of this algorithm beside the common ones (none by default)."""
+
+    def check_restored(self, template: dict[str, Any]) -> str | None:
+        """Why state restored from a checkpoint cannot continue a run of this model, or None."""
+        return None
+
+    # ----- the node table ------------------------------------------------------------------
+    def ensure_nodes(self, grid: Grid) -> None:
+        """Take the grid's nodes when no handshake gave them."""
+        if not self.nodes:
+            self.nodes = nodes_from_grid(grid)
+            log(INFO, "%s: %d nodes from the grid", type(self).__name__, len(self.nodes))
+
+    def node_of(self, node_id: int) -> NodeInfo | None:
+        """The node table's entry of a node id, or None."""
+        return next((n for n in self.nodes if n.node_id == node_id), None)
+
+    # ----- a round's bookkeeping ----------------------------------------------------------
+    def begin_round(self, server_round: int, messages: list[Message], **fields: Any) -> list[Message]:
+        """Remember what this round sends (to pair replies and count bytes); returns `messages`."""
+        self._sent = messages
+        self.round_started_at = time.monotonic()
+        self._evaluation_carried = None
+        self.round_report = {"round": server_round, "sampled": len(messages),
+                             "downlink-bytes": sum(message_array_bytes(m) for m in messages), **fields}
+        return messages
+
+    def skip_round(self) -> list[Message]:
+        """A round that sends nothing (restored from a checkpoint, or after the algorithm stopped)."""
+        self._sent = []
+        self.round_report = None
+        self._evaluation_carried = None
+        return []
+
+    def collect(self, replies: Iterable[Message], model_bytes: int = 0,
+                float32_bytes: Callable[[Message], int] | None = None) -> RoundOutcome:
+        """Split the round's replies into checked-good ones and failures (error, invalid, timeout), logged."""
+        self.aggregation_started_at = time.monotonic()
+        index_of = {n.node_id: i for i, n in enumerate(self.nodes)}
+        outcome = RoundOutcome()
+        pairs, unanswered = pair_replies(self._sent, replies)
+        for message, reply in pairs:
+            node_id = message.metadata.dst_node_id  # not the reply's source: the SuperLink answers for lost nodes
+            outcome.uplink_bytes += message_array_bytes(reply)
+            if float32_bytes is not None:
+                outcome.uplink_float32_bytes += float32_bytes(reply)
+            index = index_of.get(node_id)
+            if reply.has_error():
+                reason = f"error: {reply.error.reason}"
+            elif index is None:
+                reason = "reply from a node that is not in the node table"
+            else:
+                try:
+                    reason = self.check_train_reply(reply, self.nodes[index])
+                except Exception as err:  # noqa: BLE001 - a reply must never crash the server: any fault drops it
+                    reason = f"malformed reply ({type(err).__name__}: {err})"
+            if reason is None:
+                outcome.good.append((index, reply))
+            else:
+                outcome.failures.append(self._failure(node_id, reason))
+        outcome.failures += [self._failure(m.metadata.dst_node_id, "timeout") for m in unanswered]
+        for failure in outcome.failures:
+            log(WARNING, "dropped reply of node %s (partition %s): %s", failure["node"], failure["partition"],
+                failure["reason"])
+        report = self.round_report if self.round_report is not None else {}
+        report.update({"answered": len(outcome.good), "failed": len(outcome.failures), "failures": outcome.failures,
+                       "uplink-bytes": outcome.uplink_bytes})
+        self.round_report = report
+        return outcome
+
+    def _failure(self, node_id: int, reason: str) -> dict[str, Any]:
+        node = self.node_of(node_id)
+        return {"node": node_id, "partition": None if node is None else node.partition_id, "reason": reason}
+
+    def count_short_round(self, server_round: int, answered: int, consequence: str = "model unchanged") -> bool:
+        """Whether the round had enough good replies; raises TooManyFailedRounds after too many short ones."""
+        if answered >= self.min_nodes:
+            self.failed_in_a_row = 0
+            return True
+        self.failed_in_a_row += 1
+        failures = (self.round_report or {}).get("failures", [])
+        log(WARNING, "round %d: %d of %d nodes answered, fewer than min-nodes=%d; %s",
+            server_round, answered, len(self._sent), self.min_nodes, consequence)
+        if self.failed_in_a_row >= self.max_failed_rounds:
+            raise TooManyFailedRounds(
+                f"fewer than min-nodes={self.min_nodes} nodes answered in {self.failed_in_a_row} rounds in a row "
+                f"(max-failed-rounds={self.max_failed_rounds}); last failures: {failures[:3]}"
+            )
+        return False
+
+    def finish_round(self, metrics: MetricRecord | None, good: list[Message], **fields: Any) -> None:
+        """Add the aggregated metrics and this round's times to `round_report`; note a carried evaluation."""
+        report = self.round_report if self.round_report is not None else {}
+        if metrics is not None:
+            report.update(dict(metrics))
+        report.update(fields)
+        report["round-time"] = time.monotonic() - self.round_started_at
+        self.round_report = report
+        carried = [r.content.metric_records["metrics"] for r in good]
+        if carried and all("local-test-accuracy" in m for m in carried):
+            tested = [m for m in carried if m.get("num-test-examples", 0) > 0]
+            self._evaluation_carried = MetricRecord({
+                **(local_test_summary([{"num-examples": m["num-test-examples"], **dict(m)} for m in tested],
+                                      self.max_weight_share) if tested else {}),
+                "num-nodes": len(tested), "carried-in-train-replies": 1,
+            })
+
+    # ----- evaluation ----------------------------------------------------------------------
+    def evaluate_messages(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                          nodes: Sequence[NodeInfo]) -> list[Message]:
+        """One evaluate message per node with the model to evaluate."""
+        return [Message(RecordDict({"arrays": arrays, "config": ConfigRecord({**config, "server-round": server_round})}),
+                        dst_node_id=node.node_id, message_type=MessageType.EVALUATE)
+                for node in nodes]
+
+    def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        """`fraction_evaluate` of the nodes evaluate `arrays`, unless the train replies carried the evaluation."""
+        if self._evaluation_carried is not None or self.fraction_evaluate <= 0 or not self.round_is_active_now():
+            return []
+        self.ensure_nodes(grid)
+        chosen = sample_nodes(self.nodes, self.fraction_evaluate, self.seed, server_round)
+        return self.evaluate_messages(server_round, arrays, config, chosen)
+
+    def round_is_active_now(self) -> bool:
+        """Whether the current round trained (a skipped round evaluates nothing either)."""
+        return self.round_report is not None
+
+    def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
+        """Test-count weighted local accuracy and loss of the checked evaluate replies (or the carried ones)."""
+        replies = list(replies)
+        if not replies:
+            return self._evaluation_carried
+        return self.evaluation_metrics(replies)
+
+    def evaluation_metrics(self, replies: Iterable[Message]) -> MetricRecord | None:
+        """Test-count weighted local accuracy and loss of the checked evaluate replies; None if none is usable."""
+        metrics = checked_evaluate_metrics(self.nodes, replies, known_partitions=self.handshake_nodes)
+        if not metrics:
+            return None
+        return MetricRecord({**local_test_summary(metrics, self.max_weight_share), "num-nodes": len(metrics)})
+
+    def evaluate_on_every_node(self, grid: Grid, arrays: ArrayRecord, server_round: int, timeout: float | None,
+                               poll_interval: float = 0.05) -> MetricRecord | None:
+        """Every node evaluates `arrays` on its local test split (fedsynth's final evaluation, after start())."""
+        self.ensure_nodes(grid)
+        sent = self.evaluate_messages(server_round, arrays, ConfigRecord({}), self.nodes)
+        return self.evaluation_metrics(send_and_receive(grid, sent, timeout, poll_interval))

@@ -1,0 +1,16 @@
+"""Sorting a round's replies with a strategy's own checks, as its `aggregate_train` does, for the reply tests."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+from flwr.app import Message
+
+
+def collect_replies(strategy, sent: list[Message], replies: list[Message]) -> SimpleNamespace:
+    """The strategy's split of `replies` to `sent` into good replies and failures (round_report's)."""
+    strategy._sent = list(sent)
+    strategy.round_report = {"round": 1, "sampled": len(sent)}
+    outcome = strategy.collect(replies)
+    return SimpleNamespace(good=[reply for _, reply in outcome.good], failures=outcome.failures,
+                           uplink_bytes=outcome.uplink_bytes)

@@ -1,0 +1,146 @@
+"""Every server strategy runs under Flower's own `Strategy.start()` (issue 36).
+
+- one good and one error reply: `start()` finishes, the error reply is dropped in `aggregate_train`
+  (recorded with its reason) and the good one is aggregated, for every strategy class of the registry;
+- the public keyword-parameter classes of `fedsynth.strategies` give bitwise the model `fedsynth run`
+  gives with the same config and seed (fedsynth's ServerApp calls the same `start()`);
+- FedDDPM's warm-up and correction run inside `start()` (its recorded phases);
+- Flower's `evaluate_fn` is called before the first round and after every round;
+- a Flower DP wrapper runs around a fedsynth strategy.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
+
+from common.config import parse_run_config
+from common.records import from_record, model_weights, to_record
+from common.task import make_model
+from fedsynth import strategies
+from fedsynth.inprocess import InProcessGrid, run_federation
+from server_app.handshake import handshake
+from server_app.registry import SERVER_STRATEGIES
+from tests.diffusion_tiny import TINY_DIFFUSION
+
+# one algorithm per strategy class of the registry, with what its clients need to run in a few seconds
+CLASS_CASES = {
+    "fedavg": {}, "fedavgm": {}, "scaffold": {}, "mofedsam": {}, "fedlesam": {}, "fedlesam-s": {}, "fedlesam-d": {},
+    "fedsmoo": {}, "fedsynsam": {"trajectory-rounds": 1, "synthetic-ipc": 1, "distill-iterations": 2},
+    "dynafed": {"trajectory-rounds": 1, "synthetic-ipc": 1, "distill-iterations": 2},
+    "dfedavg": {"topology": "ring"},
+    "fedddpm": {**TINY_DIFFUSION, "warmup-steps": 2}, "fedddpm+": {**TINY_DIFFUSION, "warmup-steps": 2},
+}
+
+
+def test_the_cases_cover_every_strategy_class() -> None:
+    assert {SERVER_STRATEGIES[name] for name in CLASS_CASES} == set(SERVER_STRATEGIES.values())
+
+
+def tiny_config(tmp_path, data_dir, algorithm: str, **extra) -> dict:
+    return {
+        "algorithm": algorithm, "data-dir": str(data_dir), "cache-dir": str(tmp_path / "cache"),
+        "results-dir": str(tmp_path / "results"), "run-name": "run", "num-server-rounds": 2, "local-steps": 2,
+        "batch-size": 16, "partition": "iid", "seed": 3, **CLASS_CASES.get(algorithm, {}), **extra,
+    }
+
+
+@pytest.mark.parametrize("algorithm", sorted(CLASS_CASES))
+def test_start_drops_an_error_reply_and_aggregates_the_good_one(tmp_path, tiny_data_dir, algorithm) -> None:
+    raw = tiny_config(tmp_path, tiny_data_dir, algorithm, **{"num-server-rounds": 1, "min-nodes": 1})
+    if algorithm == "dfedavg":
+        raw["topology"] = "full"
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    grid = InProcessGrid(3 if algorithm == "dfedavg" else 2, raw)
+    nodes = handshake(grid, cfg)
+    grid.faults[(1, 1, "train")] = "raise"  # partition 1 fails in round 1
+    strategy = SERVER_STRATEGIES[algorithm](cfg, nodes)
+    initial = model_weights(make_model(cfg, seeded=True))
+    calls: list[int] = []
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> MetricRecord:
+        calls.append(server_round)
+        return MetricRecord({"norm": float(sum(np.abs(v).sum() for v in from_record(arrays).values()))})
+
+    result = strategy.start(grid, to_record(initial), num_rounds=1, timeout=60, evaluate_fn=evaluate_fn)
+
+    report = strategy.round_report
+    assert report["failed"] == 1 and report["failures"][0]["partition"] == 1
+    assert report["failures"][0]["reason"].startswith("error: injected failure")
+    assert report["answered"] == len(nodes) - 1
+    final = from_record(result.arrays)
+    assert any(not np.array_equal(final[name], initial[name]) for name in initial)  # the good reply moved it
+    assert calls == [0, 1] and set(result.evaluate_metrics_serverapp) == {0, 1}
+
+
+@pytest.mark.parametrize(("public", "algorithm", "extra"), [
+    (strategies.FedAvg, "fedavg", {}),
+    (strategies.FedSAM, "fedsam", {"sam-rho": 0.05}),
+    (strategies.FedCOG, "fedcog", {"cog-start-round": 2, "gen-budget": 8, "gen-steps": 2}),
+    (strategies.FedSynSAM, "fedsynsam", {"compression": "qsgd", "bits": 4}),
+    (strategies.DFedAvg, "dfedavg", {"topology": "ring"}),
+    (strategies.OledFL, "oledfl-sgd", {"topology": "ring", "ole-beta": 0.5}),
+])
+def test_start_on_the_public_class_equals_fedsynth_run(tmp_path, tiny_data_dir, public, algorithm, extra) -> None:
+    """`Public(**keyword parameters).start(...)` on the same nodes gives bitwise `fedsynth run`'s final model."""
+    raw = tiny_config(tmp_path, tiny_data_dir, algorithm, **extra, **{"save-model": True})
+    num_nodes = 3
+    summary = run_federation(raw, InProcessGrid(num_nodes, raw))
+    expected = load_file(str(Path(summary["results-dir"]) / "model.safetensors"))
+
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    grid = InProcessGrid(num_nodes, raw)
+    settings = {name: getattr(cfg, name) for name in ("fraction_train", "min_nodes", "seed")}
+    run_keys = {key.replace("-", "_"): value for key, value in raw.items()
+                if key not in {"algorithm", "fraction-train", "min-nodes", "seed"}}
+    if public is strategies.OledFL:
+        run_keys["sam"] = False
+    strategy = public(**settings, **run_keys, nodes=handshake(grid, cfg), lr_schedule=cfg.local_lr)
+    result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))),
+                            num_rounds=cfg.num_server_rounds, timeout=60, train_config=ConfigRecord({}))
+    final = from_record(result.arrays)
+    assert final.keys() == expected.keys()
+    for name in expected:
+        assert np.array_equal(final[name], expected[name]), name
+
+
+def test_fedddpm_runs_its_warmup_and_correction_under_start(tmp_path, tiny_data_dir) -> None:
+    raw = tiny_config(tmp_path, tiny_data_dir, "fedddpm", **{"num-server-rounds": 1, "correction-epochs": 1,
+                                                             "local-steps": 1})
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    grid = InProcessGrid(2, raw)
+    strategy = strategies.FedDDPM(**{k.replace("-", "_"): v for k, v in raw.items() if k != "algorithm"},
+                                  nodes=handshake(grid, cfg), fraction_evaluate=0.0)
+    assert strategy.auxiliary is None
+    result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=1, timeout=120)
+    phases = [record["phase"] for record in strategy.phase_records]
+    assert phases == ["warmup"]  # no recorder drained them: they are the strategy's record of the run
+    assert strategy.auxiliary is not None and len(strategy.auxiliary) == strategy.phase_records[0]["aux-size"] > 0
+    assert strategy.round_report["answered"] == 2
+    assert "correction-loss" in strategy.round_report or result.train_metrics_clientapp[1] is not None
+
+
+def test_public_classes_refuse_unknown_parameters() -> None:
+    with pytest.raises(TypeError, match="no_such_key"):
+        strategies.FedAvg(no_such_key=1)
+
+
+def test_dp_fixed_clipping_wraps_fedsam(tmp_path, tiny_data_dir) -> None:
+    """Flower's DifferentialPrivacyServerSideFixedClipping around FedSAM runs two rounds."""
+    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
+
+    raw = tiny_config(tmp_path, tiny_data_dir, "fedsam")
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    grid = InProcessGrid(2, raw)
+    inner = strategies.FedSAM(nodes=handshake(grid, cfg), lr_schedule=cfg.local_lr, sam_rho=0.05, fraction_evaluate=0.0)
+    dp = DifferentialPrivacyServerSideFixedClipping(inner, noise_multiplier=0.1, clipping_norm=1.0, num_sampled_clients=2)
+    initial = model_weights(make_model(cfg, seeded=True))
+    result = dp.start(grid, to_record(initial), num_rounds=2, timeout=60)
+    assert set(result.train_metrics_clientapp) == {1, 2}
+    final = from_record(result.arrays)
+    assert all(np.isfinite(value).all() for value in final.values())
+    assert any(not np.array_equal(final[name], initial[name]) for name in initial)
