@@ -26,19 +26,10 @@ from flwr.app import ArrayRecord, RecordDict
 
 from client_app.training import GradientRule, LocalJob, LocalResult, plain_rule, run_local_steps
 from common.config import RunConfig
-from common.gossip import mix_with_own, neighbour_sum, ole_start, record_round, round_record
+from client_app.rules import gossip_mix, ole_restart, sam_gradients
+from common.gossip import mix_with_own, record_round, round_record
 from common.protocol import GOSSIP, GOSSIP_MIXED, GOSSIP_MODEL_PREFIX, STATE_OWN_MODEL, STATE_OWN_ROUND
-from common.records import (
-    Weights,
-    check_weights,
-    flat_norm,
-    from_record,
-    load_weights,
-    model_weights,
-    subtract,
-    to_record,
-)
-from common.sam import fedsam_gradients
+from common.records import Weights, check_weights, from_record, load_weights, model_weights, to_record
 from common.task import make_model
 
 
@@ -89,7 +80,7 @@ def gossip_start_weights(content: RecordDict, state: RecordDict, cfg: RunConfig)
             if record is None:
                 raise ValueError(f"the relay named neighbour {pid} but sent no '{GOSSIP_MODEL_PREFIX}{pid}' record")
             models.append(_checked(record, own, f"model of neighbour {pid}"))
-        partial = neighbour_sum(models, weights)
+        return gossip_mix(own, float(gossip["self-weight"]), models, weights)
     return mix_with_own(own, float(gossip["self-weight"]), partial)
 
 
@@ -105,12 +96,7 @@ RuleFactory = Callable[[LocalJob], GradientRule]
 
 def sam_rule(job: LocalJob) -> GradientRule:
     """SAM with the local gradient as ascent direction (DFedSAM, OledFL-SAM), radius `sam-rho`."""
-    params = list(job.model.parameters())
-
-    def rule(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        return fedsam_gradients(params, lambda: job.loss_fn(job.model, xb, yb), job.cfg.sam_rho)
-
-    return rule
+    return sam_gradients(job.model, job.loss_fn, job.cfg.sam_rho)
 
 
 def decentralized_round(job: LocalJob, rule: RuleFactory, *, ole: bool = False, **cfg_changes) -> LocalResult:
@@ -121,12 +107,8 @@ def decentralized_round(job: LocalJob, rule: RuleFactory, *, ole: bool = False, 
     """
     own_previous, own_round = own_model(job.state, job.cfg)
     metrics: dict[str, float] = {"own-model-round": own_round}
-    if ole:
-        mixed = model_weights(job.model)
-        beta = job.cfg.ole_beta
-        load_weights(job.model, ole_start(mixed, own_previous, beta))
-        # ||x_i - z_i^{t-1}||: the Ole direction before scaling by beta
-        metrics["ole-direction-norm"] = flat_norm(subtract(mixed, own_previous))
+    if ole:  # ||x_i - z_i^{t-1}||: the Ole direction before scaling by beta
+        metrics["ole-direction-norm"] = ole_restart(job.model, own_previous, job.cfg.ole_beta)
     if cfg_changes:
         job.cfg = dataclasses.replace(job.cfg, **cfg_changes)
     result = run_local_steps(job, rule(job))

@@ -19,11 +19,14 @@ as they are:
 
 Rounds before the first FedCOG round run the base rule unchanged; the model
 each round ends with is kept in node state for the next disagreement term.
+
+`fedcog_distillation` (steps 1 and the plug-in of 2) and `train_fedcog` (one
+round on FedAvg's update) take plain parameters, for any Flower ClientApp
+(`fedsynth.client`); `plug_in` feeds the first from a fedsynth run's config.
 """
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -36,7 +39,11 @@ import torch.nn.functional as F
 from flwr.common.logger import log
 from torch import nn
 
-from client_app.training import LocalJob, LocalResult
+from client_app.rules import frozen_twin, train_sgd
+from client_app.training import (
+    Batches, LocalJob, LocalOptimizer, LocalResult, LossFn, TrainResult, classification_loss, model_device,
+    with_loss_plugin,
+)
 from common.config import RunConfig
 from common.datasets import normalization, run_dataset_info
 from common.fedcog_math import complementary_labels, generation_loss, kd_coefficients, kd_loss
@@ -73,14 +80,7 @@ def first_cog_round(cfg: RunConfig) -> int:
     return min(int(np.floor(cfg.num_server_rounds * 50 / 70 + 0.5)) + 1, cfg.num_server_rounds)
 
 
-def frozen_copy(model: nn.Module, weights: dict[str, np.ndarray] | None = None) -> nn.Module:
-    """A copy of the model (optionally with other weights) in eval mode, without gradients."""
-    twin = copy.deepcopy(model)
-    if weights is not None:
-        load_weights(twin, weights)
-    twin.eval()
-    twin.requires_grad_(False)
-    return twin
+frozen_copy = frozen_twin  # a frozen copy of a model, optionally with other weights
 
 
 def derived_seed(*parts: int) -> int:
@@ -163,12 +163,15 @@ class KnowledgeDistillation:
     Each call takes the next generated batch: `c_real * task_loss + c_kd *
     KL(p_global || p_local)`, or with `hard_label` the cross-entropy against the
     global model's argmax (Table 5's ablation 3, as the reference code does).
+    `disagreement` records whether the generation used the previous local model.
     """
 
-    def __init__(self, generated: GeneratedSet, c_real: float, c_kd: float, batch_size: int, seed: int, hard_label: bool = False) -> None:
+    def __init__(self, generated: GeneratedSet, c_real: float, c_kd: float, batch_size: int, seed: int,
+                 hard_label: bool = False, disagreement: bool = False) -> None:
         self.generated = generated
         self.c_real, self.c_kd = c_real, c_kd
         self.hard_label = hard_label
+        self.disagreement = disagreement
         self.batches = generated_batches(len(generated.targets), batch_size, seed)
         self.hard_targets = generated.global_logits.argmax(dim=1)
 
@@ -181,6 +184,85 @@ class KnowledgeDistillation:
             extra = kd_loss(student, self.generated.global_logits[index])
         return self.c_real * task_loss + self.c_kd * extra
 
+    def stats(self) -> dict[str, float]:
+        """How the generation went: set size, seconds, c_kd, whether it used the local model, first and best loss."""
+        generated = self.generated
+        stats = {
+            "generated": float(len(generated.targets)),
+            "gen-seconds": generated.seconds,
+            "c-kd": self.c_kd,
+            "disagreement": 1.0 if self.disagreement else 0.0,
+        }
+        if generated.losses:
+            stats["gen-loss-first"] = generated.losses[0]
+            stats["gen-loss-best"] = min(generated.losses)
+        return stats
+
+
+@dataclass(frozen=True)
+class CogSettings:
+    """FedCOG's client parameters (SPEC 4.2; defaults as fedsynth's run config, docs/configuration.md).
+
+    budget: generation budget G, split over the classes the node lacks;
+    gen_steps: Adam steps on the inputs (0: Gaussian noise, Table 5's ablation 1);
+    gen_lr: their learning rate; lambda_dis: weight of the disagreement term
+    1 - JS(global, previous local) (0: global only, ablation 2); kd_weighting:
+    `balanced` (c_real, c_kd from the label counts) or `fixed` (1, lambda_kd);
+    batch_size: generated examples per KD batch; hard_label: CE on the global
+    model's argmax instead of KD (ablation 3).
+    """
+
+    budget: int = 256
+    gen_steps: int = 100
+    gen_lr: float = 0.01
+    lambda_dis: float = 0.1
+    kd_weighting: str = "balanced"
+    lambda_kd: float = 0.01
+    batch_size: int = 32
+    hard_label: bool = False
+
+
+def fedcog_distillation(
+    model: nn.Module,
+    label_counts: np.ndarray,
+    *,
+    previous_model: dict[str, np.ndarray] | None,
+    input_shape: tuple[int, ...],
+    settings: CogSettings = CogSettings(),
+    generation_seed: int = 0,
+    distillation_seed: int = 1,
+) -> KnowledgeDistillation | None:
+    """FedCOG's generation step and the KD loss plug-in built on its result (None for a balanced node).
+
+    `model` holds the global model of the round (it is copied and frozen, not
+    changed); `label_counts` is the node's label histogram (`np.bincount`); the
+    generated inputs (shape `input_shape`, e.g. (1, 28, 28)) take the labels the
+    node lacks (budget G split by `complementary_labels`). `previous_model` is
+    the state dict the node ended its last round with (None: no disagreement
+    term). Add the plug-in to the training loss with `with_loss_plugin`.
+    """
+    labels = complementary_labels(np.asarray(label_counts), settings.budget)
+    if len(labels) == 0:  # a perfectly balanced node has nothing to complement
+        return None
+    c_real, c_kd = kd_coefficients(label_counts, settings.kd_weighting, settings.lambda_kd)
+    use_local = previous_model is not None and settings.lambda_dis > 0 and settings.gen_steps > 0
+    local_model = frozen_copy(model, previous_model) if use_local else None
+    generated = generate(
+        frozen_copy(model), local_model, torch.from_numpy(labels).to(model_device(model)), tuple(input_shape),
+        settings.gen_steps, settings.gen_lr, settings.lambda_dis, generation_seed,
+    )
+    return KnowledgeDistillation(generated, c_real, c_kd, settings.batch_size, distillation_seed,
+                                 hard_label=settings.hard_label, disagreement=local_model is not None)
+
+
+def cog_settings(cfg: RunConfig) -> CogSettings:
+    """A run's FedCOG settings, with its `cog-ablation` applied."""
+    return CogSettings(
+        budget=cfg.gen_budget, gen_steps=0 if cfg.cog_ablation == "noise" else cfg.gen_steps, gen_lr=cfg.gen_lr,
+        lambda_dis=0.0 if cfg.cog_ablation == "global-only" else cfg.lambda_dis, kd_weighting=cfg.kd_weighting,
+        lambda_kd=cfg.lambda_kd, batch_size=cfg.batch_size, hard_label=cfg.cog_ablation == "hard-label",
+    )
+
 
 def plug_in(job: LocalJob) -> dict[str, float]:
     """Generate this round's complementary set and add FedCOG's KD term to the job's loss.
@@ -189,36 +271,55 @@ def plug_in(job: LocalJob) -> dict[str, float]:
     """
     cfg = job.cfg
     num_classes = run_dataset_info(cfg).num_classes
-    counts = np.bincount(job.y.cpu().numpy(), minlength=num_classes)
-    labels = complementary_labels(counts, cfg.gen_budget)
-    if len(labels) == 0:  # a perfectly balanced client has nothing to complement
-        return {STAT + "generated": 0.0}
-    c_real, c_kd = kd_coefficients(counts, cfg.kd_weighting, cfg.lambda_kd)
-    steps = 0 if cfg.cog_ablation == "noise" else cfg.gen_steps
-    lambda_dis = 0.0 if cfg.cog_ablation == "global-only" else cfg.lambda_dis
     previous = job.state.array_records.get(STATE_COG_PREVIOUS_MODEL)
-    use_local = previous is not None and lambda_dis > 0 and steps > 0
-    local_model = frozen_copy(job.model, from_record(previous)) if use_local else None
-    generated = generate(
-        frozen_copy(job.model), local_model, torch.from_numpy(labels).to(job.device), tuple(job.x.shape[1:]),
-        steps, cfg.gen_lr, lambda_dis, derived_seed(cfg.seed, job.server_round, job.partition_id, 1),
+    plugin = fedcog_distillation(
+        job.model, np.bincount(job.y.cpu().numpy(), minlength=num_classes),
+        previous_model=from_record(previous) if previous is not None else None, input_shape=tuple(job.x.shape[1:]),
+        settings=cog_settings(cfg),
+        generation_seed=derived_seed(cfg.seed, job.server_round, job.partition_id, 1),
+        distillation_seed=derived_seed(cfg.seed, job.server_round, job.partition_id, 2),
     )
-    job.add_loss_plugin(KnowledgeDistillation(
-        generated, c_real, c_kd, cfg.batch_size, derived_seed(cfg.seed, job.server_round, job.partition_id, 2),
-        hard_label=cfg.cog_ablation == "hard-label",
-    ))
+    if plugin is None:
+        return {STAT + "generated": 0.0}
+    job.add_loss_plugin(plugin)
     if job.partition_id == cfg.cog_grid_partition:
-        save_grid(generated, cfg, job.server_round, job.partition_id)
-    stats = {
-        STAT + "generated": float(len(labels)),
-        STAT + "gen-seconds": generated.seconds,
-        STAT + "c-kd": c_kd,
-        STAT + "disagreement": 1.0 if local_model is not None else 0.0,
-    }
-    if generated.losses:
-        stats[STAT + "gen-loss-first"] = generated.losses[0]
-        stats[STAT + "gen-loss-best"] = min(generated.losses)
-    return stats
+        save_grid(plugin.generated, cfg, job.server_round, job.partition_id)
+    return {STAT + key: value for key, value in plugin.stats().items()}
+
+
+@dataclass
+class FedCogResult(TrainResult):
+    """FedCOG's node state for the next round: this round's final model (keep it), and the generation stats."""
+
+    previous_model: dict[str, np.ndarray] = field(default_factory=dict)
+
+
+def train_fedcog(
+    model: nn.Module,
+    batches: Batches,
+    *,
+    label_counts: np.ndarray,
+    previous_model: dict[str, np.ndarray] | None,
+    input_shape: tuple[int, ...],
+    settings: CogSettings = CogSettings(),
+    seed: int = 0,
+    optimizer: LocalOptimizer = LocalOptimizer(),
+    loss_fn: LossFn = classification_loss,
+) -> FedCogResult:
+    """One FedCOG round on FedAvg's local update: generate, then SGD on the real batches plus the KD term.
+
+    The metrics hold the generation's `stats()` (empty set: `generated` = 0).
+    Keep `previous_model` of the result for the next round's disagreement term.
+    """
+    plugin = fedcog_distillation(
+        model, label_counts, previous_model=previous_model, input_shape=input_shape, settings=settings,
+        generation_seed=derived_seed(seed, 1), distillation_seed=derived_seed(seed, 2),
+    )
+    plugged = with_loss_plugin(loss_fn, plugin) if plugin is not None else loss_fn
+    result = train_sgd(model, batches, optimizer=optimizer, loss_fn=plugged)
+    stats = plugin.stats() if plugin is not None else {"generated": 0.0}
+    return FedCogResult(result.train_loss, result.num_steps, {**result.metrics, **stats},
+                        previous_model=model_weights(model))
 
 
 def with_cog(base: ClientUpdate) -> ClientUpdate:

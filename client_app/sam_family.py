@@ -33,7 +33,9 @@ Each rule differs only in the ascent direction `g` of `e = rho * g / ||g||`
   (PERTURBATION_DUAL), from which the server forms the next `s` (2x uplink).
 
 All rules compute losses through `job.loss_fn`, so other tasks and plug-ins
-keep working.
+keep working. The rules themselves are plain functions in client_app/rules.py
+(`fedsynth.client`); this module reads what they need from the run config,
+the server's records and `Context.state`, and writes back what they return.
 """
 
 from __future__ import annotations
@@ -44,9 +46,20 @@ import numpy as np
 import torch
 from flwr.app import RecordDict
 
-from client_app.training import GradientRule, LocalJob, LocalResult, plain_rule, run_local_steps
+from client_app.rules import (
+    fixed_direction_gradients,
+    parameter_tensors,
+    sam_gradients,
+    train_fedlesam_d,
+    train_fedlesam_s,
+    train_fedgamma,
+    train_fedsmoo,
+    train_fedsynsam,
+    endless_batches,
+    ScaffoldResult,
+)
+from client_app.training import GradientRule, LocalJob, LocalResult, run_local_steps
 from common.datasets import run_dataset_info
-from common.losses import scaffold_client_control
 from common.protocol import (
     CLIENT_STAT_PREFIX,
     DYNAMIC_CORRECTION,
@@ -60,8 +73,6 @@ from common.protocol import (
     SYNTHETIC_DATA,
 )
 from common.records import Weights, from_record, to_record
-from common.sam import current_gradients, fedsam_gradients, perturbed_gradients, sam_perturbation
-from common.synsam import cosine, mix_ascent, norm_ratio, synthetic_share
 
 # Keys in Context.state.
 STATE_SYNTHETIC = "fedsynsam-synthetic-data"   # D_syn as received from the server: {"x", "y"}
@@ -76,44 +87,25 @@ def _state_weights(state: RecordDict, key: str) -> Weights | None:
     return from_record(record) if record is not None else None
 
 
-def parameter_names(job: LocalJob) -> list[str]:
-    """Names of the trainable parameters, in `model.parameters()` order."""
-    return [name for name, _ in job.model.named_parameters()]
-
-
-def as_parameter_tensors(job: LocalJob, weights: Weights) -> list[torch.Tensor]:
-    """Per-parameter tensors on the job's device, in `model.parameters()` order."""
-    return [torch.from_numpy(np.asarray(weights[name], dtype=np.float32)).to(job.device) for name in parameter_names(job)]
+def _incoming_weights(job: LocalJob, key: str) -> Weights | None:
+    record = job.incoming.array_records.get(key)
+    return from_record(record) if record is not None else None
 
 
 def fedsam_rule(job: LocalJob) -> GradientRule:
     """FedSAM: ascent along the local mini-batch gradient."""
-    params = list(job.model.parameters())
-
-    def rule(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        return fedsam_gradients(params, lambda: job.loss_fn(job.model, xb, yb), job.cfg.sam_rho)
-
-    return rule
+    return sam_gradients(job.model, job.loss_fn, job.cfg.sam_rho)
 
 
 def fedlesam_direction(job: LocalJob) -> list[torch.Tensor] | None:
     """`w^{t-1} - w^t` per parameter, or None when the server sent no previous update (round 1)."""
-    record = job.incoming.array_records.get(PREVIOUS_UPDATE)
-    if record is None:
-        return None
-    return [-t for t in as_parameter_tensors(job, from_record(record))]
+    previous = _incoming_weights(job, PREVIOUS_UPDATE)
+    return None if previous is None else [-t for t in parameter_tensors(job.model, previous)]
 
 
 def fixed_direction_rule(job: LocalJob, direction: list[torch.Tensor] | None) -> GradientRule:
     """SAM with an ascent direction fixed for the round (FedLESAM); plain gradients without one."""
-    if direction is None or job.cfg.sam_rho == 0:
-        return plain_rule(job)
-    params = list(job.model.parameters())
-
-    def rule(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        return perturbed_gradients(params, lambda: job.loss_fn(job.model, xb, yb), direction, job.cfg.sam_rho)
-
-    return rule
+    return fixed_direction_gradients(job.model, job.loss_fn, direction, job.cfg.sam_rho)
 
 
 # ----- FedLESAM --------------------------------------------------------------------
@@ -159,43 +151,8 @@ def receive_synthetic(job: LocalJob) -> tuple[torch.Tensor, torch.Tensor] | None
 
 
 def synthetic_batches(num_examples: int, batch_size: int, seed: int, server_round: int, partition_id: int) -> Iterator[np.ndarray]:
-    """Endless seeded batches over the synthetic set (epoch permutations cut into batches)."""
-    rng = np.random.default_rng([seed, server_round, partition_id, 5])
-    size = min(batch_size, num_examples)
-    while True:
-        order = rng.permutation(num_examples)
-        for start in range(0, num_examples - size + 1, size):
-            yield order[start:start + size]
-
-
-def synsam_rule(job: LocalJob, x_syn: torch.Tensor, y_syn: torch.Tensor, stats: dict[str, list[float]]) -> GradientRule:
-    """Ascent along the mix of grad F(w; xi) and grad F(w; zeta) (`synsam-mix`); descent along grad F(w + e; xi).
-
-    Appends each step's norm ratio, synthetic share and local/synthetic
-    cosine to `stats`.
-    """
-    model, cfg = job.model, job.cfg
-    params = list(model.parameters())
-    beta = cfg.synsam_beta
-    batches = synthetic_batches(len(y_syn), cfg.batch_size, cfg.seed, job.server_round, job.partition_id)
-
-    def gradient(loss: torch.Tensor) -> list[torch.Tensor]:
-        for p in params:
-            p.grad = None
-        loss.backward()
-        return current_gradients(params)
-
-    def rule(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        index = torch.from_numpy(next(batches)).to(job.device)
-        g_local = gradient(job.loss_fn(model, xb, yb))
-        g_syn = gradient(job.loss_fn(model, x_syn[index], y_syn[index]))
-        stats["norm-ratio"].append(norm_ratio(g_local, g_syn))
-        stats["share"].append(synthetic_share(g_local, g_syn, beta, cfg.synsam_mix))
-        stats["cos"].append(cosine(g_local, g_syn))
-        direction = mix_ascent(g_local, g_syn, beta, cfg.synsam_mix)
-        return perturbed_gradients(params, lambda: job.loss_fn(model, xb, yb), direction, cfg.sam_rho)
-
-    return rule
+    """Endless seeded batches over the synthetic set, seeded by (seed, round, partition)."""
+    return endless_batches(num_examples, batch_size, [seed, server_round, partition_id, 5])
 
 
 def fedsynsam_update(job: LocalJob) -> LocalResult:
@@ -205,98 +162,62 @@ def fedsynsam_update(job: LocalJob) -> LocalResult:
         result = run_local_steps(job, fedsam_rule(job))
         result.metrics["synthetic-examples"] = 0
         return result
-    stats: dict[str, list[float]] = {"norm-ratio": [], "share": [], "cos": []}
-    result = run_local_steps(job, synsam_rule(job, *synthetic, stats))
-    result.metrics["synthetic-examples"] = int(len(synthetic[1]))
-    for key, values in stats.items():
-        if values:
-            result.metrics[f"{CLIENT_STAT_PREFIX}synsam-{key}"] = float(np.mean(values))
-    return result
+    cfg = job.cfg
+    trained = train_fedsynsam(
+        job.model, job.batches(), synthetic_x=synthetic[0], synthetic_y=synthetic[1], rho=cfg.sam_rho,
+        beta=cfg.synsam_beta, mix=cfg.synsam_mix, synthetic_batch_size=cfg.batch_size,
+        synthetic_seed=[cfg.seed, job.server_round, job.partition_id, 5], optimizer=job.optimizer,
+        loss_fn=job.loss_fn,
+    )
+    metrics = {"synthetic-examples": int(len(synthetic[1]))}
+    metrics.update({CLIENT_STAT_PREFIX + key: value for key, value in trained.metrics.items()})
+    return LocalResult(trained.train_loss, trained.num_steps, metrics=metrics)
 
 
 # ----- SCAFFOLD-corrected SAM: FedGAMMA, FedLESAM-S --------------------------------
 
 
-def scaffold_corrected(job: LocalJob, rule: GradientRule) -> LocalResult:
-    """Run `rule` with SCAFFOLD's correction `w <- w - lr (c - c_i)` after each step (option-II c_i update).
+def scaffold_inputs(job: LocalJob) -> dict:
+    """SCAFFOLD's inputs of a round: the server's c and this node's c_i (None before its first round)."""
+    return {"c_global": from_record(job.incoming.array_records[SCAFFOLD_CONTROL]),
+            "c_local": _state_weights(job.state, STATE_SCAFFOLD_CONTROL)}
 
-    Uses the same node-state key and records as `scaffold`, so the SCAFFOLD
-    server strategy (and its resume support) serves these rules unchanged.
-    """
-    names = parameter_names(job)
-    c_global = from_record(job.incoming.array_records[SCAFFOLD_CONTROL])
-    c_local = _state_weights(job.state, STATE_SCAFFOLD_CONTROL)
-    if c_local is None:
-        c_local = {name: np.zeros_like(c_global[name]) for name in names}
-    correction = as_parameter_tensors(job, {name: c_global[name] - c_local[name] for name in names})
-    params = list(job.model.parameters())
-    lr = job.lr
 
-    def after_step() -> None:
-        with torch.no_grad():
-            for p, c in zip(params, correction):
-                p.sub_(lr * c)
-
-    w_global = {name: g.detach().cpu().numpy() for name, g in zip(names, job.global_params)}
-    result = run_local_steps(job, rule, after_step)
-    w_local = {name: p.detach().cpu().numpy() for name, p in zip(names, params)}
-    c_new = scaffold_client_control(c_local, c_global, w_global, w_local, result.num_steps, lr)
-    job.state[STATE_SCAFFOLD_CONTROL] = to_record(c_new)
-    result.outgoing[SCAFFOLD_CONTROL_DELTA] = to_record({name: c_new[name] - c_local[name] for name in names})
-    return result
+def scaffold_outputs(job: LocalJob, result: ScaffoldResult) -> LocalResult:
+    """Keep c_i+ in node state and send c_i+ - c_i (the same key and record as `scaffold`)."""
+    job.state[STATE_SCAFFOLD_CONTROL] = to_record(result.control)
+    return LocalResult(result.train_loss, result.num_steps,
+                       outgoing={SCAFFOLD_CONTROL_DELTA: to_record(result.control_delta)}, metrics=result.metrics)
 
 
 def fedgamma_update(job: LocalJob) -> LocalResult:
     """FedGAMMA client: FedSAM + SCAFFOLD correction."""
-    return scaffold_corrected(job, fedsam_rule(job))
+    result = train_fedgamma(job.model, job.batches(), rho=job.cfg.sam_rho, optimizer=job.optimizer,
+                            loss_fn=job.loss_fn, **scaffold_inputs(job))
+    return scaffold_outputs(job, result)
 
 
 def fedlesam_s_update(job: LocalJob) -> LocalResult:
     """FedLESAM-S client: FedLESAM + SCAFFOLD correction."""
-    return scaffold_corrected(job, fixed_direction_rule(job, fedlesam_direction(job)))
+    result = train_fedlesam_s(job.model, job.batches(), rho=job.cfg.sam_rho,
+                              previous_update=_incoming_weights(job, PREVIOUS_UPDATE), optimizer=job.optimizer,
+                              loss_fn=job.loss_fn, **scaffold_inputs(job))
+    return scaffold_outputs(job, result)
 
 
 # ----- FedDyn-regularised FedLESAM: FedLESAM-D --------------------------------------
 
 
-def feddyn_gradient_update(g_local: Weights, w_global: Weights, w_local: Weights, alpha: float) -> Weights:
-    """FedDyn's node state after training: g_i+ = g_i - alpha (w_i - w^t)."""
-    return {name: (g_local[name] - alpha * (w_local[name] - w_global[name])).astype(np.float32) for name in g_local}
-
-
-def with_dynamic_regulariser(job: LocalJob, rule: GradientRule, g_local: list[torch.Tensor]) -> GradientRule:
-    """Add FedDyn's regulariser gradient `- g_i + alpha (w - w^t)` to whatever `rule` computed."""
-    params, alpha = list(job.model.parameters()), job.cfg.dyn_alpha
-
-    def regularised(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        loss = rule(xb, yb)
-        with torch.no_grad():
-            for p, g, w0 in zip(params, g_local, job.global_params):
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
-                p.grad.sub_(g).add_(p.detach() - w0, alpha=alpha)
-        return loss
-
-    return regularised
-
-
 def fedlesam_d_update(job: LocalJob) -> LocalResult:
     """FedLESAM-D client: FedLESAM + FedDyn dynamic regulariser; sends g_i+ - g_i."""
-    names = parameter_names(job)
-    g_local = _state_weights(job.state, STATE_DYN_GRADIENT)
-    if g_local is None:
-        g_local = {name: np.zeros(p.shape, dtype=np.float32) for name, p in job.model.named_parameters()}
-    rule = with_dynamic_regulariser(
-        job, fixed_direction_rule(job, fedlesam_direction(job)), as_parameter_tensors(job, g_local)
+    result = train_fedlesam_d(
+        job.model, job.batches(), rho=job.cfg.sam_rho, alpha=job.cfg.dyn_alpha,
+        previous_update=_incoming_weights(job, PREVIOUS_UPDATE),
+        dyn_gradient=_state_weights(job.state, STATE_DYN_GRADIENT), optimizer=job.optimizer, loss_fn=job.loss_fn,
     )
-    result = run_local_steps(job, rule)
-    w_global = {name: g.detach().cpu().numpy() for name, g in zip(names, job.global_params)}
-    w_local = {name: p.detach().cpu().numpy() for name, p in job.model.named_parameters()}
-    g_new = feddyn_gradient_update(g_local, w_global, w_local, job.cfg.dyn_alpha)
-    job.state[STATE_DYN_GRADIENT] = to_record(g_new)
-    result.outgoing[DYNAMIC_CORRECTION] = to_record({name: g_new[name] - g_local[name] for name in names})
-    return result
-
+    job.state[STATE_DYN_GRADIENT] = to_record(result.dyn_gradient)
+    return LocalResult(result.train_loss, result.num_steps,
+                       outgoing={DYNAMIC_CORRECTION: to_record(result.correction)}, metrics=result.metrics)
 
 
 # ----- FedSMOO ----------------------------------------------------------------------------
@@ -309,34 +230,13 @@ def fedsmoo_update(job: LocalJob) -> LocalResult:
     its own weight dual from the model updates (FedDyn), so only the
     perturbation correction is a second uplink record.
     """
-    names = parameter_names(job)
-    params = list(job.model.parameters())
-    zeros = {name: np.zeros(p.shape, dtype=np.float32) for name, p in job.model.named_parameters()}
-    record = job.incoming.array_records.get(GLOBAL_PERTURBATION)
-    s_global = as_parameter_tensors(job, from_record(record) if record is not None else zeros)
-    mu = as_parameter_tensors(job, _state_weights(job.state, STATE_SMOO_MU) or zeros)
-    g_local = _state_weights(job.state, STATE_DYN_GRADIENT) or zeros
-    last_perturbation = [torch.zeros_like(p) for p in params]
-
-    def rule(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        for p in params:
-            p.grad = None
-        job.loss_fn(job.model, xb, yb).backward()
-        direction = [g - m - s for g, m, s in zip(current_gradients(params), mu, s_global)]
-        loss = perturbed_gradients(params, lambda: job.loss_fn(job.model, xb, yb), direction, job.cfg.sam_rho)
-        perturbation = sam_perturbation(direction, job.cfg.sam_rho)
-        for m, e, s in zip(mu, perturbation, s_global):
-            m.add_(e - s)
-        last_perturbation[:] = perturbation
-        return loss
-
-    result = run_local_steps(job, with_dynamic_regulariser(job, rule, as_parameter_tensors(job, g_local)))
-    w_global = {name: g.detach().cpu().numpy() for name, g in zip(names, job.global_params)}
-    w_local = {name: p.detach().cpu().numpy() for name, p in zip(names, params)}
-    job.state[STATE_DYN_GRADIENT] = to_record(feddyn_gradient_update(g_local, w_global, w_local, job.cfg.dyn_alpha))
-    mu_np = {name: m.detach().cpu().numpy().astype(np.float32) for name, m in zip(names, mu)}
-    job.state[STATE_SMOO_MU] = to_record(mu_np)
-    result.outgoing[PERTURBATION_DUAL] = to_record(
-        {name: (mu_np[name] - e.detach().cpu().numpy()).astype(np.float32) for name, e in zip(names, last_perturbation)}
+    result = train_fedsmoo(
+        job.model, job.batches(), rho=job.cfg.sam_rho, alpha=job.cfg.dyn_alpha,
+        global_perturbation=_incoming_weights(job, GLOBAL_PERTURBATION),
+        mu=_state_weights(job.state, STATE_SMOO_MU), dyn_gradient=_state_weights(job.state, STATE_DYN_GRADIENT),
+        optimizer=job.optimizer, loss_fn=job.loss_fn,
     )
-    return result
+    job.state[STATE_DYN_GRADIENT] = to_record(result.dyn_gradient)
+    job.state[STATE_SMOO_MU] = to_record(result.mu)
+    return LocalResult(result.train_loss, result.num_steps,
+                       outgoing={PERTURBATION_DUAL: to_record(result.perturbation_dual)}, metrics=result.metrics)

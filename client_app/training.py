@@ -5,11 +5,18 @@ gradient rule (plain, proximal, SAM, …) followed by an SGD step and an optiona
 correction (SCAFFOLD). The batch order depends only on (seed, round,
 partition id), so one FedAvg round with a single client equals the same plain
 SGD loop run in one process.
+
+Two layers: `train_steps` runs a gradient rule over any iterable of
+`(inputs, labels)` batches (a torch `DataLoader`, or `tensor_batches`) with
+an optimizer described by plain values (`LocalOptimizer`); it is what a
+Flower developer's own ClientApp calls through `fedsynth.client`. `LocalJob`
+and `run_local_steps` adapt a fedsynth run (its config, round and seeded
+batch order) to that same loop.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -34,9 +41,94 @@ def classification_loss(model: nn.Module, xb: torch.Tensor, yb: torch.Tensor) ->
     return F.cross_entropy(model(xb), yb)
 # Runs after each optimizer step (SCAFFOLD's control-variate correction).
 AfterStep = Callable[[], None]
+# What local training iterates over: (inputs, labels) pairs, e.g. a torch DataLoader.
+Batches = Iterable[tuple[torch.Tensor, torch.Tensor]]
 # A plug-in's change of the task loss of a real batch, (model, task loss) -> training
 # loss; FedCOG scales it and adds its KD term on a generated batch.
 LossPlugin = Callable[[nn.Module, torch.Tensor], torch.Tensor]
+
+
+def with_loss_plugin(loss_fn: LossFn, plugin: LossPlugin) -> LossFn:
+    """`loss_fn` passed through a plug-in: (model, xb, yb) -> plugin(model, loss_fn(model, xb, yb))."""
+    return lambda model, xb, yb: plugin(model, loss_fn(model, xb, yb))
+
+
+@dataclass(frozen=True)
+class LocalOptimizer:
+    """The local optimizer as plain values: SGD with heavy-ball momentum, or Adam (`kind`).
+
+    A new optimizer is built for every call of a training function, so no
+    optimizer state carries over between rounds (common/optimizers.py has
+    why fedsynth's own SGD and Adam replace torch.optim's, bitwise equal).
+    `clip_grad_norm` clips each step's gradient to that global L2 norm (0: off).
+    """
+
+    lr: float = 0.01
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    kind: str = "sgd"
+    clip_grad_norm: float = 0.0
+
+    def build(self, params: Iterable[torch.Tensor]) -> SGD | Adam:
+        """A fresh optimizer over `params`."""
+        return make_optimizer(params, self.kind, self.lr, self.momentum, self.weight_decay, self.clip_grad_norm)
+
+
+@dataclass
+class TrainResult:
+    """What a local training function reports: the mean batch loss, the step count, rule metrics."""
+
+    train_loss: float
+    num_steps: int
+    metrics: dict[str, float] = field(default_factory=dict)
+
+
+def model_device(model: nn.Module) -> torch.device:
+    """The device of the model's parameters (batches are moved there)."""
+    return next(model.parameters()).device
+
+
+def train_steps(model: nn.Module, batches: Batches, rule: GradientRule, optimizer: LocalOptimizer,
+                after_step: AfterStep | None = None) -> TrainResult:
+    """Train `model` in place: one optimizer step with `rule`'s gradients per batch, then `after_step`."""
+    model.train()
+    step_optimizer = optimizer.build(model.parameters())
+    device = model_device(model)
+    total, steps = 0.0, 0
+    for xb, yb in batches:
+        step_optimizer.zero_grad(set_to_none=True)
+        loss = rule(xb.to(device), yb.to(device))
+        step_optimizer.step()
+        if after_step is not None:
+            after_step()
+        total += float(loss)
+        steps += 1
+    return TrainResult(train_loss=total / max(steps, 1), num_steps=steps)
+
+
+def tensor_batches(x: torch.Tensor, y: torch.Tensor, batch_size: int, num_steps: int,
+                   seed: int | Sequence[int] = 0) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """`num_steps` batches of (x, y): seeded epoch permutations cut into batches of `batch_size`.
+
+    fedsynth's own ClientApp draws its batches this way, with the seed
+    `(run seed, round, partition id)`, so a round's batch order is reproducible.
+    """
+    rng = np.random.default_rng(seed)
+    remaining = num_steps
+    while remaining > 0:
+        order = rng.permutation(len(y))
+        for start in range(0, len(y), batch_size):
+            if remaining == 0:
+                return
+            index = torch.from_numpy(order[start:start + batch_size]).to(x.device)
+            yield x[index], y[index]
+            remaining -= 1
+
+
+def epochs(loader: Iterable[tuple[torch.Tensor, torch.Tensor]], count: int) -> Batches:
+    """`count` passes over a re-iterable loader (a DataLoader), as one iterable of batches."""
+    for _ in range(count):
+        yield from loader
 
 
 @dataclass
@@ -66,8 +158,7 @@ class LocalJob:
         computes the task loss itself (MOON, from its projection head) passes it
         through `plugged_loss`.
         """
-        inner = self.loss_fn
-        self.loss_fn = lambda model, xb, yb: plugin(model, inner(model, xb, yb))
+        self.loss_fn = with_loss_plugin(self.loss_fn, plugin)
         self.loss_plugins.append(plugin)
 
     def plugged_loss(self, model: nn.Module, task_loss: torch.Tensor) -> torch.Tensor:
@@ -85,6 +176,18 @@ class LocalJob:
     def num_steps(self) -> int:
         """K: local steps this round."""
         return local_step_count(len(self.y), self.cfg)
+
+    @property
+    def optimizer(self) -> LocalOptimizer:
+        """This round's local optimizer (`local-optimizer`: Adam by default for the diffusion task)."""
+        cfg = self.cfg
+        return LocalOptimizer(lr=self.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
+                              kind=optimizer_kind(cfg), clip_grad_norm=cfg.clip_grad_norm)
+
+    def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        """This round's K batches, in the order seeded by (seed, round, partition id)."""
+        return tensor_batches(self.x, self.y, self.cfg.batch_size, self.num_steps,
+                              [self.cfg.seed, self.server_round, self.partition_id])
 
 
 @dataclass
@@ -105,49 +208,30 @@ def local_step_count(num_examples: int, cfg: RunConfig) -> int:
 
 
 def batch_indices(num_examples: int, cfg: RunConfig, server_round: int, partition_id: int) -> Iterator[np.ndarray]:
-    """Index batches for one round: seeded epoch permutations, cut into batches, K in total."""
-    rng = np.random.default_rng([cfg.seed, server_round, partition_id])
-    remaining = local_step_count(num_examples, cfg)
-    while remaining > 0:
-        order = rng.permutation(num_examples)
-        for start in range(0, num_examples, cfg.batch_size):
-            if remaining == 0:
-                return
-            yield order[start:start + cfg.batch_size]
-            remaining -= 1
+    """Index batches of one round (the order `LocalJob.batches` draws): seeded by (seed, round, partition)."""
+    positions = torch.arange(num_examples)
+    for index, _ in tensor_batches(positions, positions, cfg.batch_size, local_step_count(num_examples, cfg),
+                                   [cfg.seed, server_round, partition_id]):
+        yield index.numpy()
 
 
-def plain_rule(job: "LocalJob") -> GradientRule:
+def plain_gradients(model: nn.Module, loss_fn: LossFn) -> GradientRule:
     """Plain gradient of the task's loss."""
 
     def rule(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        loss = job.loss_fn(job.model, xb, yb)
+        loss = loss_fn(model, xb, yb)
         loss.backward()
         return loss.detach()
 
     return rule
 
 
-def local_optimizer(model: nn.Module, cfg: RunConfig, lr: float) -> SGD | Adam:
-    """Local SGD (or Adam, `local-optimizer`: Adam by default for the diffusion task); a new one each round,
-    so no optimizer state carries over. `clip-grad-norm` clips every step's gradient (0: off)."""
-    return make_optimizer(model.parameters(), optimizer_kind(cfg), lr, cfg.momentum, cfg.weight_decay,
-                          cfg.clip_grad_norm)
+def plain_rule(job: "LocalJob") -> GradientRule:
+    """Plain gradient of the job's loss."""
+    return plain_gradients(job.model, job.loss_fn)
 
 
 def run_local_steps(job: LocalJob, rule: GradientRule, after_step: AfterStep | None = None) -> LocalResult:
-    """Train `job.model` in place for K steps with the given gradient rule."""
-    model = job.model
-    model.train()
-    optimizer = local_optimizer(model, job.cfg, job.lr)
-    total, steps = 0.0, 0
-    for idx in batch_indices(len(job.y), job.cfg, job.server_round, job.partition_id):
-        index = torch.from_numpy(idx).to(job.device)
-        optimizer.zero_grad(set_to_none=True)
-        loss = rule(job.x[index], job.y[index])
-        optimizer.step()
-        if after_step is not None:
-            after_step()
-        total += float(loss)
-        steps += 1
-    return LocalResult(train_loss=total / max(steps, 1), num_steps=steps)
+    """Train `job.model` in place for this round's K seeded batches with the given gradient rule."""
+    result = train_steps(job.model, job.batches(), rule, job.optimizer, after_step)
+    return LocalResult(train_loss=result.train_loss, num_steps=result.num_steps)

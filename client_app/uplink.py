@@ -17,6 +17,7 @@ seeded by (seed, round, partition, record), so replies are reproducible.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
@@ -31,25 +32,45 @@ from common.uplink import TENSOR_MASK, compressed_name, compression_spec, encodi
 STATE_RESIDUAL_PREFIX = "uplink-residual:"
 
 
+@dataclass
+class EncodedUpdate:
+    """A codec payload (put it in a reply as `ArrayRecord`) and, with error feedback, the new residual."""
+
+    payload: Weights
+    residual: Weights | None = None
+
+
+def encode_delta(
+    delta: Mapping[str, np.ndarray], codec: CompressionSpec, rng: np.random.Generator,
+    residual: Mapping[str, np.ndarray] | None = None, error_feedback: bool = False,
+) -> EncodedUpdate:
+    """The codec payload of `delta` (`w_i - w` by name); with error feedback, of `delta + residual`.
+
+    The server decodes the payload with `common.compression.decode_update`
+    (fedsynth's strategies do so for the COMPRESSED_UPDATE record). Tensors are
+    encoded in sorted name order: the codec draws its random numbers tensor by
+    tensor, and a model restored from a checkpoint may list its tensors in
+    another order than a freshly built one. With `error_feedback`, keep the
+    returned residual (in `Context.state`) and pass it in next time.
+    """
+    values = dict(sorted(delta.items()))
+    if not error_feedback:
+        return EncodedUpdate(encode_update(values, codec, rng))
+    payload, new_residual = apply_error_feedback(values, residual, codec, rng)
+    return EncodedUpdate(payload, new_residual)
+
+
 def encode_with_state(
     values: Mapping[str, np.ndarray], spec: CompressionSpec, rng: np.random.Generator,
     state: RecordDict, record_name: str, error_feedback: bool,
 ) -> Weights:
-    """The codec payload of `values`; with error feedback, of `values + residual`, updating the residual.
-
-    Tensors are encoded in sorted name order: the codec draws its random
-    numbers tensor by tensor, and a model restored from a checkpoint may list
-    its tensors in another order than a freshly built one.
-    """
-    values = dict(sorted(values.items()))
-    if not error_feedback:
-        return encode_update(values, spec, rng)
+    """`encode_delta` with the error-feedback residual of record `record_name` kept in node state."""
     key = STATE_RESIDUAL_PREFIX + record_name
-    stored = state.array_records.get(key)
-    residual = from_record(stored) if stored is not None else None
-    payload, new_residual = apply_error_feedback(values, residual, spec, rng)
-    state[key] = to_record(new_residual)
-    return payload
+    stored = state.array_records.get(key) if error_feedback else None
+    encoded = encode_delta(values, spec, rng, from_record(stored) if stored is not None else None, error_feedback)
+    if encoded.residual is not None:
+        state[key] = to_record(encoded.residual)
+    return encoded.payload
 
 
 def uplink_records(

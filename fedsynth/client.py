@@ -1,0 +1,121 @@
+"""fedsynth's local update rules for your own Flower ClientApp: a model, batches and plain parameters in, a result out.
+
+Every rule that fedsynth's own ClientApp runs is here as one function. It
+takes a torch model, an iterable of `(inputs, labels)` batches (a
+`torch.utils.data.DataLoader`, or `tensor_batches(x, y, ...)`), the rule's
+parameters as numbers, and a `LocalOptimizer` (SGD with momentum, or Adam).
+No run config, no Flower records, no `Context`: your ClientApp reads its
+message, calls the function, and builds its reply. fedsynth's ClientApp calls
+these same functions (client_app/updates.py, sam_family.py, decentralized.py,
+fedcog.py, uplink.py adapt its run config and records to them), so a rule
+here is exactly the rule fedsynth's experiments run.
+
+Train functions change `model` in place and return a `TrainResult`
+(`train_loss`, `num_steps`, `metrics`). Where a rule carries state from one
+round to the next on the node, the function takes it as an argument (None on
+the node's first round) and returns it in a subclass of `TrainResult`: keep it
+in `Context.state` (for example `context.state["c_i"] = ArrayRecord(...)`).
+Weights are dicts of numpy arrays keyed by parameter name, as
+`{k: v.numpy() for k, v in record.to_torch_state_dict().items()}` gives.
+
+docs/library.md lists every function with its parameters, what it needs from
+the server and what its reply should carry, and walks through the example app
+in examples/fedcog-app/.
+"""
+
+from __future__ import annotations
+
+from client_app.fedcog import (
+    CogSettings,
+    FedCogResult,
+    GeneratedSet,
+    KnowledgeDistillation,
+    fedcog_distillation,
+    generate,
+    train_fedcog,
+)
+from client_app.rules import (
+    DynamicResult,
+    MoonResult,
+    ScaffoldResult,
+    SmooResult,
+    gossip_mix,
+    ole_restart,
+    train_fedgamma,
+    train_fedlesam,
+    train_fedlesam_d,
+    train_fedlesam_s,
+    train_fedprox,
+    train_fedsam,
+    train_fedsmoo,
+    train_fedsynsam,
+    train_mofedsam,
+    train_moon,
+    train_scaffold,
+    train_sgd,
+)
+from client_app.training import (
+    LocalOptimizer,
+    TrainResult,
+    classification_loss,
+    epochs,
+    tensor_batches,
+    train_steps,
+    with_loss_plugin,
+)
+from client_app.uplink import EncodedUpdate
+from client_app.uplink import encode_delta as encode_update
+from common.compression import CompressionSpec, decode_update
+from common.evaluation import evaluate_model
+from common.fedcog_math import complementary_labels, kd_coefficients
+from common.protocol import COMPRESSED_UPDATE
+
+__all__ = [
+    # the local training loop and its inputs
+    "LocalOptimizer",
+    "TrainResult",
+    "classification_loss",
+    "epochs",
+    "tensor_batches",
+    "train_steps",
+    "with_loss_plugin",
+    "evaluate_model",
+    # FedAvg, FedProx and the SAM family
+    "train_sgd",
+    "train_fedprox",
+    "train_fedsam",
+    "train_mofedsam",
+    "train_fedlesam",
+    "train_fedlesam_d",
+    "train_fedlesam_s",
+    "train_fedgamma",
+    "train_fedsmoo",
+    "DynamicResult",
+    "SmooResult",
+    # FedSynSAM's mixed ascent
+    "train_fedsynsam",
+    # SCAFFOLD and MOON
+    "train_scaffold",
+    "ScaffoldResult",
+    "train_moon",
+    "MoonResult",
+    # FedCOG: generation and distillation
+    "CogSettings",
+    "fedcog_distillation",
+    "train_fedcog",
+    "FedCogResult",
+    "KnowledgeDistillation",
+    "GeneratedSet",
+    "generate",
+    "complementary_labels",
+    "kd_coefficients",
+    # decentralized FL: mixing and OledFL's restart
+    "gossip_mix",
+    "ole_restart",
+    # the compressed uplink
+    "encode_update",
+    "EncodedUpdate",
+    "decode_update",
+    "CompressionSpec",
+    "COMPRESSED_UPDATE",
+]
