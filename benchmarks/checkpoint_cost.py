@@ -38,7 +38,7 @@ NUM_NODES = 10
 
 
 def measure(name: str, overrides: dict[str, Any], rounds: int, work: Path) -> dict[str, Any]:
-    import server_app.loop as loop
+    import server_app.recorder as loop  # the module that writes the checkpoints
     from fedsynth.inprocess import InProcessGrid, run_federation
 
     times: list[float] = []

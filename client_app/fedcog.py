@@ -49,7 +49,7 @@ from common.datasets import normalization, run_dataset_info
 from common.fedcog_math import complementary_labels, generation_loss, kd_coefficients, kd_loss
 from common.optimizers import Adam
 from common.protocol import CLIENT_STAT_PREFIX, STATE_COG_PREVIOUS_MODEL
-from common.records import from_record, load_weights, model_weights, to_record
+from common.records import from_record, model_weights, to_record
 
 ClientUpdate = Callable[[LocalJob], LocalResult]
 

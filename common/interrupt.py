@@ -7,7 +7,7 @@ ServerApp keeps waiting for replies (by default for 3 x `round-timeout`).
 `install_handlers` (called by the CLI in its main thread) replaces that: the
 first SIGINT or SIGTERM sets `STOP`; the ServerApp checks it at every reply
 poll, between rounds and in the handshake wait (`raise_if_stopped`), and
-raises `RunInterrupted`. The round loop then checkpoints its last finished
+raises `RunInterrupted`. The run recorder then checkpoints its last finished
 round, `RunResults` writes summary.json with status `interrupted`, the
 ServerApp's thread ends, Flower stops its engine, and the CLI exits 128 + the
 signal's number (130 for SIGINT, 143 for SIGTERM) after printing the command

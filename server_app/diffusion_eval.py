@@ -19,7 +19,7 @@ cpu preset; 5,000 samples bound the metric's share of that.
 Each score is written with the extractor (and its test accuracy) and the
 sampler that produced it.
 
-This is the diffusion task's counterpart of `CentralEvaluator`; the round loop
+This is the diffusion task's counterpart of `CentralEvaluator`; the run recorder
 uses it for every algorithm that trains a DDPM.
 """
 

@@ -41,6 +41,7 @@ from flwr.serverapp.strategy import Result
 
 from common.config import RunConfig
 from common.diffusion import is_diffusion
+from common.interrupt import raise_if_stopped
 from common.records import Weights, from_record, model_weights, to_record
 from common.results import RunResults, run_accuracy
 from common.task import make_model
@@ -130,6 +131,7 @@ class RunRecorder:
         log(INFO, "%s", progress_line(record, self.cfg.num_server_rounds))
         if stopping:
             log(INFO, "round %d: %s stopped the run", server_round, type(self.strategy).__name__)
+        raise_if_stopped()  # SIGINT/SIGTERM: stop between rounds; on_interrupt keeps this one (common/interrupt.py)
         return MetricRecord(central) if central else None
 
     def _record_initial(self, arrays: ArrayRecord) -> MetricRecord | None:

@@ -16,13 +16,9 @@ from common.config import parse_run_config
 from common.protocol import PREVIOUS_UPDATE, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, to_record
 from server_app.registry import SERVER_STRATEGIES
-from server_app.strategies.fedavg import (
-    FedAvgStrategy,
-    NodeInfo,
-    check_weights,
-    sample_nodes,
-    weighted_mean,
-)
+from common.records import check_weights
+from server_app.strategies.base import sample_nodes
+from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, weighted_mean
 from server_app.strategies.fedavgm import FedAvgMStrategy
 from server_app.strategies.previous_update import PreviousUpdateStrategy
 from server_app.strategies.scaffold import ScaffoldStrategy

@@ -27,7 +27,8 @@ from server_app.reply_checks import (
     check_train_metrics,
     is_number,
 )
-from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, aggregate_metrics, checked_evaluate_metrics
+from server_app.strategies.base import checked_evaluate_metrics
+from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, aggregate_metrics
 
 # Anything a Mapping may hold (the checks take any mapping), and what a MetricRecord may hold (a reply's record).
 ANY_VALUE = st.one_of(

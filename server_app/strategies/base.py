@@ -225,6 +225,13 @@ class RoundStrategy(Strategy):
             self.nodes = nodes_from_grid(grid)
             log(INFO, "%s: %d nodes from the grid", type(self).__name__, len(self.nodes))
 
+    def partition_of(self, reply: Message) -> int:
+        """The partition of the node that sent `reply` (its node-table entry; else the reply's `partition-id`)."""
+        for node in self.nodes:
+            if node.node_id == reply.metadata.src_node_id:
+                return node.partition_id
+        return int(reply.content.metric_records["metrics"].get("partition-id", 0))
+
     def node_of(self, node_id: int) -> NodeInfo | None:
         """The node table's entry of a node id, or None."""
         return next((n for n in self.nodes if n.node_id == node_id), None)

@@ -14,10 +14,8 @@ Differences from Flower's own FedAvg, each for a reason in SPEC:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any, Callable
 
 import numpy as np
@@ -27,14 +25,12 @@ from flwr.serverapp import Grid
 
 from common.config import RunConfig
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
-from common.records import Weights, check_weights, from_record, message_array_bytes, to_record
+from common.records import Weights, from_record, message_array_bytes, to_record
 from common.uplink import compression_spec, decode_reply, float32_equivalent_bytes
 from server_app.influence import bounded_weights
 from server_app.robust import ROBUST_AGGREGATIONS, clip_update, combine_updates, update_norm
 from server_app.reply_checks import check_train_metrics
-from server_app.strategies.base import (
-    NodeInfo, RoundStrategy, checked_evaluate_metrics, local_test_summary, sample_nodes, weighted_metric,
-)
+from server_app.strategies.base import NodeInfo, RoundStrategy, sample_nodes, weighted_metric
 from server_app.strategies.node_models import NodeModels
 
 
@@ -220,14 +216,14 @@ class FedAvgStrategy(RoundStrategy):
 
     def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Average the updates of checked replies (in partition order) and take the server step."""
-        replies = sorted(replies, key=partition_of)
+        replies = sorted(replies, key=self.partition_of)
         if not replies:
             return None, None
-        self.restore_pending -= {partition_of(r) for r in replies}
+        self.restore_pending -= {self.partition_of(r) for r in replies}
         deltas = [self.client_delta(r) for r in replies]
         if self.node_models.keys:  # the uplink is uncompressed: each reply holds the node's model
             for reply in replies:
-                self.node_models.keep(partition_of(reply), from_record(reply.content.array_records[MODEL]))
+                self.node_models.keep(self.partition_of(reply), from_record(reply.content.array_records[MODEL]))
         if self.cfg.max_update_norm > 0:  # "refuse" dropped the longer ones in check_reply; "clip" scales them
             deltas = [clip_update(d, self.cfg.max_update_norm) for d in deltas]
         if self.cfg.aggregation in ROBUST_AGGREGATIONS:
@@ -241,11 +237,6 @@ class FedAvgStrategy(RoundStrategy):
         """Log what this strategy will do."""
         log(INFO, "%s: %d nodes, fraction-train %.2f, aggregation %s, server-lr %g",
             type(self).__name__, len(self.nodes), self.cfg.fraction_train, self.cfg.aggregation, self.cfg.server_lr)
-
-
-def partition_of(reply: Message) -> int:
-    """The partition id a reply reports (for a fixed aggregation order)."""
-    return int(reply.content.metric_records["metrics"].get("partition-id", 0))
 
 
 def reply_metric_means(metrics: list[Mapping[str, Any]], max_share: float) -> dict[str, float]:

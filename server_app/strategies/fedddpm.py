@@ -44,7 +44,7 @@ import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import torch
@@ -55,7 +55,7 @@ from flwr.serverapp import Grid
 from common.config import RunConfig
 from common.diffusion import (
     aux_sampler_spec, image_shape, linear_schedule, num_timesteps, optimizer_kind, sample, sampler_spec,
-    save_image_grid, seeded_generator, train_on_images,
+    seeded_generator, train_on_images,
 )
 from common.evaluation import resolve_device
 from common.fid import GaussianStats
@@ -64,14 +64,12 @@ from common.fid_features import FeatureExtractor, extractor_weights
 from common.protocol import DIFFUSION_PHASE, FID_EXTRACTOR, FID_STATS, FID_SUMS, MODEL, WARMUP_PHASE
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
 from common.task import make_model
-from server_app.diffusion_eval import GRID_IMAGES, run_extractor, spread_indices
+from server_app.diffusion_eval import run_extractor
 from server_app.influence import capped_counts
 from server_app.messaging import match_replies, send_and_receive
 from server_app.reply_checks import check_train_metrics, is_int
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 
-if TYPE_CHECKING:
-    from common.results import RunResults
 
 # Fourth seed component of each server-side random stream.
 _AUX_STREAM, _CORRECTION_STREAM, _QUICKTEST_STREAM = 21, 22, 23

@@ -39,7 +39,7 @@ from common.task import make_model
 from common.uplink import compression_spec
 from server_app.distillation import DistillSettings, distill
 from server_app.perturbation import PerturbationDiagnostic
-from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, partition_of
+from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 
 _TRAJECTORY = "trajectory-"
 
@@ -104,7 +104,7 @@ class TrajectoryStrategy(FedAvgStrategy):
         self._round_metrics = {}
         if self.diagnostic is not None and replies:
             self._round_metrics.update(self.diagnostic.measure(
-                self.current, [partition_of(r) for r in replies], self.previous_update, self.synthetic,
+                self.current, [self.partition_of(r) for r in replies], self.previous_update, self.synthetic,
             ))
         arrays, metrics = super().aggregate_good(server_round, replies)
         if metrics is None or not self._round_metrics:
@@ -165,7 +165,7 @@ class FedSynSAMStrategy(TrajectoryStrategy):
 
     def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
-        holding = [partition_of(r) for r in replies
+        holding = [self.partition_of(r) for r in replies
                    if r.content.metric_records["metrics"].get("synthetic-examples", 0) > 0]
         self.synthetic_holders.update(holding)
         arrays, metrics = super().aggregate_good(server_round, replies)

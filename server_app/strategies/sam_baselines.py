@@ -22,7 +22,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -36,7 +36,7 @@ from common.records import Weights, check_weights, from_record, subtract, to_rec
 from common.task import make_model
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.robust import bounded_record, clip_update, record_norm_problem
-from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, partition_of
+from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 from server_app.strategies.previous_update import PreviousUpdateStrategy
 from server_app.strategies.scaffold import ScaffoldStrategy
 
@@ -52,7 +52,7 @@ class FedLESAMStrategy(PreviousUpdateStrategy):
         replies = list(replies)
         measured = {}
         if self.diagnostic is not None and replies:
-            measured = self.diagnostic.measure(self.current, [partition_of(r) for r in replies], self.previous_update, None)
+            measured = self.diagnostic.measure(self.current, [self.partition_of(r) for r in replies], self.previous_update, None)
         arrays, metrics = super().aggregate_good(server_round, replies)
         if metrics is None or not measured:
             return arrays, metrics
@@ -124,12 +124,12 @@ class FedLESAMDStrategy(FedAvgStrategy):
             correction, self.cfg.max_record_norm, self.cfg.update_norm_action, DYNAMIC_CORRECTION)
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        ordered = sorted(replies, key=partition_of)
+        ordered = sorted(replies, key=self.partition_of)
         corrections = [bounded_record(from_record(r.content.array_records[DYNAMIC_CORRECTION]), self.cfg.max_record_norm)
                        for r in ordered]
         for reply, correction in zip(ordered, corrections):
-            previous = self.client_gradients.get(partition_of(reply))
-            self.client_gradients[partition_of(reply)] = (
+            previous = self.client_gradients.get(self.partition_of(reply))
+            self.client_gradients[self.partition_of(reply)] = (
                 correction if previous is None else {n: (previous[n] + correction[n]).astype(np.float32) for n in correction}
             )
         self.h = feddyn_server_state(self._h(), corrections, len(self.nodes))
@@ -189,7 +189,7 @@ class FedSMOOStrategy(FedAvgStrategy):
             dual, self.cfg.max_record_norm, self.cfg.update_norm_action, PERTURBATION_DUAL)
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        ordered = sorted(replies, key=partition_of)
+        ordered = sorted(replies, key=self.partition_of)
         self.perturbation = smoo_global_perturbation(
             [bounded_record(from_record(r.content.array_records[PERTURBATION_DUAL]), self.cfg.max_record_norm)
              for r in ordered], self.cfg.sam_rho

@@ -18,7 +18,8 @@ from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAF
 from common.losses import scaffold_server_control
 from common.records import Weights, from_record, to_record
 from server_app.robust import bounded_record, record_norm_problem
-from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, check_weights, partition_of
+from common.records import check_weights
+from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 
 
 class ScaffoldStrategy(FedAvgStrategy):
@@ -64,14 +65,14 @@ class ScaffoldStrategy(FedAvgStrategy):
             delta, self.cfg.max_record_norm, self.cfg.update_norm_action, SCAFFOLD_CONTROL_DELTA)
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        ordered = sorted(replies, key=partition_of)
+        ordered = sorted(replies, key=self.partition_of)
         # each c_i+ - c_i within max-record-norm: one node's control variate cannot drag c (and every client's
         # correction) away
         deltas = [bounded_record(from_record(r.content.array_records[SCAFFOLD_CONTROL_DELTA]), self.cfg.max_record_norm)
                   for r in ordered]
         for reply, delta in zip(ordered, deltas):
-            previous = self.client_controls.get(partition_of(reply))
-            self.client_controls[partition_of(reply)] = (
+            previous = self.client_controls.get(self.partition_of(reply))
+            self.client_controls[self.partition_of(reply)] = (
                 delta if previous is None else {n: (previous[n] + delta[n]).astype(np.float32) for n in delta}
             )
         self.control = scaffold_server_control(self._control(), deltas, len(self.nodes))
