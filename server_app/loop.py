@@ -127,7 +127,7 @@ def run_rounds(grid: Grid, cfg: RunConfig, strategy: FedAvgStrategy, results: Ru
     strategy.summary()
     weights: Weights = model_weights(make_model(cfg, seeded=True))
     evaluator = central_evaluator(cfg)
-    diffusion = DiffusionEvaluator(cfg, results) if is_diffusion(cfg) else None  # FID and sample grids
+    diffusion = DiffusionEvaluator(cfg, results, strategy.feature_reference.asker(grid)) if is_diffusion(cfg) else None
     first_round = 1
     if results.resuming:
         weights, first_round = resume_from_checkpoint(cfg, strategy, results, weights)
