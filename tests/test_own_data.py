@@ -359,6 +359,22 @@ def test_fedddpm_on_the_sites_folders_reports_fid_against_their_pooled_feature_s
     assert len([m for m in grid.sent if m.metadata.message_type == "query.fid_stats"]) == 3  # kept in the checkpoint
 
 
+def test_fedddpm_plus_on_the_sites_folders_shares_one_gathering_between_quicktest_and_fid(sites, tmp_path):
+    """FedDDPM+'s QuickTest (quicktest-reference = clients) and FID's reference are the same sums: asked once."""
+    from tests.diffusion_tiny import TINY_DIFFUSION
+
+    raw = site_run_config(**{**TINY_DIFFUSION, "algorithm": "fedddpm+", "num-server-rounds": 1, "local-steps": 1,
+                             "batch-size": 8, "warmup-steps": 1, "quicktest-reference": "clients",
+                             "central-eval": True, "cache-dir": str(tmp_path / "cache"),
+                             "results-dir": str(tmp_path / "results"), "run-name": "run"})
+    grid = InProcessGrid(3, raw, node_config=lambda i: {"dataset-path": str(sites[i].path), "name": sites[i].name})
+    summary = run_federation(raw, grid)
+    rounds = [json.loads(line) for line in (tmp_path / "results" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert summary["status"] == "ok" and summary["stop-reason"] == "last-round" and np.isfinite(summary["final-fid"])
+    assert np.isfinite(rounds[1]["quicktest-fid"]) and rounds[0]["fid-reference-nodes"] == 3  # asked at the warmup
+    assert len([m for m in grid.sent if m.metadata.message_type == "query.fid_stats"]) == 3
+
+
 def test_the_diffusion_task_on_the_sites_folders_needs_an_extractor_without_server_data():
     from tests.diffusion_tiny import TINY_DIFFUSION
 
