@@ -8,8 +8,8 @@ first 64 (`samples-round-NNNN.png`, `samples-final.png`; the paper's Figures
 paper's reference), which the server holds in simulation. With `partition =
 "node"` the server holds no images: FID's reference is then the nodes' pooled
 feature sums (server_app/fid_reference.py, asked for once), and there is no
-KID (it needs every real image's features) and no class histogram (the
-`random` extractor has no trained head). The same number of
+KID (the sums do not give it; fid_reference.py says what would) and no class
+histogram (the classifier that labels samples is trained on the server's images). The same number of
 samples every round, so the curve compares with itself and the study runner's
 mean of the last evaluations is fair.
 
@@ -68,7 +68,8 @@ class DiffusionEvaluator:
     reference when the server holds no images (`reference_from_clients`).
     """
 
-    def __init__(self, cfg: RunConfig, results: "RunResults", client_reference: "ClientReference | None" = None) -> None:
+    def __init__(self, cfg: RunConfig, results: "RunResults",
+                 client_reference: "ClientReference | None" = None) -> None:
         self.cfg = cfg
         self.results = results
         self.client_reference = client_reference
@@ -197,7 +198,7 @@ class DiffusionEvaluator:
                 "final-fid-round": scored[-1]["round"],
                 "best-fid": min(r["fid"] for r in scored),
             })
-            if "kid" in scored[-1]:  # none with the nodes' sums as reference: KID needs every image's features
+            if "kid" in scored[-1]:  # none with the nodes' sums as reference (fid_reference.py)
                 out["final-kid"] = scored[-1]["kid"]
             # the final model's large-sample scores replace the round-sized ones where they exist
             for key in ("final-fid", "final-kid", "final-kid-std", "final-fid-samples", "final-class-histogram",
@@ -207,7 +208,6 @@ class DiffusionEvaluator:
             plot_fid({"global model": [(r["round"], r["fid"]) for r in scored]}, self.results.path / "fid.png",
                      f"FID ({self.extractor().name} features, {self.sampler.label})")
         return out
-
 
     def reference_label(self) -> str:
         """What FID was measured against, for logs and summary.json."""

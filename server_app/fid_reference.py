@@ -15,9 +15,11 @@ fid_features.py); Inception is loaded by each node from its own weights file.
 
 The statistics are gathered once per run, at the first evaluation that needs
 them, and kept in the server's checkpoints (`arrays` / `load`), so a resumed
-run does not ask again. KID cannot be built from sums: it needs every real
-image's features (a kernel between individual samples), so with this reference
-the run reports FID only.
+run does not ask again. With this reference the run reports FID only: KID's
+cubic-kernel MMD would need, besides these sums, each node's sum of third
+tensor powers of its features (d^3 = 2.1 million numbers at d = 128, about six
+times the unet-small model, and the third moments of the site's features), too
+much to send for a second score of the same thing.
 """
 
 from __future__ import annotations
@@ -61,7 +63,8 @@ class Gathered:
     bytes: int
 
 
-def check_feature_sums(reply: Message, dim: int | None, max_examples: int | None = None) -> tuple[str | None, Weights, int]:
+def check_feature_sums(reply: Message, dim: int | None,
+                       max_examples: int | None = None) -> tuple[str | None, Weights, int]:
     """(why unusable or None, {sum-f, sum-ff}, n) of a node's `fid_stats` reply; n at most `max_examples`."""
     if reply.has_error():
         return f"error: {reply.error.reason}", {}, 0
@@ -141,7 +144,8 @@ class ClientFeatureReference:
         return self.stats, {"fid-reference-nodes": gathered.nodes, "fid-reference-images": gathered.stats.count,
                             "fid-reference-bytes": gathered.bytes}
 
-    def asker(self, grid: Grid) -> Callable[[FeatureExtractor, tuple[int, int, int]], tuple[GaussianStats, dict[str, Any]]]:
+    def asker(self, grid: Grid) -> Callable[[FeatureExtractor, tuple[int, int, int]],
+                                            tuple[GaussianStats, dict[str, Any]]]:
         """`get` bound to the run's grid (what the diffusion evaluator calls)."""
         return lambda extractor, image_shape: self.get(grid, extractor, image_shape)
 
