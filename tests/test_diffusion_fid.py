@@ -152,8 +152,8 @@ def test_the_random_extractor_is_fixed_travels_exactly_and_needs_no_data(extract
 
 def test_the_random_extractor_separates_real_images_from_noise_and_from_a_class_subset(extractor_and_data,
                                                                                          tiny_data_dir):
-    """Measured on Fashion-MNIST's test split (benchmarks/results/fid-random.md): 0.03-0.05 real vs real, 7-9 for two classes only,
-    38-51 for uniform noise at 8 and 28 px; here the tiny dataset at 16 px."""
+    """Fashion-MNIST's test split at 8 and 28 px (benchmarks/results/fid-random.md): 0.03-0.05 real vs real,
+    7-9 for two classes only, 38-51 for uniform noise; here the tiny dataset at 16 px."""
     _, train, test, _ = extractor_and_data
     extractor = random_extractor(1)
     reference = extractor.stats(train)
