@@ -6,8 +6,7 @@ the server holds no dataset: the run uses `dataset = "own"` (no named dataset to
 XDG_CACHE_HOME and every cache folder are the test's own, so nothing global can be found. FedAvg
 and FedCOG must end `finished:completed` with each node's train count equal to its folder's size
 minus its test cut; the FedAvg run trains a user's model factory shipped inside the Flower app
-(`model = "sitemodels.nets:small"`, a package next to the app's own). FedDDPM on the same sites
-must report a FID against their feature sums. Then a federation with a site whose class is outside the label space and a
+(`model = "sitemodels.nets:small"`, a package next to the app's own). Then a federation with a site whose class is outside the label space and a
 site with an empty folder must fail at the handshake, quickly, naming both.
 """
 
@@ -48,13 +47,6 @@ def app_with_user_model(target: Path) -> Path:
     (target / "sitemodels" / "__init__.py").write_text("")
     (target / "sitemodels" / "nets.py").write_text(USER_MODEL)
     return target
-
-
-# the smallest FedDDPM run (tests/diffusion_tiny.py's settings), one round
-DDPM_RUN = {"algorithm": "'fedddpm'", "model": "'unet-small'", "image-size": "8", "diffusion-timesteps": "20",
-            "aggregation": "'uniform'", "sampler": "'ddim'", "ddim-steps": "5", "fid-samples": "32",
-            "final-fid-samples": "48", "fid-every": "0", "warmup-steps": "1", "aux-fraction": "0.05",
-            "num-server-rounds": "1", "local-steps": "1", "lr": "0.001"}
 
 
 def _isolated_env(work: Path) -> dict[str, str]:
@@ -106,25 +98,6 @@ def test_three_sites_with_their_own_folders_run_fedavg_and_fedcog_with_no_data_o
                 assert shapes == {"1.weight": (16, 784), "1.bias": (16,), "3.weight": (10, 16), "3.bias": (10,)}
             if algorithm == "fedcog":
                 assert rounds[1]["stat-cog-generated"] > 0  # FedCOG's generation ran on the sites' data
-    assert not (tmp_path / "xdg" / "fedsynth" / "data").exists()  # no dataset was looked for in the defaults
-
-
-def test_fedddpm_on_three_sites_reports_fid_from_their_feature_sums_with_no_data_on_the_server(tmp_path):
-    """The diffusion task on the same three sites: FID against the sites' feature sums (the fid_stats query
-    through the SuperLink, the random extractor's weights sent down), the server still without images."""
-    sites = write_sites(tmp_path / "sites")
-    results = tmp_path / "results"
-    configs = [_node_config(site.path, site.name, tmp_path) for site in sites]
-    with LoopbackFederation(tmp_path, 0, extra_env=_isolated_env(tmp_path), node_configs=configs) as federation:
-        run_id = federation.submit(REPO, _run_config(results, "fedddpm", **DDPM_RUN))
-        status = federation.wait_until_finished(run_id, timeout=500)
-        assert status == "finished:completed", f"fedddpm: {status}" + federation.log_tails()
-    summary = json.loads((results / "fedddpm" / "summary.json").read_text())
-    assert summary["status"] == "ok" and summary["fid-reference"] == "nodes' feature sums", summary
-    assert summary["final-fid"] > 0 and summary["fid-features"].startswith("random") and "final-kid" not in summary
-    warmup = json.loads((results / "fedddpm" / "metrics.jsonl").read_text().splitlines()[0])
-    assert warmup["fid-reference-nodes"] == 3 and warmup["fid-reference-images"] == sum(
-        site.num_train - (0 if site.num_test else round(site.num_train * 0.2)) for site in sites)
     assert not (tmp_path / "xdg" / "fedsynth" / "data").exists()  # no dataset was looked for in the defaults
 
 
