@@ -14,10 +14,12 @@ A message whose config has `phase = "warmup"` is FedDDPM's warmup: the node
 trains its own DDPM from the received initial model for `warmup-epochs` over its
 local data (or `warmup-steps` steps) and uploads it once, uncompressed, with its sample count m_i.
 
-The `fid_stats` query (FedDDPM+ with `quicktest-reference = "clients"`) returns
-the sums (sum f, sum f f^T, n) of the features of the node's training images
-under the extractor the server names: enough for the server to fit the pooled
-Gaussian of all nodes' features without seeing an image.
+The `fid_stats` query returns the sums (sum f, sum f f^T, n) of the features
+of the node's training images under the extractor the server names (and, for
+the classifier and random extractors, sends): enough for the server to fit the
+pooled Gaussian of all nodes' features without seeing an image. The server asks
+once per run: for FID when it holds no images (`partition = "node"`), and for
+FedDDPM+'s QuickTest with `quicktest-reference = "clients"`.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from common.config import RunConfig
 from common.datasets import run_dataset_info
 from common.diffusion import image_side, loss_for, seeded_generator, to_diffusion_input
 from common.fid import feature_sums
-from common.fid_features import FeatureExtractor, classifier_from_weights, inception_extractor
+from common.fid_features import FeatureExtractor, extractor_from_weights, inception_extractor
 from common.partition import ClientData
 from common.protocol import DIFFUSION_PHASE, FID_EXTRACTOR, FID_SUMS, MODEL, WARMUP_PHASE
 from common.records import from_record, model_weights, to_record
@@ -89,14 +91,15 @@ def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id
 
 
 def received_extractor(msg: Message, cfg: RunConfig, device: torch.device) -> FeatureExtractor:
-    """The extractor of a `fid_stats` query: the classifier the server sent, or Inception from local weights."""
+    """The extractor of a `fid_stats` query: the network the server sent (classifier or random), or Inception
+    from this node's own weights file."""
     if cfg.fid_features == "inception":
         return inception_extractor(cfg.cache_dir, device)
     record = msg.content.array_records.get(FID_EXTRACTOR)
     if record is None:
-        raise ValueError(f"the fid_stats query lacks the '{FID_EXTRACTOR}' record (the classifier's weights)")
-    info = run_dataset_info(cfg)
-    return classifier_from_weights(from_record(record), info.channels, info.num_classes, device)
+        raise ValueError(f"the fid_stats query lacks the '{FID_EXTRACTOR}' record (the {cfg.fid_features} "
+                         "extractor's weights)")
+    return extractor_from_weights(cfg.fid_features, from_record(record), run_dataset_info(cfg).channels, device)
 
 
 def feature_sums_reply(msg: Message, cfg: RunConfig, partition_id: int, data: ClientData, device: torch.device) -> Message:

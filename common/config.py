@@ -180,7 +180,9 @@ class RunConfig:
     mofedsam_alpha: float = _key(0.1, "MoFedSAM weight of the local SAM gradient.", "MoFedSAM")
     device: str = _key("auto", "auto (CUDA when available), cpu, cuda or cuda:N.")
     eval_every: int = _key(1, "Centralized evaluation every this many rounds (0: only at the end).")
-    central_eval: bool = _key(True, "Evaluate the global model on the official test split.")
+    central_eval: bool = _key(True, "Evaluate the global model on the official test split (or central-test-path); "
+                              "diffusion task: FID against the real training split, with partition = node against "
+                              "the nodes' pooled feature sums.")
     results_dir: str = _key(
         "results", "Root of the results folders; relative paths are under $FEDSYNTH_HOME or cwd."
     )
@@ -352,8 +354,10 @@ class RunConfig:
         "(mode coverage); 0: none.", "issue 17",
     )
     fid_features: str = _key(
-        "classifier", "FID feature extractor: classifier (small CNN trained on the training split, cached on disk, "
-        "offline) or inception (Inception-v3, local weights only).", "SPEC 3.6",
+        "auto", "FID feature extractor: classifier (small CNN trained on the server's copy of the training split, "
+        "cached on disk, offline), random (the same CNN untrained, from a fixed seed: needs no data; its FIDs "
+        "compare only with its own) or inception (Inception-v3, local weights only, on every host with partition = "
+        "node); auto: random with partition = node (the server holds no images), else classifier.", "SPEC 3.6",
     )
     warmup_epochs: int = _key(
         200, "FedDDPM(+): epochs each node trains its own DDPM before round 1 (uploaded once).",
@@ -395,6 +399,8 @@ class RunConfig:
     def __post_init__(self) -> None:
         if self.model == "auto":  # the algorithm's paper model when the user names none
             object.__setattr__(self, "model", default_model(self.algorithm))
+        if self.fid_features == "auto":  # no server data with partition = node: an extractor that needs none
+            object.__setattr__(self, "fid_features", "random" if self.partition == NODE_PARTITION else "classifier")
 
     def as_dict(self) -> dict[str, Any]:
         """The config as run-config keys (dashes), as written to config.json."""
@@ -630,13 +636,10 @@ def _check_node_values(cfg: RunConfig) -> None:
         node_shape_info(cfg)
     except ValueError as err:
         raise ConfigError(str(err)) from None
-    if cfg.model in UNET_PRESETS:  # the diffusion task trains on the sites' folders; its FID would need real
-        # images on the server (a reference from the clients' feature sums is not built yet)
-        _require(not cfg.central_eval, "central-eval", cfg.central_eval,
-                 "false with a U-Net and partition = node (FID and KID need real images on the server)")
-        _require(cfg.algorithm != "fedddpm+", "algorithm", cfg.algorithm,
-                 "not fedddpm+ with partition = node (QuickTest's feature extractor is trained on real images on "
-                 "the server)")
+    if cfg.model in UNET_PRESETS:  # FID's reference is the sites' pooled feature sums (server_app/fid_reference.py)
+        _require(cfg.fid_features != "classifier", "fid-features", cfg.fid_features,
+                 "random (or inception, with its weights on every host) with a U-Net and partition = node: the "
+                 "classifier is trained on real images on the server, which holds none")
     _require(not cfg.perturbation_diagnostic, "perturbation-diagnostic", cfg.perturbation_diagnostic,
              "false with partition = node (it reads every client's data on the server)")
 

@@ -40,7 +40,7 @@ BETA_START = 1e-4
 BETA_END = 0.02
 SAMPLERS = ("ddpm", "ddim")
 OPTIMIZERS = ("auto", "sgd", "adam")
-FID_EXTRACTORS = ("classifier", "inception")  # common/fid_features.py
+FID_EXTRACTORS = ("classifier", "random", "inception")  # common/fid_features.py
 
 
 @dataclass(frozen=True)

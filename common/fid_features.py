@@ -1,4 +1,4 @@
-"""Feature extractors for FID (SPEC 3.6): `classifier` (default, works offline) and `inception`.
+"""Feature extractors for FID (SPEC 3.6): `classifier` (works offline), `random` (needs no data) and `inception`.
 
 FID compares Gaussian fits of feature embeddings (common/fid.py); the numbers
 depend entirely on the embedding, so every FID this project reports names its
@@ -14,6 +14,16 @@ extractor.
   comparable) and cached on disk as safetensors under `<cache-dir>/fid/`
   (default `~/.cache/fedsynth/fid/`). Training it needs the dataset where it
   runs — in simulation, the server.
+- `random`: the same CNN's feature network (`FeatureCNN.body`, 128-d), untrained:
+  its weights are PyTorch's default initialisation drawn from the fixed seed
+  `RANDOM_FEATURES_SEED`. It needs no data anywhere, so it is the extractor of a
+  server that holds no images (`partition = "node"`): the server builds it and
+  sends its weights with the `fid_stats` query, so every node computes the
+  same features whatever its torch version. Random convolutional embeddings
+  separate real from generated image distributions (Naeem et al., 2020, used a
+  randomly initialised VGG-16 for the same reason), but their FIDs have their
+  own scale: they compare only with FIDs of the same extractor, never with
+  published Inception FIDs.
 - `inception`: torchvision's Inception-v3 pool features (2048-d), images
   resized to 299x299 and grey images repeated to 3 channels. Nothing is
   downloaded: the weights file must already be on disk, otherwise the error
@@ -47,6 +57,7 @@ CLASSIFIER_MAX_EPOCHS = 30
 CLASSIFIER_PATIENCE = 3
 CLASSIFIER_HOLDOUT = 5000  # training images held out to decide convergence (at most a sixth of the split)
 CLASSIFIER_SEED = 0
+RANDOM_FEATURES_SEED = 0  # the `random` extractor's initialisation: fixed, so its FIDs compare across runs
 REFERENCE_FEATURES = 10_000  # real training images whose features KID compares against
 INCEPTION_FILE = "inception_v3_google-0cc3c7bd.pth"
 INCEPTION_URL = f"https://download.pytorch.org/models/{INCEPTION_FILE}"
@@ -231,21 +242,43 @@ def classifier_extractor(dataset: str, side: int, data_dir: str = "", cache_dir:
     return FeatureExtractor("classifier", net.body, lambda x: x, device, dict(meta), head=net.head)
 
 
+def random_extractor(channels: int, device: torch.device = torch.device("cpu")) -> FeatureExtractor:
+    """The `random` extractor: `FeatureCNN`'s feature network, initialised from `RANDOM_FEATURES_SEED`, untrained."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(RANDOM_FEATURES_SEED)
+        net = FeatureCNN(channels, 1).body  # the head is not part of the features; its size does not matter
+        for layer in net:
+            # He et al. (2015)'s variance-preserving initialisation, not PyTorch's default (which shrinks the
+            # variance about 3x per layer): features of unit-order scale, so FIDs are not vanishingly small
+            if isinstance(layer, (nn.Conv2d, nn.Linear)):
+                nn.init.kaiming_normal_(layer.weight, nonlinearity="relu" if isinstance(layer, nn.Conv2d) else "linear")
+                nn.init.zeros_(layer.bias)
+    net = net.to(device).eval()
+    net.requires_grad_(False)
+    return FeatureExtractor("random", net, lambda x: x, device,
+                            {"seed": str(RANDOM_FEATURES_SEED), "trained": "no"})
+
+
+TRAVELLING_EXTRACTORS = ("classifier", "random")  # the server sends their weights; nodes load Inception themselves
+
+
 def extractor_weights(extractor: FeatureExtractor) -> dict[str, np.ndarray]:
-    """The classifier extractor's feature network as named arrays (sent to nodes for their feature sums)."""
-    if extractor.name != "classifier":
-        raise ValueError("only the classifier extractor travels; nodes load Inception from their own disk")
+    """The classifier's or the random extractor's feature network as named arrays (sent to nodes for their sums)."""
+    if extractor.name not in TRAVELLING_EXTRACTORS:
+        raise ValueError("only the classifier and random extractors travel; nodes load Inception from their own disk")
     return {name: t.detach().cpu().numpy().copy() for name, t in extractor.net.state_dict().items()}
 
 
-def classifier_from_weights(weights: dict[str, np.ndarray], channels: int, num_classes: int,
-                            device: torch.device = torch.device("cpu")) -> FeatureExtractor:
-    """The classifier extractor rebuilt from `extractor_weights` (strict: names and shapes must match)."""
-    net = FeatureCNN(channels, num_classes).body
-    net.load_state_dict({name: torch.from_numpy(np.asarray(a)) for name, a in weights.items()}, strict=True)
+def extractor_from_weights(name: str, weights: dict[str, np.ndarray], channels: int,
+                           device: torch.device = torch.device("cpu")) -> FeatureExtractor:
+    """A travelling extractor rebuilt from `extractor_weights` (strict: names and shapes must match)."""
+    if name not in TRAVELLING_EXTRACTORS:
+        raise ValueError(f"the {name!r} extractor does not travel; known: {', '.join(TRAVELLING_EXTRACTORS)}")
+    net = FeatureCNN(channels, 1).body  # the feature network does not depend on the class count
+    net.load_state_dict({key: torch.from_numpy(np.asarray(a)) for key, a in weights.items()}, strict=True)
     net = net.to(device).eval()
     net.requires_grad_(False)
-    return FeatureExtractor("classifier", net, lambda x: x, device, {"source": "sent by the server"})
+    return FeatureExtractor(name, net, lambda x: x, device, {"source": "sent by the server"})
 
 
 # ----- inception --------------------------------------------------------------------------
@@ -287,8 +320,10 @@ def inception_extractor(cache_dir: str = "", device: torch.device = torch.device
 
 
 def make_extractor(name: str, dataset: str, side: int, data_dir: str = "", cache_dir: str = "",
-                   device: torch.device = torch.device("cpu")) -> FeatureExtractor:
-    """The extractor named by `fid-features`."""
+                   device: torch.device = torch.device("cpu"), channels: int = 1) -> FeatureExtractor:
+    """The extractor named by `fid-features` (`channels`: of the images, for the random extractor)."""
+    if name == "random":
+        return random_extractor(channels, device)
     if name == "inception":
         return inception_extractor(cache_dir, device)
     if name == "classifier":

@@ -32,6 +32,6 @@ CLIENT_STAT_PREFIX = "stat-"                 # reply metrics the server averages
 # FedDDPM (issue 5); the auxiliary set itself never travels
 DIFFUSION_PHASE = "phase"                    # config key of a train message: "warmup" for FedDDPM's warmup (down)
 WARMUP_PHASE = "warmup"                      # its value: train the node's own DDPM for warmup-epochs, upload once
-FID_STATS = "fid_stats"                      # query name: a node's feature sums of its images (FedDDPM+ QuickTest)
-FID_EXTRACTOR = "fid-extractor"              # the classifier extractor's weights (down, with FID_STATS)
+FID_STATS = "fid_stats"                      # query: a node's feature sums of its images (FID without server images)
+FID_EXTRACTOR = "fid-extractor"              # the classifier or random extractor's weights (down, with FID_STATS)
 FID_SUMS = "fid-sums"                        # sum f and sum f f^T of the node's image features (up; n in metrics)

@@ -45,9 +45,9 @@ def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
 
 def run_strategy(grid: Grid, cfg: RunConfig, strategy: RoundStrategy, results: RunResults) -> dict[str, Any]:
     """`strategy.start()` with the run's recorder as its evaluate_fn, then the final evaluation and summary."""
-    recorder = RunRecorder(cfg, strategy, results)
-    initial_arrays = recorder.initial_arrays()
     grid = polling_grid(grid, cfg.reply_poll_interval)
+    recorder = RunRecorder(cfg, strategy, results, grid)
+    initial_arrays = recorder.initial_arrays()
     try:
         result = strategy.start(grid, initial_arrays, num_rounds=cfg.num_server_rounds, timeout=cfg.round_timeout,
                                 evaluate_fn=recorder)

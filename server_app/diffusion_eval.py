@@ -3,9 +3,13 @@
 Every `fid-every` rounds and after the last one, the server draws `fid-samples`
 images from the global model with the run's sampler, writes a PNG grid of the
 first 64 (`samples-round-NNNN.png`, `samples-final.png`; the paper's Figures
-4-6) and, where it holds the dataset (simulation, `central-eval = true`),
-scores them against the real training split (the paper's reference) with FID
-(`fid`) and KID (`kid`, unbiased at small sample counts). The same number of
+4-6) and, with `central-eval = true`, scores them with FID (`fid`) and KID
+(`kid`, unbiased at small sample counts) against the real training split (the
+paper's reference), which the server holds in simulation. With `partition =
+"node"` the server holds no images: FID's reference is then the nodes' pooled
+feature sums (server_app/fid_reference.py, asked for once), and there is no
+KID (the sums do not give it; fid_reference.py says what would) and no class
+histogram (the classifier that labels samples is trained on the server's images). The same number of
 samples every round, so the curve compares with itself and the study runner's
 mean of the last evaluations is fair.
 
@@ -31,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from common.config import RunConfig
+from common.config import NODE_PARTITION, RunConfig
 from common.diffusion import image_shape, sample, sampler_spec, save_image_grid, seeded_generator
 from common.evaluation import resolve_device
 from common.fid import (
@@ -46,18 +50,31 @@ from common.records import Weights, load_weights
 from common.task import make_model
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from common.results import RunResults
+
+    # (extractor, image shape) -> (the nodes' pooled statistics, the metrics of asking for them, if this call did)
+    ClientReference = Callable[[FeatureExtractor, tuple[int, int, int]], tuple[GaussianStats, dict[str, Any]]]
 
 GRID_IMAGES = 64
 _FID_STREAM = 11  # seed component of the evaluation samples
 
 
 class DiffusionEvaluator:
-    """Samples, grids and FID of the global model; the extractor and reference are built on first use."""
+    """Samples, grids and FID of the global model; the extractor and reference are built on first use.
 
-    def __init__(self, cfg: RunConfig, results: "RunResults") -> None:
+    `client_reference` gives the nodes' pooled feature statistics: FID's
+    reference when the server holds no images (`reference_from_clients`).
+    """
+
+    def __init__(self, cfg: RunConfig, results: "RunResults",
+                 client_reference: "ClientReference | None" = None) -> None:
         self.cfg = cfg
         self.results = results
+        self.client_reference = client_reference
+        self.from_clients = reference_from_clients(cfg)
+        self.gathering: dict[str, Any] = {}  # metrics of asking the nodes for their sums, until a record takes them
         self.device = resolve_device(cfg.device)
         self.sampler = sampler_spec(cfg)
         self.shape = image_shape(cfg)
@@ -74,7 +91,11 @@ class DiffusionEvaluator:
         return self._extractor
 
     def reference(self) -> GaussianStats:
-        """Statistics of the real training split."""
+        """Statistics of the real training split: the server's copy, or the nodes' pooled feature sums."""
+        if self._reference is None and self.from_clients:
+            if self.client_reference is None:
+                raise RuntimeError("FID's reference is the nodes' feature sums, and this evaluator cannot ask for them")
+            self._reference, self.gathering = self.client_reference(self.extractor(), self.shape)
         if self._reference is None:
             self._reference = train_reference_stats(
                 self.extractor(), self.cfg.dataset, self.shape[1], self.cfg.data_dir, self.cfg.cache_dir
@@ -97,10 +118,13 @@ class DiffusionEvaluator:
         return self._labeller
 
     def scores(self, images: np.ndarray, seed: int) -> dict[str, float]:
-        """FID and KID (mean, std over subsets) of images against the real training split."""
+        """FID and KID (mean, std over subsets) of images against the real training split (FID only when the
+        reference is the nodes' feature sums)."""
         features = self.extractor().features(images)
-        kid, kid_std = kernel_inception_distance(features, self.reference_features(), seed=seed)
-        return {"fid": frechet_distance(gaussian_stats(features), self.reference()), "kid": kid, "kid-std": kid_std}
+        scores = {"fid": frechet_distance(gaussian_stats(features), self.reference())}
+        if not self.from_clients:
+            scores["kid"], scores["kid-std"] = kernel_inception_distance(features, self.reference_features(), seed=seed)
+        return scores
 
     def mode_coverage(self, images: np.ndarray) -> dict[str, Any]:
         """Histogram of the classifier's predicted classes of the images, classes covered, normalised entropy."""
@@ -140,18 +164,23 @@ class DiffusionEvaluator:
             save_image_grid(images[:GRID_IMAGES], self.results.path / "samples-final.png")
         if self.cfg.central_eval:
             scores = self.scores(images[:self.cfg.fid_samples], seed=server_round)
-            record.update({"fid": scores["fid"], "kid": scores["kid"]})
-            log(INFO, "[round %d] FID %.3f, KID %.4f (%s features, %d samples, %s)", server_round, record["fid"],
-                record["kid"], self.extractor().name, self.cfg.fid_samples, self.sampler.label)
+            record.update({key: scores[key] for key in ("fid", "kid") if key in scores})
+            record.update(self.gathering)
+            self.gathering = {}
+            log(INFO, "[round %d] FID %.3f%s (%s features, %d samples, %s; reference: %s)", server_round, record["fid"],
+                f", KID {record['kid']:.4f}" if "kid" in record else "", self.extractor().name, self.cfg.fid_samples,
+                self.sampler.label, self.reference_label())
             if final and self.cfg.final_fid_samples:
                 final_images = images[:self.cfg.final_fid_samples]
                 final_scores = self.scores(final_images, seed=server_round)
-                record.update({"final-fid": final_scores["fid"], "final-kid": final_scores["kid"],
-                               "final-kid-std": final_scores["kid-std"], "final-fid-samples": len(final_images)})
-                record.update({f"final-{k}": v for k, v in self.mode_coverage(final_images).items()})
-                log(INFO, "[round %d] final model, %d samples: FID %.3f, KID %.4f, classes covered %d, "
-                    "histogram %s", server_round, len(final_images), record["final-fid"], record["final-kid"],
-                    record["final-classes-covered"], record["final-class-histogram"])
+                record.update({f"final-{key}": value for key, value in final_scores.items()})
+                record["final-fid-samples"] = len(final_images)
+                if not self.from_clients:  # labelling needs the classifier, trained on the server's images
+                    record.update({f"final-{k}": v for k, v in self.mode_coverage(final_images).items()})
+                log(INFO, "[round %d] final model, %d samples: FID %.3f%s%s", server_round, len(final_images),
+                    record["final-fid"], f", KID {record['final-kid']:.4f}" if "final-kid" in record else "",
+                    f", classes covered {record['final-classes-covered']}, histogram {record['final-class-histogram']}"
+                    if "final-classes-covered" in record else "")
         record["eval-time"] = time.monotonic() - start
         return record
 
@@ -162,13 +191,15 @@ class DiffusionEvaluator:
         if scored:
             out.update({
                 "fid-features": describe(self.extractor()),
+                "fid-reference": self.reference_label(),
                 "fid-classifier-test-accuracy": _float_or_none(self.extractor().info.get("test-accuracy")),
                 "final-fid": scored[-1]["fid"],
-                "final-kid": scored[-1].get("kid"),
                 "final-fid-samples": self.cfg.fid_samples,
                 "final-fid-round": scored[-1]["round"],
                 "best-fid": min(r["fid"] for r in scored),
             })
+            if "kid" in scored[-1]:  # none with the nodes' sums as reference (fid_reference.py)
+                out["final-kid"] = scored[-1]["kid"]
             # the final model's large-sample scores replace the round-sized ones where they exist
             for key in ("final-fid", "final-kid", "final-kid-std", "final-fid-samples", "final-class-histogram",
                         "final-classes-covered", "final-class-entropy"):
@@ -177,6 +208,15 @@ class DiffusionEvaluator:
             plot_fid({"global model": [(r["round"], r["fid"]) for r in scored]}, self.results.path / "fid.png",
                      f"FID ({self.extractor().name} features, {self.sampler.label})")
         return out
+
+    def reference_label(self) -> str:
+        """What FID was measured against, for logs and summary.json."""
+        return "nodes' feature sums" if self.from_clients else "training split (server)"
+
+
+def reference_from_clients(cfg: RunConfig) -> bool:
+    """Whether FID's reference is the nodes' pooled feature sums: the server holds no images (partition = node)."""
+    return cfg.partition == NODE_PARTITION
 
 
 def _float_or_none(text: str | None) -> float | None:
@@ -188,8 +228,9 @@ def _float_or_none(text: str | None) -> float | None:
 
 def run_extractor(cfg: RunConfig) -> FeatureExtractor:
     """The run's FID feature extractor."""
-    return make_extractor(cfg.fid_features, cfg.dataset, image_shape(cfg)[1], cfg.data_dir, cfg.cache_dir,
-                          resolve_device(cfg.device))
+    channels, side, _ = image_shape(cfg)
+    return make_extractor(cfg.fid_features, cfg.dataset, side, cfg.data_dir, cfg.cache_dir,
+                          resolve_device(cfg.device), channels=channels)
 
 
 def plot_fid(curves: dict[str, list[tuple[int, float]]], path, title: str) -> None:
@@ -218,14 +259,17 @@ def spread_indices(total: int, count: int) -> np.ndarray:
     return np.unique(np.linspace(0, max(total - 1, 0), num=min(count, total)).round().astype(np.int64))
 
 
-def record_auxiliary(cfg: RunConfig, results: "RunResults", auxiliary: np.ndarray | None, record: dict[str, Any]) -> None:
-    """FedDDPM's auxiliary set in the results: a grid of its images, and its FID and KID where the server has data.
+def record_auxiliary(evaluator: DiffusionEvaluator, auxiliary: np.ndarray | None, record: dict[str, Any]) -> None:
+    """FedDDPM's auxiliary set in the results: a grid of its images, and its FID (and KID where the server has data).
 
-    Table IV's "FID of the synthetic auxiliary dataset" needs the real images (`central-eval`, simulation).
+    Table IV's "FID of the synthetic auxiliary dataset": against the server's real images, or against the
+    nodes' feature sums with partition = node (then FID only).
     """
     if auxiliary is None:
         return
-    save_image_grid(auxiliary[spread_indices(len(auxiliary), GRID_IMAGES)], results.path / "auxiliary.png")
-    if cfg.central_eval:
-        scores = DiffusionEvaluator(cfg, results).scores(auxiliary, seed=0)
-        record.update({"aux-fid": scores["fid"], "aux-kid": scores["kid"]})
+    save_image_grid(auxiliary[spread_indices(len(auxiliary), GRID_IMAGES)], evaluator.results.path / "auxiliary.png")
+    if evaluator.cfg.central_eval:
+        scores = evaluator.scores(auxiliary, seed=0)
+        record.update({f"aux-{key}": value for key, value in scores.items() if key in ("fid", "kid")})
+        record.update(evaluator.gathering)
+        evaluator.gathering = {}

@@ -55,12 +55,15 @@ from server_app.strategies.base import RoundStrategy
 class RunRecorder:
     """The `evaluate_fn` of a fedsynth run: evaluation, round records, checkpoints and progress lines."""
 
-    def __init__(self, cfg: RunConfig, strategy: RoundStrategy, results: RunResults) -> None:
+    def __init__(self, cfg: RunConfig, strategy: RoundStrategy, results: RunResults, grid: Grid) -> None:
         self.cfg = cfg
         self.strategy = strategy
         self.results = results
         self.evaluator = central_evaluator(cfg)
-        self.diffusion = DiffusionEvaluator(cfg, results) if is_diffusion(cfg) else None  # FID and sample grids
+        self.diffusion: DiffusionEvaluator | None = None  # FID and sample grids
+        if is_diffusion(cfg):  # FID's reference without server data: the nodes' feature sums, asked once
+            reference = getattr(strategy, "feature_reference", None)
+            self.diffusion = DiffusionEvaluator(cfg, results, reference.asker(grid) if reference is not None else None)
         self.weights: Weights = {}
         self.finished = 0          # last round recorded
         self.last_checkpoint = 0   # last round checkpointed
@@ -146,8 +149,8 @@ class RunRecorder:
         """Write the records of steps that are not rounds (FedDDPM's warm-up) the strategy kept."""
         while self.strategy.phase_records:
             record = self.strategy.phase_records.pop(0)
-            if record.get("phase") == "warmup":
-                record_auxiliary(self.cfg, self.results, getattr(self.strategy, "auxiliary", None), record)
+            if record.get("phase") == "warmup" and self.diffusion is not None:
+                record_auxiliary(self.diffusion, getattr(self.strategy, "auxiliary", None), record)
             self.results.log_round(record)
 
     def checkpoint(self, server_round: int) -> None:

@@ -13,8 +13,11 @@ from common.fid_features import (
     InceptionWeightsMissing,
     classifier_extractor,
     classifier_path,
+    extractor_from_weights,
+    extractor_weights,
     inception_extractor,
     make_extractor,
+    random_extractor,
     train_reference_stats,
 )
 
@@ -87,7 +90,7 @@ def test_inception_loads_local_weights_and_gives_pool_features(tmp_path, monkeyp
 
 
 def test_unknown_extractor_is_refused():
-    with pytest.raises(ValueError, match="classifier, inception"):
+    with pytest.raises(ValueError, match="classifier, random, inception"):
         make_extractor("clip", "fashion-mnist", 16)
 
 
@@ -128,3 +131,34 @@ def test_reference_features_for_kid_are_a_cached_fixed_subset(extractor_and_data
     np.testing.assert_array_equal(
         fid_features.train_reference_features(extractor, "fashion-mnist", 16, str(tiny_data_dir), cache, count=100),
         first)
+
+
+def test_the_random_extractor_is_fixed_travels_exactly_and_needs_no_data(extractor_and_data):
+    """Issue 33: the extractor of a server without images; every node must compute the same features."""
+    _, train, test, _ = extractor_and_data
+    torch.manual_seed(123)  # the global RNG state must not matter
+    first = random_extractor(1)
+    torch.manual_seed(456)
+    second = make_extractor("random", "own", 16, channels=1)
+    for (name, a), b in zip(first.net.state_dict().items(), second.net.state_dict().values()):
+        assert torch.equal(a, b), name
+    sent = extractor_from_weights("random", extractor_weights(first), channels=1)
+    np.testing.assert_array_equal(sent.features(test), first.features(test))
+    assert first.features(test).shape == (len(test), 128) and first.head is None
+    assert random_extractor(3).features(np.zeros((2, 3, 16, 16), dtype=np.float32)).shape == (2, 128)
+    with pytest.raises(ValueError, match="does not travel"):
+        extractor_from_weights("inception", {}, channels=1)
+
+
+def test_the_random_extractor_separates_real_images_from_noise_and_from_a_class_subset(extractor_and_data,
+                                                                                         tiny_data_dir):
+    """Fashion-MNIST's test split at 8 and 28 px (benchmarks/results/fid-random.md): 0.03-0.05 real vs real,
+    7-9 for two classes only, 38-51 for uniform noise; here the tiny dataset at 16 px."""
+    _, train, test, _ = extractor_and_data
+    extractor = random_extractor(1)
+    reference = extractor.stats(train)
+    noise = np.random.default_rng(0).uniform(-1, 1, size=test.shape).astype(np.float32)
+    labels = load_dataset("fashion-mnist", tiny_data_dir).y_test
+    two_classes = test[np.isin(labels, [0, 1])]
+    real = extractor.fid(test, reference)
+    assert real < 0.2 * extractor.fid(two_classes, reference) and real < 0.02 * extractor.fid(noise, reference)

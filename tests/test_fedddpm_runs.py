@@ -203,8 +203,8 @@ def test_quicktest_reference_from_clients_feature_sums_is_the_pooled_gaussian(tm
     summary, results, strategy, grid = run_inprocess(raw, num_nodes=3)
     assert summary["stopped-at-round"] == 2
     queries = [m for m in grid.sent if m.metadata.message_type == "query.fid_stats"]
-    assert len(queries) == 3 and results.rounds[1]["quicktest-reference-nodes"] == 3
-    assert results.rounds[1]["quicktest-reference-bytes"] > 0
+    assert len(queries) == 3 and results.rounds[1]["fid-reference-nodes"] == 3
+    assert results.rounds[1]["fid-reference-bytes"] > 0
 
     cfg = strategy.cfg
     spec = PartitionSpec(dataset=cfg.dataset, partition=cfg.partition, num_partitions=3, seed=cfg.seed,
@@ -213,21 +213,23 @@ def test_quicktest_reference_from_clients_feature_sums_is_the_pooled_gaussian(tm
     images = np.concatenate([to_diffusion_input(load_client_data(spec, pid, cfg.data_dir, cfg.cache_dir).x_train, 8)
                              for pid in range(3)])
     direct = gaussian_stats(run_extractor(cfg).features(images))
-    assert strategy.client_stats.count == direct.count == len(images)
-    np.testing.assert_allclose(strategy.client_stats.mean, direct.mean, rtol=0, atol=1e-8)
-    np.testing.assert_allclose(strategy.client_stats.cov, direct.cov, rtol=0, atol=1e-8)
+    pooled = strategy.feature_reference.stats
+    assert pooled.count == direct.count == len(images)
+    np.testing.assert_allclose(pooled.mean, direct.mean, rtol=0, atol=1e-8)
+    np.testing.assert_allclose(pooled.cov, direct.cov, rtol=0, atol=1e-8)
 
     restored = type(strategy)(cfg, strategy.nodes)
-    restored.load_state_arrays(strategy.state_arrays())
+    restored.load_checkpoint_arrays(strategy.checkpoint_arrays())
     restored.load_state_meta(json.loads(json.dumps(strategy.state_meta())))
-    np.testing.assert_array_equal(restored.client_stats.cov, strategy.client_stats.cov)
+    np.testing.assert_array_equal(restored.feature_reference.stats.cov, pooled.cov)
+    assert restored.feature_reference.stats.count == pooled.count
 
 
 def test_bad_feature_sums_are_refused():
     from flwr.app import Error, Message, MetricRecord, RecordDict
 
     from common.records import to_record
-    from server_app.strategies.fedddpm import check_feature_sums
+    from server_app.fid_reference import check_feature_sums
 
     InProcessGrid(1, {})  # messages take their run id from the task identity the grid sets
 

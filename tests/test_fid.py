@@ -102,6 +102,21 @@ def test_pooled_sums_equal_concatenated_stats() -> None:
     np.testing.assert_allclose(pooled.cov, direct.cov, rtol=0, atol=1e-10)
 
 
+def test_fid_against_the_clients_sums_equals_fid_against_their_pooled_features() -> None:
+    """Issue 33: a server without images scores against the nodes' summed statistics; the FID is the one
+    against the pooled features, to float tolerance (three clients of different sizes, one empty)."""
+    rng = np.random.default_rng(5)
+    clients = [rng.normal(loc=3.0, size=(40, 6)), rng.normal(loc=-1.0, scale=2.0, size=(25, 6)), np.zeros((0, 6)),
+               rng.normal(size=(9, 6)) @ rng.normal(size=(6, 6))]
+    generated = gaussian_stats(rng.normal(loc=0.5, scale=1.5, size=(50, 6)))
+    sums = [feature_sums(chunk) for chunk in clients]
+    from_sums = stats_from_sums(sum(p[0] for p in sums), sum(p[1] for p in sums), sum(p[2] for p in sums))
+    pooled = gaussian_stats(np.concatenate(clients))
+    distance = frechet_distance(generated, pooled)
+    assert distance > 1.0  # a real difference, not two near-zero numbers
+    assert frechet_distance(generated, from_sums) == pytest.approx(distance, rel=1e-9)
+
+
 def test_feature_sums_hand_example() -> None:
     sum_f, sum_ff, count = feature_sums(np.array([[1, 2], [3, 4]]))
     assert sum_f.dtype == sum_ff.dtype == np.float64

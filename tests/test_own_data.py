@@ -308,16 +308,77 @@ def test_the_run_accuracy_metric_is_central_where_evaluated_else_the_nodes_local
     assert run_accuracy({"final-local-test-accuracy": 0.7}) == {"final-accuracy": 0.7, "accuracy-source": "local-test"}
 
 
-def test_fedddpm_trains_on_the_sites_folders_without_server_data(sites, tmp_path):
+def test_fedddpm_on_the_sites_folders_reports_fid_against_their_pooled_feature_sums(sites, tmp_path, monkeypatch):
+    """Issue 33: FedDDPM on per-node folders, no data on the server, reports FID; its reference is the
+    sites' feature sums, asked for once per run (a resume does not ask again), and every FID equals the
+    FID against the sites' pooled training images to float tolerance. No KID: it needs every image."""
+    import common.datasets
+    import server_app.diffusion_eval as diffusion_eval
+    from common.diffusion import to_diffusion_input
+    from common.fid import gaussian_stats
     from tests.diffusion_tiny import TINY_DIFFUSION
 
-    summary, folder = _run_sites(tmp_path, [s.path for s in sites], [s.name for s in sites], algorithm="fedddpm",
-                                 **{**TINY_DIFFUSION, "central-eval": False, "num-server-rounds": 1,
-                                    "local-steps": 1, "batch-size": 8, "warmup-steps": 1})
-    assert summary["status"] == "ok" and (folder / "samples-final.png").is_file() and "final-fid" not in summary
-    warmup = json.loads((folder / "metrics.jsonl").read_text().splitlines()[0])
-    assert warmup["aux-size"] >= 3  # images sampled from every site's warm model, kept on the server
-    with pytest.raises(ConfigError, match="central-eval.*FID and KID need real images"):
-        _cfg(algorithm="fedddpm", **{**TINY_DIFFUSION})
-    with pytest.raises(ConfigError, match="not fedddpm\\+"):
-        _cfg(algorithm="fedddpm+", **{**TINY_DIFFUSION, "central-eval": False})
+    def no_dataset(*args, **kwargs):
+        raise AssertionError("the server opened a dataset")
+
+    monkeypatch.setattr(common.datasets, "load_dataset", no_dataset)
+    frechet_distance = diffusion_eval.frechet_distance
+    scored = []  # (generated, reference) statistics of every FID the server computed
+    monkeypatch.setattr(diffusion_eval, "frechet_distance", lambda a, b: scored.append((a, b)) or frechet_distance(a, b))
+    raw = site_run_config(**{**TINY_DIFFUSION, "algorithm": "fedddpm", "num-server-rounds": 2, "local-steps": 1,
+                             "batch-size": 8, "warmup-steps": 1, "checkpoint-every": 1,
+                             "cache-dir": str(tmp_path / "cache"), "results-dir": str(tmp_path / "results"),
+                             "run-name": "run"})
+    grid = InProcessGrid(3, raw, node_config=lambda i: {"dataset-path": str(sites[i].path), "name": sites[i].name})
+    summary = run_federation(raw, grid)
+    folder = tmp_path / "results" / "run"
+
+    assert summary["status"] == "ok" and np.isfinite(summary["final-fid"]) and "final-kid" not in summary
+    assert summary["fid-features"].startswith("random") and summary["fid-reference"] == "nodes' feature sums"
+    rounds = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    warmup, last = rounds[0], rounds[-1]
+    assert warmup["fid-reference-nodes"] == 3 and warmup["fid-reference-bytes"] > 0 and "aux-kid" not in warmup
+    assert np.isfinite(warmup["aux-fid"]) and np.isfinite(last["fid"]) and np.isfinite(last["final-fid"])
+    assert "kid" not in last and "final-class-histogram" not in last
+    queries = [m for m in grid.sent if m.metadata.message_type == "query.fid_stats"]
+    assert len(queries) == 3 and all("fid-extractor" in q.content.array_records for q in queries)
+
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    images = np.concatenate([
+        to_diffusion_input(load_site_data(site_spec(cfg, str(site.path)), site.name, str(tmp_path / "cache")).x_train, 8)
+        for site in sites])
+    pooled = gaussian_stats(diffusion_eval.run_extractor(cfg).features(images))
+    assert len(scored) == 3 and warmup["fid-reference-images"] == pooled.count == sum(
+        site.num_train - (0 if site.num_test else round(site.num_train * 0.2)) for site in sites)
+    for generated, reference in scored:  # aux-fid, fid, final-fid
+        assert frechet_distance(generated, reference) == pytest.approx(frechet_distance(generated, pooled), rel=1e-6)
+    assert [frechet_distance(*pair) for pair in scored[1:]] == pytest.approx([last["fid"], last["final-fid"]])
+
+    resumed = run_federation({**raw, "resume": True, "num-server-rounds": 3}, grid)
+    assert resumed["status"] == "ok" and resumed["final-fid-round"] == 3
+    assert len([m for m in grid.sent if m.metadata.message_type == "query.fid_stats"]) == 3  # kept in the checkpoint
+
+
+def test_fedddpm_plus_on_the_sites_folders_shares_one_gathering_between_quicktest_and_fid(sites, tmp_path):
+    """FedDDPM+'s QuickTest (quicktest-reference = clients) and FID's reference are the same sums: asked once."""
+    from tests.diffusion_tiny import TINY_DIFFUSION
+
+    raw = site_run_config(**{**TINY_DIFFUSION, "algorithm": "fedddpm+", "num-server-rounds": 1, "local-steps": 1,
+                             "batch-size": 8, "warmup-steps": 1, "quicktest-reference": "clients",
+                             "central-eval": True, "cache-dir": str(tmp_path / "cache"),
+                             "results-dir": str(tmp_path / "results"), "run-name": "run"})
+    grid = InProcessGrid(3, raw, node_config=lambda i: {"dataset-path": str(sites[i].path), "name": sites[i].name})
+    summary = run_federation(raw, grid)
+    rounds = [json.loads(line) for line in (tmp_path / "results" / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert summary["status"] == "ok" and summary["stop-reason"] == "last-round" and np.isfinite(summary["final-fid"])
+    assert np.isfinite(rounds[1]["quicktest-fid"]) and rounds[0]["fid-reference-nodes"] == 3  # asked at the warmup
+    assert len([m for m in grid.sent if m.metadata.message_type == "query.fid_stats"]) == 3
+
+
+def test_the_diffusion_task_on_the_sites_folders_needs_an_extractor_without_server_data():
+    from tests.diffusion_tiny import TINY_DIFFUSION
+
+    assert _cfg(algorithm="fedddpm", **TINY_DIFFUSION).fid_features == "random"  # auto, with partition = node
+    assert _cfg(algorithm="fedddpm+", **TINY_DIFFUSION, **{"fid-features": "inception"}).fid_features == "inception"
+    with pytest.raises(ConfigError, match="'fid-features' = 'classifier'.*the server.*holds none"):
+        _cfg(algorithm="fedddpm", **{**TINY_DIFFUSION, "fid-features": "classifier"})

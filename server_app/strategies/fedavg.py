@@ -27,6 +27,7 @@ from common.config import RunConfig
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
 from common.records import Weights, from_record, message_array_bytes, to_record
 from common.uplink import compression_spec, decode_reply, float32_equivalent_bytes
+from server_app.fid_reference import ClientFeatureReference
 from server_app.influence import bounded_weights
 from server_app.robust import ROBUST_AGGREGATIONS, clip_update, combine_updates, update_norm
 from server_app.reply_checks import check_train_metrics
@@ -63,6 +64,11 @@ class FedAvgStrategy(RoundStrategy):
         self.current: Weights = {}
         self.restore_pending: set[int] = set()
         self.node_models = NodeModels(cfg)
+        self.feature_reference = ClientFeatureReference(cfg, self.nodes)  # FID without server data (diffusion task)
+
+    def ensure_nodes(self, grid: Grid) -> None:
+        super().ensure_nodes(grid)
+        self.feature_reference.nodes = self.nodes
 
     # ----- hooks for subclasses -------------------------------------------------
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
@@ -108,12 +114,12 @@ class FedAvgStrategy(RoundStrategy):
         return {}
 
     def checkpoint_arrays(self) -> dict[str, Weights]:
-        """Every array group a checkpoint keeps: the algorithm's state and the nodes' kept models."""
-        return {**self.state_arrays(), **self.node_models.arrays()}
+        """Every array group a checkpoint keeps: the algorithm's state, the nodes' kept models, FID's reference."""
+        return {**self.state_arrays(), **self.node_models.arrays(), **self.feature_reference.arrays()}
 
     def load_checkpoint_arrays(self, groups: Mapping[str, Weights]) -> None:
         """Restore what `checkpoint_arrays` returned."""
-        self.load_state_arrays(self.node_models.load(groups))
+        self.load_state_arrays(self.node_models.load(self.feature_reference.load(groups)))
 
     def on_resume(self) -> None:
         """Called once after a checkpoint was loaded: schedule node state to be re-sent."""

@@ -20,7 +20,8 @@ nor loses A. Rounds then start from the initial model w_0, as in Algorithm 1.
   global model by FID against reference statistics that need no real data at
   the server (`quicktest-reference`): those of A's features, or the pooled
   Gaussian of all nodes' features, assembled once from each node's sums
-  (sum f, sum f f^T, n) with the `fid_stats` query; it keeps an EMA `avg = gamma * score + (1 - gamma) * avg`; when
+  (sum f, sum f f^T, n) with the `fid_stats` query (server_app/fid_reference.py,
+  shared with FID's reference when the server holds no images); it keeps an EMA `avg = gamma * score + (1 - gamma) * avg`; when
   `|avg - score| <= quicktest-threshold`, the server runs
   `oneshot-epochs` epochs on A once, at the clients' learning rate zeta
   (Algorithm 2; `oneshot-lr` overrides it), and the run stops (the round is
@@ -59,15 +60,14 @@ from common.diffusion import (
 )
 from common.evaluation import resolve_device
 from common.fid import GaussianStats
-from common.fid import stats_from_sums
-from common.fid_features import FeatureExtractor, extractor_weights
-from common.protocol import DIFFUSION_PHASE, FID_EXTRACTOR, FID_STATS, FID_SUMS, MODEL, WARMUP_PHASE
+from common.fid_features import FeatureExtractor
+from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
 from common.task import make_model
 from server_app.diffusion_eval import run_extractor
 from server_app.influence import capped_counts
 from server_app.messaging import match_replies, send_and_receive
-from server_app.reply_checks import check_train_metrics, is_int
+from server_app.reply_checks import check_train_metrics
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 
 
@@ -98,28 +98,6 @@ def quicktest(average: float | None, score: float, gamma: float, threshold: floa
 def quicktest_due(server_round: int, every: int) -> bool:
     """Algorithm 3's `t mod every == 0` with t = server_round - 1 counted from 0: rounds 1, 1 + every, ..."""
     return every > 0 and (server_round - 1) % every == 0
-
-
-def check_feature_sums(reply: Message, dim: int | None, max_examples: int | None = None) -> tuple[str | None, Weights, int]:
-    """(why unusable or None, {sum-f, sum-ff}, n) of a node's `fid_stats` reply; n at most `max_examples`."""
-    if reply.has_error():
-        return f"error: {reply.error.reason}", {}, 0
-    record = reply.content.array_records.get(FID_SUMS)
-    metrics = reply.content.metric_records.get("metrics")
-    if record is None or metrics is None:
-        return f"reply lacks '{FID_SUMS}' or 'metrics'", {}, 0
-    sums = from_record(record)
-    n = metrics.get("num-examples")
-    if set(sums) != {"sum-f", "sum-ff"} or not is_int(n) or n < 0:
-        return "malformed feature sums", {}, 0
-    if max_examples is not None and n > max_examples:
-        return f"'num-examples' = {n} exceeds the node's {max_examples} training examples", {}, 0
-    d = sums["sum-f"].shape[0] if sums["sum-f"].ndim == 1 else -1
-    if d < 1 or sums["sum-ff"].shape != (d, d) or (dim is not None and d != dim):
-        return f"feature sums of shapes {sums['sum-f'].shape} and {sums['sum-ff'].shape}", {}, 0
-    if not (np.all(np.isfinite(sums["sum-f"])) and np.all(np.isfinite(sums["sum-ff"]))):
-        return "non-finite feature sums", {}, 0
-    return None, sums, n
 
 
 class FedDDPMStrategy(FedAvgStrategy):
@@ -303,19 +281,7 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
         self.stopped_at: int | None = None
         self.stop_reason = ""
         self._aux_stats: GaussianStats | None = None
-        self.client_stats: GaussianStats | None = None  # quicktest-reference = "clients"
-        self._restored_reference: Weights | None = None
         self._grid: Grid | None = None
-
-    def state_arrays(self) -> dict[str, Weights]:
-        groups = super().state_arrays()
-        if self.client_stats is not None:
-            groups["quicktest-reference"] = {"mean": self.client_stats.mean, "cov": self.client_stats.cov}
-        return groups
-
-    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
-        super().load_state_arrays(groups)
-        self._restored_reference = groups.get("quicktest-reference")
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self._grid = grid  # the nodes' feature sums are asked for at the first QuickTest
@@ -323,68 +289,26 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
 
     def state_meta(self) -> dict[str, Any]:
         return {**super().state_meta(), "quicktest-average": self.quicktest_average, "stopped-at": self.stopped_at,
-                "stop-reason": self.stop_reason,
-                "quicktest-reference-count": None if self.client_stats is None else self.client_stats.count}
+                "stop-reason": self.stop_reason}
 
     def load_state_meta(self, meta: Mapping[str, Any]) -> None:
         super().load_state_meta(meta)
         self.quicktest_average = meta.get("quicktest-average")
         self.stopped_at = meta.get("stopped-at")
         self.stop_reason = str(meta.get("stop-reason", ""))
-        if self._restored_reference is not None and meta.get("quicktest-reference-count"):
-            self.client_stats = GaussianStats(np.asarray(self._restored_reference["mean"]),
-                                              np.asarray(self._restored_reference["cov"]),
-                                              int(meta["quicktest-reference-count"]))
 
     def stop_requested(self) -> bool:
         return self.stopped_at is not None
 
     def reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:
-        """QuickTest's reference: A's features, or the nodes' pooled features (`quicktest-reference`)."""
+        """QuickTest's reference: A's features, or the nodes' pooled features (`quicktest-reference`), asked once."""
         if self.cfg.quicktest_reference == "clients":
-            if self.client_stats is None:
-                self.client_stats = self.collect_client_stats(extractor)
-            return self.client_stats
+            stats, gathering = self.feature_reference.get(self._grid, extractor, image_shape(self.cfg))
+            self._round_metrics.update(gathering)
+            return stats
         if self._aux_stats is None:
             self._aux_stats = extractor.stats(self.auxiliary)
         return self._aux_stats
-
-    def collect_client_stats(self, extractor: FeatureExtractor) -> GaussianStats:
-        """Ask every node for (sum f, sum f f^T, n) of its images and pool them: the exact pooled mean and covariance."""
-        if self._grid is None:
-            raise RuntimeError("the nodes' feature sums need the grid: run the strategy through start()")
-        weights = to_record(extractor_weights(extractor)) if extractor.name == "classifier" else None
-        messages = []
-        for node in self.nodes:
-            content = RecordDict({"config": ConfigRecord({"fid-features": extractor.name})})
-            if weights is not None:
-                content[FID_EXTRACTOR] = weights
-            messages.append(Message(content, dst_node_id=node.node_id, message_type=f"query.{FID_STATS}"))
-        replies = send_and_receive(self._grid, messages, self.cfg.round_timeout, self.cfg.reply_poll_interval)
-        dim = extractor.features(self.auxiliary[:2]).shape[1] if self.auxiliary is not None else None
-        sum_f, sum_ff, count, used = 0.0, 0.0, 0, 0
-        node_of = {n.node_id: n for n in self.nodes}
-        for message, reply in match_replies(messages, replies)[0]:
-            node = node_of.get(message.metadata.dst_node_id)
-            if node is None:
-                continue  # not one of ours
-            try:
-                problem, sums, n = check_feature_sums(reply, dim, node.num_train_examples)
-            except Exception as err:  # noqa: BLE001 - a reply must never crash the server
-                problem, sums, n = f"malformed reply ({type(err).__name__}: {err})", {}, 0
-            if problem is not None:
-                log(WARNING, "QuickTest reference: dropped node %s: %s", message.metadata.dst_node_id, problem)
-                continue
-            sum_f, sum_ff, count, used = sum_f + sums["sum-f"], sum_ff + sums["sum-ff"], count + n, used + 1
-        if used == 0 or count < 2:
-            raise RuntimeError(f"no usable feature sums from the {len(messages)} nodes for QuickTest's reference")
-        self._round_metrics.update({
-            "quicktest-reference-nodes": used,
-            "quicktest-reference-bytes": sum(message_array_bytes(m) for m in messages)
-            + sum(message_array_bytes(r) for r in replies),
-        })
-        log(INFO, "QuickTest reference: feature sums of %d images from %d nodes", count, used)
-        return stats_from_sums(sum_f, sum_ff, count)
 
     def quicktest_score(self, weights: Weights) -> float:
         """FID of `quicktest-size` samples of the model against QuickTest's reference statistics."""
