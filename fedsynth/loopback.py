@@ -9,21 +9,39 @@ dependency installation off (Flower would otherwise reinstall torch into a
 fresh environment). Every process runs in its own session so that stopping it
 also stops the `flower-superexec` children it starts; leaving the `with` block
 stops them all.
+
+`app_copy` gives `flwr run` the app as it ships (pyproject.toml and its
+packages): in a checkout that holds the `.venv`, `flwr build` walks the whole
+virtualenv before excluding it, which took 29 s per run on a loaded 2-core
+machine against 7 s for the copy.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 from types import TracebackType
 
 BIN = Path(sys.executable).parent
 CONNECTION = "loopback"
+
+
+def app_copy(app_dir: Path, target: Path) -> Path:
+    """`target`: the Flower app of `app_dir` as `flwr run` ships it (pyproject.toml, README.md, its packages)."""
+    app_dir, target = Path(app_dir), Path(target)
+    target.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(app_dir / name, target / name)
+    for package in tomllib.loads((app_dir / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]:
+        shutil.copytree(app_dir / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
 
 
 def free_ports(count: int) -> list[int]:

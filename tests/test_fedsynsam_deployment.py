@@ -9,17 +9,15 @@ only through `Context.state`. The run checks it: the server sends D_syn once
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from fedsynth.loopback import LoopbackFederation
 
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-def test_fedsynsam_with_qsgd_on_two_supernodes(tmp_path, tiny_data_dir):
+def test_fedsynsam_with_qsgd_on_two_supernodes(tmp_path, tiny_data_dir, flower_app):
     results = tmp_path / "results"
     config = " ".join([
         'algorithm="fedsynsam"', 'model="mlp"', "num-server-rounds=3", "local-steps=3", "batch-size=16",
@@ -28,7 +26,7 @@ def test_fedsynsam_with_qsgd_on_two_supernodes(tmp_path, tiny_data_dir):
         'run-name="run"', "round-timeout=240.0", "node-wait-timeout=120.0", "checkpoint-every=0",
     ])
     with LoopbackFederation(tmp_path, num_nodes=2) as federation:
-        run = federation.run(REPO, config)
+        run = federation.run(flower_app, config)
         summary_path = results / "run" / "summary.json"
         assert summary_path.is_file(), run.stdout[-3000:] + run.stderr[-3000:] + federation.log_tails()
     summary = json.loads(summary_path.read_text())
