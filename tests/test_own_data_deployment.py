@@ -72,7 +72,7 @@ def test_three_sites_with_their_own_folders_run_fedavg_and_fedcog_with_no_data_o
         for algorithm, extra in (("fedavg", {"model": "'sitemodels.nets:small'"}),
                                  ("fedcog", {"cog-start-round": "2", "gen-steps": "4", "gen-budget": "24"})):
             run_id = federation.submit(app, _run_config(results, algorithm, algorithm=f"'{algorithm}'", **extra))
-            status = federation.wait_until_finished(run_id, timeout=500)
+            status = federation.wait_until_finished(run_id, timeout=500, summary=results / algorithm / "summary.json")
             assert status == "finished:completed", f"{algorithm}: {status}" + federation.log_tails()
             folder = results / algorithm
             summary = json.loads((folder / "summary.json").read_text())

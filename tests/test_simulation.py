@@ -33,8 +33,9 @@ def small_run_config(tmp_path: Path, data_dir: Path, **extra) -> str:
 # One run in Flower's simulation engine per server strategy class, choosing the client rules whose records
 # and node state differ most; every registered algorithm also runs two rounds through the same ServerApp
 # and ClientApp code in process (test_inprocess_runs.py), without Ray's start-up of ~10-20 s per run.
+# Plain FedAvg (FedAvgStrategy, as moon+cog) runs in the simulation engine in several other tests:
+# 3 nodes x 2 rounds in test_hf_datasets.py, 2 nodes in test_cli_reliability.py, and the tiny study.
 SIMULATION_CASES = {
-    "fedavg": "FedAvgStrategy",
     "moon+cog": "FedAvgStrategy with MOON's and FedCOG's node state",
     "fedavgm": "FedAvgMStrategy",
     "scaffold": "ScaffoldStrategy: control variates both ways",
