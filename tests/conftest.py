@@ -6,6 +6,7 @@ import gzip
 import importlib.util
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -102,3 +103,21 @@ def flower_app(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from fedsynth.loopback import app_copy
 
     return app_copy(BENCHMARKS.parent, tmp_path_factory.mktemp("flower-app") / "app")
+
+
+@pytest.fixture(scope="session")
+def two_node_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A SuperLink and two SuperNodes (partitions 0 and 1 of 2) on loopback, started once for the session.
+
+    Shared by the deployment tests whose runs need nothing else of their federation (FedCOG,
+    FedSynSAM with qsgd, a local Hugging Face dataset): each test's run is a Flower run of its own,
+    with its own run config, results and cache folders, and its own node state (Flower keeps a
+    Context per run), so one run cannot see another. Starting and stopping a federation costs
+    10-20 s on a loaded 2-core machine; a test that kills a node or gives its nodes their own
+    config starts its own.
+    """
+    from fedsynth.loopback import LoopbackFederation
+
+    work = tmp_path_factory.mktemp("two-node-federation")
+    with LoopbackFederation(work, num_nodes=2, extra_env={"OMP_NUM_THREADS": "1"}) as federation:
+        yield federation
