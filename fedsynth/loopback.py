@@ -9,21 +9,39 @@ dependency installation off (Flower would otherwise reinstall torch into a
 fresh environment). Every process runs in its own session so that stopping it
 also stops the `flower-superexec` children it starts; leaving the `with` block
 stops them all.
+
+`app_copy` gives `flwr run` the app as it ships (pyproject.toml and its
+packages): in a checkout that holds the `.venv`, `flwr build` walks the whole
+virtualenv before excluding it, which took 29 s per run on a loaded 2-core
+machine against 7 s for the copy.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
+import tomllib
 from pathlib import Path
 from types import TracebackType
 
 BIN = Path(sys.executable).parent
 CONNECTION = "loopback"
+
+
+def app_copy(app_dir: Path, target: Path) -> Path:
+    """`target`: the Flower app of `app_dir` as `flwr run` ships it (pyproject.toml, README.md, its packages)."""
+    app_dir, target = Path(app_dir), Path(target)
+    target.mkdir(parents=True)
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(app_dir / name, target / name)
+    for package in tomllib.loads((app_dir / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]:
+        shutil.copytree(app_dir / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
 
 
 def free_ports(count: int) -> list[int]:
@@ -152,9 +170,24 @@ class LoopbackFederation:
             raise RuntimeError(f"flwr ls failed ({result.returncode}): {result.stdout[-2000:]}{result.stderr[-2000:]}")
         return str(json.loads(result.stdout)["runs"][0]["status"])
 
-    def wait_until_finished(self, run_id: int, timeout: float) -> str:
-        """Poll `status` until the run has finished (every 2 s); returns the final status, TimeoutError after `timeout`."""
+    def wait_until_finished(self, run_id: int, timeout: float, summary: Path | None = None) -> str:
+        """Poll `status` until the run has finished (every 2 s); returns the final status, TimeoutError after `timeout`.
+
+        With `summary` (the run's summary.json, written as it ends), wait for that file first: a stat
+        every 0.5 s instead of a `flwr ls` process every 2 s, which costs a second or two of CPU each
+        and took that from the run on a 2-core machine. The wait ends early if the status is already
+        "finished" (a run that failed before it wrote anything) -- checked every 20 s.
+        """
         deadline = time.monotonic() + timeout
+        status = ""
+        if summary is not None:
+            next_check = time.monotonic() + 20
+            while not Path(summary).is_file() and time.monotonic() < deadline:
+                if time.monotonic() >= next_check:
+                    if self.status(run_id).startswith("finished"):
+                        break
+                    next_check = time.monotonic() + 20
+                time.sleep(0.5)
         while time.monotonic() < deadline:
             status = self.status(run_id)
             if status.startswith("finished"):

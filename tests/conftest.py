@@ -6,6 +6,7 @@ import gzip
 import importlib.util
 import os
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
@@ -62,6 +63,12 @@ def write_fashion_mnist(root: Path, num_train: int = 1200, num_test: int = 300, 
     return root
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """While .ci/run builds the Docker base in the background, the Docker tests that wait for it run last."""
+    if os.environ.get("FEDSYNTH_BASE_BUILD_STATUS"):
+        items.sort(key=lambda item: item.path.name == "test_deployment_docker.py")  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session")
 def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A data-dir holding a 1200/300-image learnable Fashion-MNIST stand-in."""
@@ -83,3 +90,34 @@ def quiet_flower_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
     # The suite runs on 2 cores shared with other work: a second intra-op thread per process
     # oversubscribes them (an in-process FedDDPM test run: 12 s CPU with 1 thread, 137 s with 2).
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def flower_app(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The app as `flwr run` ships it, copied once: the deployment tests' `flwr run` builds its FAB from here.
+
+    From the checkout, `flwr build` first walks the `.venv` that `make install` puts there (29 s
+    against 7 s for this copy on a loaded 2-core machine, per run). `flwr run .` from the checkout
+    itself, as the README shows it, is tested in test_simulation.py.
+    """
+    from fedsynth.loopback import app_copy
+
+    return app_copy(BENCHMARKS.parent, tmp_path_factory.mktemp("flower-app") / "app")
+
+
+@pytest.fixture(scope="session")
+def two_node_federation(tmp_path_factory: pytest.TempPathFactory) -> Iterator:
+    """A SuperLink and two SuperNodes (partitions 0 and 1 of 2) on loopback, started once for the session.
+
+    Shared by the deployment tests whose runs need nothing else of their federation (FedCOG,
+    FedSynSAM with qsgd, a local Hugging Face dataset): each test's run is a Flower run of its own,
+    with its own run config, results and cache folders, and its own node state (Flower keeps a
+    Context per run), so one run cannot see another. Starting and stopping a federation costs
+    10-20 s on a loaded 2-core machine; a test that kills a node or gives its nodes their own
+    config starts its own.
+    """
+    from fedsynth.loopback import LoopbackFederation
+
+    work = tmp_path_factory.mktemp("two-node-federation")
+    with LoopbackFederation(work, num_nodes=2, extra_env={"OMP_NUM_THREADS": "1"}) as federation:
+        yield federation

@@ -10,17 +10,15 @@ one they last sent.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
 from fedsynth.loopback import LoopbackFederation
 
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-def test_oledfl_three_supernodes_keep_state_across_processes(tmp_path, tiny_data_dir):
+def test_oledfl_three_supernodes_keep_state_across_processes(tmp_path, tiny_data_dir, flower_app):
     results = tmp_path / "results"
     config = " ".join([
         'algorithm="oledfl-sgd"', "num-server-rounds=2", "local-steps=3", "batch-size=16", 'topology="ring"',
@@ -28,7 +26,7 @@ def test_oledfl_three_supernodes_keep_state_across_processes(tmp_path, tiny_data
         'run-name="run"', "round-timeout=240.0", "node-wait-timeout=120.0", "checkpoint-every=0",
     ])
     with LoopbackFederation(tmp_path, num_nodes=3) as federation:
-        run = federation.run(REPO, config)
+        run = federation.run(flower_app, config)
         summary_path = results / "run" / "summary.json"
         assert summary_path.is_file(), run.stdout[-3000:] + run.stderr[-3000:] + federation.log_tails()
     summary = json.loads(summary_path.read_text())

@@ -5,7 +5,9 @@ base made locally by `sudo deploy/build-local-base.sh` (debootstrap + docker imp
 minutes, once per machine). Without a running engine or without that base the tests skip and
 say why. The full compose quick start (deploy/compose-smoke.sh: SuperLink, SuperNodes, executors,
 registration, a 2-round run, results on the host) takes minutes and runs only when
-FEDSYNTH_COMPOSE_SMOKE=1.
+FEDSYNTH_COMPOSE_SMOKE=1. Where .ci/run builds the base in the background while the suite runs,
+FEDSYNTH_BASE_BUILD_STATUS names the file the build writes its outcome to ("ok", or why it failed):
+these tests then run last (tests/conftest.py) and wait for it.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -27,8 +30,25 @@ def docker(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run(["docker", *args], capture_output=True, text=True, timeout=timeout)
 
 
+def why_no_base_build(timeout: float = 1800) -> str:
+    """Empty once a background base build (.ci/run) has succeeded or none was started; else why it is not there."""
+    status = os.environ.get("FEDSYNTH_BASE_BUILD_STATUS")
+    if not status:
+        return ""
+    deadline = time.monotonic() + timeout
+    while not os.path.exists(status):
+        if time.monotonic() > deadline:
+            return f"the background base build (deploy/build-local-base.sh) did not end in {timeout:.0f} s"
+        time.sleep(5)
+    outcome = Path(status).read_text().strip()
+    return "" if outcome == "ok" else f"no base image {BASE}: {outcome}"
+
+
 def why_no_docker() -> str:
     """Empty when an engine runs and the base image is there; else the reason to skip."""
+    build = why_no_base_build()
+    if build:
+        return build
     if shutil.which("docker") is None:
         return "no docker CLI installed (Debian: apt-get install docker.io)"
     info = docker("info", "--format", "{{.ServerVersion}}", timeout=30)

@@ -19,7 +19,6 @@ import pytest
 
 from fedsynth.loopback import LoopbackFederation
 
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 LOST = 2  # the partition whose SuperNode is killed after round 1
 THREADS = 2
@@ -30,7 +29,7 @@ def read_rounds(path: Path) -> list[dict]:
 
 
 @pytest.fixture(scope="module")
-def rounds(tmp_path_factory: pytest.TempPathFactory, tiny_data_dir: Path) -> list[dict]:
+def rounds(tmp_path_factory: pytest.TempPathFactory, tiny_data_dir: Path, flower_app: Path) -> list[dict]:
     work = tmp_path_factory.mktemp("lost-node")
     results = work / "results"
     config = " ".join([
@@ -40,7 +39,7 @@ def rounds(tmp_path_factory: pytest.TempPathFactory, tiny_data_dir: Path) -> lis
     ])
     metrics = results / "run" / "metrics.jsonl"
     with LoopbackFederation(work, num_nodes=3, node_config=f"torch-threads={THREADS}") as federation:
-        run = federation.start_run(REPO, config)
+        run = federation.start_run(flower_app, config)
         try:
             deadline = time.monotonic() + 420
             while not any(r["round"] >= 1 for r in read_rounds(metrics)):

@@ -28,6 +28,8 @@ from pathlib import Path
 
 import pytest
 
+from fedsynth.loopback import app_copy
+
 pytestmark = pytest.mark.slow
 
 REPO = Path(__file__).resolve().parent.parent
@@ -201,22 +203,6 @@ def wait_for_file(path: Path, proc: subprocess.Popen, timeout: float, log: Path)
         time.sleep(1)
 
 
-def app_copy(target: Path) -> Path:
-    """The Flower app as `flwr run` ships it: pyproject.toml and the packages it declares.
-
-    A copy keeps the FAB build to seconds (in the checkout, `flwr build` walks .venv too).
-    """
-    import tomllib
-
-    target.mkdir()
-    shutil.copy(REPO / "pyproject.toml", target / "pyproject.toml")
-    shutil.copy(REPO / "README.md", target / "README.md")
-    packages = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
-    for package in packages:
-        shutil.copytree(REPO / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
-    return target
-
-
 def test_tls_authenticated_federation_across_hosts(tmp_path: Path, tiny_data_dir: Path) -> None:
     for tool in ("openssl", "ssh-keygen"):
         if shutil.which(tool) is None:
@@ -304,7 +290,7 @@ def test_tls_authenticated_federation_across_hosts(tmp_path: Path, tiny_data_dir
             overrides = (f"algorithm='fedavg' num-server-rounds=2 results-dir='{results}' "
                          f"run-name='multihost' data-dir='{tiny_data_dir}' node-wait-timeout=120.0 "
                          f"round-timeout=300.0")
-            started = json.loads(run(operator, ["flwr", "run", str(app_copy(tmp_path / "app")), "fed",
+            started = json.loads(run(operator, ["flwr", "run", str(app_copy(REPO, tmp_path / "app")), "fed",
                                                 "--format", "json", "--run-config", overrides], env, home_op))
             run_id = str(started["run-id"])
             phase(f"run {run_id} started")

@@ -8,25 +8,21 @@ from `Context.state`, not from anything in memory.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from fedsynth.loopback import LoopbackFederation
-
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-def test_fedcog_runs_on_two_supernodes_and_keeps_its_previous_model_in_node_state(tmp_path, tiny_data_dir):
+def test_fedcog_runs_on_two_supernodes_and_keeps_its_previous_model_in_node_state(tmp_path, tiny_data_dir, flower_app,
+                                                                                  two_node_federation):
     config = " ".join([
         f'data-dir="{tiny_data_dir}"', f'cache-dir="{tmp_path / "cache"}"', f'results-dir="{tmp_path / "results"}"',
         'run-name="run"', 'algorithm="fedcog"', "num-server-rounds=2", "cog-start-round=2", "gen-steps=3",
         "gen-budget=16", "local-steps=3", "batch-size=16", "node-wait-timeout=120.0",
     ])
-    with LoopbackFederation(tmp_path, num_nodes=2, extra_env={"OMP_NUM_THREADS": "1"}) as federation:
-        result = federation.run(REPO, config)
-        logs = result.stdout[-3000:] + result.stderr[-2000:] + federation.log_tails()
+    result = two_node_federation.run(flower_app, config)
+    logs = result.stdout[-3000:] + result.stderr[-2000:] + two_node_federation.log_tails()
     folder = tmp_path / "results" / "run"
     assert (folder / "summary.json").is_file(), logs
     rounds = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]

@@ -9,17 +9,13 @@ only through `Context.state`. The run checks it: the server sends D_syn once
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
-from fedsynth.loopback import LoopbackFederation
-
-REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
 
 
-def test_fedsynsam_with_qsgd_on_two_supernodes(tmp_path, tiny_data_dir):
+def test_fedsynsam_with_qsgd_on_two_supernodes(tmp_path, tiny_data_dir, flower_app, two_node_federation):
     results = tmp_path / "results"
     config = " ".join([
         'algorithm="fedsynsam"', 'model="mlp"', "num-server-rounds=3", "local-steps=3", "batch-size=16",
@@ -27,10 +23,9 @@ def test_fedsynsam_with_qsgd_on_two_supernodes(tmp_path, tiny_data_dir):
         f'data-dir="{tiny_data_dir}"', f'cache-dir="{tmp_path / "cache"}"', f'results-dir="{results}"',
         'run-name="run"', "round-timeout=240.0", "node-wait-timeout=120.0", "checkpoint-every=0",
     ])
-    with LoopbackFederation(tmp_path, num_nodes=2) as federation:
-        run = federation.run(REPO, config)
-        summary_path = results / "run" / "summary.json"
-        assert summary_path.is_file(), run.stdout[-3000:] + run.stderr[-3000:] + federation.log_tails()
+    run = two_node_federation.run(flower_app, config)
+    summary_path = results / "run" / "summary.json"
+    assert summary_path.is_file(), run.stdout[-3000:] + run.stderr[-3000:] + two_node_federation.log_tails()
     summary = json.loads(summary_path.read_text())
     assert summary["algorithm"] == "fedsynsam" and summary["num-nodes"] == 2
     rounds = [json.loads(line) for line in (results / "run" / "metrics.jsonl").read_text().splitlines()]

@@ -127,11 +127,9 @@ def test_a_federation_runs_from_a_local_hf_dataset_in_simulation(tmp_path, hf_da
 
 
 @pytest.mark.slow
-def test_a_federation_runs_from_a_local_hf_dataset_in_the_loopback_deployment(tmp_path, hf_data_dir):
-    from fedsynth.loopback import LoopbackFederation
-
+def test_a_federation_runs_from_a_local_hf_dataset_in_the_loopback_deployment(tmp_path, hf_data_dir, flower_app,
+                                                                             two_node_federation):
     values = {**_run_config(tmp_path, hf_data_dir), "node-wait-timeout": 120.0}
-    with LoopbackFederation(tmp_path, num_nodes=2, extra_env={"OMP_NUM_THREADS": "1"}) as federation:
-        result = federation.run(REPO, " ".join(f"{k}={v}" for k, v in values.items()))
-        logs = result.stdout[-3000:] + result.stderr[-2000:] + federation.log_tails()
+    result = two_node_federation.run(flower_app, " ".join(f"{k}={v}" for k, v in values.items()))
+    logs = result.stdout[-3000:] + result.stderr[-2000:] + two_node_federation.log_tails()
     _check_run(tmp_path / "results" / "run", 2, logs)

@@ -13,14 +13,12 @@ site with an empty folder must fail at the handshake, quickly, naming both.
 from __future__ import annotations
 
 import json
-import shutil
 import time
-import tomllib
 from pathlib import Path
 
 import pytest
 
-from fedsynth.loopback import LoopbackFederation
+from fedsynth.loopback import LoopbackFederation, app_copy
 from tests.site_folders import CLASS_NAMES, write_sites
 
 REPO = Path(__file__).resolve().parent.parent
@@ -38,11 +36,7 @@ def small(num_classes, channels, image_size):
 
 def app_with_user_model(target: Path) -> Path:
     """The Flower app as `flwr run` ships it (pyproject.toml, its packages) plus a user's model package."""
-    target.mkdir()
-    for name in ("pyproject.toml", "README.md"):
-        shutil.copy(REPO / name, target / name)
-    for package in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]:
-        shutil.copytree(REPO / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
+    app_copy(REPO, target)
     (target / "sitemodels").mkdir()
     (target / "sitemodels" / "__init__.py").write_text("")
     (target / "sitemodels" / "nets.py").write_text(USER_MODEL)
@@ -78,7 +72,7 @@ def test_three_sites_with_their_own_folders_run_fedavg_and_fedcog_with_no_data_o
         for algorithm, extra in (("fedavg", {"model": "'sitemodels.nets:small'"}),
                                  ("fedcog", {"cog-start-round": "2", "gen-steps": "4", "gen-budget": "24"})):
             run_id = federation.submit(app, _run_config(results, algorithm, algorithm=f"'{algorithm}'", **extra))
-            status = federation.wait_until_finished(run_id, timeout=500)
+            status = federation.wait_until_finished(run_id, timeout=500, summary=results / algorithm / "summary.json")
             assert status == "finished:completed", f"{algorithm}: {status}" + federation.log_tails()
             folder = results / algorithm
             summary = json.loads((folder / "summary.json").read_text())
@@ -101,7 +95,7 @@ def test_three_sites_with_their_own_folders_run_fedavg_and_fedcog_with_no_data_o
     assert not (tmp_path / "xdg" / "fedsynth" / "data").exists()  # no dataset was looked for in the defaults
 
 
-def test_sites_with_a_foreign_label_and_an_empty_folder_are_refused_at_once_naming_them(tmp_path):
+def test_sites_with_a_foreign_label_and_an_empty_folder_are_refused_at_once_naming_them(tmp_path, flower_app):
     sites = write_sites(tmp_path / "sites")
     foreign = sites[1].path / "train" / CLASS_NAMES[sites[1].classes[0]]
     foreign.rename(foreign.parent / "cat")  # a class the run does not know
@@ -112,7 +106,7 @@ def test_sites_with_a_foreign_label_and_an_empty_folder_are_refused_at_once_nami
     with LoopbackFederation(tmp_path, 0, extra_env=_isolated_env(tmp_path), node_configs=configs) as federation:
         time.sleep(5)  # the SuperNodes connect, as in a deployment that starts its run after its nodes
         start = time.monotonic()
-        run_id = federation.submit(REPO, _run_config(results, "bad", **{"node-wait-timeout": "300.0"}))
+        run_id = federation.submit(flower_app, _run_config(results, "bad", **{"node-wait-timeout": "300.0"}))
         summary_file = results / "bad" / "summary.json"
         while not summary_file.is_file() and time.monotonic() - start < 120:
             time.sleep(0.5)
