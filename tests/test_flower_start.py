@@ -33,7 +33,8 @@ CLASS_CASES = {
     "fedsmoo": {}, "fedsynsam": {"trajectory-rounds": 1, "synthetic-ipc": 1, "distill-iterations": 2},
     "dynafed": {"trajectory-rounds": 1, "synthetic-ipc": 1, "distill-iterations": 2},
     "dfedavg": {"topology": "ring"},
-    "fedddpm": {**TINY_DIFFUSION, "warmup-steps": 2}, "fedddpm+": {**TINY_DIFFUSION, "warmup-steps": 2},
+    "fedddpm": {**TINY_DIFFUSION, "warmup-steps": 2, "correction-epochs": 1},
+    "fedddpm+": {**TINY_DIFFUSION, "warmup-steps": 2, "quicktest-reference": "auxiliary", "fid-features": "random"},
 }
 
 
