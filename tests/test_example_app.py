@@ -19,8 +19,6 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_fedcog_example_app_trains_to_completion_in_the_simulation_engine(tmp_path, tiny_data_dir, monkeypatch):
-    if not (REPO / "fedsynth" / "strategies.py").is_file():
-        pytest.skip("fedsynth/strategies.py (issue 36, items 1 and 2) is not on this branch yet")
     from fedsynth.cli import _simulate
 
     monkeypatch.setenv("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
