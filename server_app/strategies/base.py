@@ -242,8 +242,7 @@ class RoundStrategy(Strategy):
         self._sent = messages
         self.round_started_at = time.monotonic()
         self._evaluation_carried = None
-        self.round_report = {"round": server_round, "sampled": len(messages),
-                             "downlink-bytes": sum(message_array_bytes(m) for m in messages), **fields}
+        self.round_report = {"round": server_round, "sampled": len(messages), **fields}
         return messages
 
     def skip_round(self) -> list[Message]:
@@ -284,8 +283,10 @@ class RoundStrategy(Strategy):
             log(WARNING, "dropped reply of node %s (partition %s): %s", failure["node"], failure["partition"],
                 failure["reason"])
         report = self.round_report if self.round_report is not None else {}
+        # counted now, not when the round began: a subclass may add records to the sent messages (FedSynSAM's D_syn)
         report.update({"answered": len(outcome.good), "failed": len(outcome.failures), "failures": outcome.failures,
-                       "uplink-bytes": outcome.uplink_bytes})
+                       "uplink-bytes": outcome.uplink_bytes,
+                       "downlink-bytes": sum(message_array_bytes(m) for m in self._sent)})
         self.round_report = report
         return outcome
 
