@@ -164,6 +164,7 @@ def run_round(algorithm: str, share: float, hostile: dict | None):
     claims = (40, 10) if hostile is None else (hostile["claim-train"], hostile["claim-test"])
     nodes = [NodeInfo(1000 + p, p, 40, 10, (40,)) for p in range(HONEST)] + [NodeInfo(1000 + HONEST, HONEST, *claims)]
     strategy = SERVER_STRATEGIES[algorithm](cfg, nodes)
+    strategy.warmed_up = True  # FedDDPM: one aggregation without the warm-up (its auxiliary set stays empty)
     records = layout(algorithm)
     sent = list(strategy.configure_train(1, records.model, ConfigRecord({"lr": 0.1}), None))
     for number, message in enumerate(sent):
@@ -234,9 +235,7 @@ def test_a_hostile_decentralized_node_moves_its_relayed_model_and_the_metrics_at
         nodes = [NodeInfo(1000 + p, p, 40, 10, (40,)) for p in range(HONEST)]
         nodes.append(NodeInfo(1000 + HONEST, HONEST, hostile["claim-train"], hostile["claim-test"]))
         relay = DecentralizedRelay(cfg, nodes)
-        relay.models = [dict(weights) for _ in nodes]
-        base, w = relay.mixing(1)
-        sent = relay.messages(1, w)
+        sent = list(relay.configure_train(1, to_record(weights), ConfigRecord({"lr": 0.1}), None))
         for number, message in enumerate(sent):
             message.metadata.__dict__["_message_id"] = f"m{number}"
         replies = [make_reply(sent[p], records.honest[0], records.extra, honest_metrics(p, 0.2 * p)) for p in range(HONEST)]
@@ -244,10 +243,9 @@ def test_a_hostile_decentralized_node_moves_its_relayed_model_and_the_metrics_at
                    "train-loss": hostile["train-loss"], "num-test-examples": hostile["num-test-examples"],
                    "local-test-accuracy": hostile["accuracy"], "local-test-loss": 1.0}
         replies.append(make_reply(sent[HONEST], records.shifted(hostile["scale"]), records.extra, metrics))
-        outcome = relay.collect(1, sent, replies, weights)
+        _, round_metrics = relay.aggregate_train(1, replies)
         assert distance(relay.models[HONEST], weights) <= UPDATE_BOUND + 1e-6
-        round_metrics = relay._reply_metrics(outcome["good"], share)
-        honest = relay._reply_metrics(outcome["good"][:HONEST], share)
+        honest = relay._reply_metrics([r.content.metric_records["metrics"] for r in replies[:HONEST]], share)
         if "local-test-accuracy" in round_metrics:
             assert abs(round_metrics["local-test-accuracy"] - honest["local-test-accuracy"]) <= share + 1e-9
 

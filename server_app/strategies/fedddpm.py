@@ -111,6 +111,7 @@ class FedDDPMStrategy(FedAvgStrategy):
         self.schedule = linear_schedule(num_timesteps(cfg))
         self._round = 0
         self._round_metrics: dict[str, float] = {}
+        self.warmed_up = False  # the warm-up ran (a resumed run skips it: completed_rounds > 0)
 
     # ----- server state that a checkpoint must keep ---------------------------------
     def state_arrays(self) -> dict[str, Weights]:
@@ -130,7 +131,7 @@ class FedDDPMStrategy(FedAvgStrategy):
     # ----- the run ---------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Before the first round of a run (not of a resumed one): the warm-up and the auxiliary set."""
-        if self.round_is_active(server_round) and self.auxiliary is None and self.completed_rounds == 0:
+        if self.round_is_active(server_round) and not self.warmed_up and self.completed_rounds == 0:
             self.ensure_nodes(grid)
             self.warmup(grid, from_record(arrays))
         return super().configure_train(server_round, arrays, config, grid)
@@ -176,6 +177,7 @@ class FedDDPMStrategy(FedAvgStrategy):
         warm.sort(key=lambda item: item[0])
         train_time = time.monotonic() - start
         self.auxiliary = self.sample_auxiliary([(pid, m, w) for pid, m, w, _ in warm])
+        self.warmed_up = True
         record: dict[str, Any] = {
             "round": 0, "phase": "warmup", "sampled": len(messages), "answered": len(warm),
             "failed": len(failures), "failures": failures,
