@@ -38,8 +38,30 @@ CLASS_CASES = {
 }
 
 
+# every public class of fedsynth.strategies, with its algorithm and what it needs on the tiny config
+PUBLIC_CASES = [
+    (strategies.FedAvg, "fedavg", {}),
+    (strategies.FedSAM, "fedsam", {"sam-rho": 0.05}),
+    (strategies.FedCOG, "fedcog", {"cog-start-round": 2, "gen-budget": 8, "gen-steps": 2}),
+    (strategies.FedSynSAM, "fedsynsam", {"compression": "qsgd", "bits": 4}),
+    (strategies.DFedAvg, "dfedavg", {"topology": "ring"}),
+    (strategies.OledFL, "oledfl-sgd", {"topology": "ring", "ole-beta": 0.5}),
+    (strategies.FedAvgM, "fedavgm", {"server-momentum": 0.5}),
+    (strategies.Scaffold, "scaffold", {}),
+    (strategies.MoFedSAM, "mofedsam", {}),
+    (strategies.FedLESAM, "fedlesam", {}),
+    (strategies.FedLESAMD, "fedlesam-d", {}),
+    (strategies.FedSMOO, "fedsmoo", {}),
+    (strategies.DynaFed, "dynafed", {}),
+    (strategies.FedDDPM, "fedddpm", {"num-server-rounds": 1}),
+    (strategies.FedDDPMPlus, "fedddpm+", {"num-server-rounds": 1}),
+]
+
+
 def test_the_cases_cover_every_strategy_class() -> None:
     assert {SERVER_STRATEGIES[name] for name in CLASS_CASES} == set(SERVER_STRATEGIES.values())
+    assert {case[0].__name__ for case in PUBLIC_CASES} == set(strategies.__all__) - {
+        "NodeInfo", "TooManyFailedRounds", "run_config"}
 
 
 def tiny_config(tmp_path, data_dir, algorithm: str, **extra) -> dict:
@@ -78,14 +100,7 @@ def test_start_drops_an_error_reply_and_aggregates_the_good_one(tmp_path, tiny_d
     assert calls == [0, 1] and set(result.evaluate_metrics_serverapp) == {0, 1}
 
 
-@pytest.mark.parametrize(("public", "algorithm", "extra"), [
-    (strategies.FedAvg, "fedavg", {}),
-    (strategies.FedSAM, "fedsam", {"sam-rho": 0.05}),
-    (strategies.FedCOG, "fedcog", {"cog-start-round": 2, "gen-budget": 8, "gen-steps": 2}),
-    (strategies.FedSynSAM, "fedsynsam", {"compression": "qsgd", "bits": 4}),
-    (strategies.DFedAvg, "dfedavg", {"topology": "ring"}),
-    (strategies.OledFL, "oledfl-sgd", {"topology": "ring", "ole-beta": 0.5}),
-])
+@pytest.mark.parametrize(("public", "algorithm", "extra"), PUBLIC_CASES)
 def test_start_on_the_public_class_equals_fedsynth_run(tmp_path, tiny_data_dir, public, algorithm, extra) -> None:
     """`Public(**keyword parameters).start(...)` on the same nodes gives bitwise `fedsynth run`'s final model."""
     raw = tiny_config(tmp_path, tiny_data_dir, algorithm, **extra, **{"save-model": True})
