@@ -6,6 +6,7 @@ import gzip
 import importlib.util
 import os
 import struct
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -63,10 +64,32 @@ def write_fashion_mnist(root: Path, num_train: int = 1200, num_test: int = 300, 
     return root
 
 
+# The tests that run Flower's deployment engine (a SuperLink, SuperNodes, one ClientApp process per message) or
+# Docker. They spend most of their time waiting (the SuperNodes' pulls, heartbeats, process start-up: 0.5 of a core
+# on average, tests/test_decentralized_deployment.py measured at 36 s CPU in 72 s), so under `make test`'s two
+# pytest-xdist workers one worker runs them, in this order, while the other runs the CPU-bound rest.
+DEPLOYMENT_MODULES = (
+    "test_deployment_failures.py", "test_own_data_deployment.py", "test_decentralized_deployment.py",
+    "test_deployment_multihost.py", "test_fedsynsam_deployment.py", "test_fedcog_deployment.py",
+    "test_hf_datasets.py", "test_deployment_docker.py",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """While .ci/run builds the Docker base in the background, the Docker tests that wait for it run last."""
-    if os.environ.get("FEDSYNTH_BASE_BUILD_STATUS"):
-        items.sort(key=lambda item: item.path.name == "test_deployment_docker.py")  # stable: the rest keep their order
+    """Group the tests for pytest-xdist's `--dist loadgroup`: the deployment tests in one group, first, the Docker
+    tests last in it (while .ci/run builds the Docker base in the background, they wait for it); every other module
+    is a group of its own, so that its module- and class-scoped fixtures (one Ray for test_simulation's strategies)
+    are made once. Without xdist the groups are inert and only the order applies."""
+    def order(item: pytest.Item) -> tuple[int, int]:
+        name = item.path.name
+        if name in DEPLOYMENT_MODULES:
+            return 0, DEPLOYMENT_MODULES.index(name)
+        return 1, 0
+
+    items.sort(key=order)  # stable: the tests of a module keep their order
+    for item in items:
+        group = "deployment" if item.path.name in DEPLOYMENT_MODULES else item.path.stem
+        item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.fixture(scope="session")
@@ -80,7 +103,9 @@ def quiet_flower_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Keep Flower and Ray state out of the home directory and off the network."""
     home = tmp_path_factory.mktemp("flwr-home")
     os.environ.setdefault("FLWR_HOME", str(home))
-    os.environ.setdefault("RAY_TMPDIR", str(tmp_path_factory.mktemp("ray")))
+    # short: Ray's socket paths below it must stay within AF_UNIX's 107 bytes, which pytest-xdist's
+    # /tmp/pytest-of-USER/pytest-N/popen-gwK/ base folders come close to
+    os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="ray-"))
     os.environ["FLWR_TELEMETRY_ENABLED"] = "0"
     os.environ["FLWR_DISABLE_UPDATE_CHECK"] = "1"
     os.environ["RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"] = "0"
