@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 RUN_CONFIG ?=
 NUM_SUPERNODES ?= 10
 # Two pytest-xdist workers: one runs the deployment tests, which mostly wait, beside the other's CPU-bound tests
-# (tests/conftest.py groups them); PYTEST_WORKERS=0 runs the suite in one process.
+# (tests/conftest.py schedules them); PYTEST_WORKERS=0 runs the suite in one process.
 PYTEST_WORKERS ?= 2
 export FLWR_TELEMETRY_ENABLED := 0
 export FLWR_DISABLE_UPDATE_CHECK := 1
@@ -40,7 +40,7 @@ run: install
 	$(VENV)/bin/fedsynth run --num-supernodes $(NUM_SUPERNODES) --run-config "$(RUN_CONFIG)"
 
 test: install
-	$(PY) -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadgroup --no-loadscope-reorder $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache

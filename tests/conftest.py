@@ -64,32 +64,41 @@ def write_fashion_mnist(root: Path, num_train: int = 1200, num_test: int = 300, 
     return root
 
 
-# The tests that run Flower's deployment engine (a SuperLink, SuperNodes, one ClientApp process per message) or
-# Docker. They spend most of their time waiting (the SuperNodes' pulls, heartbeats, process start-up: 0.5 of a core
-# on average, tests/test_decentralized_deployment.py measured at 36 s CPU in 72 s), so under `make test`'s two
-# pytest-xdist workers one worker runs them, in this order, while the other runs the CPU-bound rest.
+# The tests that run Flower's deployment engine (a SuperLink, SuperNodes, one ClientApp process per message). They
+# spend most of their time waiting (the SuperNodes' pulls, heartbeats, process start-up: 0.5 of a core on average,
+# tests/test_decentralized_deployment.py measured at 36 s CPU in 72 s), so under `make test`'s two pytest-xdist
+# workers one worker runs them while the other runs the CPU-bound rest.
 DEPLOYMENT_MODULES = (
     "test_deployment_failures.py", "test_own_data_deployment.py", "test_decentralized_deployment.py",
     "test_deployment_multihost.py", "test_fedsynsam_deployment.py", "test_fedcog_deployment.py",
-    "test_hf_datasets.py", "test_deployment_docker.py",
+    "test_hf_datasets.py",
 )
+DOCKER_MODULE = "test_deployment_docker.py"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Group the tests for pytest-xdist's `--dist loadgroup`: the deployment tests in one group, first, the Docker
-    tests last in it (while .ci/run builds the Docker base in the background, they wait for it); every other module
-    is a group of its own, so that its module- and class-scoped fixtures (one Ray for test_simulation's strategies)
-    are made once. Without xdist the groups are inert and only the order applies."""
-    def order(item: pytest.Item) -> tuple[int, int]:
+    """The deployment tests first, the Docker tests last (.ci/run may still be building the Docker base they wait for;
+    last, they leave it the most time without holding back a worker), every module's tests in their own order."""
+    def rank(item: pytest.Item) -> int:
         name = item.path.name
-        if name in DEPLOYMENT_MODULES:
-            return 0, DEPLOYMENT_MODULES.index(name)
-        return 1, 0
+        return 0 if name in DEPLOYMENT_MODULES else 2 if name == DOCKER_MODULE else 1
 
-    items.sort(key=order)  # stable: the tests of a module keep their order
-    for item in items:
-        group = "deployment" if item.path.name in DEPLOYMENT_MODULES else item.path.stem
-        item.add_marker(pytest.mark.xdist_group(group))
+    items.sort(key=rank)  # stable
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log):  # type: ignore[no-untyped-def]
+    """pytest-xdist's `--dist loadscope` (a module's tests on one worker, so its module- and class-scoped fixtures
+    such as test_simulation's one Ray are made once), with all deployment modules as one scope: one worker runs them
+    one after the other while the other worker runs the CPU-bound modules. xdist's own `loadgroup` cannot say this
+    under pytest 9 (it renames `item._nodeid`, which pytest 9's nodes no longer read)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class DeploymentTogether(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return "deployment" if Path(module).name in DEPLOYMENT_MODULES else module
+
+    return DeploymentTogether(config, log)
 
 
 @pytest.fixture(scope="session")
