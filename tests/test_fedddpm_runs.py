@@ -156,10 +156,11 @@ def test_resuming_a_stopped_fedddpm_plus_run_trains_no_further(tmp_path, tiny_da
 
 
 def test_fedddpm_plus_corrects_after_the_last_round_when_quicktest_never_fires(tmp_path, tiny_data_dir):
-    raw = diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm+", **{"quicktest-threshold": 0.0})
+    raw = diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm+",
+                           **{"quicktest-threshold": 0.0, "oneshot-epochs": 2})
     summary, results, _, _ = run_inprocess(raw, num_nodes=2)
     assert summary["stop-reason"] == "last-round" and summary["stopped-at-round"] == 2
-    assert results.rounds[-1]["correction-epochs"] == 20
+    assert results.rounds[-1]["correction-epochs"] == 2
 
 
 @pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "scaffold", "mofedsam"])
