@@ -75,11 +75,13 @@ class StudyPaths:
 
 
 def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client: float | None = None,
-                        cpus_per_client: float | None = None, ray_address: str | None = None) -> Executor:
+                        cpus_per_client: float | None = None, ray_address: str | None = None,
+                        engine: str = "simulation") -> Executor:
     """Runs each study run as `python -m fedsynth.study_worker` (Flower's simulation engine, one process per run).
 
     Without `ray_address` each run starts a Ray of its own; with it, each run's
-    ClientApps go to that cluster's nodes.
+    ClientApps go to that cluster's nodes. With `engine = "inprocess"` each run's
+    process runs its nodes itself, without Ray (`fedsynth.cli._run_in_process`).
     """
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
 
@@ -91,6 +93,7 @@ def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client:
             "cpus-per-client": study.cpus_per_client if cpus_per_client is None else cpus_per_client,
             "gpus-per-client": study.gpus_per_client if gpus_per_client is None else gpus_per_client,
             "ray-address": ray_address,
+            "engine": engine,
         }
         env = app_process_env(app_dir, threads)
         env["RAY_ADDRESS"] = ray_address or "local"  # else each run its own Ray: never join a concurrent run's
@@ -229,6 +232,15 @@ def _run_and_measure(executor: Executor, measurer: Measurer | None, spec: RunSpe
     return outcome
 
 
+def _unrecorded(exit_code: int) -> str:
+    """Why a run's end is not a result: stopped by a signal, killed, or failed before its first round."""
+    if exit_code in INTERRUPTED_EXIT_CODES:
+        return f"stopped by a signal (exit {exit_code})"
+    if exit_code < 0:
+        return f"killed by signal {-exit_code} (exit {exit_code}; SIGKILL is often the out-of-memory killer)"
+    return f"exit {exit_code} before any round finished"
+
+
 def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: StudyPaths, executor: Executor,
                  jobs: int, progress: Progress, max_runs: int | None = None, retry_failed: bool = False,
                  measurer: Measurer | None = None) -> int:
@@ -283,8 +295,8 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
                         # or failed before its first round (the engine did not start): not a result of the
                         # method; it runs again (resumes) on the next call.
                         claims.release(claim)
-                        progress.write(f"{spec.cell} {spec.phase} seed {spec.seed}: exit {outcome.exit_code} before "
-                                       f"any round finished; not recorded, it runs again next time "
+                        progress.write(f"{spec.cell} {spec.phase} seed {spec.seed}: {_unrecorded(outcome.exit_code)}; "
+                                       f"not recorded, it runs again (resumes from its checkpoint, if any) next time "
                                        f"(log: {paths.log(spec)})")
                         continue
                     claims.record(claim, entry)

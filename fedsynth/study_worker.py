@@ -2,7 +2,8 @@
 
 The job names the app directory, the run's overrides and the simulation's
 resources; the run goes through `fedsynth.cli.run_command`, the path of
-`fedsynth run` (on the Ray cluster the job names, if any), and the process exits with its codes (0 ok,
+`fedsynth run` (on the Ray cluster the job names, if any, or on the in-process grid with engine
+"inprocess"), and the process exits with its codes (0 ok,
 1 failed, 2 refused, 3 completed with failed rounds, 130 / 143 stopped by SIGINT / SIGTERM, from the study or
 because the study itself died).
 """
@@ -26,7 +27,8 @@ def main(argv: list[str]) -> int:
     from fedsynth.cli import run_command
 
     return run_command(Path(job["app-dir"]), job["overrides"], int(job["num-supernodes"]),
-                       float(job["cpus-per-client"]), float(job.get("gpus-per-client", 0.0)), job.get("ray-address"))
+                       float(job["cpus-per-client"]), float(job.get("gpus-per-client", 0.0)), job.get("ray-address"),
+                       job.get("engine", "simulation"))
 
 
 if __name__ == "__main__":

@@ -5,13 +5,20 @@ from __future__ import annotations
 import gzip
 import importlib.util
 import os
+import shutil
 import struct
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 
-import numpy as np
+# One OpenMP/BLAS thread per test process, as Ray gives each ClientApp actor (and `fedsynth study` each run on
+# a 2-core host): set before numpy and torch load their thread pools. The last bits of numpy's and torch's sums
+# depend on the thread count, and the tests that compare a run in this process with one in the simulation
+# engine (tests/test_simulation.py) compare bits.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402 - after the thread count
 import pytest
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
@@ -108,13 +115,17 @@ def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session", autouse=True)
-def quiet_flower_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
+def quiet_flower_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Keep Flower and Ray state out of the home directory and off the network."""
     home = tmp_path_factory.mktemp("flwr-home")
     os.environ.setdefault("FLWR_HOME", str(home))
     # short: Ray's socket paths below it must stay within AF_UNIX's 107 bytes, which pytest-xdist's
-    # /tmp/pytest-of-USER/pytest-N/popen-gwK/ base folders come close to
-    os.environ.setdefault("RAY_TMPDIR", tempfile.mkdtemp(prefix="ray-"))
+    # /tmp/pytest-of-USER/pytest-N/popen-gwK/ base folders come close to; outside pytest's rotated
+    # base folders, so it is removed at the end of the session
+    ray_tmp = None
+    if "RAY_TMPDIR" not in os.environ:
+        ray_tmp = tempfile.mkdtemp(prefix="ray-")
+        os.environ["RAY_TMPDIR"] = ray_tmp
     os.environ["FLWR_TELEMETRY_ENABLED"] = "0"
     os.environ["FLWR_DISABLE_UPDATE_CHECK"] = "1"
     os.environ["RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO"] = "0"
@@ -124,6 +135,10 @@ def quiet_flower_environment(tmp_path_factory: pytest.TempPathFactory) -> None:
     # The suite runs on 2 cores shared with other work: a second intra-op thread per process
     # oversubscribes them (an in-process FedDDPM test run: 12 s CPU with 1 thread, 137 s with 2).
     torch.set_num_threads(1)
+    yield
+    if ray_tmp is not None:
+        shutil.rmtree(ray_tmp, ignore_errors=True)
+        os.environ.pop("RAY_TMPDIR", None)
 
 
 @pytest.fixture(scope="session")

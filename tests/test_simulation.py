@@ -70,20 +70,32 @@ class TestEveryStrategyInFlowerSimulation:
     @pytest.mark.parametrize("algorithm", sorted(SIMULATION_CASES))
     def test_every_strategy_runs_two_rounds_in_flower_simulation(self, tmp_path, tiny_data_dir, algorithm):
         run_two_rounds(tmp_path, tiny_data_dir, algorithm)
+        # `--engine inprocess` (no Ray, nodes one after another) gives the same metrics and the same final model
+        run_two_rounds(tmp_path, tiny_data_dir, algorithm, engine="inprocess")
+        simulated, in_process = (tmp_path / "results" / "run", tmp_path / "results" / "run-inprocess")
+        assert untimed_metrics(in_process) == untimed_metrics(simulated)
+        assert (in_process / "model.safetensors").read_bytes() == (simulated / "model.safetensors").read_bytes()
 
 
-def run_two_rounds(tmp_path: Path, tiny_data_dir: Path, algorithm: str) -> None:
+def untimed_metrics(folder: Path) -> list[dict]:
+    """metrics.jsonl without its wall-clock fields (round-time, server-time, stat-cog-gen-seconds, ...)."""
+    return [{k: v for k, v in json.loads(line).items() if "time" not in k and "seconds" not in k}
+            for line in (folder / "metrics.jsonl").read_text().splitlines()]
+
+
+def run_two_rounds(tmp_path: Path, tiny_data_dir: Path, algorithm: str, engine: str = "simulation") -> None:
     # FedCOG (issue 4) at test size: round 2 generates, with the round-1 model from node state
     cog = {"gen-steps": 3, "gen-budget": 16, "cog-start-round": 2} if "cog" in algorithm else {}
     # FedDDPM (issue 5): the diffusion task at test size
     ddpm = {k: f'"{v}"' if isinstance(v, str) else v for k, v in TINY_DIFFUSION.items()} if "ddpm" in algorithm else {}
     # decentralized: 3 nodes can each have at most 2 neighbours (the random topology is k-regular)
     gossip = {"peers": 2} if algorithm in DECENTRALIZED_ALGORITHMS else {}
-    code = main(["run", "--app-dir", str(REPO), "--num-supernodes", "3",
-                 "--run-config", small_run_config(tmp_path, tiny_data_dir, algorithm=f'"{algorithm}"', **cog, **ddpm,
-                                                  **gossip)])
-    assert code == 0
-    folder = tmp_path / "results" / "run"
+    name = "run" if engine == "simulation" else f"run-{engine}"
+    args = ["run", "--app-dir", str(REPO), "--num-supernodes", "3", "--engine", engine,
+            "--run-config", small_run_config(tmp_path, tiny_data_dir, algorithm=f'"{algorithm}"', **cog, **ddpm,
+                                             **gossip, **{"run-name": f'"{name}"'})]
+    assert main(args) == 0
+    folder = tmp_path / "results" / name
     rounds = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     if cog:
         assert rounds[2]["stat-cog-disagreement"] == 1.0 and "stat-cog-generated" not in rounds[1]
@@ -91,6 +103,13 @@ def run_two_rounds(tmp_path: Path, tiny_data_dir: Path, algorithm: str) -> None:
     assert all(r["answered"] == 3 for r in rounds[1:])
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["algorithm"] == algorithm and summary["num-nodes"] == 3
+
+
+def test_the_inprocess_engine_cannot_join_a_ray_cluster(tmp_path, capsys):
+    code = main(["run", "--app-dir", str(REPO), "--engine", "inprocess", "--ray-address", "127.0.0.1:1",
+                 "--run-config", small_run_config(tmp_path, tmp_path)])
+    assert code == 2
+    assert "--engine inprocess" in capsys.readouterr().err
 
 
 def test_cli_rejects_bad_config_before_starting(tmp_path, capsys):

@@ -12,7 +12,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from fedsynth.ledger import Ledger, thin
@@ -343,7 +342,7 @@ def test_study_help_lists_the_options():
     out = subprocess.run([sys.executable, "-m", "fedsynth.cli", "study", "--help"], capture_output=True, text=True,
                          cwd=ROOT, check=True).stdout
     for option in ("--jobs", "--gpus-per-client", "--out", "--runs-dir", "--max-runs", "--retry-failed",
-                   "--report-only", "--dry-run", "--arms", "--variants", "--reuse"):
+                   "--report-only", "--dry-run", "--arms", "--variants", "--reuse", "--engine"):
         assert option in out
 
 
@@ -373,6 +372,30 @@ def test_a_tiny_study_runs_end_to_end_in_the_simulation_engine(tmp_path, tiny_da
     assert all(e["exit-code"] == 0 and e["rounds"] == 3 for e in ledger.entries.values())
     assert "[3/3]" in done.stdout
     assert (tmp_path / "out" / "report.md").read_text().count("→ **") == 2
+
+
+def test_a_tiny_study_runs_on_the_inprocess_engine(tmp_path, tiny_data_dir):
+    """`--engine inprocess`: each run in its own process, its nodes in that process, no Ray."""
+    path = tmp_path / "tiny.toml"
+    path.write_text(TINY.format(data=tiny_data_dir, cache=tmp_path / "cache")
+                    .replace("[0, 1]", "[0]").replace("lr = [0.0001, 0.1]", "lr = [0.1]"))
+    done = subprocess.run(
+        [sys.executable, "-m", "fedsynth.cli", "study", str(path), "--engine", "inprocess", "--jobs", "2",
+         "--out", str(tmp_path / "out"), "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True, text=True, cwd=ROOT, timeout=600,
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    ledger = Ledger(tmp_path / "out" / "ledger.jsonl")
+    assert len(ledger.entries) == 3 and all(e["exit-code"] == 0 and e["rounds"] == 3 for e in ledger.entries.values())
+    logs = "".join(p.read_text() for p in (tmp_path / "runs" / "logs").glob("*.log"))
+    assert "ClientAppActor" not in logs  # no Ray actor ran a ClientApp
+
+
+def test_a_study_refuses_the_inprocess_engine_on_a_ray_cluster(tmp_path):
+    done = subprocess.run([sys.executable, "-m", "fedsynth.cli", "study", str(ROOT / "studies" / "oledfl-long.toml"),
+                           "--engine", "inprocess", "--ray-address", "127.0.0.1:1"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 2 and "--engine inprocess" in done.stderr
 
 
 # ---- sharpness over seeds ---------------------------------------------------------------------------------------
