@@ -521,7 +521,7 @@ def run_command(app_dir: Path, overrides: dict[str, Any], num_supernodes: int, c
         where = interrupt_state()
         error = RunInterrupted(signum)
         error.folder, error.last_round = where.get("folder"), where.get("last-round")
-        _report_interrupt(error, overrides, num_supernodes, cpus_per_client, gpus_per_client)
+        _report_interrupt(error, overrides, num_supernodes, cpus_per_client, gpus_per_client, engine)
 
     on_main_thread = threading.current_thread() is threading.main_thread()
     handlers = install_handlers(report_at_forced_exit) if on_main_thread else {}
@@ -534,7 +534,8 @@ def run_command(app_dir: Path, overrides: dict[str, Any], num_supernodes: int, c
     except BaseException as err:  # noqa: BLE001 - the CLI's job is to turn any failure into an exit code
         interrupted = _interrupted(err)
         if interrupted is not None:
-            return _report_interrupt(interrupted, overrides, num_supernodes, cpus_per_client, gpus_per_client)
+            return _report_interrupt(interrupted, overrides, num_supernodes, cpus_per_client, gpus_per_client,
+                                     engine)
         if isinstance(err, (KeyboardInterrupt, SystemExit)):
             raise
         return _report_failure(err)
@@ -568,18 +569,19 @@ def _toml_value(value: Any) -> str:
 
 
 def resume_command(overrides: dict[str, Any], folder: Path, num_supernodes: int, cpus_per_client: float,
-                   gpus_per_client: float) -> str:
+                   gpus_per_client: float, engine: str = "simulation") -> str:
     """The `fedsynth run` command line that continues the run in `folder` from its checkpoint."""
     kept = {k: v for k, v in overrides.items() if k not in ("run-name", "results-dir", "resume", "overwrite")}
     config = {**kept, "results-dir": str(folder.parent), "run-name": folder.name, "resume": True}
     text = " ".join(f"{k}={_toml_value(v)}" for k, v in config.items())
     gpus = f" --gpus-per-client {gpus_per_client:g}" if gpus_per_client else ""
+    gpus += f" --engine {engine}" if engine != "simulation" else ""
     return (f"fedsynth run --num-supernodes {num_supernodes} --cpus-per-client {cpus_per_client:g}{gpus} "
             f"--run-config \"{text}\"")
 
 
 def _report_interrupt(err: RunInterrupted, overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float,
-                      gpus_per_client: float) -> int:
+                      gpus_per_client: float, engine: str = "simulation") -> int:
     """Where the run stopped and the command that resumes it (printed once); the exit code 128 + signal."""
     if _REPORTED.is_set():
         return exit_code(err.signum)
@@ -591,7 +593,7 @@ def _report_interrupt(err: RunInterrupted, overrides: dict[str, Any], num_supern
         print(f"fedsynth: results in {err.folder}" + ("; its checkpoint is kept" if has_checkpoint else
               " (no checkpoint yet: a resume starts over)"), file=sys.stderr)
         print("fedsynth: resume with: " + resume_command(overrides, err.folder, num_supernodes, cpus_per_client,
-                                                         gpus_per_client), file=sys.stderr)
+                                                         gpus_per_client, engine), file=sys.stderr)
     return exit_code(err.signum)
 
 

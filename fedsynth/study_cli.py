@@ -28,7 +28,9 @@ def add_study_parser(sub: Any) -> None:
     cmd.add_argument("--ray-address", default=None, metavar="HOST:PORT",
                      help="run each run's ClientApps on this Ray cluster, one run at a time (checked at start; "
                           "docs/scale.md). Several hosts share a study through one --out folder instead")
-    cmd.add_argument("--engine", choices=("simulation", "inprocess"), default="simulation",
+    from fedsynth.cli import ENGINES  # here, not at import: fedsynth.cli imports this module
+
+    cmd.add_argument("--engine", choices=ENGINES, default="simulation",
                      help="each run in Flower's simulation engine (default), or its nodes in the run's own process "
                           "without Ray: the same results, faster for many small nodes (docs/studies.md)")
     cmd.add_argument("--arms", type=_names, default=None,

@@ -77,6 +77,9 @@ def test_the_resume_command_names_the_folder_and_keeps_the_other_overrides(tmp_p
     assert line.startswith("fedsynth run --num-supernodes 3 --cpus-per-client 1 --run-config")
     assert "lr=0.1" in line and "model='mlp'" in line and "run-name='x'" in line and "resume=true" in line
     assert f"results-dir='{tmp_path / 'r'}'" in line and "overwrite" not in line
+    assert "--engine" not in line  # the simulation engine is the default
+    in_process = resume_command({"lr": 0.1}, tmp_path / "r" / "x", 3, 1.0, 0.0, engine="inprocess")
+    assert "--engine inprocess" in in_process  # a run stopped in process resumes in process
 
 
 def _cli_run(tmp_path: Path, data_dir: Path) -> subprocess.Popen:
