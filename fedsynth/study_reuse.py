@@ -9,7 +9,10 @@ again by this study's rules (its metrics, last-k and targets) from the curves
 the other ledger holds. A run whose curves cannot give those scores exactly is
 not copied: one with no curve of one of this study's metrics (an empty curve,
 a metric the run did not log, is exact), or with a curve the ledger thinned
-(`fedsynth.ledger.MAX_CURVE_POINTS`), whose last-k would be wrong.
+(`fedsynth.ledger.MAX_CURVE_POINTS`), whose last-k would be wrong. A report
+run is scored only on the metrics the report reads (the study's metric, its
+extras and its claims'): the tuning metric is read from tuning runs alone, and
+a 300-round run's per-round validation curve is thinned in every ledger.
 Seconds-to scores need the rounds' times, which a ledger does not keep: they
 are taken from the other ledger when it scored the same target, else left out.
 """
@@ -25,18 +28,27 @@ from fedsynth.study import plan
 from fedsynth.studyfile import RunSpec, Study
 
 
-def rescore(study: Study, entry: Mapping[str, Any]) -> dict[str, dict[str, float | None]] | None:
-    """This study's scores of another ledger's entry, from its curves; None when they cannot be exact."""
+def phase_metrics(study: Study, phase: str) -> list[str]:
+    """The metrics a run of `phase` ("tune" or "report") is scored on when it is reused."""
+    if phase == "tune":
+        return study.metrics
+    read = {study.metric, *study.extra_metrics, *(claim.metric for claim in study.claims)}
+    return [metric for metric in study.metrics if metric in read]
+
+
+def rescore(study: Study, entry: Mapping[str, Any], phase: str = "report") -> dict[str, dict[str, float | None]] | None:
+    """This study's scores of another ledger's entry as a run of `phase`, from its curves; None when they cannot be exact."""
+    metrics = phase_metrics(study, phase)
     curves = entry.get("curves", {})
     by_round: dict[int, dict[str, Any]] = {}
-    for metric in study.metrics:
+    for metric in metrics:
         points = curves.get(metric)
         if points is None or len(points) >= MAX_CURVE_POINTS:
             return None
         for round_number, value in points:
             by_round.setdefault(int(round_number), {"round": int(round_number)})[metric] = value
     rounds = [by_round[r] for r in sorted(by_round)]
-    scores = score_run(rounds, study.metrics, last_k=study.last_k, targets=study.targets)
+    scores = score_run(rounds, metrics, last_k=study.last_k, targets=study.targets)
     for metric, values in scores.items():
         recorded = entry.get("scores", {}).get(metric, {})
         for name in [n for n in values if n.startswith("seconds-to:")]:
@@ -57,7 +69,7 @@ def reusable(study: Study, specs: Sequence[RunSpec], ledger: Ledger, sources: Se
             entry = source.get(spec.key)
             if entry is None or entry.get("exit-code") != 0:
                 continue
-            scores = rescore(study, entry)
+            scores = rescore(study, entry, spec.phase)
             if scores is None:
                 continue
             found[spec.key] = {**entry, "cell": spec.cell, "arm": spec.arm, "variant": spec.variant,

@@ -46,6 +46,18 @@ def test_rescore_refuses_curves_it_cannot_score_exactly():
     assert "seconds-to:0.6" not in rescore(study, no_seconds)["central-accuracy"]
 
 
+def test_a_report_run_needs_no_exact_tuning_metric_curve_but_a_tuning_run_does():
+    study = _study({"x": {"algorithm": "fedavg"}})
+    thinned = [[r, 0.5] for r in range(1, MAX_CURVE_POINTS + 1)]
+    entry = {**_entry("k"), "curves": {"central-accuracy": CURVE, "local-test-accuracy": thinned}}
+    report = rescore(study, entry, "report")
+    assert report is not None and set(report) == {"central-accuracy"}  # the report never reads the tuning metric
+    assert rescore(study, entry, "tune") is None  # tuning is scored on it: a thinned curve would pick wrongly
+    with_claim = _study({"x": {"algorithm": "fedavg"}, "y": {"algorithm": "fedprox"}},
+                        claims=[{"claim": "x > y", "metric": "local-test-accuracy"}])
+    assert rescore(with_claim, entry, "report") is None  # a claim on it makes the report read it
+
+
 def test_a_run_of_the_same_config_is_entered_under_this_studys_cell(tmp_path):
     main = _study({"fedavg": {"algorithm": "fedavg"}, "fedprox": {"algorithm": "fedprox"}})
     ablation = _study({"base": {"algorithm": "fedavg"}, "new": {"algorithm": "fedavg", "lr": 0.5}})
