@@ -575,9 +575,9 @@ def resume_command(overrides: dict[str, Any], folder: Path, num_supernodes: int,
     config = {**kept, "results-dir": str(folder.parent), "run-name": folder.name, "resume": True}
     text = " ".join(f"{k}={_toml_value(v)}" for k, v in config.items())
     gpus = f" --gpus-per-client {gpus_per_client:g}" if gpus_per_client else ""
-    gpus += f" --engine {engine}" if engine != "simulation" else ""
-    return (f"fedsynth run --num-supernodes {num_supernodes} --cpus-per-client {cpus_per_client:g}{gpus} "
-            f"--run-config \"{text}\"")
+    engine_option = f" --engine {engine}" if engine != "simulation" else ""
+    return (f"fedsynth run --num-supernodes {num_supernodes} --cpus-per-client {cpus_per_client:g}{gpus}"
+            f"{engine_option} --run-config \"{text}\"")
 
 
 def _report_interrupt(err: RunInterrupted, overrides: dict[str, Any], num_supernodes: int, cpus_per_client: float,
