@@ -13,6 +13,7 @@ import pytest
 
 from common.gossip import DECENTRALIZED_ALGORITHMS
 from fedsynth.cli import main
+from fedsynth.loopback import free_ports
 from tests.diffusion_tiny import TINY_DIFFUSION
 
 REPO = Path(__file__).resolve().parent.parent
@@ -137,10 +138,17 @@ def _stop_local_superlink(flwr_home: Path) -> None:
 
 
 def test_flwr_run_dot_works_for_flower_users(tmp_path, tiny_data_dir):
-    """`flwr run .` with a managed local SuperLink runs the same app to completion."""
+    """`flwr run .` with a managed local SuperLink runs the same app to completion.
+
+    The managed SuperLink listens on a fixed port, 39091, unless FLWR_LOCAL_SUPERLINK_HTTP_API_PORT says
+    otherwise. That port is in Linux's ephemeral range, where any test running beside this one can hold it
+    for a moment: a CI run failed so (`flower-superlink` exited with 1). The test takes a port that is free now.
+    """
     flwr_home = tmp_path / "flwr-home"
+    http_port, control_port = free_ports(2)
     env = {
         **os.environ, "FLWR_HOME": str(flwr_home), "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1",
+        "FLWR_LOCAL_SUPERLINK_HTTP_API_PORT": str(http_port), "FLWR_LOCAL_CONTROL_API_PORT": str(control_port),
         "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
     }
     config = small_run_config(tmp_path, tiny_data_dir)
@@ -150,7 +158,10 @@ def test_flwr_run_dot_works_for_flower_users(tmp_path, tiny_data_dir):
              "--federation-config", "num-supernodes=2 client-resources-num-cpus=1"],
             cwd=REPO, env=env, capture_output=True, text=True, timeout=420,
         )
-        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+        superlink_log = flwr_home / "local-superlink" / "superlink.log"
+        log_tail = superlink_log.read_text()[-2000:] if superlink_log.is_file() else "(no SuperLink log)"
+        assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:] + log_tail
+        assert f"127.0.0.1:{http_port}" in result.stdout + result.stderr
         folder = tmp_path / "results" / "run"
         summary = json.loads((folder / "summary.json").read_text())
         assert summary["rounds"] == 2 and summary["num-nodes"] == 2
