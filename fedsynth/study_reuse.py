@@ -13,6 +13,9 @@ a metric the run did not log, is exact), or with a curve the ledger thinned
 run is scored only on the metrics the report reads (the study's metric, its
 extras and its claims'): the tuning metric is read from tuning runs alone, and
 a 300-round run's per-round validation curve is thinned in every ledger.
+A thinned run is still scored exactly when its run folder (the entry's
+`run-dir`) is on this machine with every round in its metrics.jsonl: the
+study scores its own runs from that file, so the copy gets the same scores.
 Seconds-to scores need the rounds' times, which a ledger does not keep: they
 are taken from the other ledger when it scored the same target, else left out.
 """
@@ -20,11 +23,12 @@ are taken from the other ledger when it scored the same target, else left out.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from fedsynth.ledger import MAX_CURVE_POINTS, Ledger
 from fedsynth.scores import score_run
-from fedsynth.study import plan
+from fedsynth.study import plan, read_rounds
 from fedsynth.studyfile import RunSpec, Study
 
 
@@ -36,9 +40,8 @@ def phase_metrics(study: Study, phase: str) -> list[str]:
     return [metric for metric in study.metrics if metric in read]
 
 
-def rescore(study: Study, entry: Mapping[str, Any], phase: str = "report") -> dict[str, dict[str, float | None]] | None:
-    """This study's scores of another ledger's entry as a run of `phase`, from its curves; None when they cannot be exact."""
-    metrics = phase_metrics(study, phase)
+def rounds_from_curves(entry: Mapping[str, Any], metrics: Sequence[str]) -> list[dict[str, Any]] | None:
+    """The entry's rounds rebuilt from its ledger curves; None when a metric has no curve or a thinned one."""
     curves = entry.get("curves", {})
     by_round: dict[int, dict[str, Any]] = {}
     for metric in metrics:
@@ -47,7 +50,28 @@ def rescore(study: Study, entry: Mapping[str, Any], phase: str = "report") -> di
             return None
         for round_number, value in points:
             by_round.setdefault(int(round_number), {"round": int(round_number)})[metric] = value
-    rounds = [by_round[r] for r in sorted(by_round)]
+    return [by_round[r] for r in sorted(by_round)]
+
+
+def rounds_from_run_folder(entry: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """The entry's rounds from its run folder's metrics.jsonl; None when the folder is gone or lacks rounds."""
+    run_dir = entry.get("run-dir")
+    if not isinstance(run_dir, str) or not run_dir:
+        return None
+    rounds = read_rounds(Path(run_dir))
+    last = max((int(row.get("round", 0)) for row in rounds), default=0)
+    return rounds if rounds and last == entry.get("rounds") else None
+
+
+def rescore(study: Study, entry: Mapping[str, Any], phase: str = "report") -> dict[str, dict[str, float | None]] | None:
+    """This study's scores of another ledger's entry as a run of `phase`, from its curves or else its run folder;
+    None when neither gives them exactly."""
+    metrics = phase_metrics(study, phase)
+    rounds = rounds_from_curves(entry, metrics)
+    if rounds is None:
+        rounds = rounds_from_run_folder(entry)
+    if rounds is None:
+        return None
     scores = score_run(rounds, metrics, last_k=study.last_k, targets=study.targets)
     for metric, values in scores.items():
         recorded = entry.get("scores", {}).get(metric, {})

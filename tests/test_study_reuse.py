@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from fedsynth.ledger import MAX_CURVE_POINTS, Ledger
+from fedsynth.ledger import MAX_CURVE_POINTS, Ledger, thin
 from fedsynth.study_reuse import rescore, reuse_runs
 from fedsynth.studyfile import parse_study, report_runs
 
@@ -56,6 +57,23 @@ def test_a_report_run_needs_no_exact_tuning_metric_curve_but_a_tuning_run_does()
     with_claim = _study({"x": {"algorithm": "fedavg"}, "y": {"algorithm": "fedprox"}},
                         claims=[{"claim": "x > y", "metric": "local-test-accuracy"}])
     assert rescore(with_claim, entry, "report") is None  # a claim on it makes the report read it
+
+
+def test_a_thinned_run_is_scored_from_its_run_folder_when_that_holds_every_round(tmp_path):
+    study = _study({"x": {"algorithm": "fedavg"}})
+    rounds = MAX_CURVE_POINTS + 50
+    rows = [{"round": r, "central-accuracy": r / 1000, "local-test-accuracy": 0.5} for r in range(1, rounds + 1)]
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+    thinned = thin([[row["round"], row["central-accuracy"]] for row in rows])
+    entry = {**_entry("k"), "rounds": rounds, "run-dir": str(folder),
+             "curves": {"central-accuracy": thinned, "local-test-accuracy": thinned}}
+    scores = rescore(study, entry, "tune")["central-accuracy"]
+    assert scores["last-k"] == pytest.approx((rounds - 1 + rounds) / 2 / 1000)  # the last 2 rounds, not thinned points
+    assert scores["rounds-to:0.6"] is None and scores["final"] == pytest.approx(rounds / 1000)
+    assert rescore(study, {**entry, "rounds": rounds + 1}, "tune") is None  # a folder missing rounds is not this run
+    assert rescore(study, {**entry, "run-dir": str(tmp_path / "gone")}, "tune") is None
 
 
 def test_a_run_of_the_same_config_is_entered_under_this_studys_cell(tmp_path):
