@@ -381,8 +381,12 @@ def total_runs(study: Study) -> int:
 
 def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1, max_runs: int | None = None,
               retry_failed: bool = False, write: Callable[[str], None] = print,
-              measurer: Measurer | None = None) -> Ledger:
+              measurer: Measurer | None = None, reuse: Sequence[Ledger] = ()) -> Ledger:
     """Both phases, then the report; returns the ledger. Safe to call again after a kill.
+
+    `reuse` (`fedsynth study --reuse`) is read again once tuning has chosen: the
+    report runs at the chosen values are known only then, and another study may
+    have finished them.
 
     Several processes (hosts on shared storage) may run the same study on one
     `paths.out` at once: each claims a run before it starts it
@@ -412,6 +416,12 @@ def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1
     if budget is not None:
         budget -= ran
     ledger.reload()  # tuning runs other processes finished meanwhile
+    if reuse:
+        from fedsynth.study_reuse import reuse_runs
+
+        copied = reuse_runs(study, ledger, reuse)
+        if copied:
+            write(f"reused {copied} report run(s) at the tuned values")
     _, report, chosen = plan(study, ledger)
     for cell, point in chosen.items():
         write(f"tuned {cell}: {json.dumps(point)}")

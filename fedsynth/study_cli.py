@@ -142,7 +142,8 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
 
     handlers = forward_signals()  # SIGINT/SIGTERM reach every worker; the study starts no new run
     try:
-        ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed, measurer=measurer)
+        ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed, measurer=measurer,
+                           reuse=sources)
     except RunInterrupted as err:
         print(f"fedsynth study: interrupted by {signal_name(err.signum)}; the stopped runs kept their checkpoints and "
               "resume on the next call of the same command", file=sys.stderr)

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from fedsynth.ledger import MAX_CURVE_POINTS, Ledger, thin
+from fedsynth.study import RunOutcome, StudyPaths, run_study
 from fedsynth.study_reuse import rescore, reuse_runs
 from fedsynth.studyfile import parse_study, report_runs
 
@@ -147,3 +148,32 @@ def test_each_wrongly_typed_field_is_malformed(field, value):
 
     assert malformed_reason(_entry("k")) is None
     assert malformed_reason({**_entry("k"), field: value}) is not None
+
+
+def test_report_runs_another_study_finished_at_the_tuned_values_are_reused_not_run(tmp_path):
+    """The report runs are known only once tuning has chosen: --reuse is read again then, not only at the start."""
+    raw = {"study": {"report-seeds": [0, 1], "tuning-seeds": [100], "last-k": 1},
+           "base": {"model": "mlp", "num-server-rounds": 2}, "arms": {"x": {"algorithm": "fedavg", "grid": {"lr": [0.1, 0.2]}}}}
+    study = parse_study(raw, Path("s.toml"))
+    source = Ledger(tmp_path / "other.jsonl")
+    for spec in report_runs(study, {"x": {"lr": 0.2}}):
+        source.append({"key": spec.key, "exit-code": 0, "rounds": 2,
+                       "curves": {"central-accuracy": [[1, 0.5], [2, 0.6]], "local-test-accuracy": []}})
+    ran: list[tuple[str, dict]] = []
+
+    def execute(spec, overrides, log_path):
+        ran.append((spec.phase, spec.grid_point))
+        folder = Path(overrides["results-dir"]) / overrides["run-name"]
+        folder.mkdir(parents=True, exist_ok=True)
+        validation = 0.9 if overrides["lr"] == 0.2 else 0.4  # tuning chooses lr 0.2
+        rows = [{"round": r, "central-accuracy": 0.5, "local-test-accuracy": validation} for r in (1, 2)]
+        (folder / "metrics.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows))
+        return RunOutcome(0, 1.0)
+
+    lines: list[str] = []
+    paths = StudyPaths(out=tmp_path / "out", runs=tmp_path / "runs")
+    ledger = run_study(study, paths, execute, reuse=[source], write=lines.append)
+    assert ran == [("tune", {"lr": 0.1}), ("tune", {"lr": 0.2})]  # no report run ran: both were the other study's
+    reports = [e for e in ledger.entries.values() if e["phase"] == "report"]
+    assert len(reports) == 2 and all(e["reused-from"] == str(source.path) for e in reports)
+    assert "reused 2 report run(s) at the tuned values" in lines
