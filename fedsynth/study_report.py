@@ -1,11 +1,12 @@
-"""A study's report, made from its ledger alone: report.md, runs.csv and curves.png.
+"""A study's report, made from its ledger alone: report.md, runs.csv, curves.png and claims.png.
 
 `report.md` has one verdict line per claim (and variant), the claims' paired
 differences with their 95 % intervals, each arm's scores with intervals over the
 report seeds beside the paper's number, and the tuning table (every grid point's
 validation score and the choice). `runs.csv` has one row per run with every
 config value that differs between runs and every score; `curves.png` the mean
-curve of each arm with a band of ± one standard deviation over seeds.
+curve of each arm with a band of ± one standard deviation over seeds; `claims.png`
+the claims' differences as bars (`fedsynth.study_figure`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,10 @@ from fedsynth.ledger import Ledger
 from fedsynth.scores import lower_is_better
 from fedsynth.statistics import Interval, paired_differences, t_interval, verdict
 from fedsynth.study import choose, plan, total_runs
+from fedsynth.study_figure import plot_claims
 from fedsynth.studyfile import Claim, Study
+
+CLAIMS_FIGURE = "claims.png"
 
 
 def _scaled(study: Study, score: str) -> float:
@@ -87,7 +91,7 @@ def _digits(study: Study, score: str) -> int:
     return 1 if "-to:" in score else (2 if study.display_scale != 1.0 else 4)
 
 
-def _claim_format(study: Study, result: Mapping[str, Any]) -> tuple[float, int]:
+def claim_format(study: Study, result: Mapping[str, Any]) -> tuple[float, int]:
     """(scale, digits) of a claim's numbers: an extra metric's are shown unscaled, as in its table."""
     if result["metric"] != study.metric:
         return 1.0, 1 if "-to:" in result["score"] else 4
@@ -126,16 +130,17 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
     if results:
         lines += ["## Claims", ""]
         for result in results:
-            scale, digits = _claim_format(study, result)
+            scale, digits = claim_format(study, result)
             where = f" ({result['variant']})" if result["variant"] else ""
             lines.append(f"- **{result['claim']}**{where}, {result['score']}: difference "
                          f"{_fmt(result['interval'].mean, scale, digits, True)}, 95 % CI "
                          f"{_interval_text(result['interval'], scale, digits, True)} over {result['interval'].n} seeds "
                          f"→ **{result['verdict']}**")
-        lines += ["", "| claim | variant | score | pairs | A − B per seed | mean | 95 % CI | verdict |",
+        lines += ["", f"![Each claim's paired difference with its 95 % interval, coloured by verdict]({CLAIMS_FIGURE})",
+                  "", "| claim | variant | score | pairs | A − B per seed | mean | 95 % CI | verdict |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]
         for result in results:
-            scale, digits = _claim_format(study, result)
+            scale, digits = claim_format(study, result)
             per_seed = ", ".join(f"{seed}: {_fmt(d, scale, digits, True)}" for seed, d in result["differences"].items())
             censored = f" ({result['censored']} censored)" if result["censored"] else ""
             lines.append(f"| {result['claim']} | {result['variant'] or '–'} | {result['score']} | "
@@ -148,6 +153,8 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
     lines += _tuning_table(study, ledger)
     lines += ["## Files", "", "- `runs.csv`: one row per run (config values that differ, every score).",
               "- `curves.png`: mean curve per arm over report seeds, band ± 1 sd.",
+              f"- `{CLAIMS_FIGURE}`: each claim's paired difference with its 95 % interval (colour: verdict; "
+              "diamond: the paper's difference, where the study file has both arms' paper numbers).",
               "- `ledger.jsonl`: the finished runs; `fedsynth study FILE --report-only` remakes this report from it.", ""]
     return "\n".join(lines)
 
@@ -283,8 +290,9 @@ def plot_curves(study: Study, ledger: Ledger, path: Path) -> None:
 
 
 def write_report(study: Study, ledger: Ledger, out: Path) -> None:
-    """report.md, runs.csv and curves.png into `out`."""
+    """report.md, runs.csv, curves.png and claims.png into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(render_markdown(study, ledger))
     write_runs_csv(study, ledger, out / "runs.csv")
     plot_curves(study, ledger, out / "curves.png")
+    plot_claims(study, ledger, out / CLAIMS_FIGURE)
