@@ -1,0 +1,196 @@
+"""The README's table of claims and its figure, made from the committed study ledgers.
+
+Every row is one claim of one committed study (`benchmarks/results/studies/<study>/`):
+the paper, the claim, our setting in a few words, the verdict, the paired difference
+with its 95 % interval and the paper's difference, computed by the same code as the
+study reports (`fedsynth.study_figure.claim_bars`), so the README cannot drift from
+them. The figure, `benchmarks/results/claims.png`, shows the same rows, one panel per
+paper and unit.
+
+    python benchmarks/claims_figure.py            # print the table, write the figure
+    python benchmarks/claims_figure.py --readme   # also replace the table in README.md
+
+A new study's claim goes into the README by adding a `Row` below and running `--readme`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STUDIES = ROOT / "benchmarks" / "results" / "studies"
+FIGURE = ROOT / "benchmarks" / "results" / "claims.png"
+README = ROOT / "README.md"
+BEGIN, END = "<!-- claims table: python benchmarks/claims_figure.py --readme -->", "<!-- end of claims table -->"
+
+
+@dataclass(frozen=True)
+class Row:
+    """One README row: a claim (and variant) of a committed study, and how to describe it."""
+
+    paper: str
+    study: str
+    claim: str
+    variant: str
+    setting: str
+    paper_note: str = ""  # the paper's result in words, where the study file has no paper numbers for it
+    score: str = ""  # which of the claim's scores ("rounds-to:0.85", "consensus-distance"); default its first
+
+
+ROWS = [
+    Row("FedSynSAM", "fedsynsam-bucket-lr", "fedsynsam > fedsam", "qsgd4b",
+        "Path(1), 4-bit qsgd in buckets of 512, lr and rho tuned"),
+    Row("FedSynSAM", "fedsynsam-bucket-8b-tuned", "fedsynsam > fedsam", "qsgd8b",
+        "Path(1), 8-bit qsgd in buckets, the tuned lr and rho"),
+    Row("FedSynSAM", "fedsynsam-bucket-dir001-tuned", "fedsynsam > fedsam", "qsgd4b",
+        "Dir(0.01), 4-bit qsgd in buckets, the tuned lr and rho"),
+    Row("FedSynSAM", "fedsynsam-cpu-codecs", "fedsynsam > fedsam", "none",
+        "Path(1), no compression", "FedSynSAM above FedSAM under every codec"),
+    Row("FedSynSAM", "fedsynsam-bucket-fixed-mlp2", "fedsynsam > fedsam", "",
+        "Path(1), the 2NN, 4-bit qsgd in buckets"),
+    Row("FedSynSAM", "fedsynsam-cpu-codecs", "fedsynsam < fedsam", "none",
+        "sharpness of the final model, Path(1), no compression", "FedSynSAM's minima flatter"),
+    Row("FedSynSAM", "fedsynsam-bucket-lr", "fedsam > fedavg", "qsgd4b",
+        "Path(1), 4-bit qsgd in buckets, lr tuned"),
+    Row("FedSynSAM", "fedsynsam-bucket-8b-tuned", "fedsam > fedavg", "qsgd8b",
+        "Path(1), 8-bit qsgd in buckets"),
+    Row("FedSynSAM", "fedsynsam-cpu-reduced", "fedsynsam > fedlesam", "",
+        "Path(1), 4-bit qsgd with one norm (eq. 3), tuned"),
+    Row("FedSynSAM", "fedsynsam-cpu-reduced", "fedsynsam > dynafed", "",
+        "Path(1), 4-bit qsgd with one norm (eq. 3), tuned"),
+    Row("FedDDPM", "fedddpm-cpu", "fedddpm < scaffold", "",
+        "Fashion-MNIST 8x8, shard, p = 0.3, 10 clients, 40 rounds; classifier FID (paper: Inception FID, MNIST)"),
+    Row("FedDDPM", "fedddpm-cpu", "fedddpm < fedavg", "",
+        "the same setting, against FedAvg"),
+    Row("FedDDPM", "fedddpm-cpu", "fedddpm+ < fedavg", "",
+        "the same setting; the final model's FID of 5,000 samples", "FedDDPM+ below every baseline"),
+    Row("FedDDPM", "fedddpm-cpu", "fedddpm+ < mofedsam", "",
+        "the same setting; the final model's FID of 5,000 samples", "FedDDPM+ below every baseline"),
+    Row("OledFL", "oledfl-long", "oledfl-sgd-b0.99 < dfedavg", "",
+        "rounds to 85 %; 100 nodes, random graph, MLP, 200 rounds, the paper's beta 0.99",
+        "OledFL reaches a target in fewer rounds (CIFAR)", "rounds-to:0.85"),
+    Row("OledFL", "oledfl-long", "oledfl-sgd-b0.99 > dfedavg", "",
+        "last-20 accuracy; 100 nodes, random graph, 200 rounds, beta 0.99", "OledFL more accurate (CIFAR)",
+        "central-accuracy"),
+    Row("OledFL", "oledfl-long", "oledfl-sgd-b0.2 > dfedavg", "",
+        "last-20 accuracy; as above at beta 0.2", "OledFL more accurate (CIFAR)", "central-accuracy"),
+    Row("OledFL", "oledfl-long-pull", "oledfl-sgd-b0.2 > dfedavg", "",
+        "last-20 accuracy; DisPFL's directed pull graph, beta 0.2", "OledFL more accurate (CIFAR)",
+        "central-accuracy"),
+    Row("OledFL", "oledfl-cpu", "oledfl-sam-b0.99 > dfedsam", "",
+        "accuracy; 100 nodes, the SAM variant at beta 0.99", "OledFL-SAM more accurate than DFedSAM (CIFAR)",
+        "central-accuracy"),
+    Row("FedCOG", "fedcog-cpu", "fedavg+cog > fedavg", "niid2",
+        "Fashion-MNIST NIID-2 (pairs), 20 + 8 rounds, simple CNN"),
+    Row("FedCOG", "fedcog-cpu", "fedavg+cog > fedavg", "niid1",
+        "NIID-1 (Dirichlet 0.1), 20 + 8 rounds"),
+    Row("FedCOG", "fedcog-cpu", "scaffold+cog > scaffold", "niid1",
+        "NIID-1; SCAFFOLD at a 10x smaller lr (it diverges at the paper's)", "not in the paper's table"),
+    Row("FedCOG", "fedcog-paper", "fedavg+cog > fedavg", "",
+        "NIID-2 at the paper's size (50 + 20 rounds of 400 steps), 2 seeds"),
+    Row("FedCOG", "fedcog-ablation-cpu", "fedavg+cog > cog-noise", "",
+        "Table 5's ablation: generated inputs against plain noise, NIID-2", "full FedCOG above every ablation"),
+]
+
+
+def row_bars(rows: list[Row] = ROWS) -> list[tuple[Row, object, str]]:
+    """(row, its ClaimBar, its unit) for every row, computed from the committed ledger."""
+    from fedsynth.ledger import Ledger
+    from fedsynth.study_cli import run_config_check
+    from fedsynth.study_figure import claim_bars
+    from fedsynth.studyfile import load_study
+
+    check = run_config_check(ROOT)
+    studies: dict[str, list] = {}
+    out = []
+    for row in rows:
+        if row.study not in studies:
+            study = load_study(ROOT / "studies" / f"{row.study}.toml", check)
+            studies[row.study] = claim_bars(study, Ledger(STUDIES / row.study / "ledger.jsonl"))
+        label = row.claim + (f" ({row.variant})" if row.variant else "")
+        bars = [bar for bar in studies[row.study] if bar.label == label and f" {row.score}" in bar.axis]
+        if not bars:
+            raise KeyError(f"{row.study} has no claim {label!r} on {row.score or 'any score'}")
+        out.append((row, bars[0], unit(bars[0].axis)))
+    return out
+
+
+def unit(axis: str) -> str:
+    """The unit of a bar's difference, for the table: points, rounds, FID or the metric's name."""
+    if axis.endswith(", points"):
+        return "points"
+    if "rounds-to:" in axis:
+        return "rounds"
+    if "fid" in axis:
+        return "FID"
+    return axis.removeprefix("A − B: ").split(" ")[0]
+
+
+def _signed(value: float, digits: int) -> str:
+    return f"{value:+.{digits}f}".replace("-", "−")
+
+
+def difference_text(bar, digits: int) -> str:
+    """`−0.08 [−0.20, +0.04]`, or the mean alone for fewer than two pairs."""
+    if bar.n < 2 or math.isnan(bar.low):
+        return _signed(bar.mean, digits) if not math.isnan(bar.mean) else "–"
+    return f"{_signed(bar.mean, digits)} [{_signed(bar.low, digits)}, {_signed(bar.high, digits)}]"
+
+
+def _digits(unit_name: str) -> int:
+    return {"points": 2, "rounds": 1, "FID": 1}.get(unit_name, 3)
+
+
+def table_markdown(rows: list[Row] = ROWS) -> str:
+    """The README's claims table."""
+    lines = ["| paper | claim (A vs B) | our setting | verdict | A − B [95 % CI] | paper's A − B | report |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
+    for row, bar, unit_name in row_bars(rows):
+        digits = _digits(unit_name)
+        claim = f"{row.claim}" + (f" ({row.variant})" if row.variant else "")
+        paper = _signed(bar.paper, digits) if bar.paper is not None else (row.paper_note or "–")
+        verdict = f"**{bar.verdict}**" if bar.verdict in ("holds", "reversed") else bar.verdict
+        lines.append(f"| {row.paper} | `{claim}` | {row.setting} | {verdict} | {difference_text(bar, digits)} "
+                     f"{unit_name} | {paper} | [{row.study}](benchmarks/results/studies/{row.study}/report.md) |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row] = ROWS, path: Path = FIGURE) -> None:
+    """Every row's bar, one panel per paper and unit (bars labelled with the claim and the study)."""
+    from fedsynth.study_figure import plot_claim_panels
+
+    panels: dict[str, list] = {}
+    for row, bar, unit_name in row_bars(rows):
+        labelled = replace(bar, label=f"{bar.label} [{row.study}]")
+        panels.setdefault(f"{row.paper}: A − B, {unit_name}", []).append(labelled)
+    plot_claim_panels(list(panels.items()), path, "The papers' claims: paired A − B with 95 % CI (3-5 seeds)")
+
+
+def replace_readme_table(text: str, table: str) -> str:
+    """README text with the part between the table's markers replaced by `table`."""
+    pattern = re.compile(re.escape(BEGIN) + r".*?" + re.escape(END), re.DOTALL)
+    if not pattern.search(text):
+        raise ValueError(f"README.md has no {BEGIN} ... {END} markers")
+    return pattern.sub(lambda _: f"{BEGIN}\n{table}\n{END}", text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--readme", action="store_true", help="replace the claims table in README.md")
+    args = parser.parse_args(argv)
+    table = table_markdown()
+    plot()
+    if args.readme:
+        README.write_text(replace_readme_table(README.read_text(), table))
+    print(table)
+    print(f"figure: {FIGURE.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
