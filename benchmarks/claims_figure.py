@@ -5,7 +5,7 @@ the paper, the claim, our setting in a few words, the verdict, the paired differ
 with its 95 % interval and the paper's difference, computed by the same code as the
 study reports (`fedsynth.study_figure.claim_bars`), so the README cannot drift from
 them. The figure, `benchmarks/results/claims.png`, shows the same rows, one panel per
-paper and unit.
+paper and unit, and `claims-<paper>.png` each paper's rows alone (on its method page).
 
     python benchmarks/claims_figure.py            # print the table, write the figure
     python benchmarks/claims_figure.py --readme   # also replace the table in README.md
@@ -160,15 +160,25 @@ def table_markdown(rows: list[Row] = ROWS) -> str:
     return "\n".join(lines)
 
 
+def paper_figure(paper: str) -> Path:
+    """The figure of one paper's rows, shown on its method page: benchmarks/results/claims-<paper>.png."""
+    return FIGURE.with_name(f"claims-{paper.lower()}.png")
+
+
 def plot(rows: list[Row] = ROWS, path: Path = FIGURE) -> None:
-    """Every row's bar, one panel per paper and unit (bars labelled with the claim and the study)."""
+    """Every row's bar, one panel per paper and unit (bars labelled with the claim and the study); and one
+    figure per paper with its panels alone, for its method page."""
     from fedsynth.study_figure import plot_claim_panels
 
-    panels: dict[str, list] = {}
+    panels: dict[tuple[str, str], list] = {}
     for row, bar, unit_name in row_bars(rows):
         labelled = replace(bar, label=f"{bar.label} [{row.study}]")
-        panels.setdefault(f"{row.paper}: A − B, {unit_name}", []).append(labelled)
-    plot_claim_panels(list(panels.items()), path, "The papers' claims: paired A − B with 95 % CI (3-5 seeds)")
+        panels.setdefault((row.paper, unit_name), []).append(labelled)
+    plot_claim_panels([(f"{paper}: A − B, {unit_name}", bars) for (paper, unit_name), bars in panels.items()], path,
+                      "The papers' claims: paired A − B with 95 % CI (3-5 seeds)")
+    for paper in dict.fromkeys(row.paper for row in rows):
+        plot_claim_panels([(f"A − B, {unit_name}", bars) for (name, unit_name), bars in panels.items() if name == paper],
+                          paper_figure(paper), f"{paper}: our tests of the paper's claims, A − B with 95 % CI")
 
 
 def replace_readme_table(text: str, table: str) -> str:

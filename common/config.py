@@ -351,7 +351,7 @@ class RunConfig:
                             "training split).", "SPEC 3.6")
     final_fid_samples: int = _key(
         5000, "Diffusion task: generated images of the final model's final-fid, final-kid and class histogram "
-        "(mode coverage); 0: none.", "issue 17",
+        "(mode coverage); 0: none.",
     )
     fid_features: str = _key(
         "auto", "FID feature extractor: classifier (small CNN trained on the server's copy of the training split, "

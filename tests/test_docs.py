@@ -64,3 +64,11 @@ def test_docs_links_between_pages_resolve():
             if not (page.parent / link).exists():
                 broken.append(f"{page.name} -> {link}")
     assert not broken, broken
+
+
+def test_no_issue_numbers_in_the_docs_or_the_readme():
+    # An issue number means nothing to a user; the investigation history lives in benchmarks/results/notebooks/.
+    pages = [README, *sorted((ROOT / "docs").glob("*.md"))]
+    found = [f"{page.name}: {match.group(0)}" for page in pages
+             for match in re.finditer(r"\bissues? ?#?\d+", page.read_text(), re.IGNORECASE)]
+    assert not found, found
