@@ -116,19 +116,13 @@ def row_bars(rows: list[Row] = ROWS) -> list[tuple[Row, object, str]]:
         bars = [bar for bar in studies[row.study] if bar.label == label and f" {row.score}" in bar.axis]
         if not bars:
             raise KeyError(f"{row.study} has no claim {label!r} on {row.score or 'any score'}")
-        out.append((row, bars[0], unit(bars[0].axis)))
+        out.append((row, bars[0], unit(bars[0].unit)))
     return out
 
 
-def unit(axis: str) -> str:
-    """The unit of a bar's difference, for the table: points, rounds, FID or the metric's name."""
-    if axis.endswith(", points"):
-        return "points"
-    if "rounds-to:" in axis:
-        return "rounds"
-    if "fid" in axis:
-        return "FID"
-    return axis.removeprefix("A − B: ").split(" ")[0]
+def unit(bar_unit: str) -> str:
+    """A difference's unit as the table names it: points, rounds, FID, or the metric's name."""
+    return "FID" if "fid" in bar_unit else bar_unit
 
 
 def _signed(value: float, digits: int) -> str:

@@ -26,10 +26,15 @@ VERDICT_COLOURS = {HOLDS: "#1b7837", REVERSED: "#b2182b", NOT_RESOLVED: "#8c8c8c
 
 @dataclass(frozen=True)
 class ClaimBar:
-    """One claim's bar, in the units the report prints it in (NaN bounds: fewer than 2 pairs)."""
+    """One claim's bar, in the units the report prints it in (NaN bounds: fewer than 2 pairs).
+
+    `axis` names the panel (metric and score); `unit` what a difference is counted in: accuracy
+    points (a display scale of 100), rounds (to a target), or the metric itself (FID, sharpness, ...).
+    """
 
     label: str
     axis: str
+    unit: str
     mean: float
     low: float
     high: float
@@ -61,8 +66,9 @@ def claim_bars(study: Study, ledger: Ledger) -> list[ClaimBar]:
             scale, _ = claim_format(study, result)
             interval = result["interval"]
             variant = result["variant"]
+            unit = "points" if scale == 100 else "rounds" if "-to:" in claim.score else claim.metric
             axis = f"A − B: {claim.metric} {claim.score}" + (", points" if scale == 100 else "")
-            bars.append(ClaimBar(label=claim.text + (f" ({variant})" if variant else ""), axis=axis,
+            bars.append(ClaimBar(label=claim.text + (f" ({variant})" if variant else ""), axis=axis, unit=unit,
                                  mean=interval.mean * scale, low=interval.low * scale, high=interval.high * scale,
                                  n=interval.n, verdict=result["verdict"],
                                  paper=paper_difference(study, claim, variant)))

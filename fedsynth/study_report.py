@@ -153,8 +153,9 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
     lines += _tuning_table(study, ledger)
     lines += ["## Files", "", "- `runs.csv`: one row per run (config values that differ, every score).",
               "- `curves.png`: mean curve per arm over report seeds, band ± 1 sd.",
-              f"- `{CLAIMS_FIGURE}`: each claim's paired difference with its 95 % interval (colour: verdict; "
-              "diamond: the paper's difference, where the study file has both arms' paper numbers).",
+              *([f"- `{CLAIMS_FIGURE}`: each claim's paired difference with its 95 % interval (colour: verdict; "
+                 "diamond: the paper's difference, where the study file has both arms' paper numbers)."]
+                if results else []),
               "- `ledger.jsonl`: the finished runs; `fedsynth study FILE --report-only` remakes this report from it.", ""]
     return "\n".join(lines)
 
@@ -290,9 +291,10 @@ def plot_curves(study: Study, ledger: Ledger, path: Path) -> None:
 
 
 def write_report(study: Study, ledger: Ledger, out: Path) -> None:
-    """report.md, runs.csv, curves.png and claims.png into `out`."""
+    """report.md, runs.csv, curves.png and (when the study has claims) claims.png into `out`."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(render_markdown(study, ledger))
     write_runs_csv(study, ledger, out / "runs.csv")
     plot_curves(study, ledger, out / "curves.png")
-    plot_claims(study, ledger, out / CLAIMS_FIGURE)
+    if study.claims:  # a part of a study may have none; then there is nothing to draw
+        plot_claims(study, ledger, out / CLAIMS_FIGURE)

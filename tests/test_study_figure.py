@@ -77,6 +77,7 @@ def test_the_claim_figure_has_the_reports_numbers_and_the_papers_difference(tmp_
     rounds = bars["x < y (a)"]
     assert rounds["mean"] == -1.0 and rounds["verdict"] == "holds" and rounds["paper"] is None  # rounds: no paper
     assert rounds["panel"] != a["panel"]  # rounds and accuracy points never share an axis
+    assert (a["unit"], rounds["unit"]) == ("points", "rounds")
 
 
 def test_the_paper_difference_needs_both_arms_numbers_on_the_study_metric():
@@ -99,3 +100,12 @@ def test_report_only_on_a_committed_study_writes_the_claim_figure_and_changes_no
     assert assert_bars_match_report(out) == 3
     papers = [bar["paper"] for bar in plotted_bars(out / "claims.png")]
     assert [round(p, 2) for p in papers] == [round(83.93 - 82.88, 2), round(82.88 - 81.19, 2), round(83.93 - 81.19, 2)]
+
+
+def test_a_report_without_claims_draws_no_claim_figure(tmp_path):
+    raw = {"study": {"report-seeds": [0, 1], "tuning-seeds": [5]}, "base": {"model": "mlp"},
+           "arms": {"x": {"algorithm": "fedavg"}}}
+    study = parse_study(raw, Path("no-claims.toml"))
+    write_report(study, Ledger(tmp_path / "ledger.jsonl"), tmp_path / "out")
+    assert (tmp_path / "out" / "report.md").is_file() and not (tmp_path / "out" / "claims.png").exists()
+    assert "claims.png" not in (tmp_path / "out" / "report.md").read_text()
