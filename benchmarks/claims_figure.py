@@ -171,8 +171,8 @@ def plot(rows: list[Row] = ROWS, path: Path = FIGURE) -> None:
     plot_claim_panels([(f"{paper}: A − B, {unit_name}", bars) for (paper, unit_name), bars in panels.items()], path,
                       "The papers' claims: paired A − B with 95 % CI (3-5 seeds)")
     for paper in dict.fromkeys(row.paper for row in rows):
-        plot_claim_panels([(f"A − B, {unit_name}", bars) for (name, unit_name), bars in panels.items() if name == paper],
-                          paper_figure(paper), f"{paper}: our tests of the paper's claims, A − B with 95 % CI")
+        own = [(f"A − B, {unit_name}", bars) for (name, unit_name), bars in panels.items() if name == paper]
+        plot_claim_panels(own, paper_figure(paper), f"{paper}: our tests of the paper's claims, A − B with 95 % CI")
 
 
 def replace_readme_table(text: str, table: str) -> str:

@@ -57,7 +57,8 @@ def test_the_claim_figure_has_the_reports_numbers_and_the_papers_difference(tmp_
     study = hand_study()
     ledger = Ledger(tmp_path / "ledger.jsonl")
     # variant a: x − y = +0.01, +0.03, +0.02 (accuracy) -> +1, +3, +2 points: mean 2, sd 1,
-    # 95 % CI 2 ± 4.30265 / sqrt(3) = [-0.4841, +4.4841] (half-width 2.4841); variant b: x is 0.05 above on every seed -> holds
+    # 95 % CI 2 ± 4.30265 / sqrt(3) = [-0.4841, +4.4841] (half-width 2.4841);
+    # variant b: x is 0.05 above on every seed -> holds
     accuracy = {("x", "a"): [0.81, 0.83, 0.82], ("y", "a"): [0.80, 0.80, 0.80],
                 ("x", "b"): [0.75, 0.76, 0.77], ("y", "b"): [0.70, 0.71, 0.72]}
     for spec in report_runs(study, {}):
@@ -93,8 +94,9 @@ def test_report_only_on_a_committed_study_writes_the_claim_figure_and_changes_no
     out = tmp_path / "out"
     out.mkdir()
     shutil.copy(committed / "ledger.jsonl", out / "ledger.jsonl")
-    done = subprocess.run([sys.executable, "-m", "fedsynth.cli", "study", str(ROOT / "studies" / f"{committed.name}.toml"),
-                           "--report-only", "--out", str(out)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    study_file = ROOT / "studies" / f"{committed.name}.toml"
+    done = subprocess.run([sys.executable, "-m", "fedsynth.cli", "study", str(study_file), "--report-only", "--out", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert (out / "report.md").read_text() == (committed / "report.md").read_text()  # committed report is current
     assert assert_bars_match_report(out) == 3
