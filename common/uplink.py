@@ -208,12 +208,13 @@ def float32_equivalent_bytes(reply: Message, model_record_bytes: int) -> int:
 
     Uncompressed records count as they are; each compressed record counts as
     the float32 model record it replaces (`model_record_bytes`, e.g. the
-    downlink model record's size), which is exact for the model update and for
-    extras over all parameters.
+    downlink model record's size), which is exact for the model update (its
+    MODEL_BUFFERS record included) and for extras over all parameters.
     """
     if reply.has_error():
         return 0
     return sum(
         model_record_bytes if is_compressed_record(name) else record.count_bytes()
         for name, record in reply.content.array_records.items()
+        if name != MODEL_BUFFERS  # the buffers are part of the model record counted for COMPRESSED_UPDATE
     )

@@ -88,7 +88,8 @@ def run_parameter_names(cfg: RunConfig, current: Mapping[str, np.ndarray]) -> li
         model = make_model(cfg)
     shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
     if shapes == {name: tuple(np.shape(arr)) for name, arr in current.items()}:
-        return [name for name in module_parameter_names(model) if name in current]
+        trainable = set(module_parameter_names(model))
+        return [name for name in current if name in trainable]
     return parameter_names(current)
 
 
@@ -129,6 +130,10 @@ class FedAvgStrategy(RoundStrategy):
     @parameter_names.setter
     def parameter_names(self, names: list[str]) -> None:
         self._parameter_names = list(names)
+
+    def parameter_change(self, new: Mapping[str, np.ndarray]) -> Weights:
+        """`new - current` over the trainable parameters: the previous global update clients move along."""
+        return {name: new[name] - self.current[name] for name in self.parameter_names}
 
     def aggregated_buffers(self, replies: list[Message]) -> Weights:
         """The new values of the model's buffers from checked replies (`aggregate_buffers`); {} without buffers."""
