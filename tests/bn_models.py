@@ -33,3 +33,12 @@ def resnet18(num_classes: int, channels: int, image_size: int) -> nn.Module:
     if channels != 3:
         net.conv1 = nn.Conv2d(channels, 64, kernel_size=7, stride=2, padding=3, bias=False)
     return net
+
+
+def bn_cnn_with_own_buffer(num_classes: int, channels: int, image_size: int) -> nn.Module:
+    """`bn_cnn` plus a float buffer of the site's own (`input_scale`), whose name says nothing of a buffer."""
+    import torch
+
+    model = bn_cnn(num_classes, channels, image_size)
+    model.register_buffer("input_scale", torch.tensor(1.0))
+    return model

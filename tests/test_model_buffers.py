@@ -26,7 +26,7 @@ from common.uplink import MODEL_BUFFERS, compression_spec, decode_reply, reply_b
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, aggregate_buffers
 from server_app.strategies.scaffold import ScaffoldStrategy
-from tests.bn_models import bn_cnn, resnet18
+from tests.bn_models import bn_cnn, bn_cnn_with_own_buffer, resnet18
 
 
 @pytest.fixture(autouse=True)
@@ -251,3 +251,19 @@ def test_fedsynth_run_trains_a_batchnorm_model(tmp_path, tiny_data_dir, model: s
     counters = [v for k, v in final.items() if k.endswith("num_batches_tracked")]
     assert counters and all(c.shape == () and c.dtype == np.int64 and int(c) > 0 for c in counters)
     assert all(np.isfinite(v).all() for v in final.values())
+
+
+def test_the_server_reads_the_parameters_off_the_runs_own_model_without_touching_the_rng() -> None:
+    """A site's model (`pkg:factory`) names its parameters exactly, its own buffers too; building it draws no
+    global random numbers."""
+    from server_app.strategies.fedavg import run_parameter_names
+
+    model = bn_cnn_with_own_buffer(num_classes=10, channels=1, image_size=28)
+    weights = model_weights(model)
+    torch.manual_seed(5)
+    expected_draw = torch.rand(3)
+    torch.manual_seed(5)
+    names = run_parameter_names(cfg_of(model="tests.bn_models:bn_cnn_with_own_buffer"), weights)
+    assert torch.equal(torch.rand(3), expected_draw)
+    assert names == module_parameter_names(model)
+    assert "input_scale" not in names and "input_scale" in parameter_names(weights)  # naming alone cannot tell
