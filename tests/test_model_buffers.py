@@ -267,3 +267,28 @@ def test_the_server_reads_the_parameters_off_the_runs_own_model_without_touching
     assert torch.equal(torch.rand(3), expected_draw)
     assert names == module_parameter_names(model)
     assert "input_scale" not in names and "input_scale" in parameter_names(weights)  # naming alone cannot tell
+
+
+def test_server_momentum_and_the_previous_update_leave_the_buffers_out() -> None:
+    """FedAvgM's velocity moves the parameters only; MoFedSAM's previous update covers the parameters only."""
+    from common.protocol import PREVIOUS_UPDATE
+    from server_app.strategies.fedavgm import FedAvgMStrategy
+    from server_app.strategies.previous_update import PreviousUpdateStrategy
+
+    momentum = FedAvgMStrategy(cfg_of(algorithm="fedavgm", server_momentum=0.9), nodes(2))
+    model = dict(BN)
+    for server_round in (1, 2):  # the same local models twice: momentum would carry the statistics past them
+        messages = list(momentum.configure_train(server_round, to_record(model), ConfigRecord({}), None))
+        replies = [reply_to(m, {MODEL: to_record(w)}, 10, pid) for pid, (m, w) in enumerate(zip(messages, local_models()))]
+        record, _ = momentum.aggregate_train(server_round, replies)
+        model = from_record(record)
+    np.testing.assert_allclose(model["bn.running_mean"], [3.0, 4.0])  # (1 + 5) / 2, (2 + 6) / 2
+    assert int(model["bn.num_batches_tracked"]) == 7 and set(momentum.velocity) == set(BN)
+    assert not momentum.velocity["bn.running_mean"].any()
+
+    strategy = PreviousUpdateStrategy(cfg_of(algorithm="mofedsam"), nodes(2))
+    messages = list(strategy.configure_train(1, to_record(BN), ConfigRecord({}), None))
+    replies = [reply_to(m, {MODEL: to_record(w)}, 10, pid) for pid, (m, w) in enumerate(zip(messages, local_models()))]
+    record, _ = strategy.aggregate_train(1, replies)
+    nxt = list(strategy.configure_train(2, record, ConfigRecord({}), None))
+    assert set(from_record(nxt[0].content.array_records[PREVIOUS_UPDATE])) == {"bn.weight", "bn.bias"}
