@@ -30,7 +30,7 @@ from common.diffusion import is_diffusion
 from common.evaluation import as_tensors, evaluate_model, resolve_device
 from common.partition import ClientData, PartitionSpec, load_client_data
 from common.protocol import CLIENT_STAT_PREFIX, FID_STATS, NODE_STATE_PREFIX
-from common.records import check_weights, from_record, load_weights, model_weights
+from common.records import check_weights, from_record, load_weights, model_weights, module_parameter_names
 from common.site_data import fill_path_template, load_site_data, site_key, site_spec
 from common.task import make_model
 
@@ -227,7 +227,7 @@ def train(msg: Message, context: Context) -> Message:
     # (a decentralized round carries no global model; its config refuses compression)
     received = from_record(msg.content.array_records["arrays"]) if "arrays" in msg.content.array_records else {}
     for name, record in uplink_records(cfg, context.state, received, model_weights(model), result.outgoing,
-                                       server_round, node.partition_id).items():
+                                       server_round, node.partition_id, module_parameter_names(model)).items():
         content[name] = record
     return Message(content, reply_to=msg)
 

@@ -39,7 +39,7 @@ from common.fid import feature_sums
 from common.fid_features import FeatureExtractor, extractor_from_weights, inception_extractor
 from common.partition import ClientData
 from common.protocol import DIFFUSION_PHASE, FID_EXTRACTOR, FID_SUMS, MODEL, WARMUP_PHASE
-from common.records import from_record, model_weights, to_record
+from common.records import from_record, model_weights, module_parameter_names, to_record
 
 # Fourth seed component of the loss generator, so warmup and round noise never coincide.
 _ROUND_STREAM, _WARMUP_STREAM = 1, 2
@@ -85,7 +85,7 @@ def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id
         return Message(content, reply_to=msg)
     received = from_record(msg.content.array_records[MODEL])
     for name, record in uplink_records(cfg, context.state, received, model_weights(model), result.outgoing,
-                                       server_round, partition_id).items():
+                                       server_round, partition_id, module_parameter_names(model)).items():
         content[name] = record
     return Message(content, reply_to=msg)
 

@@ -16,7 +16,7 @@ seeded by (seed, round, partition, record), so replies are reproducible.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +26,7 @@ from common.compression import CompressionSpec, apply_error_feedback, encode_upd
 from common.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, MODEL
 from common.records import Weights, from_record, to_record
-from common.uplink import TENSOR_MASK, compressed_name, compression_spec, encoding_rng, is_compressible, tensor_mask
+from common.uplink import MODEL_BUFFERS, TENSOR_MASK, compressed_name, compression_spec, encoding_rng, is_compressible, tensor_mask
 
 # Context.state key prefix of the error-feedback residual of one uplink record.
 STATE_RESIDUAL_PREFIX = "uplink-residual:"
@@ -81,17 +81,28 @@ def uplink_records(
     outgoing: Mapping[str, ArrayRecord],
     server_round: int,
     partition_id: int,
+    parameters: Collection[str] | None = None,
 ) -> dict[str, ArrayRecord]:
-    """The array records of a train reply: the model (or its compressed update) and the extra records."""
+    """The array records of a train reply: the model (or its compressed update) and the extra records.
+
+    `parameters` names the model's trainable arrays (`module_parameter_names`;
+    None: every array). Compressed, only they form the update `Q(w_i - w)`;
+    the other arrays, the buffers, travel uncompressed in MODEL_BUFFERS.
+    """
     spec = compression_spec(cfg)
     if spec.method == "none":
         return {MODEL: to_record(local_weights), **outgoing}
-    delta = {name: (local_weights[name] - global_weights[name]).astype(np.float32) for name in global_weights}
+    trainable = set(global_weights) if parameters is None else set(parameters)
+    delta = {name: (local_weights[name] - global_weights[name]).astype(np.float32)
+             for name in global_weights if name in trainable}
+    buffers = {name: local_weights[name] for name in global_weights if name not in trainable}
     records = {
         COMPRESSED_UPDATE: to_record(encode_with_state(
             delta, spec, encoding_rng(cfg.seed, server_round, partition_id, 0), state, MODEL, cfg.error_feedback,
         )),
     }
+    if buffers:
+        records[MODEL_BUFFERS] = to_record(buffers)
     for stream, (name, record) in enumerate(outgoing.items(), start=1):
         values = from_record(record)
         if not is_compressible(values, global_weights):

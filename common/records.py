@@ -1,9 +1,17 @@
 """Conversions between model parameters, numpy arrays and Flower records.
 
-Models travel as `ArrayRecord`s keyed by parameter name. The server keeps the
-global model as a dict of float32 numpy arrays (`Weights`), which is what the
+Models travel as `ArrayRecord`s keyed by state-dict name. The server keeps the
+global model as a dict of numpy arrays (`Weights`), which is what the
 aggregation math works on; clients load it into torch modules. Node state in
 `Context.state` uses the same records, so nothing in state needs pickling.
+
+Every array keeps its dtype and shape end to end: a model's state dict holds
+more than float32 parameters (BatchNorm's float running statistics and its 0-d
+int64 `num_batches_tracked`), and `load_state_dict` on a node, like the reply
+checks on the server, refuses an array whose shape changed. Which arrays are
+trainable parameters and which are buffers is the module's knowledge
+(`named_parameters`); where only the arrays are at hand, `parameter_names`
+applies torch's naming of normalisation statistics (see there).
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ Weights = dict[str, np.ndarray]
 
 
 def model_weights(model: nn.Module) -> Weights:
-    """A model's state dict as float32 (or integer) numpy copies, on the CPU."""
+    """A model's state dict as numpy copies on the CPU, each in its own dtype and shape."""
     return {name: t.detach().cpu().numpy().copy() for name, t in model.state_dict().items()}
 
 
@@ -31,8 +39,13 @@ def load_weights(model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
 
 
 def to_record(weights: Mapping[str, np.ndarray]) -> ArrayRecord:
-    """Named numpy arrays -> ArrayRecord (keys kept)."""
-    return ArrayRecord({name: Array(np.ascontiguousarray(arr)) for name, arr in weights.items()})
+    """Named numpy arrays -> ArrayRecord (keys, dtypes and shapes kept, 0-d arrays included).
+
+    `np.require(..., "C")`, not `np.ascontiguousarray`: the latter returns at least
+    one dimension, so a 0-d array (BatchNorm's `num_batches_tracked`) would come
+    back with shape (1,) and no longer load into its module.
+    """
+    return ArrayRecord({name: Array(np.require(arr, requirements="C")) for name, arr in weights.items()})
 
 
 def from_record(record: ArrayRecord) -> Weights:
@@ -50,6 +63,28 @@ def message_array_bytes(message: Message) -> int:
 def record_dict_array_bytes(content: RecordDict) -> int:
     """Bytes of all ArrayRecords in a RecordDict."""
     return sum(record.count_bytes() for record in content.array_records.values())
+
+
+# The buffers torch's normalisation layers (`_NormBase`: BatchNorm, InstanceNorm with running
+# statistics, SyncBatchNorm) put in a state dict, by the last part of their names.
+NORM_STATISTICS = ("running_mean", "running_var", "num_batches_tracked")
+
+
+def module_parameter_names(model: nn.Module) -> list[str]:
+    """The trainable arrays of a module: its `named_parameters`, in state-dict order."""
+    return [name for name, _ in model.named_parameters()]
+
+
+def parameter_names(weights: Mapping[str, np.ndarray]) -> list[str]:
+    """The arrays of a state dict that are trainable parameters, judged from the arrays alone.
+
+    A floating array is a parameter unless its name ends in one of torch's
+    normalisation statistics (NORM_STATISTICS); a non-floating array (an integer
+    counter) never is, since torch parameters are floating. Exact for torch's
+    and torchvision's layers; a module's own buffers need `module_parameter_names`.
+    """
+    return [name for name, arr in weights.items()
+            if np.issubdtype(arr.dtype, np.floating) and name.rsplit(".", 1)[-1] not in NORM_STATISTICS]
 
 
 def weights_like(template: Mapping[str, np.ndarray], value: float = 0.0) -> Weights:

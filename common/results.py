@@ -303,7 +303,7 @@ class RunResults:
         from safetensors.numpy import save_file
 
         target = self.path / "model.safetensors"
-        save_file({k: np.ascontiguousarray(v) for k, v in weights.items()}, str(target))
+        save_file({k: np.require(v, requirements="C") for k, v in weights.items()}, str(target))  # 0-d stays 0-d
         return target
 
     def write_plots(self) -> list[Path]:

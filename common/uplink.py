@@ -15,6 +15,14 @@ keys no longer name its tensors, so a compressed extra record also carries
 TENSOR_MASK: one bit per model tensor (sorted names), set for the tensors it
 holds (a control variate may cover the parameters but not the buffers).
 
+Only the model's trainable parameters go through the codec. Its buffers
+(BatchNorm's running mean and variance, its integer `num_batches_tracked`) are
+statistics, not updates: quantised, a running variance came back negative and
+the loss NaN in round 1. A compressed reply therefore carries the buffers'
+values as they are, in their own dtypes, in the MODEL_BUFFERS record (absent
+for a model without buffers, so such models' replies are unchanged), and the
+server averages them apart from the update (server_app/strategies/fedavg.py).
+
 Everything here is pure. The client keeps its error-feedback residual in its
 `Context.state` (client_app/uplink.py); the server keeps nothing. Payloads are
 untrusted: every decoding problem is a ValueError naming the record and the
@@ -23,7 +31,7 @@ fault, which the server turns into a dropped, logged reply.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
@@ -33,6 +41,8 @@ from common.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, MODEL
 from common.records import Weights, check_weights, from_record, to_record
 
+# Record of a compressed reply holding the model's buffers, uncompressed (absent when the model has none).
+MODEL_BUFFERS = "model-buffers"
 # A compressed extra record is named COMPRESSED_UPDATE + this + the original name.
 EXTRA_SEPARATOR = ":"
 # Key of the tensor mask in a whole-update compressed extra record (starts with the separator: no tensor's key).
@@ -127,15 +137,24 @@ def decode_compressed_extras(content: RecordDict, model: Mapping[str, np.ndarray
         content[original] = to_record(decoded)
 
 
-def decode_reply(content: RecordDict, current: Mapping[str, np.ndarray], spec: CompressionSpec) -> Weights:
-    """A train reply's update `w_i - w`, checked; compressed extra records are decoded in place first.
+def decode_reply(content: RecordDict, current: Mapping[str, np.ndarray], spec: CompressionSpec,
+                 parameters: Collection[str] | None = None) -> Weights:
+    """A train reply's update `w_i - w` of the trainable `parameters`, checked; buffers' entries are zeros.
 
+    `parameters` are the names of the global model's trainable arrays (None:
+    every array). Compressed extra records are decoded in place first.
     Uncompressed: the MODEL record must match the global model's names, shapes
     and dtypes and be finite. Compressed: the COMPRESSED_UPDATE payload must
-    decode (right keys, dtypes, lengths, finite norms and values, levels and
-    indices in range). Any fault raises ValueError naming it.
+    decode over the parameters (right keys, dtypes, lengths, finite norms and
+    values, levels and indices in range), and the buffers arrive in
+    MODEL_BUFFERS (`reply_buffers`). Buffers are not an update: their entries
+    are float32 zeros, so norms, clipping and server steps see no buffer
+    change, and the server takes their new values from `reply_buffers`. Any
+    fault raises ValueError naming it.
     """
     decode_compressed_extras(content, current, spec)
+    buffers = buffer_names(current, parameters)
+    zeros = {name: np.zeros(current[name].shape, dtype=np.float32) for name in buffers}
     if spec.method == "none":
         record = content.array_records.get(MODEL)
         if record is None:
@@ -144,11 +163,44 @@ def decode_reply(content: RecordDict, current: Mapping[str, np.ndarray], spec: C
         problem = check_weights(received, current, "model")
         if problem:
             raise ValueError(problem)
-        return {name: received[name] - current[name] for name in current}
+        return {name: zeros[name] if name in zeros else received[name] - current[name] for name in current}
     record = content.array_records.get(COMPRESSED_UPDATE)
     if record is None:
         raise ValueError(f"reply lacks the '{COMPRESSED_UPDATE}' record ({spec.method} compression is on)")
-    return decode_record(record, {name: arr.shape for name, arr in current.items()}, spec, COMPRESSED_UPDATE)
+    shapes = {name: arr.shape for name, arr in current.items() if name not in zeros}
+    update = decode_record(record, shapes, spec, COMPRESSED_UPDATE)
+    reply_buffers(content, current, spec, parameters)  # checked here, so that a bad reply is dropped before averaging
+    return {name: zeros[name] if name in zeros else update[name] for name in current}
+
+
+def buffer_names(current: Mapping[str, np.ndarray], parameters: Collection[str] | None) -> list[str]:
+    """The global model's arrays that are not trainable parameters, in its order."""
+    return [] if parameters is None else [name for name in current if name not in set(parameters)]
+
+
+def reply_buffers(content: RecordDict, current: Mapping[str, np.ndarray], spec: CompressionSpec,
+                  parameters: Collection[str] | None = None) -> Weights:
+    """The node's buffers of a train reply, checked against the global model's (names, shapes, dtypes, finite).
+
+    Uncompressed, they are the buffers of the MODEL record; compressed, the
+    MODEL_BUFFERS record, which must hold exactly the model's buffers. A model
+    without buffers gives an empty dict. Raises ValueError naming the fault.
+    """
+    names = buffer_names(current, parameters)
+    if not names:
+        return {}
+    expected = {name: current[name] for name in names}
+    if spec.method == "none":
+        received = from_record(content.array_records[MODEL])
+        return {name: received[name] for name in names}
+    record = content.array_records.get(MODEL_BUFFERS)
+    if record is None:
+        raise ValueError(f"reply lacks the '{MODEL_BUFFERS}' record (the model's buffers: {names[:3]}, ...)")
+    received = from_record(record)
+    problem = check_weights(received, expected, MODEL_BUFFERS)
+    if problem:
+        raise ValueError(problem)
+    return received
 
 
 def float32_equivalent_bytes(reply: Message, model_record_bytes: int) -> int:
@@ -156,12 +208,13 @@ def float32_equivalent_bytes(reply: Message, model_record_bytes: int) -> int:
 
     Uncompressed records count as they are; each compressed record counts as
     the float32 model record it replaces (`model_record_bytes`, e.g. the
-    downlink model record's size), which is exact for the model update and for
-    extras over all parameters.
+    downlink model record's size), which is exact for the model update (its
+    MODEL_BUFFERS record included) and for extras over all parameters.
     """
     if reply.has_error():
         return 0
     return sum(
         model_record_bytes if is_compressed_record(name) else record.count_bytes()
         for name, record in reply.content.array_records.items()
+        if name != MODEL_BUFFERS  # the buffers are part of the model record counted for COMPRESSED_UPDATE
     )

@@ -101,7 +101,7 @@ def contents_checksum(tensors: dict[str, np.ndarray], meta: dict[str, str]) -> s
     """SHA-256 over every array (name, dtype, shape, bytes) and every metadata field but the checksum itself."""
     digest = hashlib.sha256()
     for key in sorted(tensors):
-        value = np.ascontiguousarray(tensors[key])
+        value = np.require(tensors[key], requirements="C")  # 0-d stays 0-d (ascontiguousarray makes it (1,))
         digest.update(json.dumps([key, value.dtype.str, list(value.shape)]).encode())
         digest.update(value.tobytes())
     digest.update(json.dumps({k: v for k, v in meta.items() if k != _CHECKSUM}, sort_keys=True).encode())
@@ -172,7 +172,7 @@ def save_checkpoint(folder: Path, cfg: RunConfig, ckpt: Checkpoint) -> Path:
         "metrics": json.dumps(ckpt.metrics),
         "nodes": json.dumps(ckpt.nodes),
     }
-    tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
+    tensors = {k: np.require(v, requirements="C") for k, v in tensors.items()}
     meta[_CHECKSUM] = contents_checksum(tensors, meta)
     folder.mkdir(parents=True, exist_ok=True)
     target = folder / CHECKPOINT_FILE

@@ -9,7 +9,12 @@ Differences from Flower's own FedAvg, each for a reason in SPEC:
 - replies are summed in partition order, so results are bitwise reproducible;
 - the server applies `w + server_lr * mean(w_i - w)`, weighted by sample count or
   uniformly (`aggregation`), and subclasses change only `downlink_records`,
-  `check_extra_records` and `server_step`.
+  `check_extra_records` and `server_step`;
+- that step moves the trainable parameters only. A model's buffers (BatchNorm's
+  running statistics and batch counter) are not updates to step along: the
+  floating ones become the weighted mean of the replies' values, the integer
+  ones (`num_batches_tracked`) the replies' maximum (`aggregate_buffers`), each
+  in its own dtype and shape.
 """
 
 from __future__ import annotations
@@ -19,14 +24,16 @@ from logging import INFO
 from typing import Any, Callable
 
 import numpy as np
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.config import RunConfig
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
-from common.records import Weights, from_record, message_array_bytes, to_record
-from common.uplink import compression_spec, decode_reply, float32_equivalent_bytes
+from common.records import Weights, from_record, message_array_bytes, module_parameter_names, parameter_names, to_record
+from common.task import make_model
+from common.uplink import compression_spec, decode_reply, float32_equivalent_bytes, reply_buffers
 from server_app.fid_reference import ClientFeatureReference
 from server_app.influence import bounded_weights
 from server_app.robust import ROBUST_AGGREGATIONS, clip_update, combine_updates, update_norm
@@ -42,6 +49,48 @@ def weighted_mean(values: list[Weights], weights: list[float]) -> Weights:
         name: (sum(v[name].astype(np.float64) * (w / total) for v, w in zip(values, weights))).astype(np.float32)
         for name in values[0]
     }
+
+
+def aggregate_buffers(values: list[Weights], weights: list[float]) -> Weights:
+    """The global model's new buffers from the replies' buffers (same names in each), each in its own dtype.
+
+    Floating buffers (BatchNorm's running mean and variance) are the `weights`-weighted
+    mean, accumulated in float64: a mean of variances is a variance (never negative), and
+    with server-lr 1 it is what FedAvg's step gives them. Integer buffers (BatchNorm's 0-d
+    int64 `num_batches_tracked`) are the replies' maximum, not a float mean: a batch count
+    must stay a whole number of its dtype, and the maximum is the count of the node that
+    saw the most batches, so it never decreases over rounds. (Keeping the server's value
+    instead would leave it at 0 forever, and a BatchNorm with `momentum=None` averages its
+    statistics with the factor 1 / num_batches_tracked, so it would overwrite them on every
+    node's first batch.)
+    """
+    total = float(sum(weights))
+    out: Weights = {}
+    for name, first in values[0].items():
+        if np.issubdtype(first.dtype, np.floating):
+            mean = sum(v[name].astype(np.float64) * (w / total) for v, w in zip(values, weights))
+            out[name] = np.asarray(mean).astype(first.dtype)
+        else:
+            out[name] = np.maximum.reduce([np.asarray(v[name]) for v in values]).astype(first.dtype)
+    return out
+
+
+def run_parameter_names(cfg: RunConfig, current: Mapping[str, np.ndarray]) -> list[str]:
+    """The trainable arrays of the global model `current`, in its order.
+
+    The run's model (`cfg.model`) says exactly which arrays are parameters when its state
+    dict has `current`'s names and shapes; otherwise (a Flower app's own model under a
+    strategy built without its model) torch's naming of normalisation statistics decides
+    (`common.records.parameter_names`). The model is built with the global RNG state kept,
+    so that building it changes no run's random numbers.
+    """
+    with torch.random.fork_rng(devices=[]):
+        model = make_model(cfg)
+    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
+    if shapes == {name: tuple(np.shape(arr)) for name, arr in current.items()}:
+        trainable = set(module_parameter_names(model))
+        return [name for name in current if name in trainable]
+    return parameter_names(current)
 
 
 class FedAvgStrategy(RoundStrategy):
@@ -64,11 +113,36 @@ class FedAvgStrategy(RoundStrategy):
         self.current: Weights = {}
         self.restore_pending: set[int] = set()
         self.node_models = NodeModels(cfg)
+        self._parameter_names: list[str] | None = None  # learnt from the first global model (run_parameter_names)
         self.feature_reference = ClientFeatureReference(cfg, self.nodes)  # FID without server data (diffusion task)
 
     def ensure_nodes(self, grid: Grid) -> None:
         super().ensure_nodes(grid)
         self.feature_reference.nodes = self.nodes
+
+    @property
+    def parameter_names(self) -> list[str]:
+        """The global model's trainable arrays: what updates, control variates and corrections cover."""
+        if getattr(self, "_parameter_names", None) is None:
+            self._parameter_names = run_parameter_names(self.cfg, self.current)
+        return self._parameter_names
+
+    @parameter_names.setter
+    def parameter_names(self, names: list[str]) -> None:
+        self._parameter_names = list(names)
+
+    def parameter_change(self, new: Mapping[str, np.ndarray]) -> Weights:
+        """`new - current` over the trainable parameters: the previous global update clients move along."""
+        return {name: new[name] - self.current[name] for name in self.parameter_names}
+
+    def aggregated_buffers(self, replies: list[Message]) -> Weights:
+        """The new values of the model's buffers from checked replies (`aggregate_buffers`); {} without buffers."""
+        if len(self.parameter_names) == len(self.current):
+            return {}
+        ordered = sorted(replies, key=self.partition_of)
+        spec = compression_spec(self.cfg)
+        values = [reply_buffers(r.content, self.current, spec, self.parameter_names) for r in ordered]
+        return aggregate_buffers(values, self.aggregation_weights(ordered))
 
     # ----- hooks for subclasses -------------------------------------------------
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
@@ -80,9 +154,11 @@ class FedAvgStrategy(RoundStrategy):
         return None
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        """The new global model from the mean client update."""
+        """The new global model from the mean client update; the buffers from the replies' buffers."""
         lr = self.cfg.server_lr
-        return {name: (self.current[name] + lr * mean_delta[name]).astype(np.float32) for name in self.current}
+        new = {name: (self.current[name] + lr * mean_delta[name]).astype(np.float32) for name in self.current}
+        new.update(self.aggregated_buffers(replies))
+        return new
 
     # ----- server state that a checkpoint must keep ---------------------------------
     def state_arrays(self) -> dict[str, Weights]:
@@ -184,7 +260,7 @@ class FedAvgStrategy(RoundStrategy):
         and `server_step` read them as if uncompressed (common/uplink.py). Raises
         ValueError naming the fault.
         """
-        return decode_reply(reply.content, self.current, compression_spec(self.cfg))
+        return decode_reply(reply.content, self.current, compression_spec(self.cfg), self.parameter_names)
 
     def max_reply_bytes(self) -> int:
         """Replies larger than this are refused before being decoded (3x the model, plus 1 MiB)."""

@@ -29,4 +29,7 @@ class FedAvgMStrategy(FedAvgStrategy):
         if self.velocity is None:
             self.velocity = {name: np.zeros_like(d) for name, d in mean_delta.items()}
         self.velocity = {name: (beta * self.velocity[name] + mean_delta[name]).astype(np.float32) for name in mean_delta}
-        return {name: (self.current[name] + self.cfg.server_lr * self.velocity[name]).astype(np.float32) for name in self.current}
+        new = {name: (self.current[name] + self.cfg.server_lr * self.velocity[name]).astype(np.float32)
+               for name in self.current}
+        new.update(self.aggregated_buffers(replies))  # buffers are averaged, not moved with momentum
+        return new

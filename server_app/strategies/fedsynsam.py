@@ -34,7 +34,7 @@ from common.config import RunConfig
 from common.datasets import run_dataset_info
 from common.evaluation import resolve_device
 from common.protocol import SYNTHETIC_DATA
-from common.records import Weights, subtract, to_record
+from common.records import Weights, to_record
 from common.task import make_model
 from common.uplink import compression_spec
 from server_app.distillation import DistillSettings, distill
@@ -88,7 +88,7 @@ class TrajectoryStrategy(FedAvgStrategy):
             if len(self.trajectory) == self.cfg.trajectory_rounds + 1:
                 self.distil()
         new = self.after_aggregation(new)
-        self.previous_update = subtract(new, self.current)
+        self.previous_update = self.parameter_change(new)
         return new
 
     # ----- Strategy API -----------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 from flwr.app import ArrayRecord, Message
 
 from common.protocol import PREVIOUS_UPDATE
-from common.records import Weights, subtract, to_record
+from common.records import Weights, to_record
 from server_app.strategies.fedavg import FedAvgStrategy
 
 
@@ -31,5 +31,5 @@ class PreviousUpdateStrategy(FedAvgStrategy):
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         new = super().server_step(mean_delta, replies)
-        self.previous_update = subtract(new, self.current)
+        self.previous_update = self.parameter_change(new)
         return new

@@ -32,7 +32,7 @@ from common.config import RunConfig
 from common.protocol import (
     DYNAMIC_CORRECTION, GLOBAL_PERTURBATION, PERTURBATION_DUAL, PREVIOUS_UPDATE, STATE_DYN_GRADIENT,
 )
-from common.records import Weights, check_weights, from_record, subtract, to_record
+from common.records import Weights, check_weights, from_record, to_record
 from common.task import make_model
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.robust import bounded_record, clip_update, record_norm_problem
@@ -74,7 +74,7 @@ class FedLESAMSStrategy(ScaffoldStrategy):
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         new = super().server_step(mean_delta, replies)
-        self.previous_update = subtract(new, self.current)
+        self.previous_update = self.parameter_change(new)
         return new
 
     def state_arrays(self) -> dict[str, Weights]:
@@ -137,7 +137,7 @@ class FedLESAMDStrategy(FedAvgStrategy):
         alpha = self.cfg.dyn_alpha
         for name in self.parameter_names:
             new[name] = (new[name] - self.h[name] / alpha).astype(np.float32)
-        self.previous_update = subtract(new, self.current)
+        self.previous_update = self.parameter_change(new)
         return new
 
     def node_state_records(self, partition_id: int) -> dict[str, ArrayRecord]:

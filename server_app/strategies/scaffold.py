@@ -50,7 +50,9 @@ class ScaffoldStrategy(FedAvgStrategy):
 
     def _control(self) -> Weights:
         if self.control is None:
-            self.control = {name: np.zeros_like(w) for name, w in self.current.items()}
+            # over the trainable parameters only: buffers have no gradient, and clients send c_i+ - c_i for
+            # their parameters (client_app/rules.py)
+            self.control = {name: np.zeros_like(self.current[name]) for name in self.parameter_names}
         return self.control
 
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
