@@ -67,7 +67,7 @@ while :; do
     [ -n "$first_refusal" ] || first_refusal=$now
     waited=$(( now - first_refusal ))
     if [ "$waited" -ge "$wait_s" ]; then
-        echo "retry-activation.sh: the SuperLink still refuses to activate this SuperNode ${waited} s after its first refusal, longer than it holds a lost node's session: its key is not registered (deploy/register-supernodes.sh) or the SuperLink refuses it for good; giving up" >&2
+        echo "retry-activation.sh: the SuperLink still refuses to activate this SuperNode after ${waited} s of retries (--activation-wait ${wait_s}; a lost node's old session is held up to 60 s): its key is not registered (deploy/register-supernodes.sh) or the SuperLink refuses it for good; giving up" >&2
         exit 78
     fi
     echo "retry-activation.sh: the SuperLink refused to activate this SuperNode; it may still hold this node's previous session (kept up to 60 s after a node stops); retrying in ${every} s (giving up $(( wait_s - waited )) s from now)" >&2
