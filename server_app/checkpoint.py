@@ -68,8 +68,9 @@ class Checkpoint:
 # rounds in all (to extend a run). Every other key changes what the run computes, so it must match.
 RESUME_MAY_CHANGE = frozenset({
     "resume", "overwrite", "accept-unverified-checkpoint", "run-name", "results-dir", "data-dir", "cache-dir",
-    "device", "round-timeout", "reply-poll-interval", "node-wait-timeout", "warmup-timeout", "checkpoint-every", "save-model",
-    "num-server-rounds", "max-failed-rounds", "max-missing-nodes", "eval-every", "perturbation-diagnostic",
+    "device", "round-timeout", "reply-poll-interval", "node-wait-timeout", "warmup-timeout", "checkpoint-every",
+    "save-model", "num-server-rounds", "max-failed-rounds", "max-missing-nodes", "eval-every",
+    "perturbation-diagnostic",
 })
 
 

@@ -142,7 +142,7 @@ SLOW_START = "Failed to start local SuperLink within"  # Flower's 15 s bound on 
 
 
 def start_managed_superlink(env: dict[str, str], timeout: float) -> None:
-    """Start the managed local SuperLink exactly as `flwr run .` does (Flower's own function), waiting up to `timeout` s.
+    """Start the managed local SuperLink as `flwr run .` does (Flower's own function), waiting up to `timeout` s.
 
     Flower waits 15 s (`LOCAL_SUPERLINK_STARTUP_TIMEOUT`, a constant) for it; on a loaded 2-core machine
     its start (imports, database) can take longer. Once it answers its health check, `flwr run .` uses it.
