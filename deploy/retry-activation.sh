@@ -10,7 +10,7 @@
 # heartbeat. Started again after that, it activates (with SuperNode authentication, under the same
 # node id) and takes part from the run's next round. Flower tells the node the same thing when its
 # key was never registered, so the refusal is retried for --activation-wait seconds (default 90,
-# longer than any session is held) after the first one, every --retry-every seconds (default 5);
+# longer than any session is held) after the first one, every --retry-every seconds (default 2);
 # a refusal that outlasts that will not change by waiting: the script says so and exits 78
 # (EX_CONFIG), the status that docs/deployment.md's systemd unit does not restart on.
 # The command's output (stdout and stderr) is copied to stdout. Every other exit is passed on
@@ -18,7 +18,7 @@
 # command, so the script can be a container's PID 1.
 set -uo pipefail
 
-wait_s=90 every=5
+wait_s=90 every=2
 die() { echo "retry-activation.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in

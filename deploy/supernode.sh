@@ -26,7 +26,7 @@
 # --insecure (plain HTTP, no authentication) is for local experiments and must be asked for.
 # A node started again right after a crash is refused while the SuperLink still holds its previous
 # session (up to 60 s): flower-supernode runs under deploy/retry-activation.sh, which starts it again
-# every 5 s for --activation-wait seconds (default 90) and then gives up (exit 78: the key is not
+# every 2 s for --activation-wait seconds (default 90) and then gives up (exit 78: the key is not
 # registered). docs/deployment.md shows how to run this script as a service that restarts.
 set -euo pipefail
 

@@ -435,4 +435,4 @@ def test_supernode_script_runs_flower_under_the_activation_retry(tmp_path: Path)
                                          "--num-partitions", "1", "--activation-wait", "30", "--",
                                          "--max-retries", "1"], tmp_path / "bin")
     assert result.returncode == 0, result.stderr
-    assert len(calls.read_text().splitlines()) == 2 and "retrying in 5 s" in result.stderr
+    assert len(calls.read_text().splitlines()) == 2 and "retrying in 2 s" in result.stderr
