@@ -206,6 +206,10 @@ class RunConfig:
         False, "Discard what the run-name folder holds and start over; with resume = true: resume when a checkpoint "
         "exists, else start over.",
     )
+    accept_unverified_checkpoint: bool = _key(
+        False, "Resume (or fork) a checkpoint that has no checksum (format 1, or its checksum removed), whose contents "
+        "therefore cannot be verified; without it such a checkpoint is refused.",
+    )
 
     # --- FedSynSAM (issue 3): uplink compression, SAM family, trajectory distillation ---
     compression: str = _key(

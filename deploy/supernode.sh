@@ -7,7 +7,7 @@
 #                       [--supernodes-per-host N] [--torch-threads K]
 #                       [--port 9094] [--host 127.0.0.1] [--isolation subprocess|process]
 #                       [--runtime-certs DIR --runtime-name NAME] [--superexec-secret FILE]
-#                       [--insecure] [-- extra flower-supernode flags]
+#                       [--activation-wait SECONDS] [--insecure] [-- extra flower-supernode flags]
 #
 # The node trusts only the federation's CA (--ca; a SuperLink certificate from any other CA is
 # refused) and proves its identity with its private key (--key, from deploy/pki.sh node-key;
@@ -24,11 +24,15 @@
 # Runtime dependency installation stays off (flower-supernode's default): the host has the pinned
 # dependencies installed, see deploy/README.md.
 # --insecure (plain HTTP, no authentication) is for local experiments and must be asked for.
+# A node started again right after a crash is refused while the SuperLink still holds its previous
+# session (up to 60 s): flower-supernode runs under deploy/retry-activation.sh, which starts it again
+# every 2 s for --activation-wait seconds (default 90) and then gives up (exit 78: the key is not
+# registered). docs/deployment.md shows how to run this script as a service that restarts.
 set -euo pipefail
 
 superlink="" ca="" key="" pid="" num="" dataset_path="" name="" data_dir="" cache_dir="" device="" port="9094"
 host="127.0.0.1" isolation="subprocess" runtime_certs="" runtime_name="" secret="" insecure=0 extra=()
-per_host="1" threads=""
+per_host="1" threads="" activation_wait="90"
 die() { echo "supernode.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -50,6 +54,7 @@ while [ $# -gt 0 ]; do
         --runtime-certs) runtime_certs="$2"; shift 2 ;;
         --runtime-name) runtime_name="$2"; shift 2 ;;
         --superexec-secret) secret="$2"; shift 2 ;;
+        --activation-wait) activation_wait="$2"; shift 2 ;;
         --insecure) insecure=1; shift ;;
         --) shift; extra=("$@"); break ;;
         -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
@@ -62,6 +67,7 @@ if [ -n "$pid$num" ] || [ -z "$dataset_path" ]; then
     [[ "$pid" =~ ^[0-9]+$ && "$num" =~ ^[0-9]+$ ]] || die "--partition-id and --num-partitions must be integers (or give the site's own data with --dataset-path DIR)"
     [ "$pid" -lt "$num" ] || die "--partition-id $pid must be below --num-partitions $num"
 fi
+[[ "$activation_wait" =~ ^[0-9]+$ ]] || die "--activation-wait must be a whole number of seconds"
 [[ "$per_host" =~ ^[1-9][0-9]*$ ]] || die "--supernodes-per-host must be a positive integer"
 if [ -z "$threads" ]; then
     threads=$(( $(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc) / per_host )); [ "$threads" -ge 1 ] || threads=1
@@ -93,4 +99,5 @@ else
     args+=(--root-certificates "$ca" --auth-supernode-private-key "$key")
 fi
 echo "supernode.sh: node config: $node_config"
-exec flower-supernode "${args[@]}" "${extra[@]}"
+exec "$(dirname "$0")/retry-activation.sh" --activation-wait "$activation_wait" -- \
+    flower-supernode "${args[@]}" "${extra[@]}"

@@ -39,7 +39,7 @@ from common.config import RunConfig
 from common.records import Weights
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
-FORMAT_VERSION = 2  # 2: with a checksum; 1 (without) is still read, unverified
+FORMAT_VERSION = 2  # 2: with a checksum; 1 (without) is read only with accept-unverified-checkpoint
 _CHECKSUM = "checksum"
 _READ_ON_RESUME = ("central-accuracy", "central-loss")  # numbers the summary takes max/last of
 _MODEL = "model/"
@@ -67,9 +67,10 @@ class Checkpoint:
 # Run-config keys a resume may change: where things are, how long to wait, how often to save, how many
 # rounds in all (to extend a run). Every other key changes what the run computes, so it must match.
 RESUME_MAY_CHANGE = frozenset({
-    "resume", "overwrite", "run-name", "results-dir", "data-dir", "cache-dir", "device", "round-timeout",
-    "reply-poll-interval", "node-wait-timeout", "warmup-timeout", "checkpoint-every", "save-model",
-    "num-server-rounds", "max-failed-rounds", "max-missing-nodes", "eval-every", "perturbation-diagnostic",
+    "resume", "overwrite", "accept-unverified-checkpoint", "run-name", "results-dir", "data-dir", "cache-dir",
+    "device", "round-timeout", "reply-poll-interval", "node-wait-timeout", "warmup-timeout", "checkpoint-every",
+    "save-model", "num-server-rounds", "max-failed-rounds", "max-missing-nodes", "eval-every",
+    "perturbation-diagnostic",
 })
 
 
@@ -187,6 +188,22 @@ def save_checkpoint(folder: Path, cfg: RunConfig, ckpt: Checkpoint) -> Path:
     return target
 
 
+def _accept_unverified(path: Path, cfg: RunConfig) -> None:
+    """A checkpoint without a checksum: refused, unless the run config accepts it by name (then a warning).
+
+    Format 1 (before checksums) and a format-2 file whose checksum was removed look alike and are both
+    unverifiable: a damaged or edited file would be resumed as if it were the run's state.
+    """
+    if not cfg.accept_unverified_checkpoint:
+        raise CheckpointError(
+            f"checkpoint {path} has no checksum (written before checkpoints had one, or its checksum was removed), "
+            "so its contents cannot be verified; resume it anyway with run config "
+            "accept-unverified-checkpoint = true, or start over (overwrite = true)"
+        )
+    log(WARNING, "checkpoint %s has no checksum: its contents are not verified (accept-unverified-checkpoint = true)",
+        path)
+
+
 def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights, nodes: list[list[int]] | None = None) -> Checkpoint:
     """Read and check a checkpoint against this run's config, nodes and model shapes; all values finite.
 
@@ -218,9 +235,9 @@ def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights, nodes: list
         ) from None
     if meta.get("format") not in (str(FORMAT_VERSION), "1"):
         raise CheckpointError(f"checkpoint {path} has format {meta.get('format')!r}, expected {FORMAT_VERSION}")
-    if meta.get("format") == "1":
-        log(WARNING, "checkpoint %s was written before checkpoints had a checksum: its contents are not verified", path)
-    elif meta.get(_CHECKSUM) != contents_checksum(tensors, meta):
+    if _CHECKSUM not in meta or meta.get("format") == "1":
+        _accept_unverified(path, cfg)
+    elif meta[_CHECKSUM] != contents_checksum(tensors, meta):
         raise CheckpointError(
             f"checkpoint {path} is corrupt: its checksum does not match its contents (a changed or damaged file); "
             "delete it to start over, or restore it from a backup"
@@ -272,7 +289,9 @@ def fork_checkpoint(source: Path, target: Path, cfg: RunConfig) -> Path:
     with safe_open(str(source / CHECKPOINT_FILE), framework="numpy") as handle:
         meta = dict(handle.metadata() or {})
         tensors = {key: handle.get_tensor(key) for key in handle.keys()}
-    if meta.get(_CHECKSUM) is not None and meta[_CHECKSUM] != contents_checksum(tensors, meta):
+    if _CHECKSUM not in meta or meta.get("format") == "1":
+        _accept_unverified(source / CHECKPOINT_FILE, cfg)
+    elif meta[_CHECKSUM] != contents_checksum(tensors, meta):
         raise CheckpointError(f"checkpoint {source / CHECKPOINT_FILE} is corrupt: its checksum does not match its "
                               "contents; it cannot be forked")
     meta["identity"] = json.dumps(_identity(cfg))

@@ -143,3 +143,19 @@ def test_a_checkpoint_missing_its_strategy_arrays_is_refused_before_anything_is_
     tensors = {k: v for k, v in tensors.items() if not k.startswith("state/")}  # the velocity's arrays are gone
     rewrite(folder / CHECKPOINT_FILE, meta, tensors)
     refused({**raw, "resume": True}, folder, "corrupt")
+
+
+@pytest.mark.parametrize("checkpoint_format", ["1", "2"])  # written before checksums, or a checksum removed
+def test_a_checkpoint_without_a_checksum_is_resumed_only_when_the_run_config_accepts_it_by_name(run_copy,
+                                                                                             checkpoint_format):
+    from safetensors.numpy import save_file
+
+    raw, folder = run_copy
+    meta, tensors = read(folder / CHECKPOINT_FILE)
+    meta = {k: v for k, v in meta.items() if k != "checksum"}
+    save_file(tensors, str(folder / CHECKPOINT_FILE), metadata={**meta, "format": checkpoint_format})
+    raw = {**raw, "num-server-rounds": 4}  # one round more than the checkpoint's run
+    refused(raw, folder, "has no checksum", "accept-unverified-checkpoint = true")
+    run_federation({**raw, "accept-unverified-checkpoint": True}, InProcessGrid(2, raw))
+    rounds = [json.loads(line)["round"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    assert rounds == [0, 1, 2, 3, 4]

@@ -23,7 +23,7 @@ REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 DOCS = [REPO / "docs" / "deployment.md", DEPLOY / "README.md"]
 QUOTED = re.compile(r"`((?:superlink|supernode|pki|connection|register-supernodes|compose-init|compose-nodes|"
-                    r"build-local-base|compose-smoke|fetch-fashion-mnist)\.sh: [^`]+)`")
+                    r"build-local-base|compose-smoke|fetch-fashion-mnist|retry-activation)\.sh: [^`]+)`")
 
 
 def quoted_script_messages() -> list[str]:
@@ -68,6 +68,15 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> str:
     ]
     if os.geteuid() != 0 or shutil.which("setpriv"):
         out.append(script("superlink.sh", "--insecure", "--database", str(locked / "state.db"), user=True))
+    # A SuperNode the SuperLink refuses to activate (a stand-in flower-supernode refused as Flower refuses):
+    # retried, then given up on.
+    refused = tmp / "refused-bin"
+    refused.mkdir()
+    (refused / "flower-supernode").write_text("#!/bin/sh\necho 'Failed to activate SuperNode.' >&2\nexit 1\n")
+    (refused / "flower-supernode").chmod(0o755)
+    out.append(subprocess.run([str(DEPLOY / "retry-activation.sh"), "--retry-every", "1", "--activation-wait", "2",
+                               "--", "flower-supernode"], capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PATH": f"{refused}{os.pathsep}{os.environ['PATH']}"}).stderr)
     shutil.rmtree(shared)
     return "\n".join(out)
 
@@ -84,7 +93,7 @@ def test_each_quoted_script_message_is_what_the_script_prints(captured: str, quo
 
 def test_every_script_failure_is_one_line(captured: str):
     errors = [line for line in captured.splitlines() if line and "WARNING" not in line]
-    assert all(re.match(r"^(superlink|supernode)\.sh: ", line) for line in errors), errors
+    assert all(re.match(r"^(superlink|supernode|retry-activation)\.sh: ", line) for line in errors), errors
 
 
 def test_without_central_evaluation_the_server_reads_no_data(tmp_path, tiny_data_dir):
@@ -109,3 +118,29 @@ def test_the_resume_line_the_docs_show_is_the_one_a_run_prints():
     assert shown, "docs/deployment.md shows no results-folder line"
     folder = Path(shown[0].split(" ", 3)[2])
     assert shown[0] == resume_hint(folder)
+
+
+def test_the_systemd_unit_the_docs_show_starts_the_supernode_script_and_stops_restarting_on_its_refusals(tmp_path):
+    doc = (REPO / "docs" / "deployment.md").read_text()
+    (unit,) = re.findall(r"```ini\n(# /etc/systemd/system/fedsynth-supernode\.service\n.*?)```", doc, re.S)
+    service = dict(line.split("=", 1) for line in unit.split("[Service]")[1].split("[Install]")[0].splitlines()
+                   if "=" in line and not line.startswith("#"))
+    argv = service["ExecStart"].split()
+    assert argv[0] == "/opt/fedsynth/deploy/supernode.sh"
+    # The unit's command, with its files made here: supernode.sh accepts every option and starts Flower.
+    for name in ("ca.crt", "site-a"):
+        (tmp_path / name).write_text("")
+    argv = [str(DEPLOY / "supernode.sh")] + [a.replace("/etc/fedsynth", str(tmp_path)) for a in argv[1:]]
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "flower-supernode").write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" > '{tmp_path}/argv'\n")
+    (bin_dir / "flower-supernode").chmod(0o755)
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60,
+                            env={**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"})
+    assert result.returncode == 0, result.stderr
+    assert "--auth-supernode-private-key" in (tmp_path / "argv").read_text().split()
+    # Restarted after a crash, not after the scripts' refusals: 78 (retry-activation.sh gave up), 2 (bad option).
+    assert service["Restart"] == "on-failure" and service["KillMode"] == "control-group"
+    assert set(service["RestartPreventExitStatus"].split()) == {"78", "2"}
+    assert "exit 78" in (DEPLOY / "retry-activation.sh").read_text()
+    assert 'exit 2; }' in (DEPLOY / "supernode.sh").read_text()

@@ -13,11 +13,13 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
 import sys
 import threading
+import time
 import tomllib
 from functools import cache
 from pathlib import Path
@@ -144,6 +146,10 @@ def test_compose_uses_only_accepted_flower_flags_with_tls(scratch: Path, variant
     for service, argv in commands.items():
         if argv[0] == "flower-supernode":
             assert {"--root-certificates", "--auth-supernode-private-key", "--ssl-certfile"} <= set(argv)
+            # restarted by Docker after a crash, and retried while the SuperLink holds its old session
+            assert services[service]["restart"] == "unless-stopped", service
+            assert services[service]["entrypoint"] == ["/app/deploy/retry-activation.sh", "--"], service
+            assert (DEPLOY / "retry-activation.sh").stat().st_mode & 0o111
         if argv[0] == "flower-superexec":
             assert "--root-certificates" in argv and "--allow-runtime-dependency-installation" not in argv
 
@@ -357,3 +363,76 @@ def test_pki_keys_are_private_and_node_keys_are_ecdsa_384(pki: Path) -> None:
     assert "keeping existing" in rerun.stdout
     bad = subprocess.run([str(DEPLOY / "pki.sh"), "server", str(pki), "x", "superlink"], capture_output=True, text=True)
     assert bad.returncode == 2 and "bad SAN" in bad.stderr
+
+
+# ----- deploy/retry-activation.sh: a SuperNode restarted while the SuperLink still holds its session
+
+
+def flaky_supernode(bin_dir: Path, refusals: int, final: str = "exit 0") -> Path:
+    """A stand-in `flower-supernode` refused like Flower refuses a held session `refusals` times, then `final`."""
+    bin_dir.mkdir(exist_ok=True)
+    calls = bin_dir / "calls"
+    script = bin_dir / "flower-supernode"
+    script.write_text(
+        "#!/bin/sh\n"
+        f"echo x >> '{calls}'\n"
+        f"if [ $(wc -l < '{calls}') -le {refusals} ]; then\n"
+        "  echo 'ERROR :     Exit Code: 305'; echo 'Failed to activate SuperNode.' >&2; exit 1\n"
+        "fi\n"
+        f"{final}\n"
+    )
+    script.chmod(0o755)
+    return calls
+
+
+def retry(bin_dir: Path, *options: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    return subprocess.run([str(DEPLOY / "retry-activation.sh"), *options, "--", "flower-supernode", "--x"],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def test_a_refused_activation_is_retried_with_a_line_saying_why(tmp_path: Path) -> None:
+    calls = flaky_supernode(tmp_path / "bin", refusals=2)
+    result = retry(tmp_path / "bin", "--retry-every", "1", "--activation-wait", "30")
+    assert result.returncode == 0, result.stderr
+    assert len(calls.read_text().splitlines()) == 3
+    lines = [line for line in result.stderr.splitlines() if line.startswith("retry-activation.sh: ")]
+    assert len(lines) == 2 and all("may still hold this node's previous session" in line for line in lines), lines
+    assert "Failed to activate SuperNode." in result.stdout  # the node's own output still shows (on stdout)
+
+
+def test_a_refusal_that_outlasts_any_held_session_gives_up_with_exit_78(tmp_path: Path) -> None:
+    calls = flaky_supernode(tmp_path / "bin", refusals=1000)
+    start = time.monotonic()
+    result = retry(tmp_path / "bin", "--retry-every", "1", "--activation-wait", "2")
+    assert result.returncode == 78, result.stderr
+    assert time.monotonic() - start < 20
+    assert 2 <= len(calls.read_text().splitlines()) <= 5
+    assert "its key is not registered (deploy/register-supernodes.sh)" in result.stderr.splitlines()[-1]
+
+
+def test_other_failures_pass_through_at_once(tmp_path: Path) -> None:
+    calls = flaky_supernode(tmp_path / "bin", refusals=0, final="echo 'CERTIFICATE_VERIFY_FAILED' >&2; exit 1")
+    result = retry(tmp_path / "bin", "--retry-every", "1")
+    assert result.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in result.stdout
+    assert len(calls.read_text().splitlines()) == 1 and "retry-activation.sh" not in result.stderr
+
+
+def test_sigterm_reaches_the_supernode(tmp_path: Path) -> None:
+    flaky_supernode(tmp_path / "bin", refusals=0, final=f"trap 'echo stopped > {tmp_path}/stopped; exit 0' TERM\n"
+                                                         "while :; do sleep 0.1; done")
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen([str(DEPLOY / "retry-activation.sh"), "--", "flower-supernode"], env=env)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=20) == 0
+    assert (tmp_path / "stopped").read_text().strip() == "stopped"
+
+
+def test_supernode_script_runs_flower_under_the_activation_retry(tmp_path: Path) -> None:
+    calls = flaky_supernode(tmp_path / "bin", refusals=1)
+    result = run_script("supernode.sh", ["--superlink", "127.0.0.1:8000", "--insecure", "--partition-id", "0",
+                                         "--num-partitions", "1", "--activation-wait", "30", "--",
+                                         "--max-retries", "1"], tmp_path / "bin")
+    assert result.returncode == 0, result.stderr
+    assert len(calls.read_text().splitlines()) == 2 and "retrying in 2 s" in result.stderr

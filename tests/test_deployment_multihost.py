@@ -273,11 +273,13 @@ def test_tls_authenticated_federation_across_hosts(tmp_path: Path, tiny_data_dir
                             f"node{i}.log", tmp_path / f"home-node{i}")
 
             # The intruder, while the run goes on: a key nobody registered, then no CA certificate.
+            # (--activation-wait 0: give up at the first refusal, instead of retrying it for 90 s as a
+            # restarted node's refusal is retried.)
             give_up = ["--", "--max-retries", "1", "--max-wait-time", "30"]
             unregistered = procs.start(intruder, [str(DEPLOY / "supernode.sh"), "--superlink", intruder.superlink,
                                                   "--ca", str(certs / "ca.crt"), "--key", str(certs / "intruder"),
                                                   "--partition-id", "0", "--num-partitions", "2",
-                                                  "--port", str(_free_port()), *give_up],
+                                                  "--port", str(_free_port()), "--activation-wait", "0", *give_up],
                                        "intruder-unregistered.log", tmp_path / "home-intruder-a")
             # A registered key, but trusting only the public CAs (certifi) instead of ours.
             no_ca = procs.start(intruder, [str(DEPLOY / "supernode.sh"), "--superlink", intruder.superlink,
@@ -316,12 +318,13 @@ def test_tls_authenticated_federation_across_hosts(tmp_path: Path, tiny_data_dir
             assert config["num-server-rounds"] == 2
 
             # The intruder was turned away: unknown key refused, unknown CA not trusted.
-            assert unregistered.wait(timeout=60) == 1  # Flower logs "Exit Code: 305" but exits with 1
+            assert unregistered.wait(timeout=60) == 78  # Flower logs "Exit Code: 305"; supernode.sh gives up with 78
             assert no_ca.wait(timeout=60) != 0
             unregistered_log = (logs / "intruder-unregistered.log").read_text()
             no_ca_log = (logs / "intruder-no-ca.log").read_text()
             link_log = (logs / "superlink.log").read_text()
             assert "Failed to activate SuperNode" in unregistered_log, unregistered_log
+            assert "its key is not registered (deploy/register-supernodes.sh)" in unregistered_log, unregistered_log
             assert "No SuperNode found with the given public key" in link_log
             assert "CERTIFICATE_VERIFY_FAILED" in no_ca_log, no_ca_log
             if net.isolated:

@@ -93,6 +93,8 @@ def test_failed_and_timed_out_nodes_are_skipped_and_recorded(tmp_path, tiny_data
     summary, results, _, _ = run_inprocess(raw, 4, grid)
     rounds = {r["round"]: r for r in results.rounds}
     assert rounds[2]["answered"] == 3 and rounds[2]["failures"][0]["partition"] == 1
+    assert rounds[2]["answered-nodes"] == ["partition-0", "partition-2", "partition-3"]  # who answered, by name
+    assert rounds[3]["answered-nodes"] == ["partition-0", "partition-1", "partition-3"]
     assert "injected failure" in rounds[2]["failures"][0]["reason"]
     assert rounds[3]["answered"] == 3 and rounds[3]["failures"][0]["reason"] == "timeout"
     assert summary["rounds"] == 3

@@ -1,24 +1,37 @@
-"""Sites' own data in Flower's deployment engine (issue 33): three SuperNodes, each with its own imagefolder.
+"""Sites' own data in Flower's deployment engine (issues 33 and 47): three SuperNodes, each with its own imagefolder.
 
 The sites (tests/site_folders.py) hold different class subsets, one stores its images at another
-size, one has no test split. The SuperNodes get `dataset-path` and `name` only (no partition ids);
-the server holds no dataset: the run uses `dataset = "own"` (no named dataset to find), and HOME,
-XDG_CACHE_HOME and every cache folder are the test's own, so nothing global can be found. FedAvg
-and FedCOG must end `finished:completed` with each node's train count equal to its folder's size
-minus its test cut; the FedAvg run trains a user's model factory shipped inside the Flower app
-(`model = "sitemodels.nets:small"`, a package next to the app's own). Then a federation with a site whose class is outside the label space and a
-site with an empty folder must fail at the handshake, quickly, naming both.
+size, one has no test split. The first test follows docs/own-data.md's walk-through as written:
+its steps 2-5 are read from the document and run on loopback (certificates and keys, the SuperLink
+with TLS and SuperNode authentication, the keys registered, one `deploy/supernode.sh` per site with
+`--dataset-path` and `--name` only, the run); the test changes only what a loopback host needs
+(addresses, ports, folders) and adds the run-config keys of a short test run, each replacement
+asserted to be in the document, so the two cannot drift apart. The server holds no dataset:
+`dataset = "own"`, and HOME, XDG_CACHE_HOME and every cache folder are the test's own. FedAvg runs
+5 rounds with a user's model factory shipped inside the Flower app (`model = "sitemodels.nets:small"`);
+after round 2 site-b's SuperNode is killed with SIGKILL and started again at once with the same
+command: the SuperLink refuses it while it holds the old session, `deploy/supernode.sh` retries, and
+the node (same key, so the same node id) answers again by round 5; the run ends `finished:completed`
+and every round's `metrics.jsonl` names who answered. FedCOG then runs 2 rounds on the same
+federation. Each node's train count equals its folder's size minus its test cut. Then a federation
+with a site whose class is outside the label space and a site with an empty folder must fail at the
+handshake, quickly, naming both.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import re
+import shutil
+import signal
+import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
-from fedsynth.loopback import LoopbackFederation, app_copy
+from fedsynth.loopback import BIN, LoopbackFederation, app_copy, free_ports, stop_process_groups, wait_for_port
 from tests.site_folders import CLASS_NAMES, write_sites
 
 REPO = Path(__file__).resolve().parent.parent
@@ -63,36 +76,182 @@ def _run_config(results: Path, run_name: str, **extra: str) -> str:
     return " ".join(f"{key}={value}" for key, value in values.items())
 
 
-def test_three_sites_with_their_own_folders_run_fedavg_and_fedcog_with_no_data_on_the_server(tmp_path):
-    sites = write_sites(tmp_path / "sites")
-    results = tmp_path / "results"
-    configs = [_node_config(site.path, site.name, tmp_path) for site in sites]
-    with LoopbackFederation(tmp_path, 0, extra_env=_isolated_env(tmp_path), node_configs=configs) as federation:
-        app = app_with_user_model(tmp_path / "app")
-        for algorithm, extra in (("fedavg", {"model": "'sitemodels.nets:small'"}),
-                                 ("fedcog", {"cog-start-round": "2", "gen-steps": "4", "gen-budget": "24"})):
-            run_id = federation.submit(app, _run_config(results, algorithm, algorithm=f"'{algorithm}'", **extra))
-            status = federation.wait_until_finished(run_id, timeout=500, summary=results / algorithm / "summary.json")
-            assert status == "finished:completed", f"{algorithm}: {status}" + federation.log_tails()
+def walk_through_steps(doc: Path = REPO / "docs" / "own-data.md") -> dict[int, str]:
+    """The walk-through's numbered steps -> the bash block of each, as the document shows them."""
+    section = doc.read_text().split("## Walk-through", 1)[1].split("\n## ", 1)[0]
+    steps = {}
+    for match in re.finditer(r"\*\*(\d+)\.[^\n]*(?:\n(?!```)[^\n]*)*\n```bash\n(.*?)\n```", section, re.S):
+        steps[int(match.group(1))] = match.group(2)
+    return steps
+
+
+def replaced(text: str, replacements: dict[str, str]) -> str:
+    """`text` with each key replaced; a key the text lacks fails the test (the docs changed: look at them)."""
+    for old, new in replacements.items():
+        assert old in text, f"docs/own-data.md's walk-through no longer contains {old!r}:\n{text}"
+        text = text.replace(old, new)
+    return text
+
+
+def commands(block: str) -> list[str]:
+    """The commands of a bash block: continuation lines joined, comments dropped."""
+    joined = re.sub(r"\\\n\s*", "", block)
+    return [line.split("  #", 1)[0].strip() for line in joined.splitlines() if line.strip()]
+
+
+class WalkThrough:
+    """The walk-through's processes on loopback, each in its own session (stopping it stops its children)."""
+
+    def __init__(self, work: Path, env: dict[str, str]) -> None:
+        self.work, self.env, self.logs = work, env, work / "logs"
+        self.logs.mkdir()
+        self.started: list[subprocess.Popen] = []
+
+    def run(self, command: str, timeout: float = 120, cwd: Path | None = None) -> str:
+        result = subprocess.run(["bash", "-c", command], cwd=cwd or self.work, env=self.env, capture_output=True,
+                                text=True, timeout=timeout)
+        assert result.returncode == 0, f"{command}\nfailed ({result.returncode}):\n{result.stdout}\n{result.stderr}"
+        return result.stdout
+
+    def start(self, command: str, log: str) -> subprocess.Popen:
+        with open(self.logs / log, "ab") as out:
+            proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=self.work, env=self.env, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True)
+        self.started.append(proc)
+        return proc
+
+    def status(self, run_id: int) -> str:
+        return json.loads(self.run(f"flwr ls fed --run-id {run_id} --format json"))["runs"][0]["status"]
+
+    def wait_until_finished(self, run_id: int, summary: Path, timeout: float) -> str:
+        deadline = time.monotonic() + timeout
+        while not summary.is_file() and time.monotonic() < deadline:
+            time.sleep(1)
+        while time.monotonic() < deadline:
+            if (status := self.status(run_id)).startswith("finished"):
+                return status
+            time.sleep(2)
+        raise AssertionError(f"run {run_id} not finished after {timeout:.0f}s" + self.log_tails())
+
+    def log_tails(self, chars: int = 2000) -> str:
+        return "".join(f"\n--- {f.name}\n{f.read_text(errors='replace')[-chars:]}" for f in sorted(self.logs.iterdir()))
+
+    def stop(self) -> None:
+        stop_process_groups([p for p in self.started if p.poll() is None])
+
+
+def read_rounds(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.is_file() else []
+
+
+RESTARTED = "site-b"  # the site whose SuperNode is killed after round 2 and started again at once
+
+
+def test_the_walk_through_as_written_with_a_site_restarted_mid_run_and_no_data_on_the_server(tmp_path):
+    for tool in ("openssl", "ssh-keygen"):
+        assert shutil.which(tool), f"`{tool}` is needed by deploy/pki.sh (.ci/run installs it)"
+    work = tmp_path
+    sites = write_sites(work / "data")
+    assert [site.name for site in sites] == ["site-a", "site-b", "site-c"]
+    (work / "deploy").symlink_to(REPO / "deploy")  # the walk-through runs deploy/... from the operator's folder
+    link_port, *node_ports = free_ports(4)
+    env = {**os.environ, **_isolated_env(work), "FLWR_HOME": str(work / "flwr-home"),
+           "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "FLWR_TELEMETRY_ENABLED": "0",
+           "FLWR_DISABLE_UPDATE_CHECK": "1"}
+    address = f"127.0.0.1:{link_port}"
+    steps = walk_through_steps()
+    results = work / "results"
+    fed = WalkThrough(work, env)
+    try:
+        # 2. Certificates and keys, the operator's connection.
+        for command in commands(replaced(steps[2], {"superlink.example.org:8000": address})):
+            fed.run(command)
+        # 3. The SuperLink (loopback only, a free port), then the sites' keys once it is up.
+        start_link, register = commands(replaced(steps[3], {
+            "/srv/fedsynth/state.db": str(work / "state.db"),
+            "deploy/superlink.sh ": f"deploy/superlink.sh --host 127.0.0.1 --port {link_port} "}))
+        fed.start(start_link, "superlink.log")
+        wait_for_port(link_port, 120)
+        fed.run(register)
+        # 4. Each site's SuperNode: the document's command for site-a, with each site's name (and, as three
+        # SuperNodes share this host, a Runtime API port of its own and a third of the host's cores).
+        (site_a,) = commands(replaced(steps[4], {"superlink.example.org:8000": address,
+                                                  "/data/site-a": str(work / "data" / "site-a"),
+                                                  "/var/cache/fedsynth": str(work / "cache")}))
+        assert site_a.count("site-a") == 3, site_a  # key, folder and name
+        node_commands = {site.name: f"{site_a.replace('site-a', site.name)} --port {port} --supernodes-per-host 3"
+                         for site, port in zip(sites, node_ports)}
+        nodes = {name: fed.start(command, f"{name}.log") for name, command in node_commands.items()}
+        # 5. The run: the document's run config, 5 rounds instead of 20, plus a short test run's keys and a
+        # user's model shipped inside the app; without streaming, so that the test gets the run id.
+        app = app_with_user_model(work / "app")
+
+        def submit(run_name: str, rounds: int, **extra: str) -> int:
+            keys = {"results-dir": f"'{results}'", "run-name": f"'{run_name}'", "local-steps": "3", "batch-size": "8",
+                    "checkpoint-every": "0", "node-wait-timeout": "180.0", "round-timeout": "300.0", **extra}
+            (command,) = commands(replaced(steps[5], {
+                "flwr run . fed --stream": "flwr run . fed --format json",
+                "num-server-rounds=20\"": f"num-server-rounds={rounds} "
+                                         + " ".join(f"{k}={v}" for k, v in keys.items()) + '"'}))
+            return int(json.loads(fed.run(command, cwd=app))["run-id"])
+
+        fedavg = submit("fedavg", 5, algorithm="'fedavg'", model="'sitemodels.nets:small'")
+        metrics = results / "fedavg" / "metrics.jsonl"
+        deadline = time.monotonic() + 600
+        while not any(r["round"] >= 2 for r in read_rounds(metrics)):
+            assert time.monotonic() < deadline, "round 2 did not end" + fed.log_tails()
+            time.sleep(0.5)
+        os.killpg(nodes[RESTARTED].pid, signal.SIGKILL)  # the SuperNode, its executor and its ClientApp
+        nodes[RESTARTED].wait(timeout=15)
+        restarted = fed.start(node_commands[RESTARTED], f"{RESTARTED}.log")  # at once, the same command
+        status = fed.wait_until_finished(fedavg, results / "fedavg" / "summary.json", timeout=900)
+        assert status == "finished:completed", status + fed.log_tails()
+        assert restarted.poll() is None, "the restarted SuperNode gave up" + fed.log_tails()
+        # The restart was refused while the SuperLink held the old session, and retried with a line saying so.
+        restart_log = (fed.logs / f"{RESTARTED}.log").read_text(errors="replace")
+        assert "Failed to activate SuperNode" in restart_log, restart_log[-3000:]
+        assert "retry-activation.sh: the SuperLink refused to activate this SuperNode; it may still hold" in restart_log
+        rounds = {r["round"]: r for r in read_rounds(metrics)}  # no round 0: the server has no test set
+        assert sorted(rounds) == [1, 2, 3, 4, 5]
+        everyone = [site.name for site in sites]
+        for number in (1, 2):
+            assert sorted(rounds[number]["answered-nodes"]) == everyone, rounds[number]
+        assert RESTARTED not in rounds[3]["answered-nodes"], rounds[3]  # it was down in round 3
+        (lost,) = rounds[3]["failures"]
+        assert "Node Unavailable" in lost["reason"], lost  # the SuperLink's answer once its session expired
+        assert sorted(rounds[5]["answered-nodes"]) == everyone, rounds[5]  # and back by round 5
+        for record in rounds.values():
+            assert record["answered"] == len(record["answered-nodes"]), record
+
+        fedcog = submit("fedcog", 2, algorithm="'fedcog'", **{"cog-start-round": "2", "gen-steps": "4",
+                                                             "gen-budget": "24"})
+        status = fed.wait_until_finished(fedcog, results / "fedcog" / "summary.json", timeout=500)
+        assert status == "finished:completed", status + fed.log_tails()
+        for algorithm, count in (("fedavg", 5), ("fedcog", 2)):
             folder = results / algorithm
             summary = json.loads((folder / "summary.json").read_text())
-            assert summary["status"] == "ok" and summary["num-nodes"] == 3, summary
+            assert summary["num-nodes"] == 3, summary
+            if algorithm == "fedavg":  # min-nodes = 3: the rounds without site-b kept the model, and say so
+                short = [r for r, record in rounds.items() if len(record["answered-nodes"]) < 3]
+                assert 3 in short and summary["status"] == "completed-with-failed-rounds", summary
+                assert summary["failed-rounds"] == len(short) and f"rounds {short}" in summary["status-reason"]
+            else:
+                assert summary["status"] == "ok", summary
             assert summary["accuracy-source"] == "local-test"
-            nodes = {row["name"]: row for row in json.loads((folder / "nodes.json").read_text())}
+            nodes_json = {row["name"]: row for row in json.loads((folder / "nodes.json").read_text())}
             for site in sites:
                 cut = 0 if site.num_test else round(site.num_train * 0.2)
-                assert nodes[site.name]["num-train-examples"] == site.num_train - cut, nodes
-                assert nodes[site.name]["num-test-examples"] == (site.num_test or cut), nodes
-            rounds = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-            assert [r["round"] for r in rounds] == [1, 2] and all(r["answered"] == 3 for r in rounds)
-            if algorithm == "fedavg":  # the user's model: 784 -> 16 -> 10
-                from safetensors.numpy import load_file
+                assert nodes_json[site.name]["num-train-examples"] == site.num_train - cut, nodes_json
+                assert nodes_json[site.name]["num-test-examples"] == (site.num_test or cut), nodes_json
+            assert [r["round"] for r in read_rounds(folder / "metrics.jsonl")] == list(range(1, count + 1))
+        from safetensors.numpy import load_file
 
-                shapes = {k: v.shape for k, v in load_file(str(folder / "model.safetensors")).items()}
-                assert shapes == {"1.weight": (16, 784), "1.bias": (16,), "3.weight": (10, 16), "3.bias": (10,)}
-            if algorithm == "fedcog":
-                assert rounds[1]["stat-cog-generated"] > 0  # FedCOG's generation ran on the sites' data
-    assert not (tmp_path / "xdg" / "fedsynth" / "data").exists()  # no dataset was looked for in the defaults
+        shapes = {k: v.shape for k, v in load_file(str(results / "fedavg" / "model.safetensors")).items()}
+        assert shapes == {"1.weight": (16, 784), "1.bias": (16,), "3.weight": (10, 16), "3.bias": (10,)}
+        assert read_rounds(results / "fedcog" / "metrics.jsonl")[1]["stat-cog-generated"] > 0  # FedCOG's generation ran
+    finally:
+        fed.stop()
+    assert not (work / "xdg" / "fedsynth" / "data").exists()  # no dataset was looked for in the defaults
 
 
 def test_sites_with_a_foreign_label_and_an_empty_folder_are_refused_at_once_naming_them(tmp_path, flower_app):

@@ -284,11 +284,17 @@ class RoundStrategy(Strategy):
                 failure["reason"])
         report = self.round_report if self.round_report is not None else {}
         # counted now, not when the round began: a subclass may add records to the sent messages (FedSynSAM's D_syn)
-        report.update({"answered": len(outcome.good), "failed": len(outcome.failures), "failures": outcome.failures,
+        report.update({"answered": len(outcome.good), "answered-nodes": [self._label(i) for i, _ in outcome.good],
+                       "failed": len(outcome.failures), "failures": outcome.failures,
                        "uplink-bytes": outcome.uplink_bytes,
                        "downlink-bytes": sum(message_array_bytes(m) for m in self._sent)})
         self.round_report = report
         return outcome
+
+    def _label(self, index: int) -> str:
+        """How results name node `index` of the node table: its node-config `name`, else its partition."""
+        node = self.nodes[index]
+        return node.name or f"partition-{node.partition_id}"
 
     def _failure(self, node_id: int, reason: str) -> dict[str, Any]:
         node = self.node_of(node_id)

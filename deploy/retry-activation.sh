@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# Run a SuperNode command; while the SuperLink refuses to activate it, start it again.
+#
+#   deploy/retry-activation.sh [--activation-wait SECONDS] [--retry-every SECONDS] -- flower-supernode ARGS...
+#
+# Why: a SuperNode that crashed or was killed (a reboot, an update, `kill -9`) and starts again at
+# once is refused ("Failed to activate SuperNode", Flower's exit code 305): the SuperLink still holds
+# its previous session until that session's heartbeats expire, 2 heartbeat intervals of 30 s in
+# Flower 1.42 (HEARTBEAT_PATIENCE x HEARTBEAT_DEFAULT_INTERVAL), so up to 60 s after the last
+# heartbeat. Started again after that, it activates (with SuperNode authentication, under the same
+# node id) and takes part from the run's next round. Flower tells the node the same thing when its
+# key was never registered, so the refusal is retried for --activation-wait seconds (default 90,
+# longer than any session is held) after the first one, every --retry-every seconds (default 2);
+# a refusal that outlasts that will not change by waiting: the script says so and exits 78
+# (EX_CONFIG), the status that docs/deployment.md's systemd unit does not restart on.
+# The command's output (stdout and stderr) is copied to stdout. Every other exit is passed on
+# unchanged (a supervisor such as systemd or Compose's `restart:` decides what to do with a crash). SIGTERM and SIGINT are passed to the
+# command, so the script can be a container's PID 1.
+set -uo pipefail
+
+wait_s=90 every=2
+die() { echo "retry-activation.sh: $*" >&2; exit 2; }
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --activation-wait) wait_s="$2"; shift 2 ;;
+        --retry-every) every="$2"; shift 2 ;;
+        --) shift; break ;;
+        -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+        *) die "unknown option '$1' (see --help)" ;;
+    esac
+done
+[ $# -gt 0 ] || die "no command given (after --)"
+[[ "$wait_s" =~ ^[0-9]+$ ]] || die "--activation-wait must be a whole number of seconds"
+[[ "$every" =~ ^[1-9][0-9]*$ ]] || die "--retry-every must be a positive whole number of seconds"
+
+refused="$(mktemp)"
+trap 'rm -f "$refused"' EXIT
+child=""
+forward() { [ -n "$child" ] && kill -s "$1" "$child" 2>/dev/null; }
+trap 'forward TERM' TERM INT  # INT too: a background command ignores SIGINT
+
+# Copy the command's output through unchanged, noting whether the SuperLink refused its activation.
+watch() {
+    local line
+    while IFS= read -r line; do
+        printf '%s\n' "$line"
+        [[ "$line" == *"Failed to activate SuperNode"* ]] && echo refused > "$refused"
+    done
+}
+
+first_refusal=""
+while :; do
+    : > "$refused"
+    "$@" > >(watch) 2>&1 &
+    child=$!
+    status=0
+    wait "$child" || status=$?
+    while kill -0 "$child" 2>/dev/null; do  # `wait` returned early for a signal we passed on
+        status=0; wait "$child" || status=$?
+    done
+    child=""
+    [ "$status" -eq 0 ] && exit 0
+    # The refusal is printed just before the command exits; give the copy of its output a moment.
+    for _ in $(seq 30); do [ -s "$refused" ] && break; sleep 0.1; done
+    [ -s "$refused" ] || exit "$status"
+    now=$(date +%s)
+    [ -n "$first_refusal" ] || first_refusal=$now
+    waited=$(( now - first_refusal ))
+    if [ "$waited" -ge "$wait_s" ]; then
+        echo "retry-activation.sh: the SuperLink still refuses to activate this SuperNode after ${waited} s of retries (--activation-wait ${wait_s}; a lost node's old session is held up to 60 s): its key is not registered (deploy/register-supernodes.sh) or the SuperLink refuses it for good; giving up" >&2
+        exit 78
+    fi
+    echo "retry-activation.sh: the SuperLink refused to activate this SuperNode; it may still hold this node's previous session (kept up to 60 s after a node stops); retrying in ${every} s (giving up $(( wait_s - waited )) s from now)" >&2
+    sleep "$every" &
+    wait $! || exit 143  # stopped while waiting
+done
