@@ -27,7 +27,7 @@ server_lr : float (default: 1.0)
     The server step: w <- w + server_lr * mean(w_i - w).
 aggregation : str (default: "weighted")
     "weighted" (by `num-examples`), "uniform", or the robust "median", "trimmed-mean", "krum".
-max_weight_share : float (default: 1.0)
+max_weight_share : float (default: 0.5, the run config's `max-weight-share`)
     No node's share of a weighted mean above this (bounded influence; 1.0 leaves the counts).
 max_update_norm : float (default: 0.0)
     Bound on a node's update norm (0: none); `update_norm_action` "clip" scales longer ones, "refuse" drops them.
@@ -35,7 +35,11 @@ lr_schedule : Callable[[int], float] | None (default: None)
     If given, each round's train config carries "lr" = lr_schedule(server_round).
 nodes : list[NodeInfo] | None (default: None)
     A node table (node ids with partition ids and example counts, as fedsynth's handshake learns it);
-    None numbers the grid's nodes in node-id order at the first round.
+    None numbers the grid's nodes in node-id order, and every round adds the nodes that joined since.
+weighted_by_key : str (default: "num-examples")
+    The reply metric that weighs each reply in the averages, as in Flower's strategies.
+min_available_nodes : int (default: 1)
+    Each round waits until the grid has at least this many nodes, as Flower's strategies do.
 **settings
     Any other run-config key by its Python name (docs/configuration.md), e.g. `model`, `dataset`,
     `compression`, `bits`, `qsgd_bucket`, `trim_fraction`.
@@ -54,7 +58,7 @@ from typing import Any, Callable
 
 from common.config import RunConfig, key_name, parse_run_config
 from server_app.decentralized import DecentralizedRelay
-from server_app.strategies.base import NodeInfo, RoundStrategy, TooManyFailedRounds
+from server_app.strategies.base import NodeInfo, ReplyContractError, RoundStrategy, TooManyFailedRounds
 from server_app.strategies.dynafed import DynaFedStrategy
 from server_app.strategies.fedavg import FedAvgStrategy
 from server_app.strategies.fedavgm import FedAvgMStrategy
@@ -63,10 +67,11 @@ from server_app.strategies.fedsynsam import FedSynSAMStrategy
 from server_app.strategies.previous_update import PreviousUpdateStrategy
 from server_app.strategies.sam_baselines import FedLESAMDStrategy, FedLESAMStrategy, FedSMOOStrategy
 from server_app.strategies.scaffold import ScaffoldStrategy
+from server_app.wire import WEIGHTED_BY_KEY
 
 __all__ = [
     "DFedAvg", "DynaFed", "FedAvg", "FedAvgM", "FedCOG", "FedDDPM", "FedDDPMPlus", "FedLESAM", "FedLESAMD", "FedSAM",
-    "FedSMOO", "FedSynSAM", "MoFedSAM", "NodeInfo", "OledFL", "Scaffold", "TooManyFailedRounds", "run_config",
+    "FedSMOO", "FedSynSAM", "MoFedSAM", "NodeInfo", "OledFL", "ReplyContractError", "Scaffold", "TooManyFailedRounds", "run_config",
 ]
 
 _DEFAULTS = RunConfig()
@@ -86,9 +91,11 @@ def run_config(algorithm: str, settings: dict[str, Any]) -> RunConfig:
 
 
 def _init(strategy: RoundStrategy, parent: type, algorithm: str, nodes: list[NodeInfo] | None,
-          fraction_evaluate: float, lr_schedule: Callable[[int], float] | None, settings: dict[str, Any]) -> None:
+          fraction_evaluate: float, lr_schedule: Callable[[int], float] | None, weighted_by_key: str,
+          min_available_nodes: int, settings: dict[str, Any]) -> None:
     """Build `parent`'s run config from keyword parameters; the round's lr comes from the train config or lr_schedule."""
-    parent.__init__(strategy, run_config(algorithm, settings), nodes, fraction_evaluate=fraction_evaluate)
+    parent.__init__(strategy, run_config(algorithm, settings), nodes, fraction_evaluate=fraction_evaluate,
+                    weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
     strategy.lr_schedule = lr_schedule
 
 
@@ -101,13 +108,14 @@ class FedAvg(FedAvgStrategy):
     def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedAvgStrategy, "fedavg", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedAvgStrategy, "fedavg", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
 class FedSAM(FedAvgStrategy):
-    """FedSAM (Qu et al., 2022): FedAvg on the server; nodes train with SAM (`fedsynth.client.sam_train`).
+    """FedSAM (Qu et al., 2022): FedAvg on the server; nodes train with SAM (`fedsynth.client.train_fedsam`).
 
     Parameters: the common ones (module docstring).
     """
@@ -115,8 +123,9 @@ class FedSAM(FedAvgStrategy):
     def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedAvgStrategy, "fedsam", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedAvgStrategy, "fedsam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
@@ -133,8 +142,9 @@ class FedCOG(FedAvgStrategy):
     def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedAvgStrategy, "fedcog", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedAvgStrategy, "fedcog", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
@@ -151,8 +161,9 @@ class FedAvgM(FedAvgMStrategy):
                  fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedAvgMStrategy, "fedavgm", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedAvgMStrategy, "fedavgm", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"server_momentum": server_momentum, "fraction_train": fraction_train, "min_nodes": min_nodes,
                "seed": seed, **settings})
 
@@ -160,15 +171,16 @@ class FedAvgM(FedAvgMStrategy):
 class Scaffold(ScaffoldStrategy):
     """SCAFFOLD (Karimireddy et al., 2020): sends the server control variate c, averages the nodes' c_i updates.
 
-    Nodes reply with "scaffold-delta-c" (c_i+ - c_i) beside the model (`fedsynth.client.scaffold_train`).
+    Nodes reply with "scaffold-delta-c" (c_i+ - c_i) beside the model (`fedsynth.client.train_scaffold`).
     Parameters: the common ones (module docstring).
     """
 
     def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, ScaffoldStrategy, "scaffold", nodes, fraction_evaluate, lr_schedule,
+        _init(self, ScaffoldStrategy, "scaffold", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
@@ -181,8 +193,9 @@ class MoFedSAM(PreviousUpdateStrategy):
     def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, PreviousUpdateStrategy, "mofedsam", nodes, fraction_evaluate, lr_schedule,
+        _init(self, PreviousUpdateStrategy, "mofedsam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
@@ -195,8 +208,9 @@ class FedLESAM(FedLESAMStrategy):
     def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedLESAMStrategy, "fedlesam", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedLESAMStrategy, "fedlesam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
@@ -212,8 +226,9 @@ class FedLESAMD(FedLESAMDStrategy):
     def __init__(self, *, dyn_alpha: float = _DEFAULTS.dyn_alpha, fraction_train: float = _DEFAULTS.fraction_train,
                  fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedLESAMDStrategy, "fedlesam-d", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedLESAMDStrategy, "fedlesam-d", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"dyn_alpha": dyn_alpha, "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed,
                **settings})
 
@@ -233,8 +248,9 @@ class FedSMOO(FedSMOOStrategy):
                  fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedSMOOStrategy, "fedsmoo", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedSMOOStrategy, "fedsmoo", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"dyn_alpha": dyn_alpha, "sam_rho": sam_rho, "fraction_train": fraction_train, "min_nodes": min_nodes,
                "seed": seed, **settings})
 
@@ -242,7 +258,7 @@ class FedSMOO(FedSMOOStrategy):
 class FedSynSAM(FedSynSAMStrategy):
     """FedSynSAM: FedAvg of (compressed) updates; after `trajectory_rounds` aggregations the server distils a
     synthetic set from the global-model trajectory and sends it once to every node, which then perturbs along
-    the local/synthetic gradient mix (`fedsynth.client.fedsynsam_train`).
+    the local/synthetic gradient mix (`fedsynth.client.train_fedsynsam`).
 
     The distillation needs the model's architecture and the data's shape on the server: `model` (a preset
     name or "package.module:factory") and `dataset`, or `image_channels`, `image_size`, `num_classes`.
@@ -265,8 +281,9 @@ class FedSynSAM(FedSynSAMStrategy):
                  compression: str = _DEFAULTS.compression, fraction_train: float = _DEFAULTS.fraction_train,
                  fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedSynSAMStrategy, "fedsynsam", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedSynSAMStrategy, "fedsynsam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"trajectory_rounds": trajectory_rounds, "synthetic_ipc": synthetic_ipc,
                "distill_iterations": distill_iterations, "compression": compression,
                "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
@@ -284,8 +301,9 @@ class DynaFed(DynaFedStrategy):
                  fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, DynaFedStrategy, "dynafed", nodes, fraction_evaluate, lr_schedule,
+        _init(self, DynaFedStrategy, "dynafed", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"trajectory_rounds": trajectory_rounds, "synthetic_ipc": synthetic_ipc,
                "distill_iterations": distill_iterations, "fraction_train": fraction_train, "min_nodes": min_nodes,
                "seed": seed, **settings})
@@ -317,8 +335,9 @@ class FedDDPM(FedDDPMStrategy):
                  fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedDDPMStrategy, "fedddpm", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedDDPMStrategy, "fedddpm", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"warmup_epochs": warmup_epochs, "aux_fraction": aux_fraction, "correction_epochs": correction_epochs,
                "correction_lr": correction_lr, "fraction_train": fraction_train, "min_nodes": min_nodes,
                "seed": seed, **settings})
@@ -342,8 +361,9 @@ class FedDDPMPlus(FedDDPMPlusStrategy):
                  aux_fraction: float = _DEFAULTS.aux_fraction, fraction_train: float = _DEFAULTS.fraction_train,
                  fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedDDPMPlusStrategy, "fedddpm+", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedDDPMPlusStrategy, "fedddpm+", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"quicktest_every": quicktest_every, "oneshot_epochs": oneshot_epochs, "warmup_epochs": warmup_epochs,
                "aux_fraction": aux_fraction, "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed,
                **settings})
@@ -373,19 +393,34 @@ class DFedAvg(DecentralizedRelay):
                  mixing: str = _DEFAULTS.mixing, relay_mixing: bool = _DEFAULTS.relay_mixing,
                  fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, DecentralizedRelay, self.algorithm, nodes, fraction_evaluate, lr_schedule,
+        _init(self, DecentralizedRelay, self.algorithm, nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"topology": topology, "peers": peers, "mixing": mixing, "relay_mixing": relay_mixing,
                "min_nodes": min_nodes, "seed": seed, **settings})
 
 
 class OledFL(DFedAvg):
     """OledFL (Li et al., 2024): DFedAvg's relay; each node restarts from an "opposite lookahead" of its model
-    (`fedsynth.client.ole_restart`) with `ole_beta`, which the node reads from its own settings.
+    (`fedsynth.client.ole_restart`) with `ole_beta`, which every train message's config carries as "ole-beta".
 
-    Parameters: DFedAvg's, and `sam` (default False: OledFL-SGD; True: OledFL-SAM).
+    Parameters
+    ----------
+    sam : bool (default: False)
+        False: OledFL-SGD; True: OledFL-SAM (the nodes read "sam-rho" from the config).
+    ole_beta : float (default: the run config's)
+        Ole's coefficient beta, sent to the nodes.
+    And DFedAvg's and the common ones (module docstring).
     """
 
-    def __init__(self, *, sam: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, sam: bool = False, ole_beta: float = _DEFAULTS.ole_beta, topology: str = _DEFAULTS.topology,
+                 peers: int = _DEFAULTS.peers, mixing: str = _DEFAULTS.mixing,
+                 relay_mixing: bool = _DEFAULTS.relay_mixing, fraction_evaluate: float = 1.0,
+                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
+                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1, **settings: Any) -> None:
         self.algorithm = "oledfl-sam" if sam else "oledfl-sgd"
-        super().__init__(**kwargs)
+        super().__init__(topology=topology, peers=peers, mixing=mixing, relay_mixing=relay_mixing,
+                         fraction_evaluate=fraction_evaluate, min_nodes=min_nodes, seed=seed, lr_schedule=lr_schedule,
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes,
+                         ole_beta=ole_beta, **settings)

@@ -61,7 +61,7 @@ PUBLIC_CASES = [
 def test_the_cases_cover_every_strategy_class() -> None:
     assert {SERVER_STRATEGIES[name] for name in CLASS_CASES} == set(SERVER_STRATEGIES.values())
     assert {case[0].__name__ for case in PUBLIC_CASES} == set(strategies.__all__) - {
-        "NodeInfo", "TooManyFailedRounds", "run_config"}
+        "NodeInfo", "ReplyContractError", "TooManyFailedRounds", "run_config"}
 
 
 def tiny_config(tmp_path, data_dir, algorithm: str, **extra) -> dict:
