@@ -233,3 +233,23 @@ def test_the_decentralized_relay_runs_under_start_and_takes_a_joining_node(publi
     np.testing.assert_allclose(joined[0].content["node-state:decentralized-own-model"]["w"].numpy(), np.full(3, 0.2), rtol=1e-6)
     assert "gossip" in joined[0].content.config_records and len(strategy.nodes) == 4
     assert strategy.round_report["answered"] == 4
+
+
+def test_docs_name_only_client_functions_that_exist():
+    """Every `fedsynth.client.<name>` in the strategies' docstrings and docs/library.md is a real function."""
+    import re
+    from pathlib import Path
+
+    import fedsynth.client as client
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "fedsynth" / "strategies.py").read_text() + (root / "docs" / "library.md").read_text()
+    named = set(re.findall(r"fedsynth\.client\.([A-Za-z_]\w*)", text))
+    assert named and not {name for name in named if not hasattr(client, name)}
+
+
+def test_the_docs_arrayrecord_of_numpy_arrays_builds():
+    """library.md's way to send a dict of numpy arrays (ArrayRecord itself refuses a dict of ndarrays)."""
+    weights = {"w": np.arange(3, dtype=np.float32), "n": np.array(2, dtype=np.int64)}
+    back = {name: array.numpy() for name, array in record(weights).items()}
+    assert back.keys() == weights.keys() and all(np.array_equal(back[k], weights[k]) for k in weights)
