@@ -286,17 +286,19 @@ class RoundStrategy(Strategy):
         """The nodes a round can use now: wait for `min_available_nodes`, add the nodes that joined since.
 
         Without a handshake the node table grows by every node id the grid has not shown before (a node that
-        re-joins under a new id is a new entry); with one it is the handshake's table. Returns the table's nodes
-        that the grid has now, in partition order.
+        re-joins under a new id is a new entry), and the round uses the table's nodes that the grid has now.
+        With one, the round uses the handshake's whole table, as fedsynth's runs always have: a node that is
+        gone is sampled and recorded as a timeout, which is how its results account for lost nodes.
         """
+        if self.handshake_nodes:  # no wait either: a run whose nodes all left ends by max_failed_rounds
+            return list(self.nodes)
         node_ids = wait_for_nodes(grid, self.min_available_nodes)
-        if not self.handshake_nodes:
-            grown = with_new_nodes(self.nodes, node_ids)
-            if len(grown) != len(self.nodes):
-                log(INFO, "%s: %d node(s) joined, %d in the node table", type(self).__name__,
-                    len(grown) - len(self.nodes), len(grown))
-                self.nodes = grown
-                self.on_nodes_joined()
+        grown = with_new_nodes(self.nodes, node_ids)
+        if len(grown) != len(self.nodes):
+            log(INFO, "%s: %d node(s) joined, %d in the node table", type(self).__name__,
+                len(grown) - len(self.nodes), len(grown))
+            self.nodes = grown
+            self.on_nodes_joined()
         connected = set(node_ids)
         return [n for n in self.nodes if n.node_id in connected]
 
