@@ -44,12 +44,17 @@ min_available_nodes : int (default: 1)
     Any other run-config key by its Python name (docs/configuration.md), e.g. `model`, `dataset`,
     `compression`, `bits`, `qsgd_bucket`, `trim_fraction`.
 
-What a node must reply to a train message (content "arrays" = the global model, "config" with
-"server-round" and "lr"): {"arrays": the local model, "metrics": {"num-examples": int > 0,
-"train-loss": float}}; optionally "partition-id", and "num-test-examples", "local-test-accuracy",
-"local-test-loss" for the received model. Replies that errored, came late, or fail a check (a missing
-or mis-shaped array, a non-finite value, a bad metric) are dropped in `aggregate_train` and listed in
-`strategy.round_report["failures"]`. The client side of each method is in `fedsynth.client`.
+What a node must reply to a train message (content "arrays" = the global model, "config" with "server-round",
+"lr" and every setting the node's rule needs under its run-config name, e.g. "sam-rho", "compression", "bits",
+"ole-beta": read them with `fedsynth.client.config_value` and `fedsynth.client.compression_from_config`):
+{"arrays": the local model, "metrics": {"num-examples": int > 0, "train-loss" or Flower's "train_loss": float}};
+optionally "partition-id", and "num-test-examples", "local-test-accuracy", "local-test-loss" for the received
+model. An evaluate reply carries "num-examples" and "local-test-accuracy"/"local-test-loss" or Flower's
+"eval_acc"/"eval_loss". Replies that errored, came late, or fail a check (a missing or mis-shaped array, a
+non-finite value, a bad metric) are dropped in `aggregate_train` and listed in
+`strategy.round_report["failures"]`; a first round in which every reply broke the contract raises
+`ReplyContractError` saying what to change. docs/library.md lists, per strategy, the client function in
+`fedsynth.client`, what the message carries and what the reply must carry.
 """
 
 from __future__ import annotations
