@@ -122,35 +122,43 @@ class FedAvg(FedAvgStrategy):
 class FedSAM(FedAvgStrategy):
     """FedSAM (Qu et al., 2022): FedAvg on the server; nodes train with SAM (`fedsynth.client.train_fedsam`).
 
-    Parameters: the common ones (module docstring).
+    Parameters
+    ----------
+    sam_rho : float (default: the run config's `sam-rho`)
+        SAM's radius rho, sent in every train message's config as "sam-rho".
+    And the common ones (module docstring).
     """
 
-    def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
+    def __init__(self, *, sam_rho: float = _DEFAULTS.sam_rho, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
                  weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
         _init(self, FedAvgStrategy, "fedsam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
+              {"sam_rho": sam_rho, "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
 class FedCOG(FedAvgStrategy):
     """FedCOG (Ye et al., 2023): FedAvg on the server; nodes generate complementary data from the global
     model and train with knowledge distillation (`fedsynth.client`'s FedCOG functions) from `cog_start_round` on.
 
-    The server is FedAvg's (FedCOG is client-side only); each train message carries "server-round", which
-    the node compares with its start round.
+    The server is FedAvg's (FedCOG is client-side only); each train message carries "server-round" and
+    "cog-start-round", which the node compares.
 
-    Parameters: the common ones (module docstring).
+    Parameters
+    ----------
+    cog_start_round : int (default: the run config's `cog-start-round`; 0: the paper's schedule)
+        The first round in which the nodes generate and distil, sent as "cog-start-round".
+    And the common ones (module docstring).
     """
 
-    def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
+    def __init__(self, *, cog_start_round: int = _DEFAULTS.cog_start_round, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
                  weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
         _init(self, FedAvgStrategy, "fedcog", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
+              {"cog_start_round": cog_start_round, "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
 class FedAvgM(FedAvgMStrategy):
@@ -277,20 +285,35 @@ class FedSynSAM(FedSynSAMStrategy):
     distill_iterations : int (default: the run config's)
         Iterations of the trajectory-matching distillation.
     compression : str (default: "none")
-        The uplink codec the nodes use ("qsgd" with `bits`/`levels`, `qsgd_scope`, `qsgd_bucket`; "topk" ...).
+        The uplink codec the nodes use ("qsgd", "topk" or "none"), sent as "compression"; the server decodes with it.
+    bits : int (default: the run config's `bits`)
+        qsgd: bits per coordinate on the wire, sent as "bits".
+    levels : int (default: 0, from `bits`)
+        qsgd: the number of levels s, overriding `bits`, sent as "levels".
+    qsgd_scope : str (default: "tensor")
+        qsgd: one norm per "tensor", per "model" or per "bucket" of `qsgd_bucket` coordinates ("qsgd-scope").
+    qsgd_bucket : int (default: the run config's `qsgd-bucket`)
+        qsgd-scope "bucket": coordinates per bucket ("qsgd-bucket").
+    sam_rho : float (default: the run config's `sam-rho`)
+        The nodes' SAM radius, sent as "sam-rho".
+    synsam_beta : float (default: the run config's `synsam-beta`)
+        Weight of the local gradient in the nodes' ascent direction, sent as "synsam-beta".
     And the common ones (module docstring).
     """
 
     def __init__(self, *, trajectory_rounds: int = _DEFAULTS.trajectory_rounds,
                  synthetic_ipc: int = _DEFAULTS.synthetic_ipc, distill_iterations: int = _DEFAULTS.distill_iterations,
-                 compression: str = _DEFAULTS.compression, fraction_train: float = _DEFAULTS.fraction_train,
+                 compression: str = _DEFAULTS.compression, bits: int = _DEFAULTS.bits, levels: int = _DEFAULTS.levels,
+                 qsgd_scope: str = _DEFAULTS.qsgd_scope, qsgd_bucket: int = _DEFAULTS.qsgd_bucket,
+                 sam_rho: float = _DEFAULTS.sam_rho, synsam_beta: float = _DEFAULTS.synsam_beta, fraction_train: float = _DEFAULTS.fraction_train,
                  fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
                  weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
         _init(self, FedSynSAMStrategy, "fedsynsam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"trajectory_rounds": trajectory_rounds, "synthetic_ipc": synthetic_ipc,
-               "distill_iterations": distill_iterations, "compression": compression,
+               "distill_iterations": distill_iterations, "compression": compression, "bits": bits, "levels": levels,
+               "qsgd_scope": qsgd_scope, "qsgd_bucket": qsgd_bucket, "sam_rho": sam_rho, "synsam_beta": synsam_beta,
                "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
