@@ -125,10 +125,13 @@ def test_flwr_run_dot_runs_the_template_app_with_fedsynths_fedavg(tmp_path, temp
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
     run_config = " ".join(f'{key}="{value}"' if isinstance(value, str) else f"{key}={value}"
                           for key, value in {**template_config, "strategy": "fedavg"}.items())
+    command = ["flwr", "run", ".", "--stream", "--run-config", run_config, "--federation-config",
+               f"num-supernodes={NUM_NODES} client-resources-num-cpus=1"]
     try:
-        result = subprocess.run(["flwr", "run", ".", "--stream", "--run-config", run_config, "--federation-config",
-                                 f"num-supernodes={NUM_NODES} client-resources-num-cpus=1"],
-                                cwd=APP, env=env, capture_output=True, text=True, timeout=420)
+        result = subprocess.run(command, cwd=APP, env=env, capture_output=True, text=True, timeout=420)
+        if "Failed to start local SuperLink" in result.stdout + result.stderr:
+            # flwr gives the SuperLink it starts a fixed 15 s; on a loaded machine it comes up later and stays up
+            result = subprocess.run(command, cwd=APP, env=env, capture_output=True, text=True, timeout=420)
         assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
         central = json.loads((Path(template_config["result-dir"]) / "result.json").read_text())["central"]
         assert sorted(central) == ["0", "1", "2", "3"] and central["3"]["accuracy"] > central["0"]["accuracy"]
