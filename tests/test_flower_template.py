@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 import sys
 from pathlib import Path
 from uuid import uuid4
@@ -137,3 +138,33 @@ def test_flwr_run_dot_runs_the_template_app_with_fedsynths_fedavg(tmp_path, temp
         assert sorted(central) == ["0", "1", "2", "3"] and central["3"]["accuracy"] > central["0"]["accuracy"]
     finally:
         _stop_local_superlink(flwr_home)
+
+
+@pytest.mark.slow
+def test_a_supernode_started_after_round_1_takes_part_in_the_loopback_deployment(tmp_path, template_config):
+    """Deployment engine on loopback: 2 SuperNodes, a third started once round 1 is done trains from a later round.
+
+    The model has no BatchNorm here (`batch-norm = false`): this test is about the node table, not the arrays.
+    """
+    from fedsynth.loopback import LoopbackFederation
+
+    result_dir = Path(template_config["result-dir"])
+    config = {**template_config, "strategy": "fedavg", "batch-norm": False, "num-server-rounds": 3,
+              "examples-per-node": 64}
+    run_config = " ".join(f'{key}="{value}"' if isinstance(value, str) else
+                          f"{key}={str(value).lower() if isinstance(value, bool) else value}"
+                          for key, value in config.items())
+    env = {"PYTHONPATH": os.pathsep.join([str(REPO), str(APP), os.environ.get("PYTHONPATH", "")])}
+    with LoopbackFederation(tmp_path / "deployment", num_nodes=2, extra_env=env) as federation:
+        run_id = federation.submit(APP, run_config)
+        progress = result_dir / "progress.jsonl"
+        deadline = time.monotonic() + 400
+        while not (progress.is_file() and any(json.loads(line)["round"] >= 1 for line in progress.read_text().splitlines())):
+            assert time.monotonic() < deadline, federation.log_tails()
+            time.sleep(0.5)
+        federation.add_node("partition-id=2 num-partitions=3")
+        status = federation.wait_until_finished(run_id, 600, result_dir / "result.json")
+        assert status == "finished:completed", status + federation.log_tails()
+    train = json.loads((result_dir / "result.json").read_text())["train"]
+    counts = {int(r): int(m["num-examples"]) for r, m in train.items()}
+    assert counts[1] == 2 * 64 and counts[3] == 3 * 64, counts  # the third node's examples count from a later round

@@ -58,15 +58,19 @@ def _reply(msg: Message, model: ArrayRecord, loss: float, count: int, **records:
     return Message(content=content, reply_to=msg)
 
 
-def _received(msg: Message) -> Net:
-    model = Net()
+def _batch_norm(context: Context) -> bool:
+    return bool(context.run_config.get("batch-norm", True))
+
+
+def _received(msg: Message, context: Context) -> Net:
+    model = Net(batch_norm=_batch_norm(context))
     model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     return model
 
 
 def template_train(msg: Message, context: Context) -> Message:
     """The template's train function, unchanged."""
-    model = _received(msg)
+    model = _received(msg, context)
     trainloader, _ = _data(context)
     train_loss = train_fn(model, trainloader, int(context.run_config["local-epochs"]),
                           float(msg.content["config"]["lr"]), "cpu")
@@ -79,7 +83,7 @@ def _optimizer(msg: Message) -> LocalOptimizer:
 
 def sam_train(msg: Message, context: Context) -> Message:
     """FedSAM: SAM steps with the rho the strategy sent."""
-    model = _received(msg)
+    model = _received(msg, context)
     trainloader, _ = _data(context)
     result = train_fedsam(model, trainloader, rho=float(config_value(msg.content["config"], "sam-rho")),
                           optimizer=_optimizer(msg))
@@ -88,7 +92,7 @@ def sam_train(msg: Message, context: Context) -> Message:
 
 def scaffold_train(msg: Message, context: Context) -> Message:
     """SCAFFOLD: the corrected steps; c_i stays in Context.state, c_i+ - c_i goes back as `scaffold-delta-c`."""
-    model = _received(msg)
+    model = _received(msg, context)
     trainloader, _ = _data(context)
     c_local = context.state.array_records.get("scaffold-c-i")
     result = train_scaffold(model, trainloader, c_global=_numpy(msg.content["scaffold-c"]),
@@ -102,7 +106,7 @@ def fedsynsam_train(msg: Message, context: Context) -> Message:
     """FedSynSAM: FedSAM until the server's synthetic set arrives (kept in Context.state), then the mixed
     ascent; the update goes back compressed with the codec the strategy sent."""
     config = msg.content["config"]
-    model = _received(msg)
+    model = _received(msg, context)
     global_weights = {k: v.detach().numpy().copy() for k, v in model.state_dict().items()}
     trainloader, _ = _data(context)
     if "synthetic-data" in msg.content.array_records:
@@ -129,7 +133,7 @@ def fedsynsam_train(msg: Message, context: Context) -> Message:
 def fedcog_train(msg: Message, context: Context) -> Message:
     """FedCOG: plain SGD before the strategy's `cog-start-round`, then generation and distillation."""
     config = msg.content["config"]
-    model = _received(msg)
+    model = _received(msg, context)
     trainloader, _ = _data(context)
     if int(config["server-round"]) < int(config_value(config, "cog-start-round")):
         result = train_sgd(model, trainloader, optimizer=_optimizer(msg))
@@ -153,10 +157,10 @@ def gossip_train(msg: Message, context: Context) -> Message:
         context.state["own-model"] = restored
     own_record = context.state.array_records.get("own-model")
     own = _numpy(own_record) if own_record is not None else {
-        k: v.detach().numpy().copy() for k, v in initial_net().state_dict().items()}
+        k: v.detach().numpy().copy() for k, v in initial_net(_batch_norm(context)).state_dict().items()}
     neighbours = [_numpy(msg.content[f"gossip-model-{pid}"]) for pid in gossip["neighbours"]]
     mixed = gossip_mix(own, float(gossip["self-weight"]), neighbours, list(gossip["weights"]))
-    model = Net()
+    model = Net(batch_norm=_batch_norm(context))
     model.load_state_dict({k: torch.from_numpy(np.array(v)) for k, v in mixed.items()})
     if "ole-beta" in config:
         ole_restart(model, own, float(config["ole-beta"]))
@@ -181,7 +185,7 @@ def train(msg: Message, context: Context) -> Message:
 @app.evaluate()
 def evaluate(msg: Message, context: Context) -> Message:
     """Evaluate the model on local data (the template's function, unchanged)."""
-    model = _received(msg)
+    model = _received(msg, context)
     _, valloader = _data(context)
     eval_loss, eval_acc = test_fn(model, valloader, "cpu")
     metrics = MetricRecord({"eval_loss": eval_loss, "eval_acc": eval_acc, "num-examples": len(valloader.dataset)})

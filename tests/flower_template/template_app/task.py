@@ -15,15 +15,16 @@ from torch.utils.data import DataLoader, TensorDataset
 
 
 class Net(nn.Module):
-    """Model (simple CNN adapted from 'PyTorch: A 60 Minute Blitz'), with BatchNorm after each convolution."""
+    """Model (simple CNN adapted from 'PyTorch: A 60 Minute Blitz'), with BatchNorm after each convolution
+    (`batch_norm=False`: none, a model without buffers)."""
 
-    def __init__(self, num_classes: int = 10, channels: int = 1, image_size: int = 28) -> None:
+    def __init__(self, num_classes: int = 10, channels: int = 1, image_size: int = 28, batch_norm: bool = True) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(channels, 6, 5)
-        self.bn1 = nn.BatchNorm2d(6)
+        self.bn1 = nn.BatchNorm2d(6) if batch_norm else nn.Identity()
         self.pool = nn.MaxPool2d(2, 2)
         self.conv2 = nn.Conv2d(6, 16, 5)
-        self.bn2 = nn.BatchNorm2d(16)
+        self.bn2 = nn.BatchNorm2d(16) if batch_norm else nn.Identity()
         side = ((image_size - 4) // 2 - 4) // 2
         self.fc1 = nn.Linear(16 * side * side, 64)
         self.fc2 = nn.Linear(64, num_classes)
@@ -40,10 +41,10 @@ def make_net(num_classes: int = 10, channels: int = 1, image_size: int = 28) -> 
     return Net(num_classes, channels, image_size)
 
 
-def initial_net() -> Net:
+def initial_net(batch_norm: bool = True) -> Net:
     """The global model of round 0 (seeded: a decentralized node starts from it without receiving it)."""
     torch.manual_seed(0)
-    return Net()
+    return Net(batch_norm=batch_norm)
 
 
 def _idx(path: Path) -> np.ndarray:
