@@ -253,3 +253,32 @@ def test_the_docs_arrayrecord_of_numpy_arrays_builds():
     weights = {"w": np.arange(3, dtype=np.float32), "n": np.array(2, dtype=np.int64)}
     back = {name: array.numpy() for name, array in record(weights).items()}
     assert back.keys() == weights.keys() and all(np.array_equal(back[k], weights[k]) for k in weights)
+
+
+def test_flower_names_are_read_as_fedsynths_and_fedsynths_own_win():
+    from server_app.wire import with_fedsynth_metric_names
+
+    template = MetricRecord({"train_loss": 0.5, "eval_acc": 0.75, "eval_loss": 1.5, "num-examples": 3})
+    read = with_fedsynth_metric_names(template)
+    assert (read["train-loss"], read["local-test-accuracy"], read["local-test-loss"]) == (0.5, 0.75, 1.5)
+    both = MetricRecord({"train_loss": 0.5, "train-loss": 0.25, "num-examples": 3})
+    assert with_fedsynth_metric_names(both) is both  # a fedsynth reply is read as it came
+
+
+def test_joining_nodes_are_numbered_on_and_never_renumbered():
+    from server_app.strategies.base import NodeInfo, with_new_nodes
+
+    table = [NodeInfo(node_id=50, partition_id=0), NodeInfo(node_id=20, partition_id=1)]
+    grown = with_new_nodes(table, [20, 90, 50, 70])  # 50 and 20 known; 70 and 90 join, numbered in id order
+    assert [(n.node_id, n.partition_id) for n in grown] == [(50, 0), (20, 1), (70, 2), (90, 3)]
+    assert with_new_nodes(grown, [90]) == grown  # a node that left keeps its entry
+
+
+def test_a_contract_error_needs_every_failure_to_be_a_contract_break():
+    from server_app.wire import contract_violation_error
+
+    broken = [{"reason": "reply metric 'train-loss' = None is not a finite number"}]
+    assert "train-loss" in contract_violation_error("FedAvg", broken, "reply X")
+    assert contract_violation_error("FedAvg", broken + [{"reason": "timeout"}], "reply X") is None
+    assert contract_violation_error("FedAvg", broken + [{"reason": "error: node down"}], "reply X") is None
+    assert contract_violation_error("FedAvg", [], "reply X") is None
