@@ -381,7 +381,12 @@ class FedDDPMPlus(FedDDPMPlusStrategy):
         Rounds between QuickTests.
     oneshot_epochs : int (default: the run config's)
         Epochs of the one-shot correction.
-    And FedDDPM's and the common ones.
+    warmup_epochs : int (default: the run config's)
+        Epochs of each node's warm-up (as FedDDPM's).
+    aux_fraction : float (default: the run config's)
+        Auxiliary images per node, as a fraction of its example count (as FedDDPM's).
+    And the common ones (module docstring). The one-shot correction comes at `start()`'s `num_rounds` (or
+    earlier when QuickTest fires), at `oneshot_lr` or else `train_config`'s "lr".
     """
 
     def __init__(self, *, quicktest_every: int = _DEFAULTS.quicktest_every,
@@ -437,8 +442,10 @@ class OledFL(DFedAvg):
     sam : bool (default: False)
         False: OledFL-SGD; True: OledFL-SAM (the nodes read "sam-rho" from the config).
     ole_beta : float (default: the run config's)
-        Ole's coefficient beta, sent to the nodes.
-    And DFedAvg's and the common ones (module docstring).
+        Ole's coefficient beta, sent to the nodes as "ole-beta".
+    topology, peers, mixing, relay_mixing : as DFedAvg's (default: the run config's)
+        The peer topology, k of the random ones, the weights of W, and whether to send mixed sums.
+    And the common ones (module docstring).
     """
 
     def __init__(self, *, sam: bool = False, ole_beta: float = _DEFAULTS.ole_beta, topology: str = _DEFAULTS.topology,

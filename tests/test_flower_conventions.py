@@ -282,3 +282,18 @@ def test_a_contract_error_needs_every_failure_to_be_a_contract_break():
     assert contract_violation_error("FedAvg", broken + [{"reason": "timeout"}], "reply X") is None
     assert contract_violation_error("FedAvg", broken + [{"reason": "error: node down"}], "reply X") is None
     assert contract_violation_error("FedAvg", [], "reply X") is None
+
+
+def test_every_parameter_of_every_public_strategy_is_documented():
+    """help() of each class names each of its keyword parameters (its own docstring, or the module's common list)."""
+    import inspect
+
+    public = [getattr(strategies, name) for name in strategies.__all__]
+    classes = [cls for cls in public if isinstance(cls, type) and hasattr(cls, "configure_train")]
+    assert len(classes) == 15
+    for cls in classes:
+        for parameter in inspect.signature(cls).parameters.values():
+            if parameter.kind is parameter.VAR_KEYWORD:
+                continue
+            assert parameter.kind is parameter.KEYWORD_ONLY and parameter.annotation is not parameter.empty
+            assert parameter.name in (cls.__doc__ or "") or parameter.name in strategies.__doc__, (cls, parameter)
