@@ -297,3 +297,25 @@ def test_every_parameter_of_every_public_strategy_is_documented():
                 continue
             assert parameter.kind is parameter.KEYWORD_ONLY and parameter.annotation is not parameter.empty
             assert parameter.name in (cls.__doc__ or "") or parameter.name in strategies.__doc__, (cls, parameter)
+
+
+def test_state_dict_continues_a_run_as_if_it_never_stopped():
+    """FedAvgM's velocity through state_dict(): 2 rounds, a new strategy loads the state, round 3 == a 3-round run."""
+    whole = strategies.FedAvgM(server_momentum=0.5, max_weight_share=1.0).start(FunctionGrid(2), initial(), num_rounds=3)
+
+    first = strategies.FedAvgM(server_momentum=0.5, max_weight_share=1.0)
+    part = first.start(FunctionGrid(2), initial(), num_rounds=2)
+    state = first.state_dict()
+    assert state["completed-rounds"] == 2 and "velocity" in state["arrays"]
+
+    again = strategies.FedAvgM(server_momentum=0.5, max_weight_share=1.0)
+    again.load_state_dict(state)
+    grid = FunctionGrid(2)
+    resumed = again.start(grid, part.arrays, num_rounds=3)
+    assert {int(m.content["config"]["server-round"]) for _, m in grid.received} == {3}  # rounds 1-2 send nothing
+    np.testing.assert_array_equal(weights(resumed.arrays), weights(whole.arrays))
+
+    forgetful = strategies.FedAvgM(server_momentum=0.5, max_weight_share=1.0)
+    forgetful.load_state_dict({**state, "arrays": {}})  # without the velocity the last step is another one
+    assert not np.array_equal(weights(forgetful.start(FunctionGrid(2), part.arrays, num_rounds=3).arrays),
+                              weights(whole.arrays))

@@ -216,6 +216,7 @@ class RoundStrategy(Strategy):
         self.timeout: float | None = None   # start()'s timeout, for the exchanges of multi-phase methods
         self.train_config = ConfigRecord()  # start()'s train_config
         self.rounds_collected = 0           # rounds whose replies were sorted (the first one checks the contract)
+        self.last_round = 0                 # the last round that sent its messages
         self.min_nodes = min_nodes
         self.max_failed_rounds = max_failed_rounds
         self.fraction_evaluate = fraction_evaluate
@@ -246,6 +247,42 @@ class RoundStrategy(Strategy):
         self.refresh_nodes(grid)  # summary() names the nodes; the decentralized relay sizes its state
         return super().start(grid, initial_arrays, num_rounds=num_rounds, timeout=timeout, train_config=train_config,
                              evaluate_config=evaluate_config, evaluate_fn=evaluate_fn)
+
+    # ----- the server state, for an app that checkpoints it ------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The strategy's server state: {"arrays": {group: {name: ndarray}}, "meta": JSON-able dict, "completed-rounds"}.
+
+        Everything `start()` needs to continue after the last round this strategy finished: the algorithm's
+        arrays (momentum, control variates, the nodes' models of a relay, ...) and scalars. The global model is
+        not in it: it is `Result.arrays`, which the resumed `start()` takes as `initial_arrays`. fedsynth's app
+        checkpoints the same parts (server_app/recorder.py).
+        """
+        return {"arrays": self.checkpoint_arrays(), "meta": self.state_meta(),
+                "completed-rounds": max(self.completed_rounds, self.last_round)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state_dict()`: a later `start()` with the same `num_rounds` skips the finished rounds."""
+        self.load_checkpoint_arrays(state["arrays"])
+        self.load_state_meta(state["meta"])
+        self.completed_rounds = int(state["completed-rounds"])
+        self.on_resume()
+
+    def checkpoint_arrays(self) -> dict[str, Any]:
+        """Every array group of the server state (none by default)."""
+        return {}
+
+    def load_checkpoint_arrays(self, groups: Any) -> None:
+        """Restore what `checkpoint_arrays` returned."""
+
+    def state_meta(self) -> dict[str, Any]:
+        """JSON-serialisable scalar state (none by default)."""
+        return {}
+
+    def load_state_meta(self, meta: Any) -> None:
+        """Restore what `state_meta` returned."""
+
+    def on_resume(self) -> None:
+        """Called once after the state was restored."""
 
     # ----- hooks ----------------------------------------------------------------------
     def reply_contract(self) -> str:
@@ -320,6 +357,7 @@ class RoundStrategy(Strategy):
     def begin_round(self, server_round: int, messages: list[Message], **fields: Any) -> list[Message]:
         """Remember what this round sends (to pair replies and count bytes); returns `messages`."""
         self._sent = messages
+        self.last_round = server_round
         self.round_started_at = time.monotonic()
         self._evaluation_carried = None
         self.round_report = {"round": server_round, "sampled": len(messages), **fields}
