@@ -121,12 +121,17 @@ def fedsynsam_train(msg: Message, context: Context) -> Message:
                                  synthetic_y=torch.from_numpy(data["y"]),
                                  rho=rho, beta=float(config_value(config, "synsam-beta")), optimizer=_optimizer(msg))
     local = {k: v.detach().numpy() for k, v in model.state_dict().items()}
-    delta = {k: (local[k] - global_weights[k]).astype(np.float32) for k in local}
+    trainable = {name for name, _ in model.named_parameters()}
+    # the trainable parameters' update is compressed; buffers (BatchNorm's statistics) travel as they are
+    delta = {k: (local[k] - global_weights[k]).astype(np.float32) for k in local if k in trainable}
     rng = np.random.default_rng([int(config["server-round"]), int(context.node_config["partition-id"])])
     payload = encode_update(delta, compression_from_config(config), rng).payload
     content = RecordDict({COMPRESSED_UPDATE: _record(payload), "metrics": MetricRecord({
         "train_loss": result.train_loss, "num-examples": len(trainloader.dataset),
         "synthetic-examples": 0 if synthetic is None else len(_numpy(synthetic)["y"])})})
+    buffers = {k: v for k, v in local.items() if k not in trainable}
+    if buffers:
+        content["model-buffers"] = _record(buffers)
     return Message(content=content, reply_to=msg)
 
 
