@@ -48,7 +48,7 @@ def _numpy(record: ArrayRecord) -> dict[str, np.ndarray]:
 
 
 def _record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
-    return ArrayRecord({name: Array(np.ascontiguousarray(value)) for name, value in arrays.items()})
+    return ArrayRecord({name: Array(np.array(value)) for name, value in arrays.items()})  # 0-d stays 0-d
 
 
 def _reply(msg: Message, model: ArrayRecord, loss: float, count: int, **records: ArrayRecord) -> Message:
