@@ -10,6 +10,12 @@ these same functions (client_app/updates.py, sam_family.py, decentralized.py,
 fedcog.py, uplink.py adapt its run config and records to them), so a rule
 here is exactly the rule fedsynth's experiments run.
 
+The settings a rule needs (rho, beta, the uplink codec, FedCOG's start round,
+Ole's beta) arrive in the train message's config, under their run-config
+names, from every strategy of `fedsynth.strategies`: read them with
+`config_value(msg.content["config"], "sam-rho")` and
+`compression_from_config(msg.content["config"])`.
+
 Train functions change `model` in place and return a `TrainResult`
 (`train_loss`, `num_steps`, `metrics`). Where a rule carries state from one
 round to the next on the node, the function takes it as an argument (None on
@@ -65,6 +71,7 @@ from client_app.training import (
 )
 from client_app.uplink import EncodedUpdate
 from client_app.uplink import encode_delta as encode_update
+from common.client_settings import compression_from_config, config_value
 from common.compression import CompressionSpec, decode_update
 from common.evaluation import evaluate_model
 from common.fedcog_math import complementary_labels, kd_coefficients
@@ -112,6 +119,9 @@ __all__ = [
     # decentralized FL: mixing and OledFL's restart
     "gossip_mix",
     "ole_restart",
+    # the settings the server's strategy sends in the train message's config
+    "config_value",
+    "compression_from_config",
     # the compressed uplink
     "encode_update",
     "EncodedUpdate",

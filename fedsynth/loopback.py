@@ -195,6 +195,16 @@ class LoopbackFederation:
             time.sleep(2)
         raise TimeoutError(f"run {run_id} not finished after {timeout:.0f}s (status {status!r})")
 
+    def add_node(self, node_config: str) -> int:
+        """Start one more SuperNode with `node_config` (a node joining the running federation); returns its index."""
+        (port,) = free_ports(1)
+        self.node_ports.append(port)
+        self.nodes.append(self._start(f"supernode-{len(self.nodes)}", [
+            str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.link_port}",
+            "--node-config", node_config, "--port", str(port),
+        ]))
+        return len(self.nodes) - 1
+
     def kill_node(self, partition_id: int) -> None:
         """SIGKILL SuperNode `partition_id` and the ClientApp it runs (its process group), as a crash would."""
         node = self.nodes[partition_id]

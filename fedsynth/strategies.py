@@ -27,7 +27,7 @@ server_lr : float (default: 1.0)
     The server step: w <- w + server_lr * mean(w_i - w).
 aggregation : str (default: "weighted")
     "weighted" (by `num-examples`), "uniform", or the robust "median", "trimmed-mean", "krum".
-max_weight_share : float (default: 1.0)
+max_weight_share : float (default: 0.5, the run config's `max-weight-share`)
     No node's share of a weighted mean above this (bounded influence; 1.0 leaves the counts).
 max_update_norm : float (default: 0.0)
     Bound on a node's update norm (0: none); `update_norm_action` "clip" scales longer ones, "refuse" drops them.
@@ -35,17 +35,26 @@ lr_schedule : Callable[[int], float] | None (default: None)
     If given, each round's train config carries "lr" = lr_schedule(server_round).
 nodes : list[NodeInfo] | None (default: None)
     A node table (node ids with partition ids and example counts, as fedsynth's handshake learns it);
-    None numbers the grid's nodes in node-id order at the first round.
+    None numbers the grid's nodes in node-id order, and every round adds the nodes that joined since.
+weighted_by_key : str (default: "num-examples")
+    The reply metric that weighs each reply in the averages, as in Flower's strategies.
+min_available_nodes : int (default: 1)
+    Each round waits until the grid has at least this many nodes, as Flower's strategies do.
 **settings
     Any other run-config key by its Python name (docs/configuration.md), e.g. `model`, `dataset`,
     `compression`, `bits`, `qsgd_bucket`, `trim_fraction`.
 
-What a node must reply to a train message (content "arrays" = the global model, "config" with
-"server-round" and "lr"): {"arrays": the local model, "metrics": {"num-examples": int > 0,
-"train-loss": float}}; optionally "partition-id", and "num-test-examples", "local-test-accuracy",
-"local-test-loss" for the received model. Replies that errored, came late, or fail a check (a missing
-or mis-shaped array, a non-finite value, a bad metric) are dropped in `aggregate_train` and listed in
-`strategy.round_report["failures"]`. The client side of each method is in `fedsynth.client`.
+What a node must reply to a train message (content "arrays" = the global model, "config" with "server-round",
+"lr" and every setting the node's rule needs under its run-config name, e.g. "sam-rho", "compression", "bits",
+"ole-beta": read them with `fedsynth.client.config_value` and `fedsynth.client.compression_from_config`):
+{"arrays": the local model, "metrics": {"num-examples": int > 0, "train-loss" or Flower's "train_loss": float}};
+optionally "partition-id", and "num-test-examples", "local-test-accuracy", "local-test-loss" for the received
+model. An evaluate reply carries "num-examples" and "local-test-accuracy"/"local-test-loss" or Flower's
+"eval_acc"/"eval_loss". Replies that errored, came late, or fail a check (a missing or mis-shaped array, a
+non-finite value, a bad metric) are dropped in `aggregate_train` and listed in
+`strategy.round_report["failures"]`; a first round in which every reply broke the contract raises
+`ReplyContractError` saying what to change. docs/library.md lists, per strategy, the client function in
+`fedsynth.client`, what the message carries and what the reply must carry.
 """
 
 from __future__ import annotations
@@ -54,7 +63,7 @@ from typing import Any, Callable
 
 from common.config import RunConfig, key_name, parse_run_config
 from server_app.decentralized import DecentralizedRelay
-from server_app.strategies.base import NodeInfo, RoundStrategy, TooManyFailedRounds
+from server_app.strategies.base import NodeInfo, ReplyContractError, RoundStrategy, TooManyFailedRounds
 from server_app.strategies.dynafed import DynaFedStrategy
 from server_app.strategies.fedavg import FedAvgStrategy
 from server_app.strategies.fedavgm import FedAvgMStrategy
@@ -63,10 +72,11 @@ from server_app.strategies.fedsynsam import FedSynSAMStrategy
 from server_app.strategies.previous_update import PreviousUpdateStrategy
 from server_app.strategies.sam_baselines import FedLESAMDStrategy, FedLESAMStrategy, FedSMOOStrategy
 from server_app.strategies.scaffold import ScaffoldStrategy
+from server_app.wire import WEIGHTED_BY_KEY
 
 __all__ = [
     "DFedAvg", "DynaFed", "FedAvg", "FedAvgM", "FedCOG", "FedDDPM", "FedDDPMPlus", "FedLESAM", "FedLESAMD", "FedSAM",
-    "FedSMOO", "FedSynSAM", "MoFedSAM", "NodeInfo", "OledFL", "Scaffold", "TooManyFailedRounds", "run_config",
+    "FedSMOO", "FedSynSAM", "MoFedSAM", "NodeInfo", "OledFL", "ReplyContractError", "Scaffold", "TooManyFailedRounds", "run_config",
 ]
 
 _DEFAULTS = RunConfig()
@@ -86,9 +96,11 @@ def run_config(algorithm: str, settings: dict[str, Any]) -> RunConfig:
 
 
 def _init(strategy: RoundStrategy, parent: type, algorithm: str, nodes: list[NodeInfo] | None,
-          fraction_evaluate: float, lr_schedule: Callable[[int], float] | None, settings: dict[str, Any]) -> None:
+          fraction_evaluate: float, lr_schedule: Callable[[int], float] | None, weighted_by_key: str,
+          min_available_nodes: int, settings: dict[str, Any]) -> None:
     """Build `parent`'s run config from keyword parameters; the round's lr comes from the train config or lr_schedule."""
-    parent.__init__(strategy, run_config(algorithm, settings), nodes, fraction_evaluate=fraction_evaluate)
+    parent.__init__(strategy, run_config(algorithm, settings), nodes, fraction_evaluate=fraction_evaluate,
+                    weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
     strategy.lr_schedule = lr_schedule
 
 
@@ -101,41 +113,52 @@ class FedAvg(FedAvgStrategy):
     def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedAvgStrategy, "fedavg", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedAvgStrategy, "fedavg", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
 class FedSAM(FedAvgStrategy):
-    """FedSAM (Qu et al., 2022): FedAvg on the server; nodes train with SAM (`fedsynth.client.sam_train`).
+    """FedSAM (Qu et al., 2022): FedAvg on the server; nodes train with SAM (`fedsynth.client.train_fedsam`).
 
-    Parameters: the common ones (module docstring).
+    Parameters
+    ----------
+    sam_rho : float (default: the run config's `sam-rho`)
+        SAM's radius rho, sent in every train message's config as "sam-rho".
+    And the common ones (module docstring).
     """
 
-    def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
+    def __init__(self, *, sam_rho: float = _DEFAULTS.sam_rho, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedAvgStrategy, "fedsam", nodes, fraction_evaluate, lr_schedule,
-              {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
+        _init(self, FedAvgStrategy, "fedsam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
+              {"sam_rho": sam_rho, "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
 class FedCOG(FedAvgStrategy):
     """FedCOG (Ye et al., 2023): FedAvg on the server; nodes generate complementary data from the global
     model and train with knowledge distillation (`fedsynth.client`'s FedCOG functions) from `cog_start_round` on.
 
-    The server is FedAvg's (FedCOG is client-side only); each train message carries "server-round", which
-    the node compares with its start round.
+    The server is FedAvg's (FedCOG is client-side only); each train message carries "server-round" and
+    "cog-start-round", which the node compares.
 
-    Parameters: the common ones (module docstring).
+    Parameters
+    ----------
+    cog_start_round : int (default: the run config's `cog-start-round`; 0: the paper's schedule)
+        The first round in which the nodes generate and distil, sent as "cog-start-round".
+    And the common ones (module docstring).
     """
 
-    def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
+    def __init__(self, *, cog_start_round: int = _DEFAULTS.cog_start_round, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedAvgStrategy, "fedcog", nodes, fraction_evaluate, lr_schedule,
-              {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
+        _init(self, FedAvgStrategy, "fedcog", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
+              {"cog_start_round": cog_start_round, "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
 class FedAvgM(FedAvgMStrategy):
@@ -151,8 +174,9 @@ class FedAvgM(FedAvgMStrategy):
                  fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedAvgMStrategy, "fedavgm", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedAvgMStrategy, "fedavgm", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"server_momentum": server_momentum, "fraction_train": fraction_train, "min_nodes": min_nodes,
                "seed": seed, **settings})
 
@@ -160,15 +184,16 @@ class FedAvgM(FedAvgMStrategy):
 class Scaffold(ScaffoldStrategy):
     """SCAFFOLD (Karimireddy et al., 2020): sends the server control variate c, averages the nodes' c_i updates.
 
-    Nodes reply with "scaffold-delta-c" (c_i+ - c_i) beside the model (`fedsynth.client.scaffold_train`).
+    Nodes reply with "scaffold-delta-c" (c_i+ - c_i) beside the model (`fedsynth.client.train_scaffold`).
     Parameters: the common ones (module docstring).
     """
 
     def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, ScaffoldStrategy, "scaffold", nodes, fraction_evaluate, lr_schedule,
+        _init(self, ScaffoldStrategy, "scaffold", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
@@ -181,8 +206,9 @@ class MoFedSAM(PreviousUpdateStrategy):
     def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, PreviousUpdateStrategy, "mofedsam", nodes, fraction_evaluate, lr_schedule,
+        _init(self, PreviousUpdateStrategy, "mofedsam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
@@ -195,8 +221,9 @@ class FedLESAM(FedLESAMStrategy):
     def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedLESAMStrategy, "fedlesam", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedLESAMStrategy, "fedlesam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
@@ -212,8 +239,9 @@ class FedLESAMD(FedLESAMDStrategy):
     def __init__(self, *, dyn_alpha: float = _DEFAULTS.dyn_alpha, fraction_train: float = _DEFAULTS.fraction_train,
                  fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedLESAMDStrategy, "fedlesam-d", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedLESAMDStrategy, "fedlesam-d", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"dyn_alpha": dyn_alpha, "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed,
                **settings})
 
@@ -233,8 +261,9 @@ class FedSMOO(FedSMOOStrategy):
                  fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedSMOOStrategy, "fedsmoo", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedSMOOStrategy, "fedsmoo", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"dyn_alpha": dyn_alpha, "sam_rho": sam_rho, "fraction_train": fraction_train, "min_nodes": min_nodes,
                "seed": seed, **settings})
 
@@ -242,7 +271,7 @@ class FedSMOO(FedSMOOStrategy):
 class FedSynSAM(FedSynSAMStrategy):
     """FedSynSAM: FedAvg of (compressed) updates; after `trajectory_rounds` aggregations the server distils a
     synthetic set from the global-model trajectory and sends it once to every node, which then perturbs along
-    the local/synthetic gradient mix (`fedsynth.client.fedsynsam_train`).
+    the local/synthetic gradient mix (`fedsynth.client.train_fedsynsam`).
 
     The distillation needs the model's architecture and the data's shape on the server: `model` (a preset
     name or "package.module:factory") and `dataset`, or `image_channels`, `image_size`, `num_classes`.
@@ -256,19 +285,35 @@ class FedSynSAM(FedSynSAMStrategy):
     distill_iterations : int (default: the run config's)
         Iterations of the trajectory-matching distillation.
     compression : str (default: "none")
-        The uplink codec the nodes use ("qsgd" with `bits`/`levels`, `qsgd_scope`, `qsgd_bucket`; "topk" ...).
+        The uplink codec the nodes use ("qsgd", "topk" or "none"), sent as "compression"; the server decodes with it.
+    bits : int (default: the run config's `bits`)
+        qsgd: bits per coordinate on the wire, sent as "bits".
+    levels : int (default: 0, from `bits`)
+        qsgd: the number of levels s, overriding `bits`, sent as "levels".
+    qsgd_scope : str (default: "tensor")
+        qsgd: one norm per "tensor", per "model" or per "bucket" of `qsgd_bucket` coordinates ("qsgd-scope").
+    qsgd_bucket : int (default: the run config's `qsgd-bucket`)
+        qsgd-scope "bucket": coordinates per bucket ("qsgd-bucket").
+    sam_rho : float (default: the run config's `sam-rho`)
+        The nodes' SAM radius, sent as "sam-rho".
+    synsam_beta : float (default: the run config's `synsam-beta`)
+        Weight of the local gradient in the nodes' ascent direction, sent as "synsam-beta".
     And the common ones (module docstring).
     """
 
     def __init__(self, *, trajectory_rounds: int = _DEFAULTS.trajectory_rounds,
                  synthetic_ipc: int = _DEFAULTS.synthetic_ipc, distill_iterations: int = _DEFAULTS.distill_iterations,
-                 compression: str = _DEFAULTS.compression, fraction_train: float = _DEFAULTS.fraction_train,
+                 compression: str = _DEFAULTS.compression, bits: int = _DEFAULTS.bits, levels: int = _DEFAULTS.levels,
+                 qsgd_scope: str = _DEFAULTS.qsgd_scope, qsgd_bucket: int = _DEFAULTS.qsgd_bucket,
+                 sam_rho: float = _DEFAULTS.sam_rho, synsam_beta: float = _DEFAULTS.synsam_beta, fraction_train: float = _DEFAULTS.fraction_train,
                  fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedSynSAMStrategy, "fedsynsam", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedSynSAMStrategy, "fedsynsam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"trajectory_rounds": trajectory_rounds, "synthetic_ipc": synthetic_ipc,
-               "distill_iterations": distill_iterations, "compression": compression,
+               "distill_iterations": distill_iterations, "compression": compression, "bits": bits, "levels": levels,
+               "qsgd_scope": qsgd_scope, "qsgd_bucket": qsgd_bucket, "sam_rho": sam_rho, "synsam_beta": synsam_beta,
                "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
 
 
@@ -284,8 +329,9 @@ class DynaFed(DynaFedStrategy):
                  fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, DynaFedStrategy, "dynafed", nodes, fraction_evaluate, lr_schedule,
+        _init(self, DynaFedStrategy, "dynafed", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"trajectory_rounds": trajectory_rounds, "synthetic_ipc": synthetic_ipc,
                "distill_iterations": distill_iterations, "fraction_train": fraction_train, "min_nodes": min_nodes,
                "seed": seed, **settings})
@@ -317,8 +363,9 @@ class FedDDPM(FedDDPMStrategy):
                  fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
                  min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedDDPMStrategy, "fedddpm", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedDDPMStrategy, "fedddpm", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"warmup_epochs": warmup_epochs, "aux_fraction": aux_fraction, "correction_epochs": correction_epochs,
                "correction_lr": correction_lr, "fraction_train": fraction_train, "min_nodes": min_nodes,
                "seed": seed, **settings})
@@ -334,7 +381,12 @@ class FedDDPMPlus(FedDDPMPlusStrategy):
         Rounds between QuickTests.
     oneshot_epochs : int (default: the run config's)
         Epochs of the one-shot correction.
-    And FedDDPM's and the common ones.
+    warmup_epochs : int (default: the run config's)
+        Epochs of each node's warm-up (as FedDDPM's).
+    aux_fraction : float (default: the run config's)
+        Auxiliary images per node, as a fraction of its example count (as FedDDPM's).
+    And the common ones (module docstring). The one-shot correction comes at `start()`'s `num_rounds` (or
+    earlier when QuickTest fires), at `oneshot_lr` or else `train_config`'s "lr".
     """
 
     def __init__(self, *, quicktest_every: int = _DEFAULTS.quicktest_every,
@@ -342,8 +394,9 @@ class FedDDPMPlus(FedDDPMPlusStrategy):
                  aux_fraction: float = _DEFAULTS.aux_fraction, fraction_train: float = _DEFAULTS.fraction_train,
                  fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, FedDDPMPlusStrategy, "fedddpm+", nodes, fraction_evaluate, lr_schedule,
+        _init(self, FedDDPMPlusStrategy, "fedddpm+", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"quicktest_every": quicktest_every, "oneshot_epochs": oneshot_epochs, "warmup_epochs": warmup_epochs,
                "aux_fraction": aux_fraction, "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed,
                **settings})
@@ -373,19 +426,36 @@ class DFedAvg(DecentralizedRelay):
                  mixing: str = _DEFAULTS.mixing, relay_mixing: bool = _DEFAULTS.relay_mixing,
                  fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
                  lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
                  **settings: Any) -> None:
-        _init(self, DecentralizedRelay, self.algorithm, nodes, fraction_evaluate, lr_schedule,
+        _init(self, DecentralizedRelay, self.algorithm, nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
               {"topology": topology, "peers": peers, "mixing": mixing, "relay_mixing": relay_mixing,
                "min_nodes": min_nodes, "seed": seed, **settings})
 
 
 class OledFL(DFedAvg):
     """OledFL (Li et al., 2024): DFedAvg's relay; each node restarts from an "opposite lookahead" of its model
-    (`fedsynth.client.ole_restart`) with `ole_beta`, which the node reads from its own settings.
+    (`fedsynth.client.ole_restart`) with `ole_beta`, which every train message's config carries as "ole-beta".
 
-    Parameters: DFedAvg's, and `sam` (default False: OledFL-SGD; True: OledFL-SAM).
+    Parameters
+    ----------
+    sam : bool (default: False)
+        False: OledFL-SGD; True: OledFL-SAM (the nodes read "sam-rho" from the config).
+    ole_beta : float (default: the run config's)
+        Ole's coefficient beta, sent to the nodes as "ole-beta".
+    topology, peers, mixing, relay_mixing : as DFedAvg's (default: the run config's)
+        The peer topology, k of the random ones, the weights of W, and whether to send mixed sums.
+    And the common ones (module docstring).
     """
 
-    def __init__(self, *, sam: bool = False, **kwargs: Any) -> None:
+    def __init__(self, *, sam: bool = False, ole_beta: float = _DEFAULTS.ole_beta, topology: str = _DEFAULTS.topology,
+                 peers: int = _DEFAULTS.peers, mixing: str = _DEFAULTS.mixing,
+                 relay_mixing: bool = _DEFAULTS.relay_mixing, fraction_evaluate: float = 1.0,
+                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
+                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1, **settings: Any) -> None:
         self.algorithm = "oledfl-sam" if sam else "oledfl-sgd"
-        super().__init__(**kwargs)
+        super().__init__(topology=topology, peers=peers, mixing=mixing, relay_mixing=relay_mixing,
+                         fraction_evaluate=fraction_evaluate, min_nodes=min_nodes, seed=seed, lr_schedule=lr_schedule,
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes,
+                         ole_beta=ole_beta, **settings)

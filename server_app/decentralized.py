@@ -69,6 +69,8 @@ from server_app.reply_checks import check_train_metrics
 from server_app.robust import clip_update, update_norm
 from server_app.strategies.base import NodeInfo, RoundStrategy
 from server_app.strategies.fedavg import reply_metric_means
+from common.client_settings import client_settings
+from server_app.wire import WEIGHTED_BY_KEY
 
 
 def _state_group(partition_id: int) -> str:
@@ -111,10 +113,11 @@ class DecentralizedRelay(RoundStrategy):
     """
 
     def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, fraction_evaluate: float = 0.0,
-                 lr_schedule: Callable[[int], float] | None = None) -> None:
+                 lr_schedule: Callable[[int], float] | None = None, weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
         super().__init__(min_nodes=cfg.min_nodes, max_failed_rounds=cfg.max_failed_rounds,
                          fraction_evaluate=fraction_evaluate, max_weight_share=cfg.max_weight_share, seed=cfg.seed,
-                         nodes=nodes)
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.cfg = cfg
         # fedsynth's clients read each round's lr from the config (`lr * lr-decay^(round-1)`)
         self.lr_schedule = lr_schedule if lr_schedule is not None else cfg.local_lr
@@ -128,10 +131,22 @@ class DecentralizedRelay(RoundStrategy):
         if self.nodes:
             self._size_node_state()
 
-    def ensure_nodes(self, grid: Grid) -> None:
-        if not self.nodes:
-            super().ensure_nodes(grid)
-            self._size_node_state()
+    def on_nodes_joined(self) -> None:
+        """Size the per-node state for the grown table; a node that joined starts from the average model x-bar.
+
+        It gets x-bar as its own model with its first message (as a resumed node gets its model back), and
+        its neighbours mix x-bar for it until it has sent a model of its own.
+        """
+        joined = range(len(self.present), len(self.nodes))
+        present, last_answered = self.present, self.last_answered
+        self._size_node_state()
+        if not self.models:  # before the first round: configure_train starts every node from x^0
+            return
+        self.present[:len(present)] = present
+        self.last_answered[:len(last_answered)] = last_answered
+        mean = average_model(self.models)
+        self.models = [*self.models, *(dict(mean) for _ in joined)]
+        self.restore_pending |= set(joined)
 
     def _size_node_state(self) -> None:
         """Check the topology against the node count and size the per-node state."""
@@ -278,12 +293,12 @@ class DecentralizedRelay(RoundStrategy):
         """Each node its own message: its row of W_t and its neighbours' last models (x^0 = `arrays` before)."""
         if not self.round_is_active(server_round):
             return self.skip_round()
-        self.ensure_nodes(grid)
+        self.refresh_nodes(grid)  # all nodes of the table train each round; a node that left times out
         if not self.models:
             self.models = [from_record(arrays)] * len(self.nodes)
         base, w = self.mixing(server_round)
         self._base = base
-        round_config = {**config, "server-round": server_round}
+        round_config = {**client_settings(self.cfg), **config, "server-round": server_round}
         if self.lr_schedule is not None:
             round_config["lr"] = self.lr_schedule(server_round)
         sent = self.messages(server_round, w, ConfigRecord(round_config))

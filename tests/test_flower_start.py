@@ -61,7 +61,7 @@ PUBLIC_CASES = [
 def test_the_cases_cover_every_strategy_class() -> None:
     assert {SERVER_STRATEGIES[name] for name in CLASS_CASES} == set(SERVER_STRATEGIES.values())
     assert {case[0].__name__ for case in PUBLIC_CASES} == set(strategies.__all__) - {
-        "NodeInfo", "TooManyFailedRounds", "run_config"}
+        "NodeInfo", "ReplyContractError", "TooManyFailedRounds", "run_config"}
 
 
 def tiny_config(tmp_path, data_dir, algorithm: str, **extra) -> dict:
@@ -140,6 +140,22 @@ def test_fedddpm_runs_its_warmup_and_correction_under_start(tmp_path, tiny_data_
     # the correction on the auxiliary set ran after the aggregation: its metrics are the round's
     correction = result.train_metrics_clientapp[1]
     assert correction["correction-epochs"] == 1 and np.isfinite(correction["correction-loss"])
+
+
+def test_fedddpm_plus_corrects_at_the_last_round_of_start(tmp_path, tiny_data_dir) -> None:
+    """`FedDDPMPlus(...).start(num_rounds=3)` corrects and stops at round 3, not at its config's 20 rounds."""
+    raw = tiny_config(tmp_path, tiny_data_dir, "fedddpm+", **{"local-steps": 1, "quicktest-every": 100})
+    del raw["num-server-rounds"]  # the config's default (20) must not decide
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    assert cfg.num_server_rounds != 3
+    grid = InProcessGrid(2, raw)
+    strategy = strategies.FedDDPMPlus(**{k.replace("-", "_"): v for k, v in raw.items() if k != "algorithm"},
+                                      nodes=handshake(grid, cfg), fraction_evaluate=0.0)
+    result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=3, timeout=120,
+                            train_config=ConfigRecord({"lr": 0.003}))
+    assert (strategy.stopped_at, strategy.stop_reason) == (3, "last-round")
+    assert strategy.oneshot_rate() == 0.003  # the one-shot correction trains at start()'s lr
+    assert set(result.train_metrics_clientapp) == {1, 2, 3}
 
 
 def test_public_classes_refuse_unknown_parameters() -> None:

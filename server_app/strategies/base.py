@@ -52,10 +52,15 @@ from common.records import message_array_bytes
 from server_app.influence import bounded_weights
 from server_app.messaging import send_and_receive
 from server_app.reply_checks import check_evaluate_metrics
+from server_app.wire import WEIGHTED_BY_KEY, contract_violation_error, with_fedsynth_metric_names
 
 
 class TooManyFailedRounds(RuntimeError):
     """Fewer than min-nodes answered for max-failed-rounds rounds in a row."""
+
+
+class ReplyContractError(TooManyFailedRounds):
+    """Every reply of the first round broke the reply contract: the ClientApp must change, retrying cannot help."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +77,26 @@ class NodeInfo:
 def nodes_from_grid(grid: Grid) -> list[NodeInfo]:
     """The grid's nodes numbered 0..N-1 in node-id order: the node table of a run without a handshake."""
     return [NodeInfo(node_id=int(node_id), partition_id=i) for i, node_id in enumerate(sorted(grid.get_node_ids()))]
+
+
+def with_new_nodes(nodes: list[NodeInfo], node_ids: Iterable[int]) -> list[NodeInfo]:
+    """`nodes` plus an entry for every id it lacks, numbered on from its highest partition id in node-id order.
+
+    Entries of nodes that left stay: a node id is never renumbered, so a node keeps its partition id (and the
+    seeded sampling its draws) for the whole run.
+    """
+    known = {n.node_id for n in nodes}
+    start = max((n.partition_id for n in nodes), default=-1) + 1
+    new = sorted(int(i) for i in node_ids if int(i) not in known)
+    return [*nodes, *(NodeInfo(node_id=node_id, partition_id=start + k) for k, node_id in enumerate(new))]
+
+
+def wait_for_nodes(grid: Grid, count: int, poll_interval: float = 1.0) -> list[int]:
+    """The grid's node ids once at least `count` are connected (Flower's `min_available_nodes` wait)."""
+    while len(node_ids := [int(i) for i in grid.get_node_ids()]) < count:
+        log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(node_ids), count)
+        time.sleep(poll_interval)
+    return node_ids
 
 
 def sample_nodes(nodes: list[NodeInfo], fraction: float, seed: int, server_round: int) -> list[NodeInfo]:
@@ -92,9 +117,9 @@ def weighted_metric(values: Iterable[float], counts: Iterable[float], max_share:
     return float(np.sum(np.array(list(values), dtype=np.float64) * weights) / weights.sum())
 
 
-def local_test_summary(metrics: list[Any], max_share: float) -> dict[str, float]:
+def local_test_summary(metrics: list[Any], max_share: float, weighted_by_key: str = WEIGHTED_BY_KEY) -> dict[str, float]:
     """Test-count weighted local accuracy and loss of evaluate replies, with their min and max accuracy."""
-    counts = [m["num-examples"] for m in metrics]
+    counts = [m[weighted_by_key] for m in metrics]
     accuracy = [m["local-test-accuracy"] for m in metrics]
     return {
         "local-test-accuracy": weighted_metric(accuracy, counts, max_share),
@@ -116,6 +141,7 @@ def checked_evaluate_metrics(nodes: list[NodeInfo], replies: Iterable[Message], 
         if node is None or node.node_id in good or reply.has_error():
             continue
         metrics = reply.content.metric_records.get("metrics")
+        metrics = with_fedsynth_metric_names(metrics) if metrics is not None else None
         reason = check_evaluate_metrics(metrics, node.partition_id if known_partitions else None,
                                         node.num_test_examples, partition_required=known_partitions)
         if reason is not None:
@@ -173,11 +199,24 @@ class RoundStrategy(Strategy):
     seed : int (default: 0)
         Seed of the node sampling: the same seed and round draw the same nodes.
     nodes : list[NodeInfo] | None (default: None)
-        The node table of a handshake; None takes the grid's nodes at the first round.
+        The node table of a handshake; None takes the grid's nodes, and every round adds the nodes that joined
+        since (a node that joins or re-joins mid-run takes part from its next round).
+    weighted_by_key : str (default: "num-examples")
+        The reply metric that weighs each reply in the averages, as in Flower's strategies.
+    min_available_nodes : int (default: 1)
+        Each round waits until the grid has at least this many nodes, as Flower's strategies do.
     """
 
     def __init__(self, *, min_nodes: int = 1, max_failed_rounds: int = 3, fraction_evaluate: float = 1.0,
-                 max_weight_share: float = 1.0, seed: int = 0, nodes: list[NodeInfo] | None = None) -> None:
+                 max_weight_share: float = 1.0, seed: int = 0, nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1) -> None:
+        self.weighted_by_key = weighted_by_key
+        self.min_available_nodes = min_available_nodes
+        self.num_rounds: int | None = None  # start()'s num_rounds, once start() runs
+        self.timeout: float | None = None   # start()'s timeout, for the exchanges of multi-phase methods
+        self.train_config = ConfigRecord()  # start()'s train_config
+        self.rounds_collected = 0           # rounds whose replies were sorted (the first one checks the contract)
+        self.last_round = 0                 # the last round that sent its messages
         self.min_nodes = min_nodes
         self.max_failed_rounds = max_failed_rounds
         self.fraction_evaluate = fraction_evaluate
@@ -194,7 +233,64 @@ class RoundStrategy(Strategy):
         self.aggregation_started_at = time.monotonic()  # when its replies were in
         self._evaluation_carried: MetricRecord | None = None
 
+    # ----- Flower's start() ----------------------------------------------------------------
+    def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
+              train_config: ConfigRecord | None = None, evaluate_config: ConfigRecord | None = None,
+              evaluate_fn: Callable[[int, ArrayRecord], MetricRecord | None] | None = None) -> Any:
+        """Flower's `Strategy.start()`; its `num_rounds`, `timeout` and `train_config` rule the run.
+
+        They are kept on the strategy first, so that a method that ends before the last round (FedDDPM+'s
+        one-shot correction) stops at `num_rounds`, and a multi-phase method's own exchanges use `timeout`.
+        """
+        self.num_rounds, self.timeout = num_rounds, timeout
+        self.train_config = ConfigRecord() if train_config is None else train_config
+        self.refresh_nodes(grid)  # summary() names the nodes; the decentralized relay sizes its state
+        return super().start(grid, initial_arrays, num_rounds=num_rounds, timeout=timeout, train_config=train_config,
+                             evaluate_config=evaluate_config, evaluate_fn=evaluate_fn)
+
+    # ----- the server state, for an app that checkpoints it ------------------------------------------
+    def state_dict(self) -> dict[str, Any]:
+        """The strategy's server state: {"arrays": {group: {name: ndarray}}, "meta": JSON-able dict, "completed-rounds"}.
+
+        Everything `start()` needs to continue after the last round this strategy finished: the algorithm's
+        arrays (momentum, control variates, the nodes' models of a relay, ...) and scalars. The global model is
+        not in it: it is `Result.arrays`, which the resumed `start()` takes as `initial_arrays`. fedsynth's app
+        checkpoints the same parts (server_app/recorder.py).
+        """
+        return {"arrays": self.checkpoint_arrays(), "meta": self.state_meta(),
+                "completed-rounds": max(self.completed_rounds, self.last_round)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state_dict()`: a later `start()` with the same `num_rounds` skips the finished rounds."""
+        self.load_checkpoint_arrays(state["arrays"])
+        self.load_state_meta(state["meta"])
+        self.completed_rounds = int(state["completed-rounds"])
+        self.on_resume()
+
+    def checkpoint_arrays(self) -> dict[str, Any]:
+        """Every array group of the server state (none by default)."""
+        return {}
+
+    def load_checkpoint_arrays(self, groups: Any) -> None:
+        """Restore what `checkpoint_arrays` returned."""
+
+    def state_meta(self) -> dict[str, Any]:
+        """JSON-serialisable scalar state (none by default)."""
+        return {}
+
+    def load_state_meta(self, meta: Any) -> None:
+        """Restore what `state_meta` returned."""
+
+    def on_resume(self) -> None:
+        """Called once after the state was restored."""
+
     # ----- hooks ----------------------------------------------------------------------
+    def reply_contract(self) -> str:
+        """What a good train reply carries, in words, for the error that ends a first round of broken replies."""
+        return ('reply RecordDict({"arrays": ArrayRecord(the local model, the same names, shapes and dtypes as '
+                'the global one), "metrics": MetricRecord({"num-examples": int > 0, "train-loss" (or Flower\'s '
+                '"train_loss"): float})})')
+
     def stop_requested(self) -> bool:
         """True once the algorithm has finished before the last round (FedDDPM+ after its correction)."""
         return False
@@ -220,10 +316,31 @@ class RoundStrategy(Strategy):
 
     # ----- the node table ------------------------------------------------------------------
     def ensure_nodes(self, grid: Grid) -> None:
-        """Take the grid's nodes when no handshake gave them."""
-        if not self.nodes:
-            self.nodes = nodes_from_grid(grid)
-            log(INFO, "%s: %d nodes from the grid", type(self).__name__, len(self.nodes))
+        """Take the grid's nodes when no handshake gave them (kept for callers outside a round)."""
+        self.refresh_nodes(grid)
+
+    def refresh_nodes(self, grid: Grid) -> list[NodeInfo]:
+        """The nodes a round can use now: wait for `min_available_nodes`, add the nodes that joined since.
+
+        Without a handshake the node table grows by every node id the grid has not shown before (a node that
+        re-joins under a new id is a new entry), and the round uses the table's nodes that the grid has now.
+        With one, the round uses the handshake's whole table, as fedsynth's runs always have: a node that is
+        gone is sampled and recorded as a timeout, which is how its results account for lost nodes.
+        """
+        if self.handshake_nodes:  # no wait either: a run whose nodes all left ends by max_failed_rounds
+            return list(self.nodes)
+        node_ids = wait_for_nodes(grid, self.min_available_nodes)
+        grown = with_new_nodes(self.nodes, node_ids)
+        if len(grown) != len(self.nodes):
+            log(INFO, "%s: %d node(s) joined, %d in the node table", type(self).__name__,
+                len(grown) - len(self.nodes), len(grown))
+            self.nodes = grown
+            self.on_nodes_joined()
+        connected = set(node_ids)
+        return [n for n in self.nodes if n.node_id in connected]
+
+    def on_nodes_joined(self) -> None:
+        """Called when the node table grew (a strategy with per-node state sizes it here)."""
 
     def partition_of(self, reply: Message) -> int:
         """The partition of the node that sent `reply` (its node-table entry; else the reply's `partition-id`)."""
@@ -240,6 +357,7 @@ class RoundStrategy(Strategy):
     def begin_round(self, server_round: int, messages: list[Message], **fields: Any) -> list[Message]:
         """Remember what this round sends (to pair replies and count bytes); returns `messages`."""
         self._sent = messages
+        self.last_round = server_round
         self.round_started_at = time.monotonic()
         self._evaluation_carried = None
         self.round_report = {"round": server_round, "sampled": len(messages), **fields}
@@ -261,6 +379,9 @@ class RoundStrategy(Strategy):
         pairs, unanswered = pair_replies(self._sent, replies)
         for message, reply in pairs:
             node_id = message.metadata.dst_node_id  # not the reply's source: the SuperLink answers for lost nodes
+            if not reply.has_error() and "metrics" in reply.content.metric_records:
+                # a reply in Flower's template names (train_loss) is read in fedsynth's (server_app/wire.py)
+                reply.content["metrics"] = with_fedsynth_metric_names(reply.content.metric_records["metrics"])
             outcome.uplink_bytes += message_array_bytes(reply)
             if float32_bytes is not None:
                 outcome.uplink_float32_bytes += float32_bytes(reply)
@@ -289,6 +410,11 @@ class RoundStrategy(Strategy):
                        "uplink-bytes": outcome.uplink_bytes,
                        "downlink-bytes": sum(message_array_bytes(m) for m in self._sent)})
         self.round_report = report
+        self.rounds_collected += 1
+        if self.rounds_collected == 1 and not outcome.good:
+            message = contract_violation_error(type(self).__name__, outcome.failures, self.reply_contract())
+            if message is not None:
+                raise ReplyContractError(message)
         return outcome
 
     def _label(self, index: int) -> str:

@@ -40,6 +40,8 @@ from server_app.robust import ROBUST_AGGREGATIONS, clip_update, combine_updates,
 from server_app.reply_checks import check_train_metrics
 from server_app.strategies.base import NodeInfo, RoundStrategy, sample_nodes, weighted_metric
 from server_app.strategies.node_models import NodeModels
+from server_app.wire import WEIGHTED_BY_KEY
+from common.client_settings import client_settings
 
 
 def weighted_mean(values: list[Weights], weights: list[float]) -> Weights:
@@ -103,10 +105,11 @@ class FedAvgStrategy(RoundStrategy):
     """
 
     def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, fraction_evaluate: float = 0.0,
-                 lr_schedule: Callable[[int], float] | None = None) -> None:
+                 lr_schedule: Callable[[int], float] | None = None, weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
         super().__init__(min_nodes=cfg.min_nodes, max_failed_rounds=cfg.max_failed_rounds,
                          fraction_evaluate=fraction_evaluate, max_weight_share=cfg.max_weight_share, seed=cfg.seed,
-                         nodes=nodes)
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.cfg = cfg
         # fedsynth's clients read each round's lr from the config (`lr * lr-decay^(round-1)`)
         self.lr_schedule = lr_schedule if lr_schedule is not None else cfg.local_lr
@@ -116,8 +119,7 @@ class FedAvgStrategy(RoundStrategy):
         self._parameter_names: list[str] | None = None  # learnt from the first global model (run_parameter_names)
         self.feature_reference = ClientFeatureReference(cfg, self.nodes)  # FID without server data (diffusion task)
 
-    def ensure_nodes(self, grid: Grid) -> None:
-        super().ensure_nodes(grid)
+    def on_nodes_joined(self) -> None:
         self.feature_reference.nodes = self.nodes
 
     @property
@@ -145,6 +147,11 @@ class FedAvgStrategy(RoundStrategy):
         return aggregate_buffers(values, self.aggregation_weights(ordered))
 
     # ----- hooks for subclasses -------------------------------------------------
+    def client_config(self) -> dict[str, Any]:
+        """The settings the nodes' rule needs, sent in every train message's config (as FedProx sends
+        `proximal-mu`): the uplink codec and the algorithm's client parameters (common/client_settings.py)."""
+        return client_settings(self.cfg)
+
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         """Extra records sent with the model (SCAFFOLD's c, the previous update, ...)."""
         return {}
@@ -206,14 +213,14 @@ class FedAvgStrategy(RoundStrategy):
         """One message per sampled node: the global model, the round's config and extra records."""
         if not self.round_is_active(server_round):
             return self.skip_round()
-        self.ensure_nodes(grid)
+        available = self.refresh_nodes(grid)
         self.current = from_record(arrays)
         extra = self.downlink_records(server_round)
-        round_config = {**config, "server-round": server_round}
+        round_config = {**self.client_config(), **config, "server-round": server_round}
         if self.lr_schedule is not None:
             round_config["lr"] = self.lr_schedule(server_round)
         messages = []
-        for node in sample_nodes(self.nodes, self.cfg.fraction_train, self.cfg.seed, server_round):
+        for node in sample_nodes(available, self.cfg.fraction_train, self.cfg.seed, server_round):
             content = RecordDict({"arrays": arrays, "config": ConfigRecord(round_config)})
             for name, record in extra.items():
                 content[name] = record
@@ -244,6 +251,9 @@ class FedAvgStrategy(RoundStrategy):
         num_examples = content.metric_records["metrics"].get("num-examples")
         if not isinstance(num_examples, int) or num_examples <= 0:
             return f"reply metric 'num-examples' = {num_examples!r} is not a positive integer"
+        weight = content.metric_records["metrics"].get(self.weighted_by_key)
+        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0 < weight < float("inf"):
+            return f"reply metric '{self.weighted_by_key}' (weighted_by_key) = {weight!r} is not a positive number"
         try:
             delta = self.client_delta(reply)
         except ValueError as err:  # a missing, mis-shaped, mistyped or non-finite model or payload
@@ -267,10 +277,11 @@ class FedAvgStrategy(RoundStrategy):
         return 3 * sum(w.nbytes for w in self.current.values()) + (1 << 20)
 
     def aggregation_weights(self, replies: list[Message]) -> list[float]:
-        """Sample counts (`weighted`), no share above `max-weight-share` (server_app/influence.py), or ones (`uniform`)."""
+        """The replies' `weighted_by_key` metric (`weighted`), no share above `max-weight-share`
+        (server_app/influence.py), or ones (`uniform`)."""
         if self.cfg.aggregation != "weighted":
             return [1.0] * len(replies)
-        counts = [float(r.content.metric_records["metrics"]["num-examples"]) for r in replies]
+        counts = [float(r.content.metric_records["metrics"][self.weighted_by_key]) for r in replies]
         return bounded_weights(counts, self.cfg.max_weight_share)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -313,7 +324,7 @@ class FedAvgStrategy(RoundStrategy):
         else:
             mean_delta = weighted_mean(deltas, self.aggregation_weights(replies))
         self.current = self.server_step(mean_delta, replies)
-        return to_record(self.current), aggregate_metrics(replies, self.cfg.max_weight_share)
+        return to_record(self.current), aggregate_metrics(replies, self.cfg.max_weight_share, self.weighted_by_key)
 
     def summary(self) -> None:
         """Log what this strategy will do."""
@@ -321,9 +332,10 @@ class FedAvgStrategy(RoundStrategy):
             type(self).__name__, len(self.nodes), self.cfg.fraction_train, self.cfg.aggregation, self.cfg.server_lr)
 
 
-def reply_metric_means(metrics: list[Mapping[str, Any]], max_share: float) -> dict[str, float]:
+def reply_metric_means(metrics: list[Mapping[str, Any]], max_share: float,
+                       weighted_by_key: str = WEIGHTED_BY_KEY) -> dict[str, float]:
     """Sample-weighted train loss and test-count weighted local test accuracy of train replies (capped shares)."""
-    out = {"train-loss": weighted_metric([m["train-loss"] for m in metrics], [m["num-examples"] for m in metrics],
+    out = {"train-loss": weighted_metric([m["train-loss"] for m in metrics], [m[weighted_by_key] for m in metrics],
                                          max_share)}
     tested = [m for m in metrics if m.get("num-test-examples", 0) > 0]
     if tested:
@@ -332,10 +344,10 @@ def reply_metric_means(metrics: list[Mapping[str, Any]], max_share: float) -> di
     return out
 
 
-def aggregate_metrics(replies: list[Message], max_share: float) -> MetricRecord:
+def aggregate_metrics(replies: list[Message], max_share: float, weighted_by_key: str = WEIGHTED_BY_KEY) -> MetricRecord:
     """Sample-weighted train loss and the received global model's local test accuracy (capped shares)."""
     metrics = [r.content.metric_records["metrics"] for r in replies]
-    out: dict[str, Any] = {**reply_metric_means(metrics, max_share),
+    out: dict[str, Any] = {**reply_metric_means(metrics, max_share, weighted_by_key),
                            "num-examples": int(sum(m["num-examples"] for m in metrics))}
     # Per-client statistics a rule reports (FedCOG's generation time): mean and max over the replies.
     for key in sorted({k for m in metrics for k in m.keys() if k.startswith(CLIENT_STAT_PREFIX)}):

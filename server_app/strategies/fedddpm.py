@@ -302,6 +302,13 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
     def stop_requested(self) -> bool:
         return self.stopped_at is not None
 
+    def oneshot_rate(self) -> float:
+        """The one-shot correction's rate: `oneshot_lr`, else the clients' lr of `start()`'s `train_config`, else
+        the config's `lr` (Algorithm 2 trains it at the clients' zeta)."""
+        if self.cfg.oneshot_lr:
+            return self.cfg.oneshot_lr
+        return float(self.train_config["lr"]) if "lr" in self.train_config else self.cfg.lr
+
     def reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:
         """QuickTest's reference: A's features, or the nodes' pooled features (`quicktest-reference`), asked once."""
         if self.cfg.quicktest_reference == "clients":
@@ -323,7 +330,8 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
         return extractor.fid(images, self.reference_stats(extractor))
 
     def after_aggregation(self, weights: Weights) -> Weights:
-        last = self._round == self.cfg.num_server_rounds
+        # start()'s num_rounds rules (fedsynth's app passes num-server-rounds); a hand-driven strategy uses the config
+        last = self._round == (self.num_rounds if self.num_rounds is not None else self.cfg.num_server_rounds)
         if self.auxiliary is not None and quicktest_due(self._round, self.cfg.quicktest_every):
             start = time.monotonic()
             score = self.quicktest_score(weights)
@@ -339,7 +347,7 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
         if self.stop_reason == "quicktest" or last:
             self.stop_reason = self.stop_reason or "last-round"
             self.stopped_at = self._round
-            return self.correct(weights, self.cfg.oneshot_epochs, self.cfg.oneshot_rate())
+            return self.correct(weights, self.cfg.oneshot_epochs, self.oneshot_rate())
         return weights
 
     def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -48,6 +48,10 @@ class ScaffoldStrategy(FedAvgStrategy):
         control = self.client_controls.get(partition_id)
         return {STATE_SCAFFOLD_CONTROL: to_record(control)} if control is not None else {}
 
+    def reply_contract(self) -> str:
+        return (f"{super().reply_contract()}, plus the record '{SCAFFOLD_CONTROL_DELTA}' (c_i+ - c_i, the arrays of "
+                f"'{SCAFFOLD_CONTROL}'; fedsynth.client.train_scaffold returns it as `control_delta`)")
+
     def _control(self) -> Weights:
         if self.control is None:
             # over the trainable parameters only: buffers have no gradient, and clients send c_i+ - c_i for

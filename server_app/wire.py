@@ -1,0 +1,64 @@
+"""Flower's wire conventions beside fedsynth's: reply metric names, the weighting key, the contract error.
+
+A ClientApp written from `flwr new`'s PyTorch template replies to a train
+message with `{"train_loss": ..., "num-examples": n}` and to an evaluate
+message with `{"eval_loss": ..., "eval_acc": ..., "num-examples": n}`;
+Flower's strategies weigh replies by the metric named `weighted_by_key`
+(default "num-examples"). fedsynth's clients send `train-loss`,
+`local-test-loss` and `local-test-accuracy`. The server reads both: a reply
+that carries only Flower's name is read as if it carried fedsynth's, so such
+a ClientApp runs with fedsynth's strategies unchanged.
+
+A reply that breaks the contract (a missing metric or record, a mis-shaped
+array) is dropped like a failed one. When every reply of the first round is
+dropped so, no later round can go better: the ClientApp itself must change.
+`contract_violation_error` says what to change instead of letting the run
+repeat the round `max_failed_rounds` times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from flwr.app import MetricRecord
+
+WEIGHTED_BY_KEY = "num-examples"  # Flower's default weighting key, and the count every fedsynth reply carries
+
+# Flower's `flwr new` PyTorch template name -> fedsynth's name of the same metric
+FLOWER_METRIC_NAMES: dict[str, str] = {
+    "train_loss": "train-loss",
+    "eval_loss": "local-test-loss",
+    "eval_acc": "local-test-accuracy",
+}
+
+
+def with_fedsynth_metric_names(metrics: MetricRecord) -> MetricRecord:
+    """`metrics` with fedsynth's name added for every Flower template name it carries alone.
+
+    The record is returned as it is when there is nothing to add (a fedsynth reply), so fedsynth's own
+    runs read the very record their clients sent.
+    """
+    missing = {ours: flower for flower, ours in FLOWER_METRIC_NAMES.items() if flower in metrics and ours not in metrics}
+    if not missing:
+        return metrics
+    return MetricRecord({**dict(metrics), **{ours: metrics[flower] for ours, flower in missing.items()}})
+
+
+def is_transient(reason: str) -> bool:
+    """Whether a dropped reply's reason may pass in a later round (a node error or a timeout), not a contract break."""
+    return reason.startswith("error:") or reason == "timeout"
+
+
+def contract_violation_error(strategy_name: str, failures: Sequence[Mapping[str, Any]], contract: str) -> str | None:
+    """The message that ends a first round in which every reply broke the contract, or None.
+
+    None when any reply was usable, when there were none, or when some failure may be transient
+    (an error reply, a timeout): those are the business of `min_nodes` and `max_failed_rounds`.
+    """
+    if not failures or any(is_transient(str(f["reason"])) for f in failures):
+        return None
+    reasons = sorted({str(f["reason"]) for f in failures})
+    return (f"{strategy_name}: every reply of the first round broke the reply contract, so no later round can "
+            f"succeed: {'; '.join(reasons[:3])}. Change the ClientApp's reply: {contract} "
+            "(docs/library.md, 'The reply contract').")

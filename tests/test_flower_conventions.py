@@ -1,0 +1,321 @@
+"""fedsynth's strategies on Flower's wire conventions, from the outside: a grid of plain ClientApp functions.
+
+- replies in the names of `flwr new`'s PyTorch template (`train_loss`, `eval_loss`, `eval_acc`) are aggregated;
+- `weighted_by_key` names the weighing metric, as in Flower's strategies;
+- the settings a node's rule needs travel in the train message's config (as FedProx sends `proximal-mu`),
+  and `fedsynth.client` reads them from there;
+- a first round whose every reply breaks the contract ends with one error saying what to change;
+- `start()`'s `num_rounds` rules: FedDDPM+ corrects at the last round of `start()`;
+- live nodes: a node that joins after round 1 takes part from its next round (centralized and decentralized),
+  and OledFL/DFedAvg run under `start()` with no other call.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from uuid import uuid4
+
+import numpy as np
+import pytest
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+
+from fedsynth import strategies
+from fedsynth.client import compression_from_config, config_value
+
+Reply = Callable[[Message, int], RecordDict]
+
+
+def record(arrays: dict[str, np.ndarray]) -> ArrayRecord:
+    """An ArrayRecord of named numpy arrays (ArrayRecord takes a dict of `Array`s, or a list of ndarrays)."""
+    return ArrayRecord({name: Array(value) for name, value in arrays.items()})
+
+
+def template_train(message: Message, pid: int) -> RecordDict:
+    """The template's train reply: the model moved by (pid + 1) / 10, `train_loss` and `num-examples`."""
+    model = {k: v.numpy() + np.float32((pid + 1) / 10) for k, v in message.content["arrays"].items()}
+    return RecordDict({"arrays": record(model),
+                       "metrics": MetricRecord({"train_loss": 1.0 / (pid + 1), "num-examples": 10 * (pid + 1)})})
+
+
+def template_evaluate(message: Message, pid: int) -> RecordDict:
+    return RecordDict({"metrics": MetricRecord({"eval_loss": 0.5, "eval_acc": 0.25 * (pid + 1),
+                                                "num-examples": 4})})
+
+
+class FunctionGrid:
+    """A duck-typed Flower `Grid` whose nodes answer with plain functions; nodes can join between rounds."""
+
+    def __init__(self, num_nodes: int, train: Reply = template_train, evaluate: Reply = template_evaluate) -> None:
+        from flwr.supercore.task_identity import TaskIdentity
+
+        # Messages take their run id from the process's task identity, as in a ServerApp process.
+        TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
+        self.pids: dict[int, int] = {}
+        self.train, self.evaluate = train, evaluate
+        self.received: list[tuple[int, Message]] = []  # (partition, message) of every message sent
+        self.round_hooks: dict[int, Callable[[], None]] = {}
+        for _ in range(num_nodes):
+            self.add_node()
+
+    def add_node(self) -> int:
+        pid = len(self.pids)
+        self.pids[5000 + 7 * pid] = pid
+        return pid
+
+    def get_node_ids(self) -> Iterable[int]:
+        return list(self.pids)
+
+    def send_and_receive(self, messages: Iterable[Message], *, timeout: float | None = None) -> list[Message]:
+        replies = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = uuid4().hex
+            pid = self.pids[message.metadata.dst_node_id]
+            self.received.append((pid, message))
+            answer = self.train if message.metadata.message_type == MessageType.TRAIN else self.evaluate
+            replies.append(Message(answer(message, pid), reply_to=message))
+        return replies
+
+
+def initial() -> ArrayRecord:
+    return record({"w": np.zeros(3, dtype=np.float32)})
+
+
+def weights(record: ArrayRecord) -> np.ndarray:
+    return np.asarray(record["w"].numpy())
+
+
+def test_a_template_clientapp_runs_with_fedsynths_fedavg():
+    grid = FunctionGrid(2)
+    strategy = strategies.FedAvg(max_weight_share=1.0)
+    result = strategy.start(grid, initial(), num_rounds=2, timeout=10, train_config=ConfigRecord({"lr": 0.1}))
+
+    # counts 10 and 20: (0.1 * 10 + 0.2 * 20) / 30 per round
+    np.testing.assert_allclose(weights(result.arrays), np.full(3, 2 * 5.0 / 30), rtol=1e-6)
+    train = result.train_metrics_clientapp[2]
+    assert train["train-loss"] == pytest.approx((1.0 * 10 + 0.5 * 20) / 30)
+    evaluation = result.evaluate_metrics_clientapp[2]
+    assert evaluation["local-test-accuracy"] == pytest.approx(0.375)  # (0.25 + 0.5) / 2, 4 examples each
+    assert evaluation["local-test-loss"] == pytest.approx(0.5)
+
+
+def test_weighted_by_key_names_the_weighing_metric():
+    def train(message: Message, pid: int) -> RecordDict:
+        content = template_train(message, pid)
+        content["metrics"] = MetricRecord({**dict(content["metrics"]), "batches": 3 - pid})  # 3 and 2
+        return content
+
+    strategy = strategies.FedAvg(weighted_by_key="batches", max_weight_share=1.0)
+    result = strategy.start(FunctionGrid(2, train=train), initial(), num_rounds=1, timeout=10)
+    np.testing.assert_allclose(weights(result.arrays), np.full(3, (0.1 * 3 + 0.2 * 2) / 5), rtol=1e-6)
+    assert result.train_metrics_clientapp[1]["train-loss"] == pytest.approx((1.0 * 3 + 0.5 * 2) / 5)
+
+
+@pytest.mark.parametrize(("strategy", "expected"), [
+    (lambda: strategies.FedSAM(sam_rho=0.07), {"sam-rho": 0.07, "compression": "none"}),
+    (lambda: strategies.FedSynSAM(compression="qsgd", bits=4, qsgd_scope="bucket", qsgd_bucket=64, synsam_beta=0.8),
+     {"compression": "qsgd", "bits": 4, "qsgd-scope": "bucket", "qsgd-bucket": 64, "synsam-beta": 0.8}),
+    (lambda: strategies.FedCOG(cog_start_round=2), {"cog-start-round": 2}),
+    (lambda: strategies.OledFL(topology="ring", ole_beta=0.5), {"ole-beta": 0.5}),
+    (lambda: strategies.OledFL(sam=True, topology="ring", ole_beta=0.5, sam_rho=0.02), {"ole-beta": 0.5,
+                                                                                        "sam-rho": 0.02}),
+])
+def test_the_train_message_carries_every_client_setting(strategy, expected):
+    grid = FunctionGrid(3)
+    messages = list(strategy().configure_train(1, initial(), ConfigRecord({"lr": 0.1}), grid))
+    assert messages
+    for message in messages:
+        config = message.content["config"]
+        assert {key: config_value(config, key) for key in expected} == expected
+        assert config["lr"] == 0.1 and config["server-round"] == 1
+
+
+def test_the_client_reads_the_codec_from_the_train_config():
+    strategy = strategies.FedSynSAM(compression="qsgd", bits=4, levels=7, qsgd_scope="bucket", qsgd_bucket=64)
+    message = list(strategy.configure_train(1, initial(), ConfigRecord({}), FunctionGrid(2)))[0]
+    spec = compression_from_config(message.content["config"])
+    assert (spec.method, spec.bits, spec.levels, spec.scope, spec.bucket_size) == ("qsgd", 4, 7, "bucket", 64)
+    assert compression_from_config(ConfigRecord({"lr": 0.1})).method == "none"
+    with pytest.raises(KeyError, match="sam-rho"):
+        config_value(ConfigRecord({}), "sam-rho")
+
+
+def test_a_broken_reply_contract_fails_the_first_round_with_one_error():
+    def train(message: Message, pid: int) -> RecordDict:  # no loss at all
+        return RecordDict({"arrays": message.content["arrays"], "metrics": MetricRecord({"num-examples": 5})})
+
+    calls: list[int] = []
+    with pytest.raises(strategies.ReplyContractError, match="train-loss.*Change the ClientApp's reply.*train_loss"):
+        strategies.FedAvg(max_failed_rounds=5).start(
+            FunctionGrid(2, train=train), initial(), num_rounds=4, timeout=10,
+            evaluate_fn=lambda rnd, arrays: calls.append(rnd))
+    assert calls == [0]  # no round finished: the error came in round 1, not after max_failed_rounds
+
+
+def test_scaffold_names_its_extra_record_in_the_contract_error():
+    with pytest.raises(strategies.ReplyContractError, match="scaffold-delta-c"):
+        strategies.Scaffold().start(FunctionGrid(2), initial(), num_rounds=2, timeout=10)
+
+
+def test_a_node_error_is_not_a_contract_violation():
+    def train(message: Message, pid: int) -> RecordDict:
+        raise RuntimeError("node down")
+
+    grid = FunctionGrid(2)
+
+    def failing(messages, *, timeout=None):
+        from flwr.app import Error
+
+        out = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = uuid4().hex
+            out.append(Message(Error(code=2, reason="node down"), reply_to=message))
+        return out
+
+    grid.send_and_receive = failing
+    with pytest.raises(strategies.TooManyFailedRounds) as raised:
+        strategies.FedAvg(max_failed_rounds=2).start(grid, initial(), num_rounds=3, timeout=10)
+    assert not isinstance(raised.value, strategies.ReplyContractError)
+
+
+def join_after_round_1(grid: FunctionGrid) -> Callable[[int, ArrayRecord], None]:
+    """An `evaluate_fn` that connects one more node to `grid` once round 1 is done."""
+
+    def evaluate_fn(server_round: int, arrays: ArrayRecord) -> None:
+        if server_round == 1:
+            grid.add_node()
+
+    return evaluate_fn
+
+
+def test_a_node_that_joins_after_round_1_takes_part_from_its_next_round():
+    grid = FunctionGrid(2)
+    strategy = strategies.FedAvg(max_weight_share=1.0)
+    evaluate_fn = join_after_round_1(grid)
+    strategy.start(grid, initial(), num_rounds=3, timeout=10, evaluate_fn=evaluate_fn)
+    trained = {(pid, int(m.content["config"]["server-round"])) for pid, m in grid.received
+               if m.metadata.message_type == MessageType.TRAIN}
+    assert (2, 1) not in trained and {(2, 2), (2, 3)} <= trained
+    assert strategy.round_report["answered"] == 3
+
+
+def test_min_available_nodes_waits_for_the_nodes(monkeypatch):
+    grid = FunctionGrid(1)
+    waits: list[int] = []
+
+    def sleep(seconds: float) -> None:  # each poll, one more node connects
+        waits.append(len(list(grid.get_node_ids())))
+        grid.add_node()
+
+    monkeypatch.setattr("server_app.strategies.base.time.sleep", sleep)
+    strategy = strategies.FedAvg(min_available_nodes=3)
+    strategy.start(grid, initial(), num_rounds=1, timeout=10)
+    assert waits == [1, 2] and strategy.round_report["answered"] == 3
+
+
+def decentralized_train(message: Message, pid: int) -> RecordDict:
+    """A node's model: its own restored model (or zeros) plus (pid + 1) / 10; it reports its own model's round."""
+    own = message.content.array_records.get("node-state:decentralized-own-model")
+    base = np.asarray(own["w"].numpy()) if own is not None else np.zeros(3, dtype=np.float32)
+    return RecordDict({"arrays": record({"w": base + np.float32((pid + 1) / 10)}),
+                       "metrics": MetricRecord({"train-loss": 0.1, "num-examples": 5})})
+
+
+@pytest.mark.parametrize("public", [strategies.DFedAvg, strategies.OledFL])
+def test_the_decentralized_relay_runs_under_start_and_takes_a_joining_node(public):
+    grid = FunctionGrid(3, train=decentralized_train)
+    strategy = public(topology="ring", min_nodes=1)
+    evaluate_fn = join_after_round_1(grid)
+    result = strategy.start(grid, initial(), num_rounds=3, timeout=10, evaluate_fn=evaluate_fn)
+    assert result.arrays is not None
+    joined = [m for pid, m in grid.received if pid == 3 and m.metadata.message_type == MessageType.TRAIN]
+    assert [int(m.content["config"]["server-round"]) for m in joined] == [2, 3]
+    # it starts from the average model of round 1 (the three nodes moved by 0.1, 0.2, 0.3), sent as its own model
+    np.testing.assert_allclose(joined[0].content["node-state:decentralized-own-model"]["w"].numpy(), np.full(3, 0.2), rtol=1e-6)
+    assert "gossip" in joined[0].content.config_records and len(strategy.nodes) == 4
+    assert strategy.round_report["answered"] == 4
+
+
+def test_docs_name_only_client_functions_that_exist():
+    """Every `fedsynth.client.<name>` in the strategies' docstrings and docs/library.md is a real function."""
+    import re
+    from pathlib import Path
+
+    import fedsynth.client as client
+
+    root = Path(__file__).resolve().parent.parent
+    text = (root / "fedsynth" / "strategies.py").read_text() + (root / "docs" / "library.md").read_text()
+    named = set(re.findall(r"fedsynth\.client\.([A-Za-z_]\w*)", text))
+    assert named and not {name for name in named if not hasattr(client, name)}
+
+
+def test_the_docs_arrayrecord_of_numpy_arrays_builds():
+    """library.md's way to send a dict of numpy arrays (ArrayRecord itself refuses a dict of ndarrays)."""
+    weights = {"w": np.arange(3, dtype=np.float32), "n": np.array(2, dtype=np.int64)}
+    back = {name: array.numpy() for name, array in record(weights).items()}
+    assert back.keys() == weights.keys() and all(np.array_equal(back[k], weights[k]) for k in weights)
+
+
+def test_flower_names_are_read_as_fedsynths_and_fedsynths_own_win():
+    from server_app.wire import with_fedsynth_metric_names
+
+    template = MetricRecord({"train_loss": 0.5, "eval_acc": 0.75, "eval_loss": 1.5, "num-examples": 3})
+    read = with_fedsynth_metric_names(template)
+    assert (read["train-loss"], read["local-test-accuracy"], read["local-test-loss"]) == (0.5, 0.75, 1.5)
+    both = MetricRecord({"train_loss": 0.5, "train-loss": 0.25, "num-examples": 3})
+    assert with_fedsynth_metric_names(both) is both  # a fedsynth reply is read as it came
+
+
+def test_joining_nodes_are_numbered_on_and_never_renumbered():
+    from server_app.strategies.base import NodeInfo, with_new_nodes
+
+    table = [NodeInfo(node_id=50, partition_id=0), NodeInfo(node_id=20, partition_id=1)]
+    grown = with_new_nodes(table, [20, 90, 50, 70])  # 50 and 20 known; 70 and 90 join, numbered in id order
+    assert [(n.node_id, n.partition_id) for n in grown] == [(50, 0), (20, 1), (70, 2), (90, 3)]
+    assert with_new_nodes(grown, [90]) == grown  # a node that left keeps its entry
+
+
+def test_a_contract_error_needs_every_failure_to_be_a_contract_break():
+    from server_app.wire import contract_violation_error
+
+    broken = [{"reason": "reply metric 'train-loss' = None is not a finite number"}]
+    assert "train-loss" in contract_violation_error("FedAvg", broken, "reply X")
+    assert contract_violation_error("FedAvg", broken + [{"reason": "timeout"}], "reply X") is None
+    assert contract_violation_error("FedAvg", broken + [{"reason": "error: node down"}], "reply X") is None
+    assert contract_violation_error("FedAvg", [], "reply X") is None
+
+
+def test_every_parameter_of_every_public_strategy_is_documented():
+    """help() of each class names each of its keyword parameters (its own docstring, or the module's common list)."""
+    import inspect
+
+    public = [getattr(strategies, name) for name in strategies.__all__]
+    classes = [cls for cls in public if isinstance(cls, type) and hasattr(cls, "configure_train")]
+    assert len(classes) == 15
+    for cls in classes:
+        for parameter in inspect.signature(cls).parameters.values():
+            if parameter.kind is parameter.VAR_KEYWORD:
+                continue
+            assert parameter.kind is parameter.KEYWORD_ONLY and parameter.annotation is not parameter.empty
+            assert parameter.name in (cls.__doc__ or "") or parameter.name in strategies.__doc__, (cls, parameter)
+
+
+def test_state_dict_continues_a_run_as_if_it_never_stopped():
+    """FedAvgM's velocity through state_dict(): 2 rounds, a new strategy loads the state, round 3 == a 3-round run."""
+    whole = strategies.FedAvgM(server_momentum=0.5, max_weight_share=1.0).start(FunctionGrid(2), initial(), num_rounds=3)
+
+    first = strategies.FedAvgM(server_momentum=0.5, max_weight_share=1.0)
+    part = first.start(FunctionGrid(2), initial(), num_rounds=2)
+    state = first.state_dict()
+    assert state["completed-rounds"] == 2 and "velocity" in state["arrays"]
+
+    again = strategies.FedAvgM(server_momentum=0.5, max_weight_share=1.0)
+    again.load_state_dict(state)
+    grid = FunctionGrid(2)
+    resumed = again.start(grid, part.arrays, num_rounds=3)
+    assert {int(m.content["config"]["server-round"]) for _, m in grid.received} == {3}  # rounds 1-2 send nothing
+    np.testing.assert_array_equal(weights(resumed.arrays), weights(whole.arrays))
+
+    forgetful = strategies.FedAvgM(server_momentum=0.5, max_weight_share=1.0)
+    forgetful.load_state_dict({**state, "arrays": {}})  # without the velocity the last step is another one
+    assert not np.array_equal(weights(forgetful.start(FunctionGrid(2), part.arrays, num_rounds=3).arrays),
+                              weights(whole.arrays))
