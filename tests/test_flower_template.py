@@ -17,27 +17,14 @@ import sys
 from pathlib import Path
 from uuid import uuid4
 
-import numpy as np
 import pytest
 import torch
 from flwr.app import Context, Message, RecordDict
 
-from common.records import from_record, to_record
 
 REPO = Path(__file__).resolve().parent.parent
 APP = REPO / "tests" / "flower_template"
 NUM_NODES = 4
-
-
-def arrays_keep_dtype_and_shape() -> bool:
-    """Whether fedsynth's records keep a 0-d integer buffer as it is (BatchNorm's `num_batches_tracked`)."""
-    back = from_record(to_record({"n": np.array(3, dtype=np.int64)}))["n"]
-    return back.shape == () and back.dtype == np.int64
-
-
-# Until the arrays keep their dtype and shape (issue 44, deliver 3), a BatchNorm model's replies are dropped.
-needs_batchnorm_arrays = pytest.mark.xfail(not arrays_keep_dtype_and_shape(), strict=True,
-                                           reason="BatchNorm's 0-d num_batches_tracked loses its shape in to_record")
 
 
 class AppGrid:
@@ -86,7 +73,6 @@ def run_in_process(config: dict, strategy: str) -> tuple[dict, dict[str, torch.T
     return central, torch.load(folder / "final_model.pt")
 
 
-@needs_batchnorm_arrays
 @pytest.mark.parametrize("strategy", ["fedavg", "fedsam", "scaffold", "fedsynsam", "fedcog", "dfedavg", "oledfl"])
 def test_the_template_app_trains_with_each_strategy(template_config, strategy):
     central, final = run_in_process(template_config, strategy)
@@ -95,7 +81,6 @@ def test_the_template_app_trains_with_each_strategy(template_config, strategy):
     assert "bn1.running_mean" in final and final["bn1.num_batches_tracked"].shape == ()
 
 
-@needs_batchnorm_arrays
 def test_flowers_fedavg_and_fedsynths_fedavg_give_the_same_model(template_config):
     """The same app with Flower's FedAvg and fedsynth's: the same aggregated model after a round.
 
@@ -118,7 +103,6 @@ def test_flowers_fedavg_and_fedsynths_fedavg_give_the_same_model(template_config
 
 
 @pytest.mark.slow
-@needs_batchnorm_arrays
 def test_flwr_run_dot_runs_the_template_app_with_fedsynths_fedavg(tmp_path, template_config):
     """`flwr run .` in the simulation engine, fedsynth's FedAvg in the template app: 3 rounds, accuracy up."""
     from fedsynth.loopback import free_ports
