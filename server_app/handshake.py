@@ -27,7 +27,11 @@ A node's claims are bounded before the server sizes anything from them
 printable characters: server_app/reply_checks.py), and the partition count the
 server waits for is the one most nodes claim: a node claiming another count is
 refused alone, named, at once, rather than leaving the run to wait for
-partitions that do not exist. Every refusal names the node (id and name). Fewer partitions than
+partitions that do not exist. Every refusal names the node (id and name).
+
+A user's model must fit the task: its output width is checked against the
+federation's class count here on the server, before any node is asked, and on
+every node as it answers the handshake (`common.task.check_task_model`). Fewer partitions than
 `num-partitions` - `max-missing-nodes` is a failure: the run does not start on
 a part of the federation silently (docs/reliability.md).
 """
@@ -47,6 +51,7 @@ from flwr.serverapp import Grid
 from common.config import NODE_PARTITION, RunConfig
 from common.interrupt import raise_if_stopped
 from common.protocol import HANDSHAKE
+from common.task import check_task_model
 from server_app.messaging import match_replies, send_and_receive
 from server_app.reply_checks import check_handshake_metrics, check_node_name
 from server_app.strategies.fedavg import NodeInfo
@@ -87,6 +92,7 @@ def handshake_outcome(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) ->
     HandshakeError (with the failures) when more than `max-missing-nodes` partitions are missing or
     fewer than `min-nodes` nodes answered.
     """
+    check_task_model(cfg)  # a model that does not fit the task is refused before any node is asked (ConfigError)
     deadline = time.monotonic() + cfg.node_wait_timeout
     own_data = cfg.partition == NODE_PARTITION
     infos: dict[int, NodeInfo] = {}

@@ -173,3 +173,4 @@ def test_whole_float_labels_are_read_and_a_fraction_is_reported_with_its_row(tmp
     assert sorted(data.y_train.tolist()) == [0, 1, 2, 3]
     message = _refusal(tmp_path, _parquet(tmp_path / "fraction", [0.0, 1.5, 2.0]))
     assert "label 1.5 of row 1 of" in message and "not a whole class id" in message, message
+
