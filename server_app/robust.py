@@ -7,8 +7,8 @@ A weighted mean lets one client move the global model as far as it likes: a
   by that multiple of the round's median update norm (the lower median, so that
   of two updates neither exceeds the ratio times the other); a longer one is
   scaled down to the bound, never dropped. A node's update x 10^6 then counts as
-  at most 1.5 honest-length updates in its own direction (at 2 and 3, one node of
-  three still cost 14 and 37 points in tests/test_safe_defaults.py's run). The
+  at most 1.5 honest-length updates in its own direction (at ratios 2 and 3, one
+  node of three still cost 14 and 37 points in tests/test_safe_defaults.py's run). The
   bound moves with the updates as they shrink over a run, so it needs no tuning
   per task.
 - `max-update-norm`: each update's L2 norm over all arrays is bounded by a fixed
