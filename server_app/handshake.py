@@ -20,7 +20,9 @@ connected node has answered and as many nodes as partitions are connected, or
 after `node-wait-timeout` (a connected node always gets at least
 `round-timeout` to answer). A node that fails the handshake (an error, a
 malformed reply, a partition id another node already holds: that node alone
-is refused) is recorded with its reason.
+is refused) is recorded with its reason. Fewer partitions than
+`num-partitions` - `max-missing-nodes` is a failure: the run does not start on
+a part of the federation silently (docs/reliability.md).
 
 A node's claims are bounded before the server sizes anything from them
 (`num-partitions` at most 100,000, counts at most 2**53, ids 31-bit, names 200
@@ -31,9 +33,7 @@ partitions that do not exist. Every refusal names the node (id and name).
 
 A user's model must fit the task: its output width is checked against the
 federation's class count here on the server, before any node is asked, and on
-every node as it answers the handshake (`common.task.check_task_model`). Fewer partitions than
-`num-partitions` - `max-missing-nodes` is a failure: the run does not start on
-a part of the federation silently (docs/reliability.md).
+every node as it answers the handshake (`common.task.check_task_model`).
 """
 
 from __future__ import annotations
