@@ -32,7 +32,7 @@ from common.partition import ClientData, PartitionSpec, load_client_data
 from common.protocol import CLIENT_STAT_PREFIX, FID_STATS, NODE_STATE_PREFIX
 from common.records import check_weights, from_record, load_weights, model_weights, module_parameter_names
 from common.site_data import fill_path_template, load_site_data, site_key, site_spec
-from common.task import make_model
+from common.task import check_task_model, make_model
 
 app = ClientApp()
 
@@ -152,6 +152,7 @@ def handshake(msg: Message, context: Context) -> Message:
     a node sends the server nothing its algorithm does not need (docs/own-data.md has the table).
     """
     cfg, node, data = _setup(context)
+    check_task_model(cfg)  # this host's build of a user's model must fit the task too (issue 47)
     metrics = {
         "partition-id": node.partition_id,
         "num-train-examples": int(len(data.y_train)),

@@ -200,7 +200,44 @@ def build_user_model(name: str, info: DatasetInfo) -> nn.Module:
                          f"image_size={info.height}))") from None
     if not isinstance(model, nn.Module):
         raise ValueError(f"model {name!r}: the factory returned {type(model).__name__}, not a torch.nn.Module")
+    key = (name, info.num_classes, info.channels, info.height, info.width)
+    if key not in _FITTING_USER_MODELS:
+        problem = output_width_problem(model, info)
+        if problem:
+            raise ValueError(f"model {name!r}: {problem}; its factory is called with num_classes="
+                             f"{info.num_classes}: give its last layer that many outputs")
+        _FITTING_USER_MODELS.add(key)
     return model
+
+
+# (name, classes, channels, height, width) of the user models whose output width this process has checked
+_FITTING_USER_MODELS: set[tuple[str, int, int, int, int]] = set()
+
+
+def output_width_problem(model: nn.Module, info: DatasetInfo) -> str | None:
+    """Why a classifier does not fit the task's class count, or None: its logits must be (batch, num_classes).
+
+    A model with more outputs than classes trains silently on the first ones (a site once reached 0.30,
+    status ok); one with fewer fails mid-round ("Target 6 is out of bounds"). One forward pass on a zero
+    batch, in eval mode and without gradients, tells before any training.
+    """
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            output = model(torch.zeros(2, info.channels, info.height, info.width))
+    except Exception as err:  # noqa: BLE001 - the user's code: say what the call was
+        return (f"a batch of {info.channels}x{info.height}x{info.width} images fails its forward pass "
+                f"({type(err).__name__}: {err})")
+    finally:
+        model.train(was_training)
+    if not isinstance(output, torch.Tensor):
+        return f"its forward pass returns {type(output).__name__}, not a tensor of logits"
+    if output.ndim != 2 or output.shape[0] != 2:
+        return f"its output has shape {tuple(output.shape)} for a batch of 2, not (2, {info.num_classes})"
+    if output.shape[1] != info.num_classes:
+        return f"it has {output.shape[1]} outputs but the federation has {info.num_classes} classes"
+    return None
 
 
 def check_model_fits(name: str, info: DatasetInfo) -> None:

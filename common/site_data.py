@@ -6,7 +6,9 @@ template (`/data/sites/{partition-id}`) gives each virtual node its folder, so
 a user can try the sites' layout on one machine first. The formats:
 
 - an imagefolder tree: `train/<class>/<image>` and optionally `test/<class>/...`
-  (read with torchvision's `make_dataset`);
+  (read as torchvision's ImageFolder reads it, but following a symlink only
+  inside the site folder and its class folder: a link out of the site, a loop,
+  or a link into another class's folder is refused naming the path);
 - a `datasets` `save_to_disk` folder: a Dataset (what `flwr-datasets create`
   writes for each partition, `partition_<i>/`) or a DatasetDict with `train` and
   optionally `test`/`validation`;
@@ -23,9 +25,15 @@ Every image is converted to the run's channels and resized to its square
 `image-size` on load. A site without a test split gets a seeded
 `local-test-fraction` cut of its training data.
 
+Images are read on their real range: 16-bit greys (divided by 257, rounded),
+32-bit and float values, and palette images are converted without clipping
+(`to_eight_bit_image`). An image above Pillow's decompression-bomb limit
+(`Image.MAX_IMAGE_PIXELS`) is refused before it is decoded.
+
 A node whose folder is missing, unreadable or empty, whose images cannot be
-decoded, or whose labels fall outside the label space raises `SiteDataError`
-with a message naming the node; the node fails the handshake with it.
+decoded, or whose labels are missing (NaN), not whole numbers or outside the
+label space raises `SiteDataError` with a message naming the node, the file
+and, in a table, the row and its value; the node fails the handshake with it.
 
 Every ClientApp message of a deployment runs in a new process, so the decoded
 arrays are cached under the node's `cache-dir`, keyed by the loading settings
@@ -37,7 +45,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
+import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,7 +57,7 @@ import numpy as np
 
 from common.datasets import DATASETS, DatasetInfo, dataset_info
 
-CACHE_VERSION = 1
+CACHE_VERSION = 2  # 2: 16-bit and palette images on their real range, links checked (issue 47)
 PATH_TEMPLATE_FIELD = "{partition-id}"
 TEST_SPLITS = ("test", "validation", "valid")
 FORMATS = ("imagefolder", "save_to_disk", "parquet", "csv", "torchvision")
@@ -70,6 +80,8 @@ class LabelSpace:
             return None
         if isinstance(value, (int, np.integer)):
             return int(value) if 0 <= int(value) < self.num_classes else None
+        if isinstance(value, (float, np.floating)):  # a float column (pandas makes one of ints with a gap): whole ids
+            return self.label_of(int(value)) if math.isfinite(value) and float(value).is_integer() else None
         if isinstance(value, str):
             if self.class_names:
                 return self.class_names.index(value) if value in self.class_names else None
@@ -174,6 +186,53 @@ class _Split:
     y: np.ndarray
 
 
+def eight_bit(array: np.ndarray) -> np.ndarray:
+    """Pixel values as uint8 on their real range: 16-bit values / 257 (rounded), floats in [0, 1] * 255.
+
+    uint8 stays as it is; other integers and floats must already be in 0..255 (ValueError otherwise), so no
+    value is clipped or wrapped silently. A trailing channel axis of 1 is dropped (Pillow's grey images).
+    """
+    if array.ndim == 3 and array.shape[-1] == 1:
+        array = array[..., 0]
+    if array.dtype == np.uint8:
+        return array
+    if array.dtype == np.uint16:
+        return np.rint(array.astype(np.float64) / 257.0).astype(np.uint8)
+    if not (np.issubdtype(array.dtype, np.integer) or np.issubdtype(array.dtype, np.floating)):
+        raise ValueError(f"pixels of type {array.dtype} are not numbers")
+    if array.size and not np.isfinite(array).all():
+        raise ValueError("pixel values are not all finite")
+    if np.issubdtype(array.dtype, np.floating) and array.size and array.min() >= 0 and array.max() <= 1:
+        return np.rint(array.astype(np.float64) * 255.0).astype(np.uint8)
+    if array.size and (array.min() < 0 or array.max() > 255):
+        raise ValueError(f"pixel values {array.min()}..{array.max()} are outside 0..255 (and not 16-bit)")
+    return np.rint(array).astype(np.uint8)
+
+
+def to_eight_bit_image(image: Any) -> Any:
+    """A PIL image with 8 bits per channel, its values kept on their real range.
+
+    Pillow's `convert("L")` clips 16-bit greys ("I;16") and 32-bit ("I") or float ("F") values at 255, so
+    a 16-bit PNG came out all white. Those modes go through `eight_bit`: 16-bit values (and "I" values
+    within 0..65535, how Pillow reads some 16-bit files) divided by 257; a palette image through RGBA
+    (its palette's colours, transparency expressed in bytes included). Other modes are left to `convert`.
+    """
+    from PIL import Image
+
+    if image.mode.startswith("I;16"):
+        return Image.fromarray(eight_bit(np.asarray(image).astype(np.uint16)))
+    if image.mode == "I":
+        values = np.asarray(image)
+        if values.size and (values.min() < 0 or values.max() > 65535):
+            raise ValueError(f"32-bit pixel values {values.min()}..{values.max()} are outside 0..65535")
+        return Image.fromarray(eight_bit(values.astype(np.uint16)))
+    if image.mode == "F":
+        return Image.fromarray(eight_bit(np.asarray(image)))
+    if image.mode in ("P", "PA"):
+        return image.convert("RGBA")
+    return image
+
+
 class _Loader:
     """Reads one folder for one node: images converted and resized, labels mapped, errors naming the node."""
 
@@ -193,33 +252,38 @@ class _Loader:
         from torchvision.transforms.functional import resize
 
         try:
-            if isinstance(image, Mapping):  # the datasets Image feature, undecoded: {"bytes": ..., "path": ...}
-                image = image.get("bytes") or image.get("path")
-            if isinstance(image, (bytes, bytearray)):
-                image = Image.open(io.BytesIO(image))
-            elif isinstance(image, (str, os.PathLike)):
-                image = Image.open(image)
-            elif not isinstance(image, Image.Image):
-                array = np.asarray(image)
-                if array.dtype != np.uint8:
-                    if array.size and (array.min() < 0 or array.max() > 255):
-                        raise ValueError("pixel values outside 0..255")
-                    array = array.astype(np.uint8)
-                image = Image.fromarray(array.squeeze(-1) if array.ndim == 3 and array.shape[-1] == 1 else array)
-            image = image.convert("L" if self.spec.channels == 1 else "RGB")
+            with warnings.catch_warnings():  # an image above Pillow's pixel limit is refused, not decoded
+                warnings.simplefilter("error", Image.DecompressionBombWarning)
+                if isinstance(image, Mapping):  # the datasets Image feature, undecoded: {"bytes": ..., "path": ...}
+                    image = image.get("bytes") or image.get("path")
+                if isinstance(image, (bytes, bytearray)):
+                    image = Image.open(io.BytesIO(image))
+                elif isinstance(image, (str, os.PathLike)):
+                    image = Image.open(image)
+                elif not isinstance(image, Image.Image):
+                    image = Image.fromarray(eight_bit(np.asarray(image)))
+                image = to_eight_bit_image(image).convert("L" if self.spec.channels == 1 else "RGB")
             if image.size != (self.spec.side, self.spec.side):
                 image = resize(image, [self.spec.side, self.spec.side], antialias=True)
             array = np.asarray(image, dtype=np.uint8)
-        except (OSError, UnidentifiedImageError, ValueError, TypeError) as err:
+        except (Image.DecompressionBombError, Image.DecompressionBombWarning) as err:
+            raise self.fail(f"{where} is refused as a decompression bomb ({err}); images above Pillow's "
+                            f"Image.MAX_IMAGE_PIXELS = {Image.MAX_IMAGE_PIXELS} pixels are not decoded") from None
+        except (OSError, UnidentifiedImageError, ValueError, TypeError, SyntaxError, EOFError, MemoryError) as err:
             raise self.fail(f"{where} cannot be decoded as an image ({type(err).__name__}: {err})") from None
         return array[..., None] if array.ndim == 2 else array
 
     def label(self, value: Any, where: str) -> int:
         label = self.spec.labels.label_of(value)
-        if label is None:
-            raise self.fail(f"label {value!r} of {where} is outside the federation's label space "
-                            f"({self.spec.labels.describe()}; run config keys 'class-names' / 'num-classes')")
-        return label
+        if label is not None:
+            return label
+        if value is None or (isinstance(value, (float, np.floating)) and math.isnan(value)):
+            raise self.fail(f"{where} has no label (value {value!r}): fill it in or remove the row")
+        if isinstance(value, (float, np.floating)) and not float(value).is_integer():
+            raise self.fail(f"label {value!r} of {where} is not a whole class id "
+                            f"({self.spec.labels.describe()})")
+        raise self.fail(f"label {value!r} of {where} is outside the federation's label space "
+                        f"({self.spec.labels.describe()}; run config keys 'class-names' / 'num-classes')")
 
     def stack(self, images: list[np.ndarray], labels: list[int]) -> _Split:
         side, channels = self.spec.side, self.spec.channels
@@ -228,12 +292,65 @@ class _Loader:
 
     # --- formats --------------------------------------------------------------------------
     def imagefolder(self, root: Path) -> _Split:
-        from torchvision.datasets.folder import IMG_EXTENSIONS, make_dataset
+        """One split of an imagefolder tree: `root/<class>/**/<image>`, read as torchvision's ImageFolder would.
 
+        Unlike torchvision's `make_dataset` (which follows every symlink), links are followed only where they
+        stay inside the site folder, and a folder is never read twice (`class_images`).
+        """
         classes = sorted(entry.name for entry in os.scandir(root) if entry.is_dir())
-        class_to_idx = {name: self.label(name, f"class folder {root / name}") for name in classes}
-        samples = make_dataset(str(root), class_to_idx, extensions=IMG_EXTENSIONS, allow_empty=True)
-        return self.stack([self.pixels(path, path) for path, _ in samples], [label for _, label in samples])
+        images, labels = [], []
+        for name in classes:
+            label = self.label(name, f"class folder {root / name}")
+            for path in self.class_images(root / name):
+                images.append(self.pixels(path, path))
+                labels.append(label)
+        return self.stack(images, labels)
+
+    def class_images(self, folder: Path) -> list[Path]:
+        """The image files under one class folder, sorted; SiteDataError naming the path for a link that lies.
+
+        A symlink is followed only when its target is inside the site folder and, for a folder, inside this
+        class folder: a link out of the site, a loop (a link to a folder that holds it), a second way into a
+        folder already read, or a link into another class's folder (its images under this label) is refused,
+        as is a link whose target does not exist. A loop once made a site train on 984 images instead of 24.
+        """
+        from torchvision.datasets.folder import IMG_EXTENSIONS
+
+        site = Path(os.path.realpath(Path(self.spec.path).expanduser()))
+        own = Path(os.path.realpath(folder))
+        if not own.is_relative_to(site):
+            raise self.fail(f"class folder {folder} links to {own}, outside the site folder {site}; copy the "
+                            "images into the site folder (links that leave it are not followed)")
+        seen = {own}
+        found: list[Path] = []
+        pending = [folder]
+        while pending:
+            directory = pending.pop()
+            for entry in sorted(os.scandir(directory), key=lambda e: e.name):
+                path = Path(entry.path)
+                if entry.is_symlink():
+                    target = Path(os.path.realpath(path))
+                    if not target.exists():
+                        raise self.fail(f"{path} is a symlink to {target}, which does not exist (or is a loop)")
+                    if not target.is_relative_to(site):
+                        raise self.fail(f"{path} is a symlink to {target}, outside the site folder {site}; "
+                                        "copy the file into the site folder (links that leave it are not followed)")
+                    if target.is_dir():
+                        if path.is_relative_to(target) or Path(os.path.realpath(directory)).is_relative_to(target):
+                            raise self.fail(f"{path} is a symlink loop: it points to {target}, which holds it")
+                        if not target.is_relative_to(own):
+                            raise self.fail(f"{path} is a symlink to {target}, outside its class folder {folder}: "
+                                            "its images would be read under this class's label")
+                if entry.is_dir():
+                    real = Path(os.path.realpath(path))
+                    if real in seen:
+                        raise self.fail(f"{path} leads to {real}, a folder already read (a symlink loop or a "
+                                        "second link to it): each image would be read twice")
+                    seen.add(real)
+                    pending.append(path)
+                elif entry.is_file() and entry.name.lower().endswith(IMG_EXTENSIONS):
+                    found.append(path)
+        return sorted(found)
 
     def table(self, table: Any, where: str) -> _Split:
         """A `datasets.Dataset`: its image and label columns."""
@@ -357,7 +474,7 @@ def folder_fingerprint(path: Path) -> str:
     entries: Iterable[Path] = [path] if path.is_file() else (
         Path(root) / name for root, _, names in os.walk(path) for name in names)
     for entry in sorted(entries):
-        stat = entry.stat()
+        stat = entry.stat() if entry.exists() else entry.lstat()  # a broken link is refused when read, not here
         digest.update(f"{entry.relative_to(path) if entry != path else entry.name}\0{stat.st_size}\0"
                       f"{stat.st_mtime_ns}\n".encode())
     return digest.hexdigest()[:16]

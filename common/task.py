@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from common.config import RunConfig
+from common.config import ConfigError, RunConfig
 from common.datasets import run_dataset_info
 from common.diffusion import build_diffusion_model, is_diffusion
-from common.models import build_model
+from common.models import build_model, is_user_model
 
 
 def base_algorithm(algorithm: str) -> str:
@@ -32,3 +32,18 @@ def make_model(cfg: RunConfig, *, seeded: bool = False) -> nn.Module:
             return build_model(cfg.model, run_dataset_info(cfg), moon_projection_dim=projection,
                                gn_groups=cfg.gn_groups)
     return build_model(cfg.model, run_dataset_info(cfg), moon_projection_dim=projection, gn_groups=cfg.gn_groups)
+
+
+def check_task_model(cfg: RunConfig) -> None:
+    """ConfigError naming the model when the run's model does not fit its task (a user's model: its output width).
+
+    Called on the server and on every node at the handshake, before round 1: a user's factory
+    (`package.module:factory`) may be another version on another host. Built-in models take the
+    class count by construction and are checked by the config (`check_model_fits`).
+    """
+    if is_diffusion(cfg) or not is_user_model(cfg.model):
+        return
+    try:
+        make_model(cfg)
+    except ValueError as err:
+        raise ConfigError(f"run config key 'model': {err}") from None

@@ -23,11 +23,24 @@ malformed reply, a partition id another node already holds: that node alone
 is refused) is recorded with its reason. Fewer partitions than
 `num-partitions` - `max-missing-nodes` is a failure: the run does not start on
 a part of the federation silently (docs/reliability.md).
+
+A node's claims are bounded before the server sizes anything from them
+(`num-partitions` at most 100,000, counts at most 2**53, ids 31-bit, names 200
+printable characters: server_app/reply_checks.py), and the partition count the
+server waits for is the one most nodes claim: a node claiming another count is
+refused alone, named, at once, rather than leaving the run to wait for
+partitions that do not exist. Every refusal names the node (id and name).
+
+A user's model must fit the task: its output width is checked against the
+federation's class count here on the server, before any node is asked, and on
+every node as it answers the handshake (`common.task.check_task_model`).
 """
 
 from __future__ import annotations
 
 import time
+from collections import Counter
+from collections.abc import Iterable, Mapping
 from logging import INFO, WARNING
 from typing import Any
 
@@ -38,8 +51,9 @@ from flwr.serverapp import Grid
 from common.config import NODE_PARTITION, RunConfig
 from common.interrupt import raise_if_stopped
 from common.protocol import HANDSHAKE
+from common.task import check_task_model
 from server_app.messaging import match_replies, send_and_receive
-from server_app.reply_checks import check_handshake_metrics
+from server_app.reply_checks import check_handshake_metrics, check_node_name
 from server_app.strategies.fedavg import NodeInfo
 
 
@@ -74,13 +88,17 @@ def handshake(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) -> list[No
 def handshake_outcome(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) -> tuple[list[NodeInfo], list[dict[str, Any]]]:
     """(nodes, failures): query connected nodes until every partition or every connected node has answered.
 
-    Each failure is {"node", "partition" (when known), "reason"}. Raises HandshakeError (with the failures)
-    when more than `max-missing-nodes` partitions are missing or fewer than `min-nodes` nodes answered.
+    Each failure is {"node", "name" (when known), "reason"}; every reason names the node. Raises
+    HandshakeError (with the failures) when more than `max-missing-nodes` partitions are missing or
+    fewer than `min-nodes` nodes answered.
     """
+    check_task_model(cfg)  # a model that does not fit the task is refused before any node is asked (ConfigError)
     deadline = time.monotonic() + cfg.node_wait_timeout
     own_data = cfg.partition == NODE_PARTITION
     infos: dict[int, NodeInfo] = {}
     errors: dict[int, str] = {}
+    names: dict[int, str] = {}
+    claims: dict[int, int] = {}  # node id -> the num-partitions it claims (bounded by check_handshake_metrics)
     expected: int | None = None
     while True:
         raise_if_stopped()
@@ -98,13 +116,17 @@ def handshake_outcome(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) ->
                     errors[nid] = reply.error.reason
                     log(WARNING, "node %s failed the handshake: %s", nid, reply.error.reason)
                     continue
+                name = _node_name(reply)
                 metrics = reply.content.metric_records.get("metrics")
-                reason = check_handshake_metrics(metrics)
+                reason = check_node_name(name)
+                if reason is None:
+                    names[nid] = name
+                    reason = check_handshake_metrics(metrics)
                 if reason is not None:
                     errors[nid] = f"malformed handshake reply: {reason}"
                     log(WARNING, "node %s: %s", nid, errors[nid])
                     continue
-                info = _node_info(nid, metrics, _node_name(reply))
+                info = _node_info(nid, metrics, name)
                 holder = next((n for n in infos.values() if n.partition_id == info.partition_id), None)
                 if holder is not None:  # refuse this node alone: the federation goes on with the first holder
                     errors[nid] = (
@@ -116,8 +138,10 @@ def handshake_outcome(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) ->
                     continue
                 infos[nid] = info
                 if "num-partitions" in metrics:
-                    expected = max(expected or 0, int(metrics["num-partitions"]))
-        if expected is not None and len(infos) >= expected:
+                    claims[nid] = int(metrics["num-partitions"])
+            expected = agreed_partition_count(claims.values())
+        agreeing = [nid for nid in infos if nid not in claims or claims[nid] == expected]
+        if expected is not None and len(agreeing) >= expected:
             break
         connected = set(grid.get_node_ids())
         answered = set(infos) | set(errors)
@@ -130,21 +154,53 @@ def handshake_outcome(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) ->
         if time.monotonic() >= deadline:
             break
         time.sleep(poll_interval)
+    for nid, reason in disagreeing_claims(claims, expected).items():  # refused alone, named
+        errors[nid] = reason
+        del infos[nid]
+        log(WARNING, "node %s: %s", nid, reason)
     nodes = sorted(infos.values(), key=lambda n: n.partition_id)
-    failures = [{"node": nid, "reason": reason} for nid, reason in errors.items()]
+    failures = [{"node": nid, **({"name": names[nid]} if names.get(nid) else {}), "reason": reason}
+                for nid, reason in errors.items()]
     if own_data and errors:  # a site's data is fixed by its operator, not skipped
         raise HandshakeError(f"{len(errors)} node(s) refused at the handshake: "
-                             + "; ".join(f"node {nid}: {reason}" for nid, reason in errors.items()), failures)
+                             + "; ".join(_who(f) + f": {f['reason']}" for f in failures), failures)
     _check_nodes(nodes, errors, cfg, expected, failures)
     log(INFO, "handshake: %d nodes, partitions %s", len(nodes),
         [f"{n.partition_id} ({n.name})" if n.name else n.partition_id for n in nodes])
     return nodes, failures
 
 
+def agreed_partition_count(claims: Iterable[int]) -> int | None:
+    """The `num-partitions` most nodes claim (a tie: the largest of the tied), or None when no node claimed one.
+
+    One node cannot set how many partitions the server waits for: the count is the nodes' majority.
+    """
+    counted = Counter(claims)
+    if not counted:
+        return None
+    return max(counted, key=lambda count: (counted[count], count))
+
+
+def disagreeing_claims(claims: Mapping[int, int], expected: int | None) -> dict[int, str]:
+    """node id -> why it is refused, for each node whose `num-partitions` is not the agreed one."""
+    if expected is None:
+        return {}
+    agreeing = sorted(nid for nid, count in claims.items() if count == expected)
+    return {nid: (f"node {nid} claims num-partitions = {count}, but {len(agreeing)} node(s) "
+                  f"({', '.join(map(str, agreeing[:5]))}) claim {expected}; give every SuperNode the same "
+                  "'num-partitions' in --node-config")
+            for nid, count in sorted(claims.items()) if count != expected}
+
+
+def _who(failure: Mapping[str, Any]) -> str:
+    """'node <id>' or "node <id> ('<name>')", for messages."""
+    return f"node {failure['node']}" + (f" ({failure['name']!r})" if failure.get("name") else "")
+
+
 def _check_nodes(nodes: list[NodeInfo], errors: dict[int, str], cfg: RunConfig, expected: int | None,
                  failures: list[dict[str, Any]]) -> None:
     if len(nodes) < cfg.min_nodes:
-        detail = "; ".join(f"node {nid}: {reason}" for nid, reason in list(errors.items())[:3])
+        detail = "; ".join(f"{_who(f)}: {f['reason']}" for f in failures[:3])
         raise HandshakeError(
             f"only {len(nodes)} node(s) completed the handshake within node-wait-timeout="
             f"{cfg.node_wait_timeout:g}s, fewer than min-nodes={cfg.min_nodes}"
@@ -156,7 +212,7 @@ def _check_nodes(nodes: list[NodeInfo], errors: dict[int, str], cfg: RunConfig, 
         )
     missing = sorted(set(range(expected)) - {n.partition_id for n in nodes}) if expected is not None else []
     if len(missing) > cfg.max_missing_nodes:
-        detail = "; ".join(f"node {f['node']}: {f['reason']}" for f in failures[:3])
+        detail = "; ".join(f"{_who(f)}: {f['reason']}" for f in failures[:3])
         raise HandshakeError(
             f"{len(missing)} of {expected} partitions did not complete the handshake (partitions {missing[:10]}), "
             f"more than max-missing-nodes = {cfg.max_missing_nodes}"

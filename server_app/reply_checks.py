@@ -19,6 +19,12 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+# Upper bounds on what a node claims at the handshake, checked before the server sizes anything from them
+# (a claim of num-partitions = 10**9 once made the server build a set of 10**9 ids: 18.7 GB, then the OOM killer).
+MAX_NUM_PARTITIONS = 100_000  # a thousand times the studies' largest federation (100 nodes)
+MAX_PARTITION_ID = 2**31 - 1  # the range of the ids derived from site names (common/site_data.py: site_key)
+MAX_EXAMPLES = 2**53  # counts stay exact as float64 weights; a larger claim is refused, a smaller lie is capped
+MAX_NODE_NAME = 200  # characters of a node's `name`, which labels it in logs and results
 
 
 def is_int(value: Any) -> bool:
@@ -128,19 +134,31 @@ def check_evaluate_metrics(metrics: Mapping[str, Any] | None, partition_id: int 
 
 
 def check_handshake_metrics(metrics: Mapping[str, Any] | None) -> str | None:
-    """Why a handshake reply is unusable, or None (`num-partitions` is absent where nodes hold their own data)."""
+    """Why a handshake reply is unusable, or None (`num-partitions` is absent where nodes hold their own data).
+
+    Every value is bounded above (MAX_*), so nothing the server sizes from a claim can exhaust its memory.
+    """
     if metrics is None:
         return "handshake reply lacks the 'metrics' record"
     reason = _first(
         _all_scalars_finite(metrics),
-        _integer(metrics, "partition-id", 0),
-        _integer(metrics, "num-train-examples", 0),
-        _integer(metrics, "num-test-examples", 0),
-        *(_integer(metrics, key, 1) for key in ("num-partitions",) if key in metrics),
+        _integer(metrics, "partition-id", 0, MAX_PARTITION_ID),
+        _integer(metrics, "num-train-examples", 0, MAX_EXAMPLES),
+        _integer(metrics, "num-test-examples", 0, MAX_EXAMPLES),
+        *(_integer(metrics, key, 1, MAX_NUM_PARTITIONS) for key in ("num-partitions",) if key in metrics),
     )
     if reason:
         return reason
     if "num-partitions" in metrics and metrics["partition-id"] >= metrics["num-partitions"]:
         return (f"handshake metric 'partition-id' = {metrics['partition-id']} is not below "
                 f"'num-partitions' = {metrics['num-partitions']}")
+    return None
+
+
+def check_node_name(name: str) -> str | None:
+    """Why a node's `name` (handshake config record) is unusable, or None: at most MAX_NODE_NAME printable characters."""
+    if len(name) > MAX_NODE_NAME:
+        return f"node name of {len(name)} characters is longer than {MAX_NODE_NAME}"
+    if not name.isprintable():
+        return f"node name {name[:40]!r} holds control characters"
     return None

@@ -48,10 +48,17 @@ def test_shares_below_the_cap_are_left_as_they_are():
     assert capped_shares([9, 1], 1.0) == pytest.approx([0.9, 0.1])
 
 
-def test_a_cap_that_cannot_hold_leaves_the_sample_weighting_alone():
-    # two replies under a cap of 0.5: capping would make the mean uniform for honest clients as well
-    assert capped_shares([3, 1], 0.5) == [0.75, 0.25]
-    assert capped_shares([5, 1, 1], 0.3) == pytest.approx([5 / 7, 1 / 7, 1 / 7])
+def test_the_cap_holds_at_every_n_above_one_as_the_uniform_mean_where_it_is_at_most_1_over_n():
+    # issue 47: before, the cap applied only to means of more than 1/share clients (0.2 with 3 nodes capped
+    # nothing, so the global model equalled a liar's); now max(share, 1/n) caps every mean of n > 1
+    assert capped_shares([3, 1], 0.5) == [0.5, 0.5]
+    assert capped_shares([1e12, 1], 0.4) == [0.5, 0.5]
+    assert capped_shares([5, 1, 1], 0.3) == pytest.approx([1 / 3, 1 / 3, 1 / 3])
+    assert capped_shares([1e12, 1, 1], 0.2) == pytest.approx([1 / 3, 1 / 3, 1 / 3])
+    assert capped_shares([1e12, 1, 1], 1e-300) == pytest.approx([1 / 3, 1 / 3, 1 / 3])
+    assert capped_shares([1e12, 1, 1], 0.4) == pytest.approx([0.4, 0.3, 0.3])  # the default at three nodes
+    assert bounded_weights([3, 1], 0.4) == [0.5, 0.5]
+    assert bounded_weights([1, 1], 0.4) == [1.0, 1.0]  # within the cap: as they came
     assert capped_shares([7], 0.5) == [1.0]
     assert capped_shares([0, 0], 0.5) == [0.5, 0.5]
 
@@ -59,7 +66,8 @@ def test_a_cap_that_cannot_hold_leaves_the_sample_weighting_alone():
 def test_capped_counts_lower_only_the_largest():
     assert capped_counts([1e12, 100, 100, 100, 100], 0.5) == pytest.approx([400, 100, 100, 100, 100])
     assert capped_counts([5, 4, 1], 0.4) == pytest.approx([2, 2, 1])
-    assert capped_counts([3, 1], 0.5) == [3.0, 1.0]
+    assert capped_counts([3, 1], 0.5) == [1.0, 1.0]  # the cap makes two uniform: no count above the smallest
+    assert capped_counts([1e12, 100, 50], 0.3) == [50.0, 50.0, 50.0]
     assert capped_counts([3, 2, 2], 0.5) == [3.0, 2.0, 2.0]
     assert capped_mean([0.0, 1.0, 1.0, 1.0, 1.0], [1e12, 1, 1, 1, 1], 0.5) == pytest.approx(0.5)
 
@@ -306,11 +314,11 @@ def test_the_lying_handshake_client_no_longer_owns_the_model_or_the_metric(tmp_p
     final = load_file(str(tmp_path / "r" / "liar" / "model.safetensors"))
     liar = grid.models[4]
     others = {k: np.mean([grid.models[p][k] for p in range(4)], axis=0) for k in sent}
-    # capped at max-weight-share = 0.5: the global model is halfway between the liar's and the others' mean
-    # (before the cap it was the liar's own model, at distance 1.5e-9)
-    halfway = {k: 0.5 * liar[k] + 0.5 * others[k] for k in sent}
-    assert distance(final, halfway) <= 1e-4 * distance(liar, others)
-    assert distance(final, liar) >= 0.49 * distance(liar, others) > 0
+    # capped at the default max-weight-share = 0.4: the global model is 0.4 of the way from the others' mean to
+    # the liar's (before the cap it was the liar's own model, at distance 1.5e-9; with a 0.5 cap, halfway)
+    capped = {k: 0.4 * liar[k] + 0.6 * others[k] for k in sent}
+    assert distance(final, capped) <= 1e-4 * distance(liar, others)
+    assert distance(final, liar) >= 0.59 * distance(liar, others) > 0
     record = [json.loads(line) for line in (tmp_path / "r" / "liar" / "metrics.jsonl").read_text().splitlines()][-1]
-    # the liar reports accuracy 0 on 10^9 test examples: it takes half of the mean, not all of it (1.7e-8 before)
+    # the liar reports accuracy 0 on 10^9 test examples: it takes 0.4 of the mean, not all of it (1.7e-8 before)
     assert record["local-test-accuracy"] > 0.05

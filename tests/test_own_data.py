@@ -38,8 +38,9 @@ def _own_cfg(**extra):
 
 def test_label_space_maps_ids_names_and_refuses_the_rest():
     named = LabelSpace(3, ("cat", "dog", "cow"))
-    assert [named.label_of(v) for v in ("dog", 2, np.int64(0), "horse", 3, -1, True, 1.0)] == [
-        1, 2, 0, None, None, None, None, None]
+    # a whole float is its id (pandas stores an int column with a gap as floats; issue 47), a fraction or NaN is not
+    assert [named.label_of(v) for v in ("dog", 2, np.int64(0), "horse", 3, -1, True, 1.0, 1.5, float("nan"))] == [
+        1, 2, 0, None, None, None, None, 1, None, None]
     ids = LabelSpace(3)
     assert [ids.label_of(v) for v in ("2", "7", "cat", 1)] == [2, None, None, 1]
 

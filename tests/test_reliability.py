@@ -15,7 +15,10 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord
 
+from common.config import parse_run_config
 from common.records import from_record
+from server_app.registry import SERVER_STRATEGIES
+from server_app.robust import bounded_updates
 from server_app.strategies.fedavg import weighted_mean
 from tests.diffusion_tiny import TINY_DIFFUSION
 from fedsynth.inprocess import InProcessGrid, run_federation
@@ -138,11 +141,15 @@ def test_fault_injection_skips_failures_and_aggregates_only_answering_nodes(tmp_
     assert rounds[3]["failures"] == [{"node": 1003, "partition": 3, "reason": "timeout"}]
     assert rounds[2]["answered"] == 4 and rounds[3]["answered"] == 4 and summary["rounds"] == 3
 
-    # The round-3 global model equals the sample-weighted mean of the four answering nodes' models.
+    # The round-3 global model equals the sample-weighted mean of the four answering nodes' updates (bounded as
+    # the defaults bound them: at most max-update-norm-ratio times the round's lower-median norm, issue 47).
     sent_round3 = [m for m in grid.sent if m.content.config_records.get("config", {}).get("server-round") == 3]
     start = from_record(sent_round3[0].content.array_records["arrays"])
     good = sorted(replies[3], key=lambda r: r.content.metric_records["metrics"]["partition-id"])
-    deltas = [{k: v - start[k] for k, v in from_record(r.content.array_records["arrays"]).items()} for r in good]
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    deltas = bounded_updates(
+        [{k: v - start[k] for k, v in from_record(r.content.array_records["arrays"]).items()} for r in good],
+        cfg.max_update_norm, cfg.max_update_norm_ratio)
     weights = [r.content.metric_records["metrics"]["num-examples"] for r in good]
     mean = weighted_mean(deltas, weights)
     final = load_model(tmp_path / "results" / "faults")

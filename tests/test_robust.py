@@ -102,7 +102,8 @@ def clean_accuracy(tmp_path_factory, tiny_data_dir):
 
 
 def test_without_a_defence_the_attacker_takes_over(tmp_path, tiny_data_dir, clean_accuracy):
-    summary = run_five(tmp_path, tiny_data_dir, "attacked", attacker=True)
+    # the default bound relative to the round's median update norm is a defence (issue 47): off here
+    summary = run_five(tmp_path, tiny_data_dir, "attacked", attacker=True, **{"max-update-norm-ratio": 0.0})
     assert clean_accuracy > 0.5
     assert summary.get("final-central-accuracy", 0.0) < clean_accuracy - 0.2 or summary["status"] == "failed"
 
@@ -117,3 +118,24 @@ def test_without_a_defence_the_attacker_takes_over(tmp_path, tiny_data_dir, clea
 def test_a_defence_keeps_accuracy_within_two_points_of_the_clean_run(tmp_path, tiny_data_dir, clean_accuracy, defence):
     summary = run_five(tmp_path, tiny_data_dir, "defended", attacker=True, **defence)
     assert summary["final-central-accuracy"] >= clean_accuracy - 0.02, (summary["final-central-accuracy"], clean_accuracy)
+
+
+# ----- the default bound relative to the round's median update norm (issue 47) ----------------------------
+
+def test_the_median_bound_clips_to_ratio_times_the_lower_median_and_drops_nothing():
+    from server_app.robust import bounded_updates, lower_median, median_norm_bound
+
+    deltas = [{"a": np.array([n, 0.0], np.float32)} for n in (1.0, 2.0, 4.0, 1e6)]
+    assert lower_median([4.0, 1.0, 1e6, 2.0]) == 2.0 and lower_median([3.0, 1.0]) == 1.0
+    assert median_norm_bound(deltas, 1.5) == pytest.approx(3.0)
+    bounded = bounded_updates(deltas, 0.0, 1.5)
+    assert [float(d["a"][0]) for d in bounded] == pytest.approx([1.0, 2.0, 3.0, 3.0])  # clipped, not dropped
+    assert bounded[0] is deltas[0]  # short updates are left as they came
+    # the fixed bound first, then the median of what it left: [1, 2, 2, 2] -> lower median 2, bound 3
+    assert [float(d["a"][0]) for d in bounded_updates(deltas, 2.0, 1.5)] == pytest.approx([1.0, 2.0, 2.0, 2.0])
+    assert bounded_updates(deltas, 0.0, 0.0) is deltas  # off
+    assert bounded_updates(deltas[:1], 0.0, 1.5) == deltas[:1]  # one update: nothing to compare with
+    two = bounded_updates([deltas[0], deltas[3]], 0.0, 1.5)  # of two, neither exceeds 1.5x the other
+    assert float(two[1]["a"][0]) == pytest.approx(1.5)
+    empty = [{"a": np.zeros(2, np.float32)}] * 2 + [deltas[3]]
+    assert bounded_updates(empty, 0.0, 1.5)[2] is deltas[3]  # a median of 0 erases nothing

@@ -36,7 +36,7 @@ from common.task import make_model
 from common.uplink import compression_spec, decode_reply, float32_equivalent_bytes, reply_buffers
 from server_app.fid_reference import ClientFeatureReference
 from server_app.influence import bounded_weights
-from server_app.robust import ROBUST_AGGREGATIONS, clip_update, combine_updates, update_norm
+from server_app.robust import ROBUST_AGGREGATIONS, bounded_updates, combine_updates, update_norm
 from server_app.reply_checks import check_train_metrics
 from server_app.strategies.base import NodeInfo, RoundStrategy, sample_nodes, weighted_metric
 from server_app.strategies.node_models import NodeModels
@@ -317,8 +317,8 @@ class FedAvgStrategy(RoundStrategy):
         if self.node_models.keys:  # the uplink is uncompressed: each reply holds the node's model
             for reply in replies:
                 self.node_models.keep(self.partition_of(reply), from_record(reply.content.array_records[MODEL]))
-        if self.cfg.max_update_norm > 0:  # "refuse" dropped the longer ones in check_reply; "clip" scales them
-            deltas = [clip_update(d, self.cfg.max_update_norm) for d in deltas]
+        # "refuse" dropped the longer ones in check_reply; "clip" scales them; then the round's median bound
+        deltas = bounded_updates(deltas, self.cfg.max_update_norm, self.cfg.max_update_norm_ratio)
         if self.cfg.aggregation in ROBUST_AGGREGATIONS:
             mean_delta = combine_updates(deltas, self.cfg.aggregation, self.cfg.trim_fraction, self.cfg.byzantine_nodes)
         else:

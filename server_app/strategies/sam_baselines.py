@@ -35,7 +35,7 @@ from common.protocol import (
 from common.records import Weights, check_weights, from_record, to_record
 from common.task import make_model
 from server_app.perturbation import PerturbationDiagnostic
-from server_app.robust import bounded_record, clip_update, record_norm_problem
+from server_app.robust import bounded_record, bounded_updates, record_norm_problem
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 from server_app.strategies.previous_update import PreviousUpdateStrategy
 from server_app.strategies.scaffold import ScaffoldStrategy
@@ -195,9 +195,9 @@ class FedSMOOStrategy(FedAvgStrategy):
              for r in ordered], self.cfg.sam_rho
         )
         alpha = self.cfg.dyn_alpha
-        # the updates as the mean took them: clipped to max-update-norm when it is set
-        updates = [clip_update(d, self.cfg.max_update_norm) if self.cfg.max_update_norm > 0 else d
-                   for d in map(self.client_delta, ordered)]
+        # the updates as the mean took them: clipped to max-update-norm and the round's median bound
+        updates = bounded_updates([self.client_delta(r) for r in ordered], self.cfg.max_update_norm,
+                                  self.cfg.max_update_norm_ratio)
         corrections = [{n: -alpha * d[n] for n in self.parameter_names} for d in updates]
         if self.h is None:
             self.h = {name: np.zeros_like(self.current[name]) for name in self.parameter_names}
