@@ -35,7 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # run as a script, only benchmarks/ is on sys.path
 
 from fedsynth.ledger import MAX_CURVE_POINTS, Ledger  # noqa: E402
-from fedsynth.study import plan  # noqa: E402
+from fedsynth.study_plan import plan  # noqa: E402
 from fedsynth.study_report import claim_cells, claim_result  # noqa: E402
 from fedsynth.studyfile import Study, load_study  # noqa: E402
 

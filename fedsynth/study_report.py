@@ -21,7 +21,7 @@ from typing import Any
 from fedsynth.ledger import Ledger
 from fedsynth.scores import lower_is_better
 from fedsynth.statistics import Interval, paired_differences, t_interval, verdict
-from fedsynth.study import choose, plan, total_runs
+from fedsynth.study_plan import choose, plan, total_runs
 from fedsynth.studyfile import Claim, Study
 
 

@@ -28,7 +28,7 @@ from typing import Any
 
 from fedsynth.ledger import MAX_CURVE_POINTS, Ledger
 from fedsynth.scores import score_run
-from fedsynth.study import plan, read_rounds
+from fedsynth.study_plan import plan, read_rounds
 from fedsynth.studyfile import RunSpec, Study
 
 

@@ -17,7 +17,8 @@ import pytest
 from fedsynth.ledger import Ledger, thin
 from fedsynth.scores import curve, lower_is_better, score_curve
 from fedsynth.statistics import HOLDS, NOT_RESOLVED, NOT_RUN, REVERSED, paired_differences, t_interval, verdict
-from fedsynth.study import RunOutcome, StudyPaths, choose, run_study
+from fedsynth.study import RunOutcome, StudyPaths, run_study
+from fedsynth.study_plan import choose
 from fedsynth.study_report import grid_edges, render_markdown
 from fedsynth.studyfile import StudyError, load_study, parse_study, report_runs, select, tuning_runs
 from tests.conftest import write_fashion_mnist
