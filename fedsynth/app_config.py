@@ -1,6 +1,6 @@
 """The Flower app the drivers run: the run config its pyproject.toml declares, and the engines that can run it.
 
-Below `fedsynth run` (fedsynth/cli.py) and `fedsynth study` (fedsynth/study_cli.py), which both read them.
+Below `fedsynth run` (fedsynth/cli.py) and `fedsynth study` (fedsynth/study/cli.py), which both read them.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ fused run config, the same results) but in this process, and its exit code says
 how the run ended (EXIT_* below; `flwr run --stream` exits 0 even when it fails). `fedsynth compare`
 runs several algorithms on the same split and seed and writes one markdown
 table and one plot; `fedsynth study FILE.toml` tests a paper's claims
-(`fedsynth.study`).
+(`fedsynth.study.runner`).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ from common.results import (
 )
 from server_app.outcome import STATUS_FAILED_ROUNDS, STATUS_OK
 from fedsynth.app_config import ENGINES, app_defaults
-from fedsynth.study_cli import add_study_parser, study_command
+from fedsynth.study.cli import add_study_parser, study_command
 
 
 def find_app_dir(start: Path | None = None) -> Path:

@@ -18,11 +18,11 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedsynth.ledger import Ledger
-from fedsynth.scores import lower_is_better
-from fedsynth.statistics import Interval, paired_differences, t_interval, verdict
-from fedsynth.study_plan import choose, plan, total_runs
-from fedsynth.studyfile import Claim, Study
+from fedsynth.study.ledger import Ledger
+from fedsynth.study.scores import lower_is_better
+from fedsynth.study.statistics import Interval, paired_differences, t_interval, verdict
+from fedsynth.study.plan import choose, plan, total_runs
+from fedsynth.study.studyfile import Claim, Study
 
 
 def _scaled(study: Study, score: str) -> float:

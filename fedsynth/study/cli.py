@@ -72,13 +72,13 @@ def run_config_check(app_dir: Path) -> Callable[[dict[str, Any]], None]:
 def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     """Exit codes: 0 the study (or the part asked for) finished, 2 the study file is wrong, 1 runs failed."""
     from common.results import results_root
-    from fedsynth.ledger import Ledger
-    from fedsynth.study import StudyPaths, run_study, simulation_executor
-    from fedsynth.study_plan import plan, total_runs
-    from fedsynth.study_sharpness import sharpness_measurer
-    from fedsynth.study_report import write_report
-    from fedsynth.study_reuse import reusable, reuse_runs
-    from fedsynth.studyfile import StudyError, load_study, select
+    from fedsynth.study.ledger import Ledger
+    from fedsynth.study.runner import StudyPaths, run_study, simulation_executor
+    from fedsynth.study.plan import plan, total_runs
+    from fedsynth.study.sharpness import sharpness_measurer
+    from fedsynth.study.report import write_report
+    from fedsynth.study.reuse import reusable, reuse_runs
+    from fedsynth.study.studyfile import StudyError, load_study, select
 
     defaults = app_defaults(app_dir)
     check = run_config_check(app_dir)

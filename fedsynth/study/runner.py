@@ -7,10 +7,10 @@ the official test split is never read), and picks each arm's values. Report
 runs then run every arm on every report seed with its chosen values. Every run
 goes through Flower's simulation engine by the same path as `fedsynth run`
 (`fedsynth.cli.run_simulation`), in a process of its own, so `--jobs N` runs N
-at once. Each finished run is scored (`fedsynth.scores`) and appended to the
-ledger (`fedsynth.ledger`); a run whose key is in the ledger is never run
+at once. Each finished run is scored (`fedsynth.study.scores`) and appended to the
+ledger (`fedsynth.study.ledger`); a run whose key is in the ledger is never run
 again, which makes a killed study resumable and a committed ledger portable.
-The report (`fedsynth.study_report`) is remade from the ledger alone.
+The report (`fedsynth.study.report`) is remade from the ledger alone.
 """
 
 from __future__ import annotations
@@ -30,14 +30,14 @@ from typing import Any
 
 from common.interrupt import STOP, raise_if_stopped
 from fedsynth.app_process import app_process_env
-from fedsynth.ledger import Ledger, thin
-from fedsynth.study_claims import Claim, Claims
-from fedsynth.scores import curve, score_run
-from fedsynth.study_sharpness import SHARPNESS, Measurer, can_measure, lacks_sharpness, sharpness_scores
-from fedsynth.study_plan import plan, read_rounds, total_runs
-from fedsynth.study_report import write_report
-from fedsynth.study_reuse import reuse_runs
-from fedsynth.studyfile import RunSpec, Study
+from fedsynth.study.ledger import Ledger, thin
+from fedsynth.study.claims import Claim, Claims
+from fedsynth.study.scores import curve, score_run
+from fedsynth.study.sharpness import SHARPNESS, Measurer, can_measure, lacks_sharpness, sharpness_scores
+from fedsynth.study.plan import plan, read_rounds, total_runs
+from fedsynth.study.report import write_report
+from fedsynth.study.reuse import reuse_runs
+from fedsynth.study.studyfile import RunSpec, Study
 from fedsynth.workers import run_worker
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
@@ -69,7 +69,7 @@ class StudyPaths:
 
     @property
     def claims(self) -> Path:
-        """The claim files of runs under way (`fedsynth.study_claims`), for processes sharing this folder."""
+        """The claim files of runs under way (`fedsynth.study.claims`), for processes sharing this folder."""
         return self.out / "claims"
 
     def log(self, spec: RunSpec) -> Path:
@@ -80,7 +80,7 @@ class StudyPaths:
 def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client: float | None = None,
                         cpus_per_client: float | None = None, ray_address: str | None = None,
                         engine: str = "simulation") -> Executor:
-    """Runs each study run as `python -m fedsynth.study_worker` (Flower's simulation engine, one process per run).
+    """Runs each study run as `python -m fedsynth.study.worker` (Flower's simulation engine, one process per run).
 
     Without `ray_address` each run starts a Ray of its own; with it, each run's
     ClientApps go to that cluster's nodes. With `engine = "inprocess"` each run's
@@ -104,7 +104,7 @@ def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client:
         start = time.monotonic()
         with open(log_path, "w") as log:
             # a worker the study signals and that never outlives it (fedsynth/workers.py)
-            code = run_worker([sys.executable, "-m", "fedsynth.study_worker", json.dumps(job)],
+            code = run_worker([sys.executable, "-m", "fedsynth.study.worker", json.dumps(job)],
                               stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(app_dir))
         return RunOutcome(code, time.monotonic() - start)
 
@@ -191,7 +191,7 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
                  measurer: Measurer | None = None) -> int:
     """Run every spec not in the ledger (or failed, with retry_failed), N at once; returns how many were run.
 
-    Each run is claimed first (`fedsynth.study_claims`): a run another process on
+    Each run is claimed first (`fedsynth.study.claims`): a run another process on
     the same study folder finished or holds meanwhile is skipped.
     """
     todo = []
@@ -321,7 +321,7 @@ def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1
 
     Several processes (hosts on shared storage) may run the same study on one
     `paths.out` at once: each claims a run before it starts it
-    (`fedsynth.study_claims`), so no run runs twice, and each reads the others'
+    (`fedsynth.study.claims`), so no run runs twice, and each reads the others'
     entries before it plans the report runs and writes the report (the last to
     finish writes the whole report). With a `measurer`, a study that scores
     `sharpness` measures each report run's final model.

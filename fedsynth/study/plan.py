@@ -1,7 +1,7 @@
 """What a study runs and what its tuning chose, read from the study file and the ledger alone.
 
-Below the runner (fedsynth/study.py), the report (fedsynth/study_report.py) and reuse
-(fedsynth/study_reuse.py), which all plan from the same ledger.
+Below the runner (fedsynth/study/runner.py), the report (fedsynth/study/report.py) and reuse
+(fedsynth/study/reuse.py), which all plan from the same ledger.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedsynth.ledger import Ledger
-from fedsynth.scores import lower_is_better
-from fedsynth.studyfile import RunSpec, Study, report_runs, tuning_runs
+from fedsynth.study.ledger import Ledger
+from fedsynth.study.scores import lower_is_better
+from fedsynth.study.studyfile import RunSpec, Study, report_runs, tuning_runs
 
 
 def read_rounds(folder: Path) -> list[dict[str, Any]]:
