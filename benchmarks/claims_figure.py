@@ -3,7 +3,7 @@
 Every row is one claim of one committed study (`benchmarks/results/studies/<study>/`):
 the paper, the claim, our setting in a few words, the verdict, the paired difference
 with its 95 % interval and the paper's difference, computed by the same code as the
-study reports (`fedsynth.study_figure.claim_bars`), so the README cannot drift from
+study reports (`fedsynth.study.figure.claim_bars`), so the README cannot drift from
 them. The figure, `benchmarks/results/claims.png`, shows the same rows, one panel per
 paper and unit, and `claims-<paper>.png` each paper's rows alone (on its method page).
 
@@ -100,10 +100,10 @@ ROWS = [
 
 def row_bars(rows: list[Row] = ROWS) -> list[tuple[Row, object, str]]:
     """(row, its ClaimBar, its unit) for every row, computed from the committed ledger."""
-    from fedsynth.ledger import Ledger
-    from fedsynth.study_cli import run_config_check
-    from fedsynth.study_figure import claim_bars
-    from fedsynth.studyfile import load_study
+    from fedsynth.study.ledger import Ledger
+    from fedsynth.study.cli import run_config_check
+    from fedsynth.study.figure import claim_bars
+    from fedsynth.study.studyfile import load_study
 
     check = run_config_check(ROOT)
     studies: dict[str, list] = {}
@@ -162,7 +162,7 @@ def paper_figure(paper: str) -> Path:
 def plot(rows: list[Row] = ROWS, path: Path = FIGURE) -> None:
     """Every row's bar, one panel per paper and unit (bars labelled with the claim and the study); and one
     figure per paper with its panels alone, for its method page."""
-    from fedsynth.study_figure import plot_claim_panels
+    from fedsynth.study.figure import plot_claim_panels
 
     panels: dict[tuple[str, str], list] = {}
     for row, bar, unit_name in row_bars(rows):

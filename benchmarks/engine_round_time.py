@@ -36,7 +36,7 @@ CASES = [
 
 
 def run_batch(raw: dict, nodes: int, engine: str, folders: list[Path]) -> dict:
-    """Runs at once, each in its own process as `fedsynth study --jobs N` starts them (fedsynth/study_worker.py).
+    """Runs at once, each in its own process as `fedsynth study --jobs N` starts them (fedsynth/study/worker.py).
 
     Returns the batch's wall time and each run's rounds' times (seeds 0, 1, ...: different splits, same work).
     """
@@ -47,7 +47,7 @@ def run_batch(raw: dict, nodes: int, engine: str, folders: list[Path]) -> dict:
                "ray-address": None, "engine": engine,
                "overrides": {**raw, "seed": seed, "results-dir": str(folder.parent), "run-name": folder.name,
                              "overwrite": True}}
-        children.append(subprocess.Popen([sys.executable, "-m", "fedsynth.study_worker", json.dumps(job)],
+        children.append(subprocess.Popen([sys.executable, "-m", "fedsynth.study.worker", json.dumps(job)],
                                          stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=REPO,
                                          env={**os.environ, "OMP_NUM_THREADS": "1", "FLWR_TELEMETRY_ENABLED": "0"}))
     for child in children:

@@ -31,8 +31,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # run as a script, only benchmarks/ is on sys.path
 
-from fedsynth.ledger import Ledger  # noqa: E402
-from fedsynth.study import read_rounds  # noqa: E402
+from fedsynth.study.ledger import Ledger  # noqa: E402
+from fedsynth.study.plan import read_rounds  # noqa: E402
 
 DEFAULT_LEDGER = REPO_ROOT / "benchmarks" / "results" / "studies" / "fedddpm-cpu" / "ledger.jsonl"
 

@@ -29,7 +29,7 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from common.datasets import DEBIAN_FASHION_MNIST, read_idx  # noqa: E402
+from common.torchvision_files import DEBIAN_FASHION_MNIST, read_idx  # noqa: E402
 from common.diffusion import to_diffusion_input  # noqa: E402
 from common.fid_features import random_extractor  # noqa: E402
 

@@ -88,7 +88,7 @@ def write_cifar(root: Path, train: int, test: int, seed: int = 0) -> Path:
 
 def study_config(study_file: str, arm: str, variant: str) -> tuple[dict[str, Any], int]:
     """The app defaults + the study's cell overrides for seed 0, as `fedsynth study` runs them; and its nodes."""
-    from fedsynth.studyfile import load_study
+    from fedsynth.study.studyfile import load_study
 
     with open(REPO / "pyproject.toml", "rb") as handle:
         defaults = dict(tomllib.load(handle)["tool"]["flwr"]["app"]["config"])

@@ -13,7 +13,7 @@ each seed's 190 minutes), which is what let it fit in a 3-hour session.
 checkpoint the moment it holds round `cog-start-round - 1` (a run keeps only its latest checkpoint, so the
 study's `checkpoint-every` must divide that round). `fork` writes each kept checkpoint into the folder of the
 same seed's X run under X's config (`server_app.checkpoint.fork_checkpoint`); `fedsynth study` then finds a
-checkpoint in that folder and resumes the run from it (`fedsynth.study` resumes any run folder holding one),
+checkpoint in that folder and resumes the run from it (`fedsynth.study.runner` resumes any run folder holding one),
 with the shared rounds' metrics restored from the checkpoint.
 
 A fork is refused unless it reproduces the X run exactly: the source arm is the target arm with `+cog` and
@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO_ROOT))  # run as a script, only benchmarks/ is on sy
 from client_app.fedcog import first_cog_round  # noqa: E402
 from common.config import RunConfig  # noqa: E402
 from fedsynth.cli import prepare_run_config  # noqa: E402
-from fedsynth.studyfile import RunSpec, Study, load_study, report_runs  # noqa: E402
+from fedsynth.study.studyfile import RunSpec, Study, load_study, report_runs  # noqa: E402
 from server_app.checkpoint import CHECKPOINT_FILE, config_differences, fork_checkpoint  # noqa: E402
 
 

@@ -22,9 +22,9 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # run as a script, only benchmarks/ is on sys.path
 
-from fedsynth.ledger import Ledger  # noqa: E402
-from fedsynth.study import plan, read_rounds  # noqa: E402
-from fedsynth.studyfile import Study, load_study  # noqa: E402
+from fedsynth.study.ledger import Ledger  # noqa: E402
+from fedsynth.study.plan import plan, read_rounds  # noqa: E402
+from fedsynth.study.studyfile import Study, load_study  # noqa: E402
 
 
 def first_logged(rounds: Sequence[Mapping[str, Any]], key: str) -> float | None:

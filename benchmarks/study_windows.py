@@ -15,7 +15,7 @@ seeds): the swing that the short window averages over.
 one round after the same base model: `--window 1 --end-round 21` in fedcog-cpu, whose arms fork at round 21).
 
 It reads only the ledger (`DIR/ledger.jsonl`): a ledger keeps every run's curve whole up to
-`fedsynth.ledger.MAX_CURVE_POINTS` evaluations; a thinned curve is refused rather than rescored on a subsample.
+`fedsynth.study.ledger.MAX_CURVE_POINTS` evaluations; a thinned curve is refused rather than rescored on a subsample.
 Claims on another metric than the study's (sharpness) are left out: they are one number per run.
 """
 
@@ -34,10 +34,10 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # run as a script, only benchmarks/ is on sys.path
 
-from fedsynth.ledger import MAX_CURVE_POINTS, Ledger  # noqa: E402
-from fedsynth.study import plan  # noqa: E402
-from fedsynth.study_report import claim_cells, claim_result  # noqa: E402
-from fedsynth.studyfile import Study, load_study  # noqa: E402
+from fedsynth.study.ledger import MAX_CURVE_POINTS, Ledger  # noqa: E402
+from fedsynth.study.plan import plan  # noqa: E402
+from fedsynth.study.report import claim_cells, claim_result  # noqa: E402
+from fedsynth.study.studyfile import Study, load_study  # noqa: E402
 
 
 def window_stats(values: Sequence[float], window: int) -> tuple[float, float]:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from common.datasets import DATASETS, dataset_info
+from common.errors import ConfigError
 from common.hf_datasets import is_hf
 from common.diffusion import DIFFUSION_ALGORITHMS, FID_EXTRACTORS, OPTIMIZERS, SAMPLERS, UNET_PRESETS
 from common.fedcog_math import COG_ABLATIONS, COG_BASES, KD_WEIGHTINGS
@@ -34,10 +35,6 @@ OWN_DATASET = "own"  # partition = node with no named dataset: the shape keys gi
 AGGREGATIONS = ("weighted", "uniform", "median", "trimmed-mean", "krum")
 # The distillation's trajectory-matching loss (server_app/distillation.py `matching_loss`).
 MATCHING_LOSSES = ("normalized", "paper")
-
-
-class ConfigError(ValueError):
-    """A run-config or node-config value that the run cannot use."""
 
 
 def _key(default: Any, meaning: str, source: str = "") -> Any:

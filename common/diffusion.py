@@ -24,23 +24,39 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from common.datasets import run_dataset_info
 from common.optimizers import make_optimizer
-
-if TYPE_CHECKING:
-    from common.config import RunConfig
 
 BETA_START = 1e-4
 BETA_END = 0.02
 SAMPLERS = ("ddpm", "ddim")
 OPTIMIZERS = ("auto", "sgd", "adam")
 FID_EXTRACTORS = ("classifier", "random", "inception")  # common/fid_features.py
+
+
+class DiffusionSettings(Protocol):
+    """The run-config keys the diffusion task reads (common/config.py's `RunConfig` has them all).
+
+    A protocol, not the run config itself: the run config validates its keys against this module's
+    presets, so this module cannot import it. `image_side`/`image_shape` also pass the settings to
+    common/datasets.py's `run_dataset_info`, which reads the dataset keys.
+    """
+
+    model: str
+    seed: int
+    image_size: int
+    diffusion_timesteps: int
+    local_optimizer: str
+    sampler: str
+    aux_sampler: str
+    ddim_steps: int
 
 
 @dataclass(frozen=True)
@@ -81,32 +97,28 @@ DIFFUSION_ALGORITHMS = (
 )
 
 
-def is_diffusion(cfg: "RunConfig") -> bool:
+def is_diffusion(cfg: DiffusionSettings) -> bool:
     """True when the run trains a DDPM (its model is a U-Net preset)."""
     return cfg.model in UNET_PRESETS
 
 
-def image_side(cfg: "RunConfig") -> int:
+def image_side(cfg: DiffusionSettings) -> int:
     """Side of the images the diffusion task trains on: `image-size`, or the dataset's own."""
-    from common.datasets import run_dataset_info
-
     return cfg.image_size or run_dataset_info(cfg).height
 
 
-def image_shape(cfg: "RunConfig") -> tuple[int, int, int]:
+def image_shape(cfg: DiffusionSettings) -> tuple[int, int, int]:
     """(C, H, W) of the diffusion task's images."""
-    from common.datasets import run_dataset_info
-
     side = image_side(cfg)
     return (run_dataset_info(cfg).channels, side, side)
 
 
-def num_timesteps(cfg: "RunConfig") -> int:
+def num_timesteps(cfg: DiffusionSettings) -> int:
     """T: `diffusion-timesteps`, or the U-Net preset's."""
     return cfg.diffusion_timesteps or UNET_PRESETS[cfg.model].timesteps
 
 
-def optimizer_kind(cfg: "RunConfig") -> str:
+def optimizer_kind(cfg: DiffusionSettings) -> str:
     """`local-optimizer`, with `auto` meaning Adam for the diffusion task (FedDDPM) and SGD otherwise."""
     if cfg.local_optimizer == "auto":
         return "adam" if is_diffusion(cfg) else "sgd"
@@ -141,7 +153,7 @@ def build_unet(preset_name: str, channels: int, side: int, timesteps: int, seed:
         return build()
 
 
-def build_diffusion_model(cfg: "RunConfig", seeded: bool = False) -> nn.Module:
+def build_diffusion_model(cfg: DiffusionSettings, seeded: bool = False) -> nn.Module:
     """The run's noise predictor (SPEC 3.3 `unet`)."""
     channels, side, _ = image_shape(cfg)
     return build_unet(cfg.model, channels, side, num_timesteps(cfg), seed=cfg.seed if seeded else None)
@@ -299,12 +311,12 @@ class SamplerSpec:
         return f"ddpm-ancestral-T{self.timesteps}"
 
 
-def sampler_spec(cfg: "RunConfig") -> SamplerSpec:
+def sampler_spec(cfg: DiffusionSettings) -> SamplerSpec:
     """The run's sampler (`sampler`, `ddim-steps`)."""
     return SamplerSpec(cfg.sampler, num_timesteps(cfg), cfg.ddim_steps)
 
 
-def aux_sampler_spec(cfg: "RunConfig") -> SamplerSpec:
+def aux_sampler_spec(cfg: DiffusionSettings) -> SamplerSpec:
     """The sampler of FedDDPM's auxiliary set (`aux-sampler`, `ddim-steps`): ancestral by default, as the paper."""
     return SamplerSpec(cfg.aux_sampler, num_timesteps(cfg), cfg.ddim_steps)
 
@@ -384,6 +396,6 @@ def save_image_grid(images: np.ndarray, path: Path, columns: int = 8, scale: int
 
 
 
-def loss_for(cfg: "RunConfig", generator: torch.Generator) -> DDPMLoss:
+def loss_for(cfg: DiffusionSettings, generator: torch.Generator) -> DDPMLoss:
     """The diffusion task's batch loss for a run."""
     return DDPMLoss(linear_schedule(num_timesteps(cfg)), generator)

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from common.datasets import DatasetArrays, DatasetInfo, DatasetMissingError, default_data_dir
+from common.dataset_types import DatasetArrays, DatasetInfo, DatasetMissingError, default_data_dir
 
 HF_PREFIX = "hf:"
 IMAGE_NAMES = ("image", "img", "pixel_values", "images")

@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from common.config import ConfigError
+from common.client_data import ClientData, default_cache_dir, split_local, write_atomic_npz
+from common.errors import ConfigError
 from common.datasets import DatasetArrays, dataset_info, load_dataset
 
 CACHE_VERSION = 1
@@ -52,20 +51,6 @@ class PartitionSpec:
         fields = {k: v for k, v in self.__dict__.items() if v != "" or k not in ("image_column", "label_column")}
         text = json.dumps({**fields, "version": CACHE_VERSION}, sort_keys=True)
         return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class ClientData:
-    """One client's local train and test split (uint8 images, int64 labels)."""
-
-    x_train: np.ndarray
-    y_train: np.ndarray
-    x_test: np.ndarray
-    y_test: np.ndarray
-
-    def label_counts(self, num_classes: int) -> np.ndarray:
-        """Histogram of the local training labels."""
-        return np.bincount(self.y_train, minlength=num_classes)
 
 
 def _partitioner(spec: PartitionSpec, partition_by: str = "label"):
@@ -197,16 +182,6 @@ def _checked_partitions(load, spec: PartitionSpec, num_samples: int) -> list:
     return parts
 
 
-def split_local(indices: np.ndarray, test_fraction: float, seed: int, partition_id: int) -> tuple[np.ndarray, np.ndarray]:
-    """Cut a partition into local train/test index sets (seeded per partition)."""
-    rng = np.random.default_rng([seed, partition_id, 7])
-    shuffled = rng.permutation(indices)
-    num_test = int(round(len(shuffled) * test_fraction))
-    if len(shuffled) - num_test < 1:
-        num_test = len(shuffled) - 1
-    return np.sort(shuffled[num_test:]), np.sort(shuffled[:num_test])
-
-
 def build_client_datasets(data: DatasetArrays, spec: PartitionSpec) -> list[ClientData]:
     """Every client's local train/test data for a spec."""
     clients = []
@@ -235,20 +210,6 @@ def build_hf_client_datasets(spec: PartitionSpec, data_dir: str = "") -> list[Cl
         train_idx, test_idx = split_local(np.arange(len(y)), spec.local_test_fraction, spec.seed, pid)
         clients.append(ClientData(x[train_idx], y[train_idx], x[test_idx], y[test_idx]))
     return clients
-
-
-def default_cache_dir() -> Path:
-    """Where partitions are cached when `cache-dir` is empty."""
-    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "fedsynth" / "partitions"
-
-
-def write_atomic_npz(path: Path, **arrays: np.ndarray) -> None:
-    # Two simulated clients may build the cache at once: each writes a temp file
-    # and renames it, so a reader never sees a half-written file.
-    fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-    with os.fdopen(fd, "wb") as handle:
-        np.savez(handle, **arrays)
-    os.replace(tmp, path)
 
 
 def partition_cache_folder(spec: PartitionSpec, data_dir: str = "", cache_dir: str = "") -> Path:

@@ -55,7 +55,9 @@ from typing import Any
 
 import numpy as np
 
-from common.datasets import DATASETS, DatasetInfo, dataset_info
+from common.client_data import ClientData, default_cache_dir, split_local, write_atomic_npz
+from common.dataset_types import DATASETS, DatasetInfo, builtin_info
+from common.torchvision_files import check_torchvision_present, load_torchvision_dataset
 
 CACHE_VERSION = 2  # 2: 16-bit and palette images on their real range, links checked (issue 47)
 PATH_TEMPLATE_FIELD = "{partition-id}"
@@ -107,7 +109,7 @@ def node_shape_info(cfg: Any) -> DatasetInfo:
     `image-channels`, `image-size` and the class count (`class-names`, `num-classes`) default to the
     named dataset's; with `dataset = "own"` they must be given. ValueError names the missing key.
     """
-    named = dataset_info(cfg.dataset) if cfg.dataset in DATASETS else None
+    named = builtin_info(cfg.dataset) if cfg.dataset in DATASETS else None
     names = parse_class_names(cfg.class_names)
     if names and len(set(names)) != len(names):
         raise ValueError(f"run config key 'class-names' names a class twice: {cfg.class_names!r}")
@@ -419,9 +421,7 @@ class _Loader:
         return _Split(np.concatenate([p.x for p in parts]), np.concatenate([p.y for p in parts]))
 
     def torchvision(self, root: Path) -> tuple[_Split, _Split]:
-        from common.datasets import load_dataset
-
-        data = load_dataset(self.spec.dataset, root)
+        data = load_torchvision_dataset(self.spec.dataset, root)
         for value in np.unique(np.concatenate([data.y_train, data.y_test])):
             self.label(int(value), f"{root} ({self.spec.dataset})")
 
@@ -450,10 +450,8 @@ def detect_format(path: Path, dataset: str = "") -> str:
     if any(name.lower().endswith(".csv") for name in names):
         return "csv"
     if dataset in DATASETS:
-        from common.datasets import check_dataset_present
-
         try:
-            check_dataset_present(dataset, str(path))
+            check_torchvision_present(dataset, str(path))
             return "torchvision"
         except (OSError, ValueError):
             pass
@@ -516,10 +514,8 @@ def site_arrays(spec: SiteSpec, node: str) -> tuple[np.ndarray, np.ndarray, np.n
     return train.x, train.y, (test.x if test else None), (test.y if test else None)
 
 
-def load_site_data(spec: SiteSpec, node: str, cache_dir: str = "") -> "ClientData":
+def load_site_data(spec: SiteSpec, node: str, cache_dir: str = "") -> ClientData:
     """A node's train and test split from its own folder (cached; a seeded cut when it has no test split)."""
-    from common.partition import ClientData, default_cache_dir, split_local, write_atomic_npz
-
     path = Path(spec.path).expanduser()
     key = None
     if str(spec.path) and path.exists() and os.access(path, os.R_OK):

@@ -10,7 +10,7 @@ fused run config, the same results) but in this process, and its exit code says
 how the run ended (EXIT_* below; `flwr run --stream` exits 0 even when it fails). `fedsynth compare`
 runs several algorithms on the same split and seed and writes one markdown
 table and one plot; `fedsynth study FILE.toml` tests a paper's claims
-(`fedsynth.study`).
+(`fedsynth.study.runner`).
 """
 
 from __future__ import annotations
@@ -34,7 +34,8 @@ from common.results import (
     results_root,
 )
 from server_app.outcome import STATUS_FAILED_ROUNDS, STATUS_OK
-from fedsynth.study_cli import add_study_parser, study_command
+from fedsynth.app_config import ENGINES, app_defaults
+from fedsynth.study.cli import add_study_parser, study_command
 
 
 def find_app_dir(start: Path | None = None) -> Path:
@@ -46,14 +47,6 @@ def find_app_dir(start: Path | None = None) -> Path:
             if pyproject.is_file() and "[tool.flwr.app]" in pyproject.read_text():
                 return folder
     raise SystemExit("fedsynth: no Flower app found (a pyproject.toml with [tool.flwr.app]); use --app-dir")
-
-
-def app_defaults(app_dir: Path) -> dict[str, Any]:
-    """The default run config declared in the app's pyproject.toml."""
-    import tomllib
-
-    with open(app_dir / "pyproject.toml", "rb") as handle:
-        return dict(tomllib.load(handle)["tool"]["flwr"]["app"]["config"])
 
 
 # Exit codes of `fedsynth run` and `fedsynth compare` (docs/reliability.md).
@@ -172,8 +165,6 @@ def add_ray_address_option(parser: argparse.ArgumentParser) -> None:
              "checked at start for the CPUs/GPUs asked per ClientApp (docs/scale.md). Default: a Ray of this process",
     )
 
-
-ENGINES = ("simulation", "inprocess")
 
 
 def add_engine_option(parser: argparse.ArgumentParser) -> None:

@@ -18,7 +18,7 @@ import torch
 from flwr.app import Context, RecordDict
 
 from client_app.app import node_settings
-from common import datasets as datasets_module
+from common import torchvision_files
 from common.config import ConfigError, parse_run_config
 from common.datasets import DatasetMissingError, load_dataset
 from common.records import model_weights
@@ -215,7 +215,7 @@ def _truncate(folder: Path) -> Path:
 
 @pytest.mark.parametrize("name, make, error, words", CASES, ids=[c[0] for c in CASES])
 def test_bad_input_fails_fast_with_a_message_naming_it(tmp_path, monkeypatch, name, make, error, words):
-    monkeypatch.setattr(datasets_module, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
+    monkeypatch.setattr(torchvision_files, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
     if "CUDA" in name and torch.cuda.is_available():
         pytest.skip("this machine has CUDA")
     with pytest.raises(error) as info:

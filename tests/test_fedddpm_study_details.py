@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsynth.ledger import Ledger
+from fedsynth.study.ledger import Ledger
 from tests.conftest import load_benchmark
 
 

@@ -33,3 +33,56 @@ def test_the_apps_do_not_import_the_drivers():
             if bad:
                 offenders[str(path.relative_to(ROOT))] = sorted(bad)
     assert offenders == {}
+
+
+PACKAGES = ("common", "client_app", "server_app", "fedsynth")
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> "networkx.DiGraph":
+    """Every module of the four packages and the modules of them it imports, at any depth of its code.
+
+    Imports inside functions and under `if TYPE_CHECKING:` count: a lazy import hides a circle from
+    Python, not from a reader, and a type-only one still ties the lower module to the higher.
+    `from pkg import mod` counts as an import of `pkg.mod` when that is a module.
+    """
+    import networkx
+
+    modules = {_module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
+    graph = networkx.DiGraph()
+    for name, path in modules.items():
+        graph.add_node(name)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                targets = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+            else:
+                continue
+            graph.add_edges_from((name, target) for target in targets if target in modules and target != name)
+    return graph
+
+
+def test_the_import_graph_has_no_circle():
+    import networkx
+
+    circles = sorted(sorted(component) for component in networkx.strongly_connected_components(import_graph())
+                     if len(component) > 1)
+    assert circles == [], f"modules that import each other, directly or through others: {circles}"
+
+
+def test_the_circle_check_sees_a_lazy_circle(tmp_path, monkeypatch):
+    """The check above would fail on a circle made only of imports inside functions."""
+    import networkx
+
+    for package in PACKAGES:
+        (tmp_path / package).mkdir()
+    (tmp_path / "common" / "low.py").write_text("def f():\n    from common.high import g\n")
+    (tmp_path / "common" / "high.py").write_text("from common import low\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    components = [c for c in networkx.strongly_connected_components(import_graph()) if len(c) > 1]
+    assert components == [{"common.low", "common.high"}]

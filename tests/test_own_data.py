@@ -298,7 +298,7 @@ def test_two_nodes_with_one_name_are_refused_naming_both(sites, tmp_path):
 
 def test_the_run_accuracy_metric_is_central_where_evaluated_else_the_nodes_local_test():
     from common.results import run_accuracy
-    from fedsynth.scores import curve
+    from fedsynth.study.scores import curve
 
     central = [{"round": 0, "central-accuracy": 0.1}, {"round": 1, "central-accuracy": 0.5, "local-test-accuracy": 0.7}]
     local = [{"round": 1, "local-test-accuracy": 0.4}, {"round": 2, "local-test-accuracy": 0.6}]

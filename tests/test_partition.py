@@ -15,8 +15,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import common.datasets as datasets_module
-from common.datasets import DatasetMissingError, load_dataset, read_idx
+import common.torchvision_files as torchvision_files
+from common.datasets import DatasetMissingError, load_dataset
+from common.torchvision_files import read_idx
 from common.config import ConfigError
 from common.partition import (
     PartitionSpec,
@@ -254,8 +255,8 @@ def test_pairs_config_refuses_classes_per_client_not_dividing_the_classes() -> N
     assert parse_run_config({"partition": "pairs", "classes-per-client": 5}, SERVER_STRATEGIES).partition == "pairs"
 
 
-@pytest.mark.skipif(not (datasets_module.DEBIAN_FASHION_MNIST / "train-labels-idx1-ubyte.gz").is_file()
-                    and not (datasets_module.DEBIAN_FASHION_MNIST / "train-labels-idx1-ubyte").is_file(),
+@pytest.mark.skipif(not (torchvision_files.DEBIAN_FASHION_MNIST / "train-labels-idx1-ubyte.gz").is_file()
+                    and not (torchvision_files.DEBIAN_FASHION_MNIST / "train-labels-idx1-ubyte").is_file(),
                     reason="Fashion-MNIST (Debian package) not installed")
 def test_pairs_on_fashion_mnist_gives_3000_of_each_of_two_classes() -> None:
     labels = load_dataset("fashion-mnist", "").y_train  # the Debian package's files
@@ -421,7 +422,7 @@ def test_load_fashion_mnist_from_idx_files(tmp_path: Path) -> None:
 
 def test_missing_idx_dataset_names_dir_and_files(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Keep the Debian package's files (if installed on this machine) out of the lookup.
-    monkeypatch.setattr(datasets_module, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
+    monkeypatch.setattr(torchvision_files, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
     empty = tmp_path / "empty-data-dir"
     empty.mkdir()
     for name, folder in (("fashion-mnist", "FashionMNIST"), ("mnist", "MNIST")):
@@ -438,7 +439,7 @@ def test_missing_idx_dataset_names_dir_and_files(tmp_path: Path, monkeypatch: py
 
 
 def test_missing_one_idx_file_names_only_that_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(datasets_module, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
+    monkeypatch.setattr(torchvision_files, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
     write_fake_idx(tmp_path, folder="MNIST")
     os.remove(tmp_path / "MNIST" / "raw" / "t10k-labels-idx1-ubyte.gz")
     with pytest.raises(DatasetMissingError) as info:
@@ -509,7 +510,7 @@ def test_unknown_dataset_is_a_value_error(tmp_path: Path) -> None:
 
 
 def test_load_client_data_builds_cache_then_reads_it(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(datasets_module, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
+    monkeypatch.setattr(torchvision_files, "DEBIAN_FASHION_MNIST", tmp_path / "no-debian-package")
     arrays = write_fake_idx(tmp_path)
     s = PartitionSpec("fashion-mnist", "dirichlet", 3, seed=0, alpha=1.0, local_test_fraction=0.2)
     cache = tmp_path / "cache"

@@ -14,12 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from fedsynth.ledger import Ledger, thin
-from fedsynth.scores import curve, lower_is_better, score_curve
-from fedsynth.statistics import HOLDS, NOT_RESOLVED, NOT_RUN, REVERSED, paired_differences, t_interval, verdict
-from fedsynth.study import RunOutcome, StudyPaths, choose, run_study
-from fedsynth.study_report import grid_edges, render_markdown
-from fedsynth.studyfile import StudyError, load_study, parse_study, report_runs, select, tuning_runs
+from fedsynth.study.ledger import Ledger, thin
+from fedsynth.study.scores import curve, lower_is_better, score_curve
+from fedsynth.study.statistics import HOLDS, NOT_RESOLVED, NOT_RUN, REVERSED, paired_differences, t_interval, verdict
+from fedsynth.study.runner import RunOutcome, StudyPaths, run_study
+from fedsynth.study.plan import choose
+from fedsynth.study.report import grid_edges, render_markdown
+from fedsynth.study.studyfile import StudyError, load_study, parse_study, report_runs, select, tuning_runs
 from tests.conftest import write_fashion_mnist
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -451,7 +452,7 @@ def test_a_study_measures_each_report_runs_sharpness_and_tests_a_claim_on_it(tmp
 
 
 def test_runs_recorded_without_sharpness_are_measured_later_without_running_again(tmp_path, tiny_data_dir):
-    from fedsynth.study_sharpness import sharpness_measurer
+    from fedsynth.study.sharpness import sharpness_measurer
 
     study = sharpness_study(tmp_path, tiny_data_dir)
     paths = StudyPaths(out=tmp_path / "out", runs=tmp_path / "runs")

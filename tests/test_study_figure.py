@@ -9,10 +9,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-from fedsynth.ledger import Ledger
-from fedsynth.study_figure import paper_difference, plotted_bars
-from fedsynth.study_report import write_report
-from fedsynth.studyfile import parse_study, report_runs
+from fedsynth.study.ledger import Ledger
+from fedsynth.study.figure import paper_difference, plotted_bars
+from fedsynth.study.report import write_report
+from fedsynth.study.studyfile import parse_study, report_runs
 
 ROOT = Path(__file__).resolve().parent.parent
 CLAIM_LINE = re.compile(r"^- \*\*(?P<claim>.+?)\*\*(?: \((?P<variant>[^)]+)\))?, (?P<score>.+?): difference "

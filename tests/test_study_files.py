@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from fedsynth.study_cli import run_config_check
-from fedsynth.studyfile import StudyError, load_study
+from fedsynth.study.cli import run_config_check
+from fedsynth.study.studyfile import StudyError, load_study
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 STUDY_FILES = sorted((REPO_ROOT / "studies").glob("*.toml"))

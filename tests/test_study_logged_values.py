@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from fedsynth.ledger import Ledger
-from fedsynth.studyfile import parse_study, report_runs
+from fedsynth.study.ledger import Ledger
+from fedsynth.study.studyfile import parse_study, report_runs
 from tests.conftest import load_benchmark
 
 

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from fedsynth.ledger import MAX_CURVE_POINTS, Ledger, thin
-from fedsynth.study import RunOutcome, StudyPaths, run_study
-from fedsynth.study_reuse import rescore, reuse_runs
-from fedsynth.studyfile import parse_study, report_runs
+from fedsynth.study.ledger import MAX_CURVE_POINTS, Ledger, thin
+from fedsynth.study.runner import RunOutcome, StudyPaths, run_study
+from fedsynth.study.reuse import rescore, reuse_runs
+from fedsynth.study.studyfile import parse_study, report_runs
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -97,7 +97,7 @@ def test_the_command_reuses_and_reports_and_refuses_a_missing_ledger(tmp_path):
                           '[base]\nmodel = "mlp"\nnum-server-rounds = 4\n'
                           '[arms.base]\nalgorithm = "fedavg"\n[arms.new]\nalgorithm = "fedprox"\n'
                           '[[claims]]\nclaim = "new > base"\n')
-    from fedsynth.studyfile import load_study
+    from fedsynth.study.studyfile import load_study
     study = load_study(study_file)
     source = Ledger(tmp_path / "main.jsonl")
     for spec in report_runs(study, {}):
@@ -121,7 +121,7 @@ def test_a_malformed_ledger_entry_is_named_and_left_out_not_a_crash(tmp_path):
                           '[base]\nmodel = "mlp"\nnum-server-rounds = 4\n'
                           '[arms.base]\nalgorithm = "fedavg"\n[arms.new]\nalgorithm = "fedprox"\n'
                           '[[claims]]\nclaim = "new > base"\n')
-    from fedsynth.studyfile import load_study
+    from fedsynth.study.studyfile import load_study
     study = load_study(study_file)
     ledger = Ledger(tmp_path / "out" / "ledger.jsonl")
     specs = report_runs(study, {})
@@ -144,7 +144,7 @@ def test_a_malformed_ledger_entry_is_named_and_left_out_not_a_crash(tmp_path):
     ("scores", {"central-accuracy": {"last-k": "high"}}), ("scores", {"central-accuracy": 0.5}),
 ])
 def test_each_wrongly_typed_field_is_malformed(field, value):
-    from fedsynth.ledger import malformed_reason
+    from fedsynth.study.ledger import malformed_reason
 
     assert malformed_reason(_entry("k")) is None
     assert malformed_reason({**_entry("k"), field: value}) is not None

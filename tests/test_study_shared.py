@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from fedsynth.ledger import Ledger
-from fedsynth.study import StudyPaths, run_study
-from fedsynth.study_claims import Claims
+from fedsynth.study.ledger import Ledger
+from fedsynth.study.runner import StudyPaths, run_study
+from fedsynth.study.claims import Claims
 from tests.test_study import TINY, tiny_study
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -24,7 +24,7 @@ def fake_executor(calls: list, seconds: float = 0.0):
     """A study run that leaves a scoreable metrics.jsonl at once (the study machinery, not the method, is tested)."""
     import time
 
-    from fedsynth.study import RunOutcome
+    from fedsynth.study.runner import RunOutcome
 
     def execute(spec, overrides, log_path):
         calls.append(spec.key)
@@ -80,8 +80,8 @@ def test_a_run_claimed_by_another_process_is_skipped_and_free_again_when_it_dies
     ledger = Ledger(tmp_path / "ledger.jsonl")
     other = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
         import sys, time
-        from fedsynth.ledger import Ledger
-        from fedsynth.study_claims import Claims
+        from fedsynth.study.ledger import Ledger
+        from fedsynth.study.claims import Claims
         claim = Claims(Ledger({str(tmp_path / "ledger.jsonl")!r}), {str(tmp_path / "claims")!r}).claim("k", None)
         print("claimed" if claim else "refused", flush=True)
         time.sleep(60)
@@ -104,8 +104,8 @@ def test_a_run_claimed_by_another_process_is_skipped_and_free_again_when_it_dies
 STUDY_PROCESS = """
 import sys, time
 from pathlib import Path
-from fedsynth.study import StudyPaths, run_study
-from fedsynth.studyfile import load_study
+from fedsynth.study.runner import StudyPaths, run_study
+from fedsynth.study.studyfile import load_study
 from tests.test_study_shared import fake_executor
 
 study_file, out, executions, ready, me = sys.argv[1:6]

@@ -14,8 +14,8 @@ import pytest
 
 from common import interrupt
 from common.interrupt import RunInterrupted
-from fedsynth.ledger import Ledger
-from fedsynth.study import RunOutcome, StudyPaths, run_study
+from fedsynth.study.ledger import Ledger
+from fedsynth.study.runner import RunOutcome, StudyPaths, run_study
 from fedsynth.workers import live_workers, run_worker, signal_workers
 
 REPO = Path(__file__).resolve().parent.parent

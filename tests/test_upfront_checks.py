@@ -18,7 +18,7 @@ from common.config import ConfigError, parse_run_config
 from common.datasets import load_dataset
 from common.partition import PartitionSpec, partition_indices
 from fedsynth.cli import EXIT_BAD_INPUT, main
-from fedsynth.studyfile import StudyError, parse_study
+from fedsynth.study.studyfile import StudyError, parse_study
 from server_app.registry import SERVER_STRATEGIES
 
 REPO = Path(__file__).resolve().parent.parent

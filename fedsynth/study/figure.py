@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from fedsynth.ledger import Ledger
-from fedsynth.statistics import HOLDS, NOT_RESOLVED, NOT_RUN, REVERSED
-from fedsynth.studyfile import Claim, Study
+from fedsynth.study.ledger import Ledger
+from fedsynth.study.statistics import HOLDS, NOT_RESOLVED, NOT_RUN, REVERSED
+from fedsynth.study.studyfile import Claim, Study
 
 VERDICT_COLOURS = {HOLDS: "#1b7837", REVERSED: "#b2182b", NOT_RESOLVED: "#8c8c8c", NOT_RUN: "#d9d9d9"}
 
@@ -57,7 +57,7 @@ def paper_difference(study: Study, claim: Claim, variant: str) -> float | None:
 
 def claim_bars(study: Study, ledger: Ledger) -> list[ClaimBar]:
     """The bars of a study's claims, in the order and units of the report's claim lines."""
-    from fedsynth.study_report import claim_cells, claim_format, claim_result  # the report imports this module
+    from fedsynth.study.report import claim_cells, claim_format, claim_result  # the report imports this module
 
     bars = []
     for claim in study.claims:

@@ -6,7 +6,7 @@ report seeds beside the paper's number, and the tuning table (every grid point's
 validation score and the choice). `runs.csv` has one row per run with every
 config value that differs between runs and every score; `curves.png` the mean
 curve of each arm with a band of ± one standard deviation over seeds; `claims.png`
-the claims' differences as bars (`fedsynth.study_figure`).
+the claims' differences as bars (`fedsynth.study.figure`).
 """
 
 from __future__ import annotations
@@ -19,12 +19,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from fedsynth.ledger import Ledger
-from fedsynth.scores import lower_is_better
-from fedsynth.statistics import Interval, paired_differences, t_interval, verdict
-from fedsynth.study import choose, plan, total_runs
-from fedsynth.study_figure import plot_claims
-from fedsynth.studyfile import Claim, Study
+from fedsynth.study.ledger import Ledger
+from fedsynth.study.scores import lower_is_better
+from fedsynth.study.statistics import Interval, paired_differences, t_interval, verdict
+from fedsynth.study.plan import choose, plan, total_runs
+from fedsynth.study.figure import plot_claims
+from fedsynth.study.studyfile import Claim, Study
 
 CLAIMS_FIGURE = "claims.png"
 

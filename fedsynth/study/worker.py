@@ -1,4 +1,4 @@
-"""One study run in a process of its own: `python -m fedsynth.study_worker '<job as JSON>'`.
+"""One study run in a process of its own: `python -m fedsynth.study.worker '<job as JSON>'`.
 
 The job names the app directory, the run's overrides and the simulation's
 resources; the run goes through `fedsynth.cli.run_command`, the path of

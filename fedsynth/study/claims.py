@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from fedsynth.ledger import Ledger
+from fedsynth.study.ledger import Ledger
 
 
 @dataclass

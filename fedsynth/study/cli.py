@@ -9,6 +9,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from fedsynth.app_config import ENGINES, app_defaults
+
 
 def add_study_parser(sub: Any) -> None:
     """`fedsynth study FILE.toml [options]`."""
@@ -28,8 +30,6 @@ def add_study_parser(sub: Any) -> None:
     cmd.add_argument("--ray-address", default=None, metavar="HOST:PORT",
                      help="run each run's ClientApps on this Ray cluster, one run at a time (checked at start; "
                           "docs/scale.md). Several hosts share a study through one --out folder instead")
-    from fedsynth.cli import ENGINES  # here, not at import: fedsynth.cli imports this module
-
     cmd.add_argument("--engine", choices=ENGINES, default="simulation",
                      help="each run in Flower's simulation engine (default), or its nodes in the run's own process "
                           "without Ray: the same results, faster for many small nodes (docs/studies.md)")
@@ -56,7 +56,6 @@ def _names(text: str) -> list[str]:
 def run_config_check(app_dir: Path) -> Callable[[dict[str, Any]], None]:
     """A check for `load_study`: a run config is valid when the app (its defaults, then the overrides) accepts it."""
     from common.config import ConfigError, parse_run_config
-    from fedsynth.cli import app_defaults
     from server_app.registry import SERVER_STRATEGIES
 
     defaults = app_defaults(app_dir)
@@ -73,13 +72,13 @@ def run_config_check(app_dir: Path) -> Callable[[dict[str, Any]], None]:
 def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     """Exit codes: 0 the study (or the part asked for) finished, 2 the study file is wrong, 1 runs failed."""
     from common.results import results_root
-    from fedsynth.cli import app_defaults
-    from fedsynth.ledger import Ledger
-    from fedsynth.study import StudyPaths, plan, run_study, simulation_executor, total_runs
-    from fedsynth.study_sharpness import sharpness_measurer
-    from fedsynth.study_report import write_report
-    from fedsynth.study_reuse import reusable, reuse_runs
-    from fedsynth.studyfile import StudyError, load_study, select
+    from fedsynth.study.ledger import Ledger
+    from fedsynth.study.runner import StudyPaths, run_study, simulation_executor
+    from fedsynth.study.plan import plan, total_runs
+    from fedsynth.study.sharpness import sharpness_measurer
+    from fedsynth.study.report import write_report
+    from fedsynth.study.reuse import reusable, reuse_runs
+    from fedsynth.study.studyfile import StudyError, load_study, select
 
     defaults = app_defaults(app_dir)
     check = run_config_check(app_dir)

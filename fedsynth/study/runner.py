@@ -7,10 +7,10 @@ the official test split is never read), and picks each arm's values. Report
 runs then run every arm on every report seed with its chosen values. Every run
 goes through Flower's simulation engine by the same path as `fedsynth run`
 (`fedsynth.cli.run_simulation`), in a process of its own, so `--jobs N` runs N
-at once. Each finished run is scored (`fedsynth.scores`) and appended to the
-ledger (`fedsynth.ledger`); a run whose key is in the ledger is never run
+at once. Each finished run is scored (`fedsynth.study.scores`) and appended to the
+ledger (`fedsynth.study.ledger`); a run whose key is in the ledger is never run
 again, which makes a killed study resumable and a committed ledger portable.
-The report (`fedsynth.study_report`) is remade from the ledger alone.
+The report (`fedsynth.study.report`) is remade from the ledger alone.
 """
 
 from __future__ import annotations
@@ -30,11 +30,14 @@ from typing import Any
 
 from common.interrupt import STOP, raise_if_stopped
 from fedsynth.app_process import app_process_env
-from fedsynth.ledger import Ledger, thin
-from fedsynth.study_claims import Claim, Claims
-from fedsynth.scores import curve, lower_is_better, score_run
-from fedsynth.study_sharpness import SHARPNESS, Measurer, can_measure, lacks_sharpness, sharpness_scores
-from fedsynth.studyfile import RunSpec, Study, report_runs, tuning_runs
+from fedsynth.study.ledger import Ledger, thin
+from fedsynth.study.claims import Claim, Claims
+from fedsynth.study.scores import curve, score_run
+from fedsynth.study.sharpness import SHARPNESS, Measurer, can_measure, lacks_sharpness, sharpness_scores
+from fedsynth.study.plan import plan, read_rounds, total_runs
+from fedsynth.study.report import write_report
+from fedsynth.study.reuse import reuse_runs
+from fedsynth.study.studyfile import RunSpec, Study
 from fedsynth.workers import run_worker
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
@@ -66,7 +69,7 @@ class StudyPaths:
 
     @property
     def claims(self) -> Path:
-        """The claim files of runs under way (`fedsynth.study_claims`), for processes sharing this folder."""
+        """The claim files of runs under way (`fedsynth.study.claims`), for processes sharing this folder."""
         return self.out / "claims"
 
     def log(self, spec: RunSpec) -> Path:
@@ -77,7 +80,7 @@ class StudyPaths:
 def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client: float | None = None,
                         cpus_per_client: float | None = None, ray_address: str | None = None,
                         engine: str = "simulation") -> Executor:
-    """Runs each study run as `python -m fedsynth.study_worker` (Flower's simulation engine, one process per run).
+    """Runs each study run as `python -m fedsynth.study.worker` (Flower's simulation engine, one process per run).
 
     Without `ray_address` each run starts a Ray of its own; with it, each run's
     ClientApps go to that cluster's nodes. With `engine = "inprocess"` each run's
@@ -101,25 +104,11 @@ def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client:
         start = time.monotonic()
         with open(log_path, "w") as log:
             # a worker the study signals and that never outlives it (fedsynth/workers.py)
-            code = run_worker([sys.executable, "-m", "fedsynth.study_worker", json.dumps(job)],
+            code = run_worker([sys.executable, "-m", "fedsynth.study.worker", json.dumps(job)],
                               stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(app_dir))
         return RunOutcome(code, time.monotonic() - start)
 
     return execute
-
-
-def read_rounds(folder: Path) -> list[dict[str, Any]]:
-    """The run's metrics.jsonl, skipping a line cut short; [] when there is none."""
-    path = folder / "metrics.jsonl"
-    if not path.is_file():
-        return []
-    rounds = []
-    for line in path.read_text().splitlines():
-        try:
-            rounds.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return rounds
 
 
 def ledger_entry(study: Study, spec: RunSpec, folder: Path, outcome: RunOutcome) -> dict[str, Any]:
@@ -149,50 +138,6 @@ def _prepare_folder(folder: Path, overrides: dict[str, Any]) -> dict[str, Any]:
     aside.parent.mkdir(parents=True, exist_ok=True)
     shutil.move(str(folder), str(aside))
     return overrides
-
-
-def tuning_score(entry: Mapping[str, Any], metric: str) -> float:
-    """A tuning run's validation score (last-k of the tuning metric); NaN when it has none."""
-    value = entry.get("scores", {}).get(metric, {}).get("last-k")
-    return float(value) if isinstance(value, (int, float)) else math.nan
-
-
-def choose(study: Study, ledger: Ledger) -> tuple[dict[str, dict[str, Any]], list[dict[str, Any]]]:
-    """Each gridded cell's chosen point (best mean validation score over tuning seeds) and the tuning table.
-
-    A grid point with a missing or non-finite score on any tuning seed ranks
-    last: a diverged setting is never chosen over one that trained. Ties go to
-    the first point in the grid's order. Cells whose tuning is unfinished, or
-    where no point scored, get no choice: their report runs wait.
-    """
-    chosen: dict[str, dict[str, Any]] = {}
-    table: list[dict[str, Any]] = []
-    by_cell: dict[str, list[RunSpec]] = {}
-    for spec in tuning_runs(study):
-        by_cell.setdefault(spec.cell, []).append(spec)
-    lower = lower_is_better(study.tuning_metric)
-    for cell, specs in by_cell.items():
-        points: dict[str, tuple[dict[str, Any], list[float]]] = {}
-        complete = True
-        for spec in specs:
-            label = json.dumps(spec.grid_point, sort_keys=True)
-            entry = ledger.get(spec.key)
-            if entry is None:
-                complete = False
-                continue
-            points.setdefault(label, (spec.grid_point, []))[1].append(tuning_score(entry, study.tuning_metric))
-        best_label, best_value = None, math.nan
-        for label, (point, values) in points.items():
-            mean = math.fsum(values) / len(values) if values and all(math.isfinite(v) for v in values) else math.nan
-            if math.isfinite(mean) and (best_label is None or (mean < best_value if lower else mean > best_value)):
-                best_label, best_value = label, mean
-            table.append({"cell": cell, "point": point, "scores": values, "mean": mean, "chosen": False})
-        if complete and best_label is not None:  # no point with a finite score: nothing to choose
-            chosen[cell] = points[best_label][0]
-            for row in table:
-                if row["cell"] == cell and json.dumps(row["point"], sort_keys=True) == best_label:
-                    row["chosen"] = True
-    return chosen, table
 
 
 class Progress:
@@ -246,7 +191,7 @@ def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: 
                  measurer: Measurer | None = None) -> int:
     """Run every spec not in the ledger (or failed, with retry_failed), N at once; returns how many were run.
 
-    Each run is claimed first (`fedsynth.study_claims`): a run another process on
+    Each run is claimed first (`fedsynth.study.claims`): a run another process on
     the same study folder finished or holds meanwhile is skipped.
     """
     todo = []
@@ -365,20 +310,6 @@ def measure_recorded_runs(study: Study, ledger: Ledger, paths: StudyPaths, measu
     return measured
 
 
-def plan(study: Study, ledger: Ledger) -> tuple[list[RunSpec], list[RunSpec], dict[str, dict[str, Any]]]:
-    """Tuning runs, the report runs known so far (cells whose tuning is finished) and the choices."""
-    tuning = tuning_runs(study)
-    chosen, _ = choose(study, ledger)
-    gridded = {spec.cell for spec in tuning}
-    report = [spec for spec in report_runs(study, chosen) if spec.cell not in gridded or spec.cell in chosen]
-    return tuning, report, chosen
-
-
-def total_runs(study: Study) -> int:
-    """How many runs the whole study has: tuning runs plus every cell on every report seed."""
-    return len(tuning_runs(study)) + len(study.cells()) * len(study.report_seeds)
-
-
 def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1, max_runs: int | None = None,
               retry_failed: bool = False, write: Callable[[str], None] = print,
               measurer: Measurer | None = None, reuse: Sequence[Ledger] = ()) -> Ledger:
@@ -390,13 +321,11 @@ def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1
 
     Several processes (hosts on shared storage) may run the same study on one
     `paths.out` at once: each claims a run before it starts it
-    (`fedsynth.study_claims`), so no run runs twice, and each reads the others'
+    (`fedsynth.study.claims`), so no run runs twice, and each reads the others'
     entries before it plans the report runs and writes the report (the last to
     finish writes the whole report). With a `measurer`, a study that scores
     `sharpness` measures each report run's final model.
     """
-    from fedsynth.study_report import write_report
-
     paths.out.mkdir(parents=True, exist_ok=True)
     if SHARPNESS not in study.metrics:
         measurer = None
@@ -417,8 +346,6 @@ def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1
         budget -= ran
     ledger.reload()  # tuning runs other processes finished meanwhile
     if reuse:
-        from fedsynth.study_reuse import reuse_runs
-
         copied = reuse_runs(study, ledger, reuse)
         if copied:
             write(f"reused {copied} report run(s) at the tuned values")

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fedsynth.scores import lower_is_better
-from fedsynth.study_sharpness import SHARPNESS
+from fedsynth.study.scores import lower_is_better
+from fedsynth.study.sharpness import SHARPNESS
 
 SCORE_PATTERN = re.compile(r"^(last-k|final|best|(rounds|seconds)-to:[0-9.eE+-]+)$")
 SCORES = "last-k, final, best, rounds-to:T or seconds-to:T (T a number)"

@@ -9,7 +9,7 @@ again by this study's rules (its metrics, last-k and targets) from the curves
 the other ledger holds. A run whose curves cannot give those scores exactly is
 not copied: one with no curve of one of this study's metrics (an empty curve,
 a metric the run did not log, is exact), or with a curve the ledger thinned
-(`fedsynth.ledger.MAX_CURVE_POINTS`), whose last-k would be wrong. A report
+(`fedsynth.study.ledger.MAX_CURVE_POINTS`), whose last-k would be wrong. A report
 run is scored only on the metrics the report reads (the study's metric, its
 extras and its claims'): the tuning metric is read from tuning runs alone, and
 a 300-round run's per-round validation curve is thinned in every ledger.
@@ -26,10 +26,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from fedsynth.ledger import MAX_CURVE_POINTS, Ledger
-from fedsynth.scores import score_run
-from fedsynth.study import plan, read_rounds
-from fedsynth.studyfile import RunSpec, Study
+from fedsynth.study.ledger import MAX_CURVE_POINTS, Ledger
+from fedsynth.study.scores import score_run
+from fedsynth.study.plan import plan, read_rounds
+from fedsynth.study.studyfile import RunSpec, Study
 
 
 def phase_metrics(study: Study, phase: str) -> list[str]:
