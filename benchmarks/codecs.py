@@ -1,4 +1,4 @@
-"""Throughput and wire size of the uplink codecs in common/compression.py.
+"""Throughput and wire size of the uplink codecs in common/algorithms/compression.py.
 
 Usage: ``python benchmarks/codecs.py [--out FILE] [--size N] [--repeats R]``
 
@@ -38,7 +38,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Run as a script, only benchmarks/ is on sys.path; the codecs live in common/.
 sys.path.insert(0, str(REPO_ROOT))
 
-from common.compression import (  # noqa: E402
+from common.algorithms.compression import (  # noqa: E402
     CompressionSpec,
     decode_update,
     encode_update,
@@ -85,9 +85,9 @@ class WireResult:
 
 def cnn_wire_sizes() -> tuple[int, list[WireResult]]:
     """Wire bytes of one default-CNN update (random values) per codec against its float32 model record."""
-    from common.config import RunConfig
+    from common.run.config import RunConfig
     from common.records import to_record
-    from common.task import make_model
+    from common.run.task import make_model
 
     weights = {k: v.numpy() for k, v in make_model(RunConfig(model="cnn")).state_dict().items()}
     n = sum(w.size for w in weights.values())

@@ -2,7 +2,7 @@
 
 Usage: ``python benchmarks/ddpm.py [--out FILE] [--devices cpu,cuda] [--threads N] [--repeats R]``
 
-For each U-Net preset of common/diffusion.py at its image size (`unet-small` at
+For each U-Net preset of common/models/diffusion.py at its image size (`unet-small` at
 8x8 as the cpu preset runs it, at 16x16 and at 28x28, `unet-paper-mnist` at 28x28,
 `unet-paper-cifar` at 32x32) and each available device, it measures
 
@@ -35,7 +35,7 @@ from timing import add_device_options, available_devices, best_time, timed
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from common.diffusion import (  # noqa: E402
+from common.models.diffusion import (  # noqa: E402
     UNET_PRESETS, DDPMLoss, SamplerSpec, build_unet, linear_schedule, predict_noise, sample,
 )
 

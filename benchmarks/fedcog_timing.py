@@ -41,14 +41,14 @@ from flwr.app import RecordDict  # noqa: E402
 from client_app.fedcog import frozen_copy, generate  # noqa: E402
 from client_app.training import LocalJob  # noqa: E402
 from client_app.updates import CLIENT_UPDATES  # noqa: E402
-from common.config import parse_run_config  # noqa: E402
-from common.datasets import dataset_info, load_dataset  # noqa: E402
-from common.evaluation import as_tensors  # noqa: E402
-from common.fedcog_math import complementary_labels  # noqa: E402
-from common.partition import PartitionSpec, build_client_datasets  # noqa: E402
+from common.run.config import parse_run_config  # noqa: E402
+from common.data.datasets import dataset_info, load_dataset  # noqa: E402
+from common.metrics.evaluation import as_tensors  # noqa: E402
+from common.algorithms.fedcog import complementary_labels  # noqa: E402
+from common.data.partition import PartitionSpec, build_client_datasets  # noqa: E402
 from common.protocol import STATE_COG_PREVIOUS_MODEL  # noqa: E402
 from common.records import model_weights, to_record  # noqa: E402
-from common.task import make_model  # noqa: E402
+from common.run.task import make_model  # noqa: E402
 from fedsynth.cli import app_defaults  # noqa: E402
 
 # The paper's Table 11: seconds of one client's generation (100 steps, GPU) per budget.
@@ -94,7 +94,7 @@ def round_seconds(cfg, algorithm: str, x: torch.Tensor, y: torch.Tensor) -> floa
 
 def eval_seconds(cfg, device: torch.device) -> float:
     """Seconds of one central evaluation on the official test split (10,000 images)."""
-    from common.evaluation import evaluate_model
+    from common.metrics.evaluation import evaluate_model
 
     data = load_dataset("fashion-mnist")
     x, y = as_tensors(data.x_test, data.y_test, "fashion-mnist", device)

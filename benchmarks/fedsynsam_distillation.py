@@ -31,9 +31,9 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from common.config import RunConfig  # noqa: E402
-from common.datasets import dataset_info  # noqa: E402
-from common.task import make_model  # noqa: E402
+from common.run.config import RunConfig  # noqa: E402
+from common.data.datasets import dataset_info  # noqa: E402
+from common.run.task import make_model  # noqa: E402
 from server_app.distillation import DistillSettings, distill  # noqa: E402
 from server_app.app import run_strategy
 
@@ -55,9 +55,9 @@ PRESET = {"algorithm": "fedsynsam", "model": "mlp", "dataset": "fashion-mnist", 
 
 def run_inprocess(raw: dict, num_nodes: int):
     """The ServerApp's main on an in-process grid; returns the strategy (trajectory, D_syn, report)."""
-    from common.config import parse_run_config
+    from common.run.config import parse_run_config
     from fedsynth.inprocess import InProcessGrid
-    from common.results import RunResults
+    from common.run.results import RunResults
     from server_app.handshake import handshake
     from server_app.registry import SERVER_STRATEGIES
 
@@ -102,8 +102,8 @@ def cmd_distill(work: Path, codec: str, changes: dict) -> None:
 
 def cmd_oracle(work: Path, codec: str) -> None:
     """Real data (200 per class) in place of D_syn: the loss that the true data would reach, per alpha."""
-    from common.datasets import load_dataset
-    from common.evaluation import as_tensors
+    from common.data.datasets import load_dataset
+    from common.metrics.evaluation import as_tensors
     from server_app.distillation import matching_loss, segment_starts, split_weights, unroll
 
     model = make_model(RunConfig(model="mlp"))
@@ -127,9 +127,9 @@ def cmd_floor(work: Path, codec: str) -> None:
 
     from client_app.training import LocalJob
     from client_app.updates import fedsam_update
-    from common.compression import CompressionSpec, decode_update, encode_update
-    from common.evaluation import as_tensors
-    from common.partition import PartitionSpec, load_client_data
+    from common.algorithms.compression import CompressionSpec, decode_update, encode_update
+    from common.metrics.evaluation import as_tensors
+    from common.data.partition import PartitionSpec, load_client_data
     from common.records import load_weights, model_weights
 
     trajectory = load_trajectory(work, codec)

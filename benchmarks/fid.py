@@ -37,11 +37,11 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from common.diffusion import SamplerSpec, build_unet, sample, seeded_generator  # noqa: E402
-from common.fid import (  # noqa: E402
+from common.models.diffusion import SamplerSpec, build_unet, sample, seeded_generator  # noqa: E402
+from common.metrics.fid import (  # noqa: E402
     class_histogram, frechet_distance, gaussian_stats, kernel_inception_distance,
 )
-from common.fid_features import classifier_extractor, train_reference_features, train_reference_stats  # noqa: E402
+from common.metrics.fid_features import classifier_extractor, train_reference_features, train_reference_stats  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

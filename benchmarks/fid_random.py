@@ -3,7 +3,7 @@
 Usage: ``python benchmarks/fid_random.py [--out FILE] [--sides 8 28]``
 
 With `partition = "node"` the server holds no images, and FID is measured with
-the untrained, seeded `random` extractor (common/fid_features.py). Its FIDs have
+the untrained, seeded `random` extractor (common/metrics/fid_features.py). Its FIDs have
 their own scale. This script measures it on Fashion-MNIST's test split (the
 Debian package's copy): the reference is the Gaussian fit of the first 5,000
 images, and each row scores 5,000 other images against it:
@@ -29,9 +29,9 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from common.torchvision_files import DEBIAN_FASHION_MNIST, read_idx  # noqa: E402
-from common.diffusion import to_diffusion_input  # noqa: E402
-from common.fid_features import random_extractor  # noqa: E402
+from common.data.torchvision_files import DEBIAN_FASHION_MNIST, read_idx  # noqa: E402
+from common.models.diffusion import to_diffusion_input  # noqa: E402
+from common.metrics.fid_features import random_extractor  # noqa: E402
 
 HALF = 5000
 

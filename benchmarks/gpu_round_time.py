@@ -17,7 +17,7 @@ a few rounds. With `--share` it also times plain ResNet-18-GN training steps (ba
 concurrent processes on the GPU: what Ray's `gpus-per-client = 0.1` (10 ClientApps sharing the GPU)
 could gain over the in-process grid's one-at-a-time nodes.
 
-Each run keeps the study's own round count and is stopped (common/interrupt.py) after the round in progress
+Each run keeps the study's own round count and is stopped (common/run/interrupt.py) after the round in progress
 once it has its PLAN's (or `--rounds`') maximum, or its minimum and its share of `--budget` is spent; a run
 that would not fit its minimum in what is left is skipped. Existing `cifar-10-batches-py/` files in
 `--data-dir` are used as they are (the real ones give the same times). Results: `--out`/round_times.json,
@@ -48,7 +48,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 # (label, study file, arm, variant, extra overrides, min rounds, max rounds, nominal seconds). Each run is the
-# study's own config with its full round count; it is stopped (common/interrupt.py: after the round in progress)
+# study's own config with its full round count; it is stopped (common/run/interrupt.py: after the round in progress)
 # once it has finished max rounds, or min rounds and its seconds are spent, so the budget decides how many.
 PLAN = [
     ("fedsynsam-paper fedsam cifar10-path1-qsgd4", "studies/fedsynsam-paper.toml", "fedsam", "cifar10-path1-qsgd4",
@@ -111,7 +111,7 @@ def time_run(raw: dict[str, Any], nodes: int, min_rounds: int, max_rounds: int, 
 
     import torch
 
-    from common import interrupt
+    from common.run import interrupt
     from fedsynth.inprocess import InProcessGrid, run_federation
 
     folder = Path(raw["results-dir"]) / raw["run-name"]
@@ -183,8 +183,8 @@ def share_worker(steps: int, start_at: float) -> None:
     """One process: `steps` timed SGD steps of the study's ResNet-18-GN on batch 128 (after 10 untimed)."""
     import torch
 
-    from common.config import parse_run_config
-    from common.task import make_model
+    from common.run.config import parse_run_config
+    from common.run.task import make_model
     from server_app.registry import SERVER_STRATEGIES
 
     raw, _ = study_config("studies/oledfl-paper.toml", "dfedavg", "")

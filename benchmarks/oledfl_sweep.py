@@ -18,9 +18,9 @@ topology (formerly the `oledfl` preset's table).
 `run`: the decentralized algorithms of client_app/decentralized.py
 (dfedavg, dfedavgm, oledfl-sgd) in one process without Flower's messages and
 records (a plain loop over the N nodes), for quick sweeps. The numbers are the project's: the split
-(common.partition, same seed and local test fraction), the seeded x^0, the
+(common.data.partition, same seed and local test fraction), the seeded x^0, the
 batch order (client_app.training.batch_indices), the per-round W
-(common.topology.mixing_matrix(seed, round)), lr * decay^(t-1), SGD with
+(common.algorithms.topology.mixing_matrix(seed, round)), lr * decay^(t-1), SGD with
 weight decay (plain SGD, or momentum with the buffer reset every round),
 Ole's restart x_i + beta (x_i - z_i^{t-1}) with z_i^{-1} = x^0, and the
 accuracy of x-bar on the dataset's test set. Checked against the in-process
@@ -57,7 +57,7 @@ def eigen_report(n: int, k: int, betas: list[float], samples: int = 200) -> str:
 
     The static-topology table was the `oledfl` preset's psi table (issue 18 replaced the preset by studies).
     """
-    from common.topology import mixing_matrix, ole_beta_bound, ole_gossip_contraction, ole_gossip_growth, spectral_psi
+    from common.algorithms.topology import mixing_matrix, ole_beta_bound, ole_gossip_contraction, ole_gossip_growth, spectral_psi
 
     lines = [f"# Spectra, {n} nodes, random k = {k} ({samples} rounds' matrices; 100-node rows: 40)", "",
              "| W | mean degree | lambda_min (mean, min over rounds) | lambda_2 (mean) | mean self-weight | "
@@ -113,7 +113,7 @@ def eigen_report(n: int, k: int, betas: list[float], samples: int = 200) -> str:
 
 def critical_beta(ws: list[np.ndarray], exchangeable: bool) -> str:
     """The beta in [0, 1) at which Ole's mean-square gossip factor reaches 1 (bisection), or '>= 1'."""
-    from common.topology import ole_gossip_contraction
+    from common.algorithms.topology import ole_gossip_contraction
 
     if ole_gossip_contraction(ws, 0.999, exchangeable=exchangeable) < 1.0:
         return ">= 1"
@@ -129,9 +129,9 @@ def node_tensors(cfg: Any, n: int) -> tuple[tuple, tuple, Any, Any]:
     """Every node's training split and the official test split as CPU tensors, partitioned as the app does."""
     import torch
 
-    from common.datasets import load_dataset
-    from common.evaluation import as_tensors
-    from common.partition import PartitionSpec, load_client_data
+    from common.data.datasets import load_dataset
+    from common.metrics.evaluation import as_tensors
+    from common.data.partition import PartitionSpec, load_client_data
 
     spec = PartitionSpec(dataset=cfg.dataset, partition=cfg.partition, num_partitions=n, seed=cfg.seed,
                          alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
@@ -149,9 +149,9 @@ def run(args: argparse.Namespace) -> dict:
     from torch.func import functional_call
 
     from client_app.training import batch_indices
-    from common.config import parse_run_config
-    from common.task import make_model
-    from common.topology import mixing_matrix
+    from common.run.config import parse_run_config
+    from common.run.task import make_model
+    from common.algorithms.topology import mixing_matrix
     from server_app.registry import SERVER_STRATEGIES
 
     torch.set_num_threads(args.threads)

@@ -33,11 +33,11 @@ from flwr.app import RecordDict
 from client_app.training import LocalJob
 from client_app.updates import CLIENT_UPDATES
 from fedsynth.cli import app_defaults, find_app_dir, run_simulation
-from common.config import parse_run_config
-from common.evaluation import as_tensors, evaluate_model
-from common.partition import PartitionSpec, load_client_data
+from common.run.config import parse_run_config
+from common.metrics.evaluation import as_tensors, evaluate_model
+from common.data.partition import PartitionSpec, load_client_data
 from common.records import load_weights, model_weights
-from common.task import make_model
+from common.run.task import make_model
 from server_app.evaluation import CentralEvaluator
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.fedavg import weighted_mean

@@ -42,10 +42,10 @@ def norm(weights: dict[str, np.ndarray]) -> float:
 
 def measure(raw: dict[str, Any], num_nodes: int) -> list[dict[str, float]]:
     """One federation; a row of norms per round."""
-    from common.config import parse_run_config
+    from common.run.config import parse_run_config
     from common.protocol import MODEL
     from common.records import from_record
-    from common.results import RunResults
+    from common.run.results import RunResults
     from fedsynth.inprocess import InProcessGrid
     from server_app.handshake import handshake
     from server_app.strategies.base import TooManyFailedRounds

@@ -40,13 +40,13 @@ from timing import add_device_options, available_devices, timed
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from common.datasets import dataset_info  # noqa: E402
-from common.diffusion import (  # noqa: E402
+from common.data.datasets import dataset_info  # noqa: E402
+from common.models.diffusion import (  # noqa: E402
     UNET_PRESETS, SamplerSpec, build_unet, linear_schedule, sample, seeded_generator, train_on_images,
 )
-from common.fid import frechet_distance, gaussian_stats  # noqa: E402
-from common.fid_features import FeatureCNN  # noqa: E402
-from common.models import build_model  # noqa: E402
+from common.metrics.fid import frechet_distance, gaussian_stats  # noqa: E402
+from common.metrics.fid_features import FeatureCNN  # noqa: E402
+from common.models.classifiers import build_model  # noqa: E402
 from common.records import model_weights  # noqa: E402
 from server_app.distillation import DistillSettings, distill  # noqa: E402
 

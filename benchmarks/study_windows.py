@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO_ROOT))  # run as a script, only benchmarks/ is on sy
 
 from fedsynth.study.ledger import MAX_CURVE_POINTS, Ledger  # noqa: E402
 from fedsynth.study.plan import plan  # noqa: E402
-from fedsynth.study.report import claim_cells, claim_result  # noqa: E402
+from fedsynth.study.verdicts import claim_cells, claim_result  # noqa: E402
 from fedsynth.study.studyfile import Study, load_study  # noqa: E402
 
 

@@ -23,16 +23,16 @@ from client_app.threads import torch_threads, usable_cores
 from client_app.training import LocalJob
 from client_app.updates import CLIENT_UPDATES
 from client_app.uplink import uplink_records
-from common.config import NODE_PARTITION, ConfigError, RunConfig, parse_run_config
-from common.datasets import run_dataset_info
-from common.hf_datasets import is_hf
-from common.diffusion import is_diffusion
-from common.evaluation import as_tensors, evaluate_model, resolve_device
-from common.partition import ClientData, PartitionSpec, load_client_data
+from common.run.config import NODE_PARTITION, ConfigError, RunConfig, parse_run_config
+from common.data.datasets import run_dataset_info
+from common.data.hf_datasets import is_hf
+from common.models.diffusion import is_diffusion
+from common.metrics.evaluation import as_tensors, evaluate_model, resolve_device
+from common.data.partition import ClientData, PartitionSpec, load_client_data
 from common.protocol import CLIENT_STAT_PREFIX, FID_STATS, NODE_STATE_PREFIX
 from common.records import check_weights, from_record, load_weights, model_weights, module_parameter_names
-from common.site_data import fill_path_template, load_site_data, site_key, site_spec
-from common.task import check_task_model, make_model
+from common.data.site_data import fill_path_template, load_site_data, site_key, site_spec
+from common.run.task import check_task_model, make_model
 
 app = ClientApp()
 
@@ -119,7 +119,7 @@ def _setup(context: Context) -> tuple[RunConfig, NodeSettings, ClientData]:
     node = node_settings(context, cfg)
     if torch.get_num_threads() != node.torch_threads:  # every message: each may run in a new process
         torch.set_num_threads(node.torch_threads)
-    if cfg.partition == NODE_PARTITION:  # the site's own data, never partitioned (common/site_data.py)
+    if cfg.partition == NODE_PARTITION:  # the site's own data, never partitioned (common/data/site_data.py)
         return cfg, node, load_site_data(site_spec(cfg, node.dataset_path), node.name, node.cache_dir)
     spec = PartitionSpec(
         dataset=cfg.dataset, partition=cfg.partition, num_partitions=node.num_partitions,

@@ -25,12 +25,12 @@ import torch
 from flwr.app import ArrayRecord, RecordDict
 
 from client_app.training import GradientRule, LocalJob, LocalResult, plain_rule, run_local_steps
-from common.config import RunConfig
+from common.run.config import RunConfig
 from client_app.rules import gossip_mix, ole_restart, sam_gradients
-from common.gossip import mix_with_own, record_round, round_record
+from common.algorithms.gossip import mix_with_own, record_round, round_record
 from common.protocol import GOSSIP, GOSSIP_MIXED, GOSSIP_MODEL_PREFIX, STATE_OWN_MODEL, STATE_OWN_ROUND
 from common.records import Weights, check_weights, from_record, load_weights, model_weights, to_record
-from common.task import make_model
+from common.run.task import make_model
 
 
 def is_gossip_round(content: RecordDict) -> bool:

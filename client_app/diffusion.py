@@ -32,12 +32,12 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from client_app.training import LocalJob, plain_rule, run_local_steps
 from client_app.updates import CLIENT_UPDATES
 from client_app.uplink import uplink_records
-from common.config import RunConfig
-from common.datasets import run_dataset_info
-from common.diffusion import image_side, loss_for, seeded_generator, to_diffusion_input
-from common.fid import feature_sums
-from common.fid_features import FeatureExtractor, extractor_from_weights, inception_extractor
-from common.partition import ClientData
+from common.run.config import RunConfig
+from common.data.datasets import run_dataset_info
+from common.models.diffusion import image_side, loss_for, seeded_generator, to_diffusion_input
+from common.metrics.fid import feature_sums
+from common.metrics.fid_features import FeatureExtractor, extractor_from_weights, inception_extractor
+from common.data.partition import ClientData
 from common.protocol import DIFFUSION_PHASE, FID_EXTRACTOR, FID_SUMS, MODEL, WARMUP_PHASE
 from common.records import from_record, model_weights, module_parameter_names, to_record
 

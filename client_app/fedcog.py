@@ -44,10 +44,10 @@ from client_app.training import (
     Batches, LocalJob, LocalOptimizer, LocalResult, LossFn, TrainResult, classification_loss, model_device,
     with_loss_plugin,
 )
-from common.config import RunConfig
-from common.datasets import normalization, run_dataset_info
-from common.fedcog_math import complementary_labels, generation_loss, kd_coefficients, kd_loss
-from common.optimizers import Adam
+from common.run.config import RunConfig
+from common.data.datasets import normalization, run_dataset_info
+from common.algorithms.fedcog import complementary_labels, generation_loss, kd_coefficients, kd_loss
+from common.algorithms.optimizers import Adam
 from common.protocol import CLIENT_STAT_PREFIX, STATE_COG_PREVIOUS_MODEL
 from common.records import from_record, model_weights, to_record
 
@@ -369,7 +369,7 @@ def save_grid(generated: GeneratedSet, cfg: RunConfig, server_round: int, partit
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from common.results import results_root
+    from common.run.results import results_root
 
     grid, classes = grid_image(generated, cfg.dataset)
     folder = results_root(cfg.results_dir) / cfg.run_name

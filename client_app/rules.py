@@ -43,11 +43,11 @@ from client_app.training import (
     plain_gradients,
     train_steps,
 )
-from common.gossip import mix_with_own, neighbour_sum, ole_start
-from common.losses import moon_contrastive_loss, proximal_term, scaffold_client_control
+from common.algorithms.gossip import mix_with_own, neighbour_sum, ole_start
+from common.algorithms.losses import moon_contrastive_loss, proximal_term, scaffold_client_control
 from common.records import Weights, flat_norm, load_weights, model_weights, subtract
-from common.sam import current_gradients, fedsam_gradients, perturbed_gradients, sam_perturbation
-from common.synsam import cosine, mix_ascent, norm_ratio, synthetic_share
+from common.algorithms.sam import current_gradients, fedsam_gradients, perturbed_gradients, sam_perturbation
+from common.algorithms.synsam import cosine, mix_ascent, norm_ratio, synthetic_share
 
 DEFAULT_OPTIMIZER = LocalOptimizer()
 
@@ -198,7 +198,7 @@ def train_fedsynsam(model: nn.Module, batches: Batches, *, synthetic_x: torch.Te
 
     xi is the local batch, zeta the next batch of the synthetic set (`synthetic_x`,
     `synthetic_y`, drawn with `synthetic_seed`). `mix = "normalized"` mixes the unit
-    gradients instead (an ablation, common/synsam.py). The result's metrics hold the
+    gradients instead (an ablation, common/algorithms/synsam.py). The result's metrics hold the
     step means of `synsam-norm-ratio`, `synsam-share` and `synsam-cos`.
     """
     params = list(model.parameters())

@@ -1,4 +1,4 @@
-"""Client rules of the SAM family beyond FedSAM, all on common/sam.py's one SAM step (SPEC 3.4, 4.1, 4.3).
+"""Client rules of the SAM family beyond FedSAM, all on common/algorithms/sam.py's one SAM step (SPEC 3.4, 4.1, 4.3).
 
 Each rule differs only in the ascent direction `g` of `e = rho * g / ||g||`
 (one L2 norm over all parameters together) and in what it adds to the descent:
@@ -14,7 +14,7 @@ Each rule differs only in the ascent direction `g` of `e = rho * g / ||g||`
   `g = beta * grad F(w; xi) + (1 - beta) * grad F(w; zeta)`, and descends
   along `grad F(w + e; xi)` (FedSynSAM, Algorithm 1). `synsam-mix =
   "normalized"` (an ablation, not the paper's) mixes the unit gradients
-  instead (common/synsam.py). Each step also measures the mini-batch norm
+  instead (common/algorithms/synsam.py). Each step also measures the mini-batch norm
   ratio `||grad F(w; zeta)|| / ||grad F(w; xi)||`, the synthetic share of the
   ascent direction and the cosine of the two gradients; their means over the
   steps go up as `stat-synsam-*` metrics.
@@ -59,7 +59,7 @@ from client_app.rules import (
     ScaffoldResult,
 )
 from client_app.training import GradientRule, LocalJob, LocalResult, run_local_steps
-from common.datasets import run_dataset_info
+from common.data.datasets import run_dataset_info
 from common.protocol import (
     CLIENT_STAT_PREFIX,
     DYNAMIC_CORRECTION,

@@ -25,9 +25,9 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
-from common.config import RunConfig
-from common.diffusion import optimizer_kind
-from common.optimizers import SGD, Adam, make_optimizer
+from common.run.config import RunConfig
+from common.models.diffusion import optimizer_kind
+from common.algorithms.optimizers import SGD, Adam, make_optimizer
 
 # Fills .grad of the model's parameters for one batch and returns the batch loss.
 GradientRule = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -58,7 +58,7 @@ class LocalOptimizer:
     """The local optimizer as plain values: SGD with heavy-ball momentum, or Adam (`kind`).
 
     A new optimizer is built for every call of a training function, so no
-    optimizer state carries over between rounds (common/optimizers.py has
+    optimizer state carries over between rounds (common/algorithms/optimizers.py has
     why fedsynth's own SGD and Adam replace torch.optim's, bitwise equal).
     `clip_grad_norm` clips each step's gradient to that global L2 norm (0: off).
     """

@@ -4,7 +4,7 @@ Without compression the reply carries the local model (MODEL) and the update
 rule's extra records unchanged. With `qsgd` or `topk` it carries the packed
 payload of `Q(w_i - w)` (COMPRESSED_UPDATE) instead of the model, and every
 extra record shaped like model tensors (control-variate deltas, dynamic
-corrections) goes through the same codec (see common/uplink.py); under
+corrections) goes through the same codec (see common/run/uplink.py); under
 whole-update qsgd an extra record also names its tensors in a bit mask.
 
 With `error-feedback`, what the codec dropped is kept in the node's
@@ -22,11 +22,11 @@ from dataclasses import dataclass
 import numpy as np
 from flwr.app import ArrayRecord, RecordDict
 
-from common.compression import CompressionSpec, apply_error_feedback, encode_update
-from common.config import RunConfig
+from common.algorithms.compression import CompressionSpec, apply_error_feedback, encode_update
+from common.run.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, MODEL
 from common.records import Weights, from_record, to_record
-from common.uplink import MODEL_BUFFERS, TENSOR_MASK, compressed_name, compression_spec, encoding_rng, is_compressible, tensor_mask
+from common.run.uplink import MODEL_BUFFERS, TENSOR_MASK, compressed_name, compression_spec, encoding_rng, is_compressible, tensor_mask
 
 # Context.state key prefix of the error-feedback residual of one uplink record.
 STATE_RESIDUAL_PREFIX = "uplink-residual:"
@@ -46,7 +46,7 @@ def encode_delta(
 ) -> EncodedUpdate:
     """The codec payload of `delta` (`w_i - w` by name); with error feedback, of `delta + residual`.
 
-    The server decodes the payload with `common.compression.decode_update`
+    The server decodes the payload with `common.algorithms.compression.decode_update`
     (fedsynth's strategies do so for the COMPRESSED_UPDATE record). Tensors are
     encoded in sorted name order: the codec draws its random numbers tensor by
     tensor, and a model restored from a checkpoint may list its tensors in

@@ -26,10 +26,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from common.config import ConfigError, RunConfig, parse_overrides, parse_run_config
-from common.interrupt import RunInterrupted, exit_code, install_handlers, restore_handlers, signal_name
-from common.interrupt import stopped_at as interrupt_state
-from common.results import (
+from common.run.config import ConfigError, RunConfig, parse_overrides, parse_run_config
+from common.run.interrupt import RunInterrupted, exit_code, install_handlers, restore_handlers, signal_name
+from common.run.interrupt import stopped_at as interrupt_state
+from common.run.results import (
     HELD_LOCK_ENV, LOCK_FILE, default_run_name, lock_run_folder, plan_run_folder, read_metrics, reserve_run_folder,
     results_root,
 )
@@ -108,9 +108,9 @@ def preflight(cfg: RunConfig, folder: Path, num_supernodes: int, cpus_per_client
     On a Ray cluster the CPUs are the cluster's, checked by `fedsynth.ray_cluster`,
     not this machine's.
     """
-    from common.datasets import check_dataset_present
+    from common.data.datasets import check_dataset_present
     from common.records import model_weights
-    from common.task import make_model
+    from common.run.task import make_model
     from server_app.checkpoint import load_checkpoint
 
     check_resources(num_supernodes, cpus_per_client, gpus_per_client)
@@ -322,7 +322,7 @@ def _sigterm_handler_kept() -> Iterator[None]:
     `ray.init` in a driver's main thread replaces the SIGTERM handler with one that
     calls `sys.exit` wherever the main thread is; under Flower's engine loop that
     ended the process with SIGABRT (exit 134), no summary and no message (issue 34).
-    While the CLI's handler (common/interrupt.py) is installed, Ray's registration
+    While the CLI's handler (common/run/interrupt.py) is installed, Ray's registration
     is skipped, so SIGTERM stops the run as SIGINT does.
     """
     import signal
@@ -331,7 +331,7 @@ def _sigterm_handler_kept() -> Iterator[None]:
 
     ours = signal.getsignal(signal.SIGTERM)
     original = ray_utils.set_sigterm_handler
-    if callable(ours) and getattr(ours, "__module__", "") == "common.interrupt":
+    if callable(ours) and getattr(ours, "__module__", "") == "common.run.interrupt":
         ray_utils.set_sigterm_handler = lambda handler: None
     try:
         yield
@@ -461,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     # Ray's C++ failure-signal handler takes SIGTERM over and aborts the process (exit 134, no summary); without
-    # it SIGTERM reaches common/interrupt.py's handler (crash stack dumps of Ray's own processes are lost)
+    # it SIGTERM reaches common/run/interrupt.py's handler (crash stack dumps of Ray's own processes are lost)
     os.environ.setdefault("RAY_DISABLE_FAILURE_SIGNAL_HANDLER", "1")
     app_dir = find_app_dir(args.app_dir)
     if args.command == "study":
@@ -505,7 +505,7 @@ def run_command(app_dir: Path, overrides: dict[str, Any], num_supernodes: int, c
                 gpus_per_client: float = 0.0, ray_address: str | None = None, engine: str = "simulation") -> int:
     """`fedsynth run`: one run in simulation, its summary printed, and the exit code of how it ended (EXIT_*).
 
-    SIGINT and SIGTERM stop the run at its next reply poll (common/interrupt.py): summary.json says
+    SIGINT and SIGTERM stop the run at its next reply poll (common/run/interrupt.py): summary.json says
     `interrupted`, the checkpoint is kept, the resume command is printed, and the exit code is 130 or 143.
     """
     def report_at_forced_exit(signum: int) -> None:
@@ -590,7 +590,7 @@ def _report_interrupt(err: RunInterrupted, overrides: dict[str, Any], num_supern
 
 def _report_failure(err: BaseException) -> int:
     """One line on stderr saying why, and the exit code of the failure (the engine wraps the ServerApp's errors)."""
-    from common.datasets import DatasetMissingError
+    from common.data.datasets import DatasetMissingError
     from fedsynth.ray_cluster import ClusterError
     from server_app.checkpoint import CheckpointError
 

@@ -71,10 +71,10 @@ from client_app.training import (
 )
 from client_app.uplink import EncodedUpdate
 from client_app.uplink import encode_delta as encode_update
-from common.client_settings import compression_from_config, config_value
-from common.compression import CompressionSpec, decode_update
-from common.evaluation import evaluate_model
-from common.fedcog_math import complementary_labels, kd_coefficients
+from common.run.client_settings import compression_from_config, config_value
+from common.algorithms.compression import CompressionSpec, decode_update
+from common.metrics.evaluation import evaluate_model
+from common.algorithms.fedcog import complementary_labels, kd_coefficients
 from common.protocol import COMPRESSED_UPDATE
 
 __all__ = [

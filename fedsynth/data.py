@@ -3,7 +3,7 @@
 torchvision's dataset classes know the official download addresses and the MD5
 sums of every archive; their `download()` fetches, checks and unpacks into
 `<root>/MNIST/raw`, `<root>/FashionMNIST/raw`, `<root>/cifar-10-batches-py` and
-`<root>/cifar-100-python` — exactly where common/datasets.py looks. Only the
+`<root>/cifar-100-python` — exactly where common/data/datasets.py looks. Only the
 download step of each class runs (the object is not constructed, so no file is
 unpickled by torchvision); the result is then read back with our own strict
 readers, so a fetch that succeeds is a dataset the apps can load.
@@ -14,7 +14,7 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.error import URLError
 
-from common.datasets import DATASETS, DatasetArrays, default_data_dir, load_dataset
+from common.data.datasets import DATASETS, DatasetArrays, default_data_dir, load_dataset
 
 TORCHVISION_CLASSES = {"mnist": "MNIST", "fashion-mnist": "FashionMNIST", "cifar10": "CIFAR10", "cifar100": "CIFAR100"}
 

@@ -61,7 +61,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from common.config import RunConfig, key_name, parse_run_config
+from common.run.config import RunConfig, key_name, parse_run_config
 from server_app.decentralized import DecentralizedRelay
 from server_app.strategies.base import NodeInfo, ReplyContractError, RoundStrategy, TooManyFailedRounds
 from server_app.strategies.dynafed import DynaFedStrategy
@@ -85,7 +85,7 @@ _DEFAULTS = RunConfig()
 def run_config(algorithm: str, settings: dict[str, Any]) -> RunConfig:
     """The validated run config of `algorithm` with `settings` (Python names of run-config keys) over the defaults.
 
-    Raises TypeError for a name that is no run-config key, and common.config.ConfigError for a bad value.
+    Raises TypeError for a name that is no run-config key, and common.run.config.ConfigError for a bad value.
     """
     known = {f for f in vars(_DEFAULTS)}
     unknown = sorted(name for name in settings if name not in known)

@@ -7,7 +7,7 @@ another run". Two mechanisms, one for each way a study ends:
 
 - The study passes SIGINT and SIGTERM on (`forward_signals`): every live worker
   gets the signal, stops at its next reply poll, checkpoints and exits 130/143
-  (common/interrupt.py); the study starts no new run and exits the same way.
+  (common/run/interrupt.py); the study starts no new run and exits the same way.
   Workers run in sessions of their own, so a Ctrl-C in the terminal reaches
   them once, through the study, not twice.
 - A worker watches its parent (`stop_when_parent_dies`): when the study is gone
@@ -27,7 +27,7 @@ import threading
 import time
 from typing import Any
 
-from common.interrupt import request_stop
+from common.run.interrupt import request_stop
 
 _LIVE: set[subprocess.Popen] = set()
 _LOCK = threading.Lock()
@@ -76,7 +76,7 @@ def forward_signals() -> dict[int, Any]:
     """
 
     def handler(signum: int, frame: Any) -> None:
-        from common.interrupt import STOP
+        from common.run.interrupt import STOP
 
         if STOP.is_set():
             signal_workers(signal.SIGKILL)

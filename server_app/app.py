@@ -7,9 +7,9 @@ from typing import Any
 from flwr.app import Context
 from flwr.serverapp import Grid, ServerApp
 
-from common.config import RunConfig, parse_run_config
-from common.interrupt import RunInterrupted
-from common.results import RunResults
+from common.run.config import RunConfig, parse_run_config
+from common.run.interrupt import RunInterrupted
+from common.run.results import RunResults
 from server_app.handshake import HandshakeError, handshake_outcome
 from server_app.messaging import polling_grid
 from server_app.recorder import RunRecorder

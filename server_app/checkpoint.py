@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from flwr.common.logger import log
 
-from common.config import RunConfig
+from common.run.config import RunConfig
 from common.records import Weights
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
@@ -136,7 +136,7 @@ def _check_fields(path: Path, cfg: RunConfig, server_round: int, metrics: list[d
             f"checkpoint {path} is corrupt: its torch RNG state is {shown}, expected {expected.dtype} of shape "
             f"{expected.shape}; delete it to start over"
         )
-    # NaN and inf are written as null (common/results.py); the rounds' central numbers are read on resume
+    # NaN and inf are written as null (common/run/results.py); the rounds' central numbers are read on resume
     bad = [r["round"] for r in metrics if _non_finite(r) or any(
         key in r and (isinstance(r[key], bool) or not isinstance(r[key], (int, float))) for key in _READ_ON_RESUME)]
     if bad:

@@ -4,7 +4,7 @@ Flower has no peer-to-peer mode, so the ServerApp plays the network (SPEC 4.5,
 OledFL Algorithm 1). Every round t it
 1. builds the round's mixing matrix W_t (`topology`; the random one is drawn
    from (seed, t), so it is reproducible), drops the nodes that sent no model
-   last round and renormalizes (`common.gossip.dropout_mixing`);
+   last round and renormalizes (`common.algorithms.gossip.dropout_mixing`);
 2. sends every node i the models z_j^{t-1} of its neighbours with the
    weights W_ij and W_ii, or with `relay-mixing` their weighted sum, one model
    instead of deg(i) (the node adds W_ii z_i from its own state; both modes
@@ -35,8 +35,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.config import ConfigError, RunConfig
-from common.gossip import (
+from common.run.config import ConfigError, RunConfig
+from common.algorithms.gossip import (
     average_model,
     consensus_distance,
     dropout_mixing,
@@ -54,7 +54,7 @@ from common.protocol import (
     STATE_OWN_ROUND,
 )
 from common.records import Weights, check_weights, from_record, subtract, to_record
-from common.topology import (
+from common.algorithms.topology import (
     DIRECTED_TOPOLOGIES,
     RANDOM_TOPOLOGIES,
     check_topology,
@@ -69,7 +69,7 @@ from server_app.reply_checks import check_train_metrics
 from server_app.robust import clip_update, update_norm
 from server_app.strategies.base import NodeInfo, RoundStrategy
 from server_app.strategies.fedavg import reply_metric_means
-from common.client_settings import client_settings
+from common.run.client_settings import client_settings
 from server_app.wire import WEIGHTED_BY_KEY
 
 

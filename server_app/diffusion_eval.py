@@ -35,24 +35,24 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from common.config import NODE_PARTITION, RunConfig
-from common.diffusion import image_shape, sample, sampler_spec, save_image_grid, seeded_generator
-from common.evaluation import resolve_device
-from common.fid import (
+from common.run.config import NODE_PARTITION, RunConfig
+from common.models.diffusion import image_shape, sample, sampler_spec, save_image_grid, seeded_generator
+from common.metrics.evaluation import resolve_device
+from common.metrics.fid import (
     GaussianStats, class_histogram, classes_covered, frechet_distance, gaussian_stats, kernel_inception_distance,
     normalized_entropy,
 )
-from common.fid_features import (
+from common.metrics.fid_features import (
     FeatureExtractor, classifier_extractor, describe, make_extractor, train_reference_features,
     train_reference_stats,
 )
 from common.records import Weights, load_weights
-from common.task import make_model
+from common.run.task import make_model
 
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from common.results import RunResults
+    from common.run.results import RunResults
 
     # (extractor, image shape) -> (the nodes' pooled statistics, the metrics of asking for them, if this call did)
     ClientReference = Callable[[FeatureExtractor, tuple[int, int, int]], tuple[GaussianStats, dict[str, Any]]]
@@ -134,7 +134,7 @@ class DiffusionEvaluator:
                 "classes-covered": classes_covered(histogram), "class-entropy": normalized_entropy(histogram)}
 
     def num_classes(self) -> int:
-        from common.datasets import dataset_info
+        from common.data.datasets import dataset_info
 
         return dataset_info(self.cfg.dataset).num_classes
 

@@ -43,8 +43,8 @@ from flwr.common.logger import log
 from torch import nn
 from torch.func import functional_call
 
-from common.config import RunConfig
-from common.datasets import run_dataset_info
+from common.run.config import RunConfig
+from common.data.datasets import run_dataset_info
 from common.records import Weights, load_weights, model_weights
 
 Tensors = dict[str, torch.Tensor]

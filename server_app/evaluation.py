@@ -1,7 +1,7 @@
 """Centralized evaluation of the global model on a test set the server holds, or none.
 
 The test set is, first match wins: the folder named by `central-test-path` (any
-format a site's folder may have, common/site_data.py; its test split, or its
+format a site's folder may have, common/data/site_data.py; its test split, or its
 only split); the named dataset's official test split; nothing with
 `partition = "node"` (the server holds no data: the clients' aggregated
 local-test accuracy is then the run's accuracy). `central-eval = false` turns it
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.config import NODE_PARTITION, RunConfig
-from common.datasets import load_run_dataset, run_dataset_info
-from common.diffusion import is_diffusion
-from common.evaluation import as_tensors, evaluate_model, resolve_device
+from common.run.config import NODE_PARTITION, RunConfig
+from common.data.datasets import load_run_dataset, run_dataset_info
+from common.models.diffusion import is_diffusion
+from common.metrics.evaluation import as_tensors, evaluate_model, resolve_device
 from common.records import Weights, load_weights
-from common.site_data import load_test_set, site_spec
-from common.task import make_model
+from common.data.site_data import load_test_set, site_spec
+from common.run.task import make_model
 
 
 class CentralEvaluator:

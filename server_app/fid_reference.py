@@ -1,7 +1,7 @@
 """FID's reference statistics without real images on the server: the nodes' pooled feature sums.
 
 FID compares a Gaussian fit of the generated images' features with one of the
-real images' features (common/fid.py). When the server holds no images
+real images' features (common/metrics/fid.py). When the server holds no images
 (`partition = "node"`), or FedDDPM+'s QuickTest is told to use the clients'
 data (`quicktest-reference = "clients"`), the server asks every node once with
 the `fid_stats` query for (sum f, sum f f^T, n) of its training images'
@@ -34,9 +34,9 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.config import RunConfig
-from common.fid import GaussianStats, stats_from_sums
-from common.fid_features import TRAVELLING_EXTRACTORS, FeatureExtractor, extractor_weights
+from common.run.config import RunConfig
+from common.metrics.fid import GaussianStats, stats_from_sums
+from common.metrics.fid_features import TRAVELLING_EXTRACTORS, FeatureExtractor, extractor_weights
 from common.protocol import FID_EXTRACTOR, FID_STATS, FID_SUMS
 from common.records import Weights, from_record, message_array_bytes, to_record
 from server_app.messaging import match_replies, send_and_receive

@@ -33,7 +33,7 @@ partitions that do not exist. Every refusal names the node (id and name).
 
 A user's model must fit the task: its output width is checked against the
 federation's class count here on the server, before any node is asked, and on
-every node as it answers the handshake (`common.task.check_task_model`).
+every node as it answers the handshake (`common.run.task.check_task_model`).
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ from flwr.app import Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.config import NODE_PARTITION, RunConfig
-from common.interrupt import raise_if_stopped
+from common.run.config import NODE_PARTITION, RunConfig
+from common.run.interrupt import raise_if_stopped
 from common.protocol import HANDSHAKE
-from common.task import check_task_model
+from common.run.task import check_task_model
 from server_app.messaging import match_replies, send_and_receive
 from server_app.reply_checks import check_handshake_metrics, check_node_name
 from server_app.strategies.fedavg import NodeInfo

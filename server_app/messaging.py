@@ -25,14 +25,14 @@ from collections.abc import Iterable, Sequence
 from flwr.app import Message
 from flwr.serverapp import Grid
 
-from common.interrupt import raise_if_stopped
+from common.run.interrupt import raise_if_stopped
 
 
 def send_and_receive(grid: Grid, messages: Iterable[Message], timeout: float | None,
                      poll_interval: float) -> list[Message]:
     """Push `messages`, then pull replies every `poll_interval` s until all arrived or `timeout` s passed.
 
-    Raises RunInterrupted at the next poll once a stop was requested (SIGINT/SIGTERM, common/interrupt.py).
+    Raises RunInterrupted at the next poll once a stop was requested (SIGINT/SIGTERM, common/run/interrupt.py).
     """
     raise_if_stopped()
     if not isinstance(grid, Grid):

@@ -13,7 +13,7 @@ training data and each method's ascent direction:
 - and, with the synthetic set, why the mix is or is not synthetic:
   `synthetic-norm-ratio` = `||grad F(w^t; D_syn)|| / ||grad F_i(w^t)||` and
   `synthetic-share` = the synthetic term's norm over the sum of both terms' norms
-  (common/synsam.py), both means over clients, and `cos-local-synthetic`, the
+  (common/algorithms/synsam.py), both means over clients, and `cos-local-synthetic`, the
   cosine of each client's gradient with the synthetic one (mean).
 
 The clients log the same ratio, share and cosine on their mini-batches, in
@@ -36,12 +36,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.config import RunConfig
-from common.evaluation import as_tensors, resolve_device
-from common.partition import PartitionSpec, load_client_data
+from common.run.config import RunConfig
+from common.metrics.evaluation import as_tensors, resolve_device
+from common.data.partition import PartitionSpec, load_client_data
 from common.records import load_weights
-from common.synsam import cosine, mix_ascent, norm_ratio, synthetic_share
-from common.task import make_model
+from common.algorithms.synsam import cosine, mix_ascent, norm_ratio, synthetic_share
+from common.run.task import make_model
 
 
 def full_gradient(model: nn.Module, x: torch.Tensor, y: torch.Tensor, chunk: int = 2000) -> list[torch.Tensor]:

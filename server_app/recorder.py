@@ -39,12 +39,12 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
-from common.config import RunConfig
-from common.diffusion import is_diffusion
-from common.interrupt import raise_if_stopped
+from common.run.config import RunConfig
+from common.models.diffusion import is_diffusion
+from common.run.interrupt import raise_if_stopped
 from common.records import Weights, from_record, model_weights, to_record
-from common.results import RunResults, run_accuracy
-from common.task import make_model
+from common.run.results import RunResults, run_accuracy
+from common.run.task import make_model
 from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, node_table, save_checkpoint
 from server_app.diffusion_eval import DiffusionEvaluator, record_auxiliary
 from server_app.evaluation import central_evaluator
@@ -134,7 +134,7 @@ class RunRecorder:
         log(INFO, "%s", progress_line(record, self.cfg.num_server_rounds))
         if stopping:
             log(INFO, "round %d: %s stopped the run", server_round, type(self.strategy).__name__)
-        raise_if_stopped()  # SIGINT/SIGTERM: stop between rounds; on_interrupt keeps this one (common/interrupt.py)
+        raise_if_stopped()  # SIGINT/SIGTERM: stop between rounds; on_interrupt keeps this one (common/run/interrupt.py)
         return MetricRecord(central) if central else None
 
     def _record_initial(self, arrays: ArrayRecord) -> MetricRecord | None:

@@ -22,7 +22,7 @@ from typing import Any
 # Upper bounds on what a node claims at the handshake, checked before the server sizes anything from them
 # (a claim of num-partitions = 10**9 once made the server build a set of 10**9 ids: 18.7 GB, then the OOM killer).
 MAX_NUM_PARTITIONS = 100_000  # a thousand times the studies' largest federation (100 nodes)
-MAX_PARTITION_ID = 2**31 - 1  # the range of the ids derived from site names (common/site_data.py: site_key)
+MAX_PARTITION_ID = 2**31 - 1  # the range of the ids derived from site names (common/data/site_data.py: site_key)
 MAX_EXAMPLES = 2**53  # counts stay exact as float64 weights; a larger claim is refused, a smaller lie is capped
 MAX_NODE_NAME = 200  # characters of a node's `name`, which labels it in logs and results
 

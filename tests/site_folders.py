@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.torchvision_files import DEBIAN_FASHION_MNIST, read_idx
+from common.data.torchvision_files import DEBIAN_FASHION_MNIST, read_idx
 
 CLASS_NAMES = ("tshirt", "trouser", "pullover", "dress", "coat", "sandal", "shirt", "sneaker", "bag", "boot")
 

@@ -12,7 +12,7 @@ import pytest
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from common.config import parse_run_config
+from common.run.config import parse_run_config
 from common.protocol import PREVIOUS_UPDATE, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, to_record
 from server_app.registry import SERVER_STRATEGIES

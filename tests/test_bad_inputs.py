@@ -18,12 +18,12 @@ import torch
 from flwr.app import Context, RecordDict
 
 from client_app.app import node_settings
-from common import torchvision_files
-from common.config import ConfigError, parse_run_config
-from common.datasets import DatasetMissingError, load_dataset
+from common.data import torchvision_files
+from common.run.config import ConfigError, parse_run_config
+from common.data.datasets import DatasetMissingError, load_dataset
 from common.records import model_weights
-from common.results import ResultsFolderError, RunResults
-from common.task import make_model
+from common.run.results import ResultsFolderError, RunResults
+from common.run.task import make_model
 from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, save_checkpoint
 from server_app.registry import SERVER_STRATEGIES
 
@@ -108,7 +108,7 @@ def cifar_without_labels(root: Path) -> Path:
 
 
 def corrupt_partition_cache(tmp: Path):
-    from common.partition import PartitionSpec, load_client_data, partition_cache_folder
+    from common.data.partition import PartitionSpec, load_client_data, partition_cache_folder
 
     spec = PartitionSpec(dataset="fashion-mnist", partition="iid", num_partitions=2, seed=0, alpha=0.3,
                          classes_per_client=2, local_test_fraction=0.2)
@@ -230,7 +230,7 @@ def test_there_are_at_least_25_cases():
 
 
 def test_a_quoted_value_that_looks_like_a_number_stays_a_string():
-    from common.config import parse_overrides
+    from common.run.config import parse_overrides
 
     raw = parse_overrides("run-name='2024' dataset=\"mnist\" num-server-rounds=3")
     assert raw == {"run-name": "2024", "dataset": "mnist", "num-server-rounds": 3}

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.config import parse_run_config
+from common.run.config import parse_run_config
 from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.checkpoint import CHECKPOINT_FILE, CheckpointError, contents_checksum
 from server_app.registry import SERVER_STRATEGIES

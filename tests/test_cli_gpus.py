@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.evaluation import resolve_device
+from common.metrics.evaluation import resolve_device
 from fedsynth.cli import add_gpus_option, main
 
 REPO = Path(__file__).resolve().parent.parent

@@ -20,7 +20,7 @@ from torch.utils.data import DataLoader, TensorDataset
 import fedsynth.client as fc
 from client_app.training import LocalJob
 from client_app.updates import CLIENT_UPDATES
-from common.config import parse_run_config
+from common.run.config import parse_run_config
 from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
 from common.records import from_record, model_weights, to_record
 from server_app.registry import SERVER_STRATEGIES
@@ -334,7 +334,7 @@ def test_encode_update_round_trips_through_the_servers_decoder():
 def _job(algorithm: str, state: RecordDict, incoming: RecordDict) -> LocalJob:
     cfg = parse_run_config({"algorithm": algorithm, "local-steps": 3, "batch-size": 8, "lr": 0.05,
                             "model": "mlp"}, SERVER_STRATEGIES)
-    from common.task import make_model
+    from common.run.task import make_model
     gen = torch.Generator().manual_seed(3)
     x, y = torch.randn(30, 1, 28, 28, generator=gen), torch.randint(0, 10, (30,), generator=gen)
     return LocalJob(cfg=cfg, server_round=2, partition_id=1, model=make_model(cfg, seeded=True), x=x, y=y,

@@ -1,4 +1,4 @@
-"""Tests for common.compression: unbiasedness, hand examples, wire size and validation."""
+"""Tests for common.algorithms.compression: unbiasedness, hand examples, wire size and validation."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from common.compression import (
+from common.algorithms.compression import (
     CompressionSpec,
     apply_error_feedback,
     decode_update,

@@ -12,7 +12,7 @@ import pytest
 from flwr.app import ArrayRecord, RecordDict
 
 from client_app.uplink import uplink_records
-from common.compression import (
+from common.algorithms.compression import (
     CompressionSpec,
     decode_update,
     encode_update,
@@ -22,10 +22,10 @@ from common.compression import (
     qsgd_quantize_buckets,
     qsgd_variance_bound,
 )
-from common.config import RunConfig
+from common.run.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, to_record
-from common.uplink import TENSOR_MASK, compressed_name, compression_spec, decode_reply
+from common.run.uplink import TENSOR_MASK, compressed_name, compression_spec, decode_reply
 
 SHAPES = {"b": (5,), "a": (3, 4)}  # 17 coordinates, listed out of sorted order on purpose
 PAPER4 = CompressionSpec("qsgd", levels=paper_levels(4), scope="model")   # 17 levels
@@ -121,7 +121,7 @@ def test_model_scope_on_the_default_cnn_comes_close_to_32_over_the_coordinate_bi
     The paper's 4-bit form (17 levels) needs 6 bits per coordinate: at most 32/6 = 5.33x smaller than float32;
     4 bits on the wire (7 levels) at most 8x.
     """
-    from common.task import make_model
+    from common.run.task import make_model
 
     shapes = {name: tuple(p.shape) for name, p in make_model(RunConfig(model="cnn")).state_dict().items()}
     n = sum(int(np.prod(s)) for s in shapes.values())

@@ -1,4 +1,4 @@
-"""Run-config and node-config validation (common/config.py, client_app/app.py:node_settings)."""
+"""Run-config and node-config validation (common/run/config.py, client_app/app.py:node_settings)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from flwr.app import Context, RecordDict
 
 from client_app.app import node_settings
 from client_app.updates import CLIENT_UPDATES
-from common.config import (
+from common.run.config import (
     ConfigError,
     RunConfig,
     config_fields,

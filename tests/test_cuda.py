@@ -78,7 +78,7 @@ def test_algorithm_runs_on_cuda_and_matches_cpu(tmp_path, tiny_data_dir, name, e
 
 def test_model_input_normalised_on_the_gpu_equals_the_cpu_bitwise() -> None:
     """The ClientApp normalises images on its device; the GPU's numbers are the CPU's exactly."""
-    from common.evaluation import as_tensors
+    from common.metrics.evaluation import as_tensors
 
     images = np.random.default_rng(0).integers(0, 256, size=(64, 32, 32, 3), dtype=np.uint8)
     labels = np.arange(64) % 10

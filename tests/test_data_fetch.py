@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.datasets import load_dataset
+from common.data.datasets import load_dataset
 from fedsynth.cli import main
 from fedsynth.data import FetchError, fetch_dataset
 from fedsynth.loopback import free_ports

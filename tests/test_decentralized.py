@@ -14,8 +14,8 @@ from flwr.app import RecordDict
 from client_app.decentralized import DECENTRALIZED_UPDATES, keep_own_model
 from client_app.training import LocalJob, batch_indices
 from client_app.updates import CLIENT_UPDATES
-from common.config import ConfigError, parse_run_config
-from common.gossip import (
+from common.run.config import ConfigError, parse_run_config
+from common.algorithms.gossip import (
     DECENTRALIZED_ALGORITHMS,
     average_model,
     consensus_distance,
@@ -28,8 +28,8 @@ from common.gossip import (
 )
 from common.protocol import GOSSIP, GOSSIP_MIXED, GOSSIP_MODEL_PREFIX, STATE_OWN_MODEL
 from common.records import from_record, load_weights, model_weights
-from common.task import make_model
-from common.topology import mixing_matrix, spectral_psi
+from common.run.task import make_model
+from common.algorithms.topology import mixing_matrix, spectral_psi
 from server_app.decentralized import DecentralizedRelay, traffic
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.fedavg import NodeInfo
@@ -171,8 +171,8 @@ def test_clip_grad_norm_clips_every_local_step_as_torch_does(algorithm: str) -> 
 
 
 def test_cnn_gn_is_the_simple_cnn_with_groupnorm_and_normalises_each_sample_alone() -> None:
-    from common.datasets import dataset_info
-    from common.models import build_model
+    from common.data.datasets import dataset_info
+    from common.models.classifiers import build_model
 
     for dataset in ("fashion-mnist", "cifar10"):
         info = dataset_info(dataset)
@@ -398,7 +398,7 @@ def test_relay_refuses_a_topology_the_nodes_cannot_form(raw: dict, match: str) -
 
 def test_random_pull_sends_each_node_its_pull_row_and_logs_the_directed_psi(tmp_path, tiny_data_dir, cache_dir) -> None:
     """DisPFL's pull graph end to end: node i mixes itself and its k draws, 1/(k+1) each, as mixing_matrix says."""
-    from common.topology import disagreement_factor
+    from common.algorithms.topology import disagreement_factor
 
     raw = _config(tmp_path, tiny_data_dir, cache_dir, algorithm="dfedavg", topology="random-pull", peers=1,
                   mixing="uniform", **{"num-server-rounds": 2})

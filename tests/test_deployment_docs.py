@@ -111,7 +111,7 @@ def test_without_central_evaluation_the_server_reads_no_data(tmp_path, tiny_data
 
 
 def test_the_resume_line_the_docs_show_is_the_one_a_run_prints():
-    from common.results import resume_hint
+    from common.run.results import resume_hint
 
     doc = (REPO / "docs" / "deployment.md").read_text()
     shown = [line for line in doc.splitlines() if line.startswith("results folder: ")]

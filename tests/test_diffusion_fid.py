@@ -1,4 +1,4 @@
-"""FID feature extractors (common/fid_features.py): the offline classifier, its cache, and Inception's weights."""
+"""FID feature extractors (common/metrics/fid_features.py): the offline classifier, its cache, and Inception's weights."""
 
 from __future__ import annotations
 
@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from common import fid_features
-from common.datasets import load_dataset
-from common.diffusion import to_diffusion_input
-from common.fid_features import (
+from common.metrics import fid_features
+from common.data.datasets import load_dataset
+from common.models.diffusion import to_diffusion_input
+from common.metrics.fid_features import (
     InceptionWeightsMissing,
     classifier_extractor,
     classifier_path,
@@ -61,7 +61,7 @@ def test_reference_stats_are_cached(extractor_and_data, tiny_data_dir, monkeypat
     extractor, train, _, cache = extractor_and_data
     first = train_reference_stats(extractor, "fashion-mnist", 16, str(tiny_data_dir), cache)
     np.testing.assert_allclose(first.mean, extractor.stats(train).mean, atol=1e-10)
-    monkeypatch.setattr("common.datasets.load_dataset", lambda *a, **k: (_ for _ in ()).throw(AssertionError))
+    monkeypatch.setattr("common.data.datasets.load_dataset", lambda *a, **k: (_ for _ in ()).throw(AssertionError))
     second = train_reference_stats(extractor, "fashion-mnist", 16, str(tiny_data_dir), cache)
     np.testing.assert_array_equal(second.cov, first.cov)
     assert second.count == first.count == len(train)
@@ -127,7 +127,7 @@ def test_reference_features_for_kid_are_a_cached_fixed_subset(extractor_and_data
     extractor, train, _, cache = extractor_and_data
     first = fid_features.train_reference_features(extractor, "fashion-mnist", 16, str(tiny_data_dir), cache, count=100)
     assert first.shape == (100, 128)
-    monkeypatch.setattr("common.datasets.load_dataset", lambda *a, **k: (_ for _ in ()).throw(AssertionError))
+    monkeypatch.setattr("common.data.datasets.load_dataset", lambda *a, **k: (_ for _ in ()).throw(AssertionError))
     np.testing.assert_array_equal(
         fid_features.train_reference_features(extractor, "fashion-mnist", 16, str(tiny_data_dir), cache, count=100),
         first)

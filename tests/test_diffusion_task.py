@@ -1,4 +1,4 @@
-"""The diffusion task (common/diffusion.py) against diffusers and hand-computed values."""
+"""The diffusion task (common/models/diffusion.py) against diffusers and hand-computed values."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from common.diffusion import (
+from common.models.diffusion import (
     UNET_PRESETS,
     DDPMLoss,
     SamplerSpec,

@@ -22,9 +22,9 @@ from client_app.fedcog import (
     generate,
     grid_image,
 )
-from common.config import ConfigError, parse_run_config
-from common.datasets import dataset_info
-from common.fedcog_math import (
+from common.run.config import ConfigError, parse_run_config
+from common.data.datasets import dataset_info
+from common.algorithms.fedcog import (
     complementary_counts,
     complementary_labels,
     disagreement_loss,
@@ -33,7 +33,7 @@ from common.fedcog_math import (
     kd_coefficients,
     kd_loss,
 )
-from common.models import build_model
+from common.models.classifiers import build_model
 from common.protocol import STATE_COG_PREVIOUS_MODEL
 from common.records import record_dict_array_bytes
 from server_app.registry import SERVER_STRATEGIES

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from common.config import parse_run_config
-from common.fedcog_math import COG_BASES
+from common.run.config import parse_run_config
+from common.algorithms.fedcog import COG_BASES
 from server_app.registry import SERVER_STRATEGIES
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies"

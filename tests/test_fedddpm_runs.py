@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import torch
 
-from common.config import ConfigError, parse_run_config
-from common.diffusion import linear_schedule, optimizer_kind, seeded_generator, train_on_images
+from common.run.config import ConfigError, parse_run_config
+from common.models.diffusion import linear_schedule, optimizer_kind, seeded_generator, train_on_images
 from common.records import load_weights, model_weights
-from common.task import make_model
+from common.run.task import make_model
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.fedddpm import FedDDPMPlusStrategy, FedDDPMStrategy, auxiliary_count, quicktest, quicktest_due
 from tests.diffusion_tiny import TINY_DIFFUSION
@@ -193,9 +193,9 @@ def test_bad_diffusion_configs_name_the_key(extra, key):
 def test_quicktest_reference_from_clients_feature_sums_is_the_pooled_gaussian(tmp_path, tiny_data_dir):
     """With quicktest-reference = clients the server pools the nodes' (sum f, sum f f^T, n): exact statistics of
     all nodes' images, and no image reaches the server."""
-    from common.diffusion import to_diffusion_input
-    from common.fid import gaussian_stats
-    from common.partition import PartitionSpec, load_client_data
+    from common.models.diffusion import to_diffusion_input
+    from common.metrics.fid import gaussian_stats
+    from common.data.partition import PartitionSpec, load_client_data
     from server_app.diffusion_eval import run_extractor
 
     raw = diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm+", **{
@@ -291,16 +291,16 @@ def test_the_one_shot_correction_runs_at_the_clients_learning_rate(tmp_path, tin
                                                                    expected):
     """Algorithm 2 trains the one-shot correction at zeta, the clients' rate (TINY_DIFFUSION's lr = 1e-3),
     not at FedDDPM's correction-lr eta; oneshot-lr overrides it."""
-    import common.diffusion
+    import common.models.diffusion
 
     rates = []
-    real = common.diffusion.make_optimizer
+    real = common.models.diffusion.make_optimizer
 
     def recording(params, kind, lr, **kwargs):
         rates.append(lr)
         return real(params, kind, lr, **kwargs)
 
-    monkeypatch.setattr(common.diffusion, "make_optimizer", recording)
+    monkeypatch.setattr(common.models.diffusion, "make_optimizer", recording)
     strategy = _plus_strategy(tmp_path, tiny_data_dir, **extra)
     assert strategy.cfg.correction_lr != expected
     start = model_weights(make_model(strategy.cfg, seeded=True))
@@ -311,11 +311,11 @@ def test_the_one_shot_correction_runs_at_the_clients_learning_rate(tmp_path, tin
 
 
 def test_fedddpm_corrects_at_the_correction_rate(tmp_path, tiny_data_dir, monkeypatch):
-    import common.diffusion
+    import common.models.diffusion
 
     rates = []
-    real = common.diffusion.make_optimizer
-    monkeypatch.setattr(common.diffusion, "make_optimizer",
+    real = common.models.diffusion.make_optimizer
+    monkeypatch.setattr(common.models.diffusion, "make_optimizer",
                         lambda params, kind, lr, **kw: rates.append(lr) or real(params, kind, lr, **kw))
     cfg = parse_run_config(diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm"), SERVER_STRATEGIES)
     strategy = FedDDPMStrategy(cfg, [])
@@ -326,7 +326,7 @@ def test_fedddpm_corrects_at_the_correction_rate(tmp_path, tiny_data_dir, monkey
 
 def test_the_diffusion_algorithms_default_to_the_papers_u_net():
     """`--run-config "algorithm='fedddpm'"` alone: model = "auto" is FedDDPM's MNIST U-Net."""
-    from common.config import RunConfig, parse_overrides
+    from common.run.config import RunConfig, parse_overrides
 
     for algorithm in ("fedddpm", "fedddpm+"):
         assert parse_run_config(parse_overrides(f"algorithm='{algorithm}'"), SERVER_STRATEGIES).model == "unet-paper-mnist"
@@ -336,7 +336,7 @@ def test_the_diffusion_algorithms_default_to_the_papers_u_net():
 
 
 def test_aux_sampler_ddim_is_an_option(tmp_path, tiny_data_dir):
-    from common.diffusion import aux_sampler_spec
+    from common.models.diffusion import aux_sampler_spec
 
     cfg = parse_run_config(diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm", **{"aux-sampler": "ddim"}),
                            SERVER_STRATEGIES)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from common.config import parse_run_config
+from common.run.config import parse_run_config
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.fedddpm import auxiliary_count, quicktest_due
 

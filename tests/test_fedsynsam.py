@@ -13,14 +13,14 @@ from torch import nn
 from client_app.sam_family import STATE_SYNTHETIC, fedsam_rule, fedsynsam_update, fixed_direction_rule, fedlesam_direction
 from client_app.training import LocalJob, run_local_steps
 from client_app.updates import CLIENT_UPDATES
-from common.config import ConfigError, RunConfig, parse_run_config
-from common.datasets import dataset_info
+from common.run.config import ConfigError, RunConfig, parse_run_config
+from common.data.datasets import dataset_info
 from common.protocol import PREVIOUS_UPDATE, SYNTHETIC_DATA
 from common.records import model_weights, to_record
-from common.task import make_model
+from common.run.task import make_model
 from server_app.distillation import DistillSettings, distill, matching_loss, split_weights, unroll
-from common.results import read_metrics
-from common.synsam import mix_ascent, norm_ratio, synthetic_share
+from common.run.results import read_metrics
+from common.algorithms.synsam import mix_ascent, norm_ratio, synthetic_share
 from server_app.perturbation import cosine
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.sam_baselines import feddyn_server_state, smoo_global_perturbation

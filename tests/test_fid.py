@@ -1,4 +1,4 @@
-"""Tests for common.fid: Gaussian statistics, sufficient-statistic pooling, FID."""
+"""Tests for common.metrics.fid: Gaussian statistics, sufficient-statistic pooling, FID."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from common.fid import (
+from common.metrics.fid import (
     GaussianStats,
     class_histogram,
     classes_covered,

@@ -17,7 +17,7 @@ from uuid import uuid4
 
 import numpy as np
 import pytest
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 
 from fedsynth import strategies
 from fedsynth.client import compression_from_config, config_value

@@ -18,9 +18,9 @@ import pytest
 from safetensors.numpy import load_file
 from flwr.app import ArrayRecord, ConfigRecord, MetricRecord
 
-from common.config import parse_run_config
+from common.run.config import parse_run_config
 from common.records import from_record, model_weights, to_record
-from common.task import make_model
+from common.run.task import make_model
 from fedsynth import strategies
 from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.handshake import handshake

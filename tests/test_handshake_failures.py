@@ -6,7 +6,7 @@ import json
 import time
 
 import pytest
-from flwr.app import Message, MetricRecord, RecordDict
+from flwr.app import Message, MetricRecord
 
 from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.handshake import HandshakeError

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.config import ConfigError, parse_run_config
-from common.datasets import DatasetMissingError, dataset_info, load_dataset
-from common.hf_datasets import HfSource, find_columns
-from common.partition import PartitionSpec, load_client_data
+from common.run.config import ConfigError, parse_run_config
+from common.data.datasets import DatasetMissingError, dataset_info, load_dataset
+from common.data.hf_datasets import HfSource, find_columns
+from common.data.partition import PartitionSpec, load_client_data
 from tests.hf_tiny import NUM_CLASSES, SIDE, tiny_image_dataset, write_parquet, write_saved
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,7 +37,7 @@ def test_columns_are_found_from_features_or_taken_from_keys():
 def test_palette_and_alpha_images_become_rgb_and_mixed_sizes_are_refused():
     from PIL import Image
 
-    from common.hf_datasets import to_arrays
+    from common.data.hf_datasets import to_arrays
 
     palette = Image.new("P", (5, 4), color=3)
     rgba = Image.new("RGBA", (5, 4), color=(10, 20, 30, 40))
@@ -93,7 +93,7 @@ def test_config_accepts_hf_names_and_the_column_keys():
 
 
 def test_the_default_run_name_of_an_hf_dataset_is_one_folder():
-    from common.results import default_run_name
+    from common.run.results import default_run_name
 
     name = default_run_name(parse_run_config({"dataset": "hf:uoft-cs/cifar10"}, ["fedavg"]))
     assert name.startswith("fedavg-hf-uoft-cs-cifar10-dirichlet-") and "/" not in name and ":" not in name

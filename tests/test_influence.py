@@ -20,10 +20,10 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.config import parse_run_config
+from common.run.config import parse_run_config
 from common.protocol import DYNAMIC_CORRECTION, PERTURBATION_DUAL, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, to_record
-from common.task import make_model
+from common.run.task import make_model
 from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.decentralized import DecentralizedRelay
 from server_app.influence import bounded_weights, capped_counts, capped_mean, capped_shares

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 from client_app.training import batch_indices
-from common.config import parse_run_config
-from common.datasets import load_dataset
-from common.evaluation import as_tensors
+from common.run.config import parse_run_config
+from common.data.datasets import load_dataset
+from common.metrics.evaluation import as_tensors
 from common.records import model_weights
-from common.results import RunResults
-from common.task import make_model
+from common.run.results import RunResults
+from common.run.task import make_model
 from server_app.handshake import handshake
 from server_app.registry import SERVER_STRATEGIES
 from tests.diffusion_tiny import TINY_DIFFUSION

@@ -1,4 +1,4 @@
-"""Ctrl-C and SIGTERM end `fedsynth run` cleanly (issue 34, common/interrupt.py).
+"""Ctrl-C and SIGTERM end `fedsynth run` cleanly (issue 34, common/run/interrupt.py).
 
 The fast tests drive the round loop in process with a stop request; the slow
 ones send SIGINT / SIGTERM to `fedsynth run` in Flower's simulation engine in
@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from common import interrupt
-from common.interrupt import RunInterrupted
+from common.run import interrupt
+from common.run.interrupt import RunInterrupted
 from fedsynth.inprocess import InProcessGrid, run_federation
 
 REPO = Path(__file__).resolve().parent.parent

@@ -3,6 +3,8 @@
 import ast
 from pathlib import Path
 
+import networkx
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -18,10 +20,10 @@ def _imported_modules(path: Path) -> set[str]:
 
 def test_common_imports_neither_app_nor_the_drivers():
     offenders = {}
-    for path in sorted((ROOT / "common").glob("*.py")):
+    for path in sorted((ROOT / "common").rglob("*.py")):
         bad = {m for m in _imported_modules(path) if m.split(".")[0] in ("server_app", "client_app", "fedsynth")}
         if bad:
-            offenders[path.name] = sorted(bad)
+            offenders[str(path.relative_to(ROOT))] = sorted(bad)
     assert offenders == {}
 
 
@@ -43,15 +45,13 @@ def _module_name(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
-def import_graph() -> "networkx.DiGraph":
+def import_graph() -> networkx.DiGraph:
     """Every module of the four packages and the modules of them it imports, at any depth of its code.
 
     Imports inside functions and under `if TYPE_CHECKING:` count: a lazy import hides a circle from
     Python, not from a reader, and a type-only one still ties the lower module to the higher.
     `from pkg import mod` counts as an import of `pkg.mod` when that is a module.
     """
-    import networkx
-
     modules = {_module_name(p): p for package in PACKAGES for p in (ROOT / package).rglob("*.py")}
     graph = networkx.DiGraph()
     for name, path in modules.items():
@@ -68,8 +68,6 @@ def import_graph() -> "networkx.DiGraph":
 
 
 def test_the_import_graph_has_no_circle():
-    import networkx
-
     circles = sorted(sorted(component) for component in networkx.strongly_connected_components(import_graph())
                      if len(component) > 1)
     assert circles == [], f"modules that import each other, directly or through others: {circles}"
@@ -77,8 +75,6 @@ def test_the_import_graph_has_no_circle():
 
 def test_the_circle_check_sees_a_lazy_circle(tmp_path, monkeypatch):
     """The check above would fail on a circle made only of imports inside functions."""
-    import networkx
-
     for package in PACKAGES:
         (tmp_path / package).mkdir()
     (tmp_path / "common" / "low.py").write_text("def f():\n    from common.high import g\n")
@@ -86,3 +82,27 @@ def test_the_circle_check_sees_a_lazy_circle(tmp_path, monkeypatch):
     monkeypatch.setitem(globals(), "ROOT", tmp_path)
     components = [c for c in networkx.strongly_connected_components(import_graph()) if len(c) > 1]
     assert components == [{"common.low", "common.high"}]
+
+
+# common/'s floors, lowest first: a package imports only the base modules (common/*.py) and the packages below it.
+COMMON_FLOORS = ("data", "algorithms", "models", "run", "metrics")
+
+
+def _floor(module: str) -> int:
+    parts = module.split(".")
+    return COMMON_FLOORS.index(parts[1]) + 1 if parts[1] in COMMON_FLOORS else 0  # 0: a base module
+
+
+def test_common_packages_import_only_downward():
+    graph = import_graph()
+    upward = sorted(f"{a} -> {b}" for a, b in graph.edges
+                    if a.startswith("common.") and b.startswith("common.") and _floor(b) > _floor(a))
+    assert upward == [], f"imports from a lower floor of common/ to a higher one ({COMMON_FLOORS}): {upward}"
+
+
+def test_every_common_module_is_in_a_floor_or_a_base_module():
+    """A new module goes into the package of what it holds; the base holds only what every floor needs."""
+    base = sorted(p.stem for p in (ROOT / "common").glob("*.py") if p.stem != "__init__")
+    assert base == ["errors", "protocol", "records"]
+    assert sorted(p.name for p in (ROOT / "common").iterdir() if p.is_dir() and p.name != "__pycache__") == sorted(
+        COMMON_FLOORS)

@@ -1,4 +1,4 @@
-"""Tests for common.losses and common.sam against hand-computed numbers (SPEC 3.4, 4.1)."""
+"""Tests for common.algorithms.losses and common.algorithms.sam against hand-computed numbers (SPEC 3.4, 4.1)."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from common.losses import (
+from common.algorithms.losses import (
     moon_contrastive_loss,
     proximal_term,
     scaffold_client_control,
     scaffold_server_control,
 )
-from common.sam import (
+from common.algorithms.sam import (
     current_gradients,
     fedsam_gradients,
     perturbed_gradients,

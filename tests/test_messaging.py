@@ -128,7 +128,7 @@ def test_matching_needs_message_ids():
 
 
 def test_a_node_lost_mid_round_is_one_failure_with_its_partition_and_reason():
-    from common.config import parse_run_config
+    from common.run.config import parse_run_config
     from server_app.registry import SERVER_STRATEGIES
     from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
     from tests.replies import collect_replies

@@ -15,14 +15,13 @@ import pytest
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
-from torch import nn
 
 from client_app.uplink import uplink_records
-from common.config import RunConfig, parse_run_config
+from common.run.config import RunConfig, parse_run_config
 from common.protocol import COMPRESSED_UPDATE, MODEL, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA
 from common.records import (check_weights, from_record, load_weights, model_weights, module_parameter_names,
                             parameter_names, to_record)
-from common.uplink import MODEL_BUFFERS, compression_spec, decode_reply, reply_buffers
+from common.run.uplink import MODEL_BUFFERS, compression_spec, decode_reply, reply_buffers
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, aggregate_buffers
 from server_app.strategies.scaffold import ScaffoldStrategy

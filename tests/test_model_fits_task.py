@@ -33,7 +33,7 @@ def width_models(tmp_path, monkeypatch):
 @pytest.mark.parametrize("factory, outputs", [("seven", 7), ("twelve", 12)])
 def test_a_model_with_the_wrong_output_width_is_refused_on_the_server_before_round_1(
         tmp_path, tiny_data_dir, width_models, factory, outputs):
-    from common.config import ConfigError
+    from common.run.config import ConfigError
     from fedsynth.inprocess import InProcessGrid, run_federation
 
     model = f"{width_models}:{factory}"

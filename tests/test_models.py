@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from common.config import RunConfig
-from common.datasets import dataset_info
-from common.models import build_model
-from common.task import make_model
+from common.run.config import RunConfig
+from common.data.datasets import dataset_info
+from common.models.classifiers import build_model
+from common.run.task import make_model
 
 
 def _count(model: torch.nn.Module) -> int:

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from common.optimizers import SGD, Adam, make_optimizer
+from common.algorithms.optimizers import SGD, Adam, make_optimizer
 
 ROOT = Path(__file__).resolve().parents[1]
 

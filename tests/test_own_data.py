@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from common.config import ConfigError, parse_run_config
-from common.site_data import LabelSpace, SiteDataError, fill_path_template, load_site_data, site_spec
+from common.run.config import ConfigError, parse_run_config
+from common.data.site_data import LabelSpace, SiteDataError, fill_path_template, load_site_data, site_spec
 from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.registry import SERVER_STRATEGIES
 from tests.hf_tiny import NUM_CLASSES, SIDE, tiny_image_dataset, write_parquet, write_saved
@@ -150,12 +150,12 @@ def _run_sites(tmp_path: Path, folders: list[Path], names: list[str], **extra) -
 
 
 def test_a_federation_of_own_folders_needs_no_data_on_the_server(sites, tmp_path, monkeypatch):
-    import common.datasets
+    import common.data.datasets
 
     def no_dataset(*args, **kwargs):
         raise AssertionError("the server opened a dataset")
 
-    monkeypatch.setattr(common.datasets, "load_dataset", no_dataset)  # only the torchvision layout would need it
+    monkeypatch.setattr(common.data.datasets, "load_dataset", no_dataset)  # only the torchvision layout would need it
     summary, folder = _run_sites(tmp_path, [s.path for s in sites], [s.name for s in sites])
     assert summary["status"] == "ok" and summary["num-nodes"] == 3
     nodes = {row["name"]: row for row in json.loads((folder / "nodes.json").read_text())}
@@ -253,7 +253,7 @@ def test_a_user_model_factory_trains_on_the_sites(sites, tmp_path, user_package)
     ("sitemodels.nets:absent", ["no callable 'absent'"]),
 ])
 def test_a_bad_user_model_is_refused_with_a_clear_error(user_package, model, words):
-    from common.task import make_model
+    from common.run.task import make_model
 
     with pytest.raises((ConfigError, ValueError)) as caught:
         make_model(_cfg(model=model))
@@ -267,7 +267,7 @@ def test_moon_refuses_a_user_model_saying_what_it_lacks(user_package):
 
 def test_an_hf_run_with_its_shape_in_the_run_config_and_no_central_eval_opens_no_dataset_on_the_server(
         tmp_path, monkeypatch):
-    import common.hf_datasets
+    import common.data.hf_datasets
 
     write_saved(tmp_path / "data" / "saved")
     raw = {"dataset": "hf:saved", "data-dir": str(tmp_path / "data"), "partition": "iid", "model": "mlp",
@@ -279,7 +279,7 @@ def test_an_hf_run_with_its_shape_in_the_run_config_and_no_central_eval_opens_no
         raise AssertionError("a dataset was opened")
 
     for name in ("open_dataset", "hf_dataset_info", "load_hf_arrays"):
-        monkeypatch.setattr(common.hf_datasets, name, opened)
+        monkeypatch.setattr(common.data.hf_datasets, name, opened)
     keys = {**raw, "run-name": "cold", "central-eval": False, "image-channels": 1, "image-size": SIDE,
             "num-classes": NUM_CLASSES}
     summary = run_federation(keys, InProcessGrid(2, keys))  # the nodes read their cached partitions
@@ -297,7 +297,7 @@ def test_two_nodes_with_one_name_are_refused_naming_both(sites, tmp_path):
 
 
 def test_the_run_accuracy_metric_is_central_where_evaluated_else_the_nodes_local_test():
-    from common.results import run_accuracy
+    from common.run.results import run_accuracy
     from fedsynth.study.scores import curve
 
     central = [{"round": 0, "central-accuracy": 0.1}, {"round": 1, "central-accuracy": 0.5, "local-test-accuracy": 0.7}]
@@ -313,16 +313,16 @@ def test_fedddpm_on_the_sites_folders_reports_fid_against_their_pooled_feature_s
     """Issue 33: FedDDPM on per-node folders, no data on the server, reports FID; its reference is the
     sites' feature sums, asked for once per run (a resume does not ask again), and every FID equals the
     FID against the sites' pooled training images to float tolerance. No KID: it needs every image."""
-    import common.datasets
+    import common.data.datasets
     import server_app.diffusion_eval as diffusion_eval
-    from common.diffusion import to_diffusion_input
-    from common.fid import gaussian_stats
+    from common.models.diffusion import to_diffusion_input
+    from common.metrics.fid import gaussian_stats
     from tests.diffusion_tiny import TINY_DIFFUSION
 
     def no_dataset(*args, **kwargs):
         raise AssertionError("the server opened a dataset")
 
-    monkeypatch.setattr(common.datasets, "load_dataset", no_dataset)
+    monkeypatch.setattr(common.data.datasets, "load_dataset", no_dataset)
     frechet_distance = diffusion_eval.frechet_distance
     scored = []  # (generated, reference) statistics of every FID the server computed
     monkeypatch.setattr(diffusion_eval, "frechet_distance", lambda a, b: scored.append((a, b)) or frechet_distance(a, b))

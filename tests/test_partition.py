@@ -1,4 +1,4 @@
-"""Tests for common.partition and common.datasets on synthetic labels and tiny files.
+"""Tests for common.data.partition and common.data.datasets on synthetic labels and tiny files.
 
 No real dataset is needed: partitions run on synthetic label arrays, and the
 dataset readers on tiny files written in the torchvision on-disk formats.
@@ -15,11 +15,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import common.torchvision_files as torchvision_files
-from common.datasets import DatasetMissingError, load_dataset
-from common.torchvision_files import read_idx
-from common.config import ConfigError
-from common.partition import (
+import common.data.torchvision_files as torchvision_files
+from common.data.datasets import DatasetMissingError, load_dataset
+from common.data.torchvision_files import read_idx
+from common.run.config import ConfigError
+from common.data.partition import (
     PartitionSpec,
     class_groups,
     load_client_data,
@@ -247,7 +247,7 @@ def test_pairs_refuses_counts_that_do_not_divide(num_partitions: int, k: int, wo
 
 
 def test_pairs_config_refuses_classes_per_client_not_dividing_the_classes() -> None:
-    from common.config import parse_run_config
+    from common.run.config import parse_run_config
     from server_app.registry import SERVER_STRATEGIES
 
     with pytest.raises(ConfigError, match="classes-per-client"):
@@ -558,8 +558,8 @@ def test_model_input_is_normalised_per_channel_in_nchw(dataset: str, channels: i
     """SPEC 3.1: grey images Normalize(0.5, 0.5), CIFAR mean/std; computed on the tensors' device, exactly."""
     import torch
 
-    from common.datasets import NORMALIZATION
-    from common.evaluation import as_tensors
+    from common.data.datasets import NORMALIZATION
+    from common.metrics.evaluation import as_tensors
 
     images = np.zeros((2, 4, 5, channels), dtype=np.uint8)
     images[0, 1, 2, :] = 255
@@ -580,8 +580,8 @@ def test_cpu_table_lookup_is_bitwise_the_arithmetic(dataset: str) -> None:
     """The CPU path looks values up in a 256-entry table per channel: every level, every channel, same bits."""
     import torch
 
-    from common.datasets import NORMALIZATION
-    from common.evaluation import as_tensors, to_model_input
+    from common.data.datasets import NORMALIZATION
+    from common.metrics.evaluation import as_tensors, to_model_input
 
     channels = len(NORMALIZATION[dataset][0])
     rng = np.random.default_rng(0)

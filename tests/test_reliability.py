@@ -15,7 +15,7 @@ import pytest
 import torch
 from flwr.app import Array, ArrayRecord
 
-from common.config import parse_run_config
+from common.run.config import parse_run_config
 from common.records import from_record
 from server_app.registry import SERVER_STRATEGIES
 from server_app.robust import bounded_updates
@@ -99,7 +99,7 @@ def test_killed_run_resumes_to_the_same_final_model(tmp_path, tiny_data_dir, alg
 
 
 def test_node_models_are_kept_only_where_a_resume_needs_them():
-    from common.config import parse_run_config
+    from common.run.config import parse_run_config
     from common.protocol import STATE_COG_PREVIOUS_MODEL, STATE_MOON_PREVIOUS_MODEL
     from server_app.registry import SERVER_STRATEGIES
     from server_app.strategies.node_models import NodeModels

@@ -16,9 +16,9 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from common.config import parse_run_config
+from common.run.config import parse_run_config
 from common.records import from_record, model_weights, to_record
-from common.task import make_model
+from common.run.task import make_model
 from tests.replies import collect_replies
 from server_app.registry import SERVER_STRATEGIES
 from server_app.reply_checks import (

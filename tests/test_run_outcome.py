@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from common.config import parse_run_config
-from common.results import ResultsFolderError, RunResults, reserve_run_folder
+from common.run.config import parse_run_config
+from common.run.results import ResultsFolderError, RunResults, reserve_run_folder
 from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.checkpoint import CheckpointError
 from server_app.outcome import STATUS_FAILED, STATUS_FAILED_ROUNDS, STATUS_OK, RunFailed, run_outcome
@@ -195,7 +195,7 @@ def test_a_second_run_on_a_folder_in_use_is_refused_at_once_and_the_first_finish
 
 def test_a_fork_under_another_config_resumes_where_a_plain_resume_is_refused(tmp_path):
     from common.records import model_weights
-    from common.task import make_model
+    from common.run.task import make_model
     from server_app.checkpoint import Checkpoint, fork_checkpoint, load_checkpoint, save_checkpoint
 
     base = parse_run_config({"model": "mlp"}, SERVER_STRATEGIES)

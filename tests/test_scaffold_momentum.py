@@ -23,7 +23,7 @@ from torch import nn
 
 from client_app.training import LocalJob
 from client_app.updates import STATE_SCAFFOLD_CONTROL, scaffold_update
-from common.config import parse_run_config
+from common.run.config import parse_run_config
 from common.protocol import SCAFFOLD_CONTROL
 from common.records import from_record, to_record
 from server_app.registry import SERVER_STRATEGIES

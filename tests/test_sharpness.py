@@ -9,10 +9,10 @@ import pytest
 import torch
 from torch import nn
 
-from common.config import RunConfig
+from common.run.config import RunConfig
 from common.records import model_weights
-from common.sharpness import dataset_hvp, main, top_eigenvalue
-from common.task import make_model
+from common.metrics.sharpness import dataset_hvp, main, top_eigenvalue
+from common.run.task import make_model
 
 
 def test_power_iteration_finds_the_top_eigenvalue_of_a_known_matrix():

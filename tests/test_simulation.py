@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from common.gossip import DECENTRALIZED_ALGORITHMS
+from common.algorithms.gossip import DECENTRALIZED_ALGORITHMS
 from fedsynth.cli import main
 from fedsynth.loopback import free_ports
 from tests.diffusion_tiny import TINY_DIFFUSION

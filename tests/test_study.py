@@ -412,8 +412,8 @@ def sharpness_study(tmp_path: Path, data_dir: Path):
 
 
 def inprocess_measurer(calls: list):
-    """Measures in this process, on the same path as `python -m common.sharpness`."""
-    from common.sharpness import results_folder_sharpness
+    """Measures in this process, on the same path as `python -m common.metrics.sharpness`."""
+    from common.metrics.sharpness import results_folder_sharpness
 
     def measure(folder, log_path):
         calls.append(Path(folder).name)
@@ -468,7 +468,7 @@ def test_runs_recorded_without_sharpness_are_measured_later_without_running_agai
     assert all(math.isfinite(e["scores"]["sharpness"]["last-k"]) for e in report_entries)
     assert sum(line.startswith("sharpness ") for line in lines) == 4
     # the same run, measured in this process on the same examples, gives the same eigenvalue
-    from common.sharpness import results_folder_sharpness
+    from common.metrics.sharpness import results_folder_sharpness
 
     entry = report_entries[0]
     here = results_folder_sharpness(Path(entry["run-dir"]), max_examples=200)["top-hessian-eigenvalue"]

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from common.records import model_weights
-from common.task import make_model
+from common.run.task import make_model
 from fedsynth.study.studyfile import parse_study
 from server_app.checkpoint import Checkpoint, load_checkpoint, save_checkpoint
 from tests.conftest import load_benchmark

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from common import interrupt
-from common.interrupt import RunInterrupted
+from common.run import interrupt
+from common.run.interrupt import RunInterrupted
 from fedsynth.study.ledger import Ledger
 from fedsynth.study.runner import RunOutcome, StudyPaths, run_study
 from fedsynth.workers import live_workers, run_worker, signal_workers

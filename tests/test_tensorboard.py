@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from common.results import RunResults, read_metrics
-from common.tracking import round_scalars
+from common.run.results import RunResults, read_metrics
+from common.run.tracking import round_scalars
 from fedsynth.inprocess import InProcessGrid, run_federation
 from tests.diffusion_tiny import TINY_DIFFUSION
 
@@ -67,7 +67,7 @@ def test_a_diffusion_run_also_writes_its_sample_grids(tmp_path, tiny_data_dir):
 
 
 def test_a_resumed_run_purges_the_rounds_it_runs_again(tmp_path, tiny_data_dir):
-    from common.config import parse_run_config
+    from common.run.config import parse_run_config
 
     raw = _config(tmp_path, tiny_data_dir)
     cfg = parse_run_config(raw, ["fedavg"])

@@ -55,7 +55,7 @@ def test_every_clientapp_message_applies_the_node_setting(tiny_data_dir, tmp_pat
 
 def test_a_bad_thread_setting_stops_the_node_naming_the_key(tmp_path):
     from client_app.app import node_settings
-    from common.config import ConfigError, parse_run_config
+    from common.run.config import ConfigError, parse_run_config
     from client_app.updates import CLIENT_UPDATES
 
     cfg = parse_run_config({}, CLIENT_UPDATES)

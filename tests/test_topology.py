@@ -1,4 +1,4 @@
-"""Tests for common.topology: mixing-matrix invariants and hand-computed values."""
+"""Tests for common.algorithms.topology: mixing-matrix invariants and hand-computed values."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from common.topology import (
+from common.algorithms.topology import (
     DIRECTED_TOPOLOGIES,
     MIXINGS,
     TOPOLOGIES,
@@ -283,7 +283,7 @@ def test_invalid_sizes_name_the_parameter(
 @pytest.mark.parametrize("kind", ["random", "ring", "full"])
 def test_ole_restart_is_gossip_with_the_over_relaxed_matrix(kind: str) -> None:
     """OledFL section III-C: x_i + beta (x_i - z_i) with x = W z is ((1+beta) W - beta I) z."""
-    from common.gossip import ole_start
+    from common.algorithms.gossip import ole_start
 
     n, beta = 8, 0.7
     w = mixing_matrix(kind, n, peers=2, seed=3, round_num=5)

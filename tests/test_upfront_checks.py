@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 
-from common.config import ConfigError, parse_run_config
-from common.datasets import load_dataset
-from common.partition import PartitionSpec, partition_indices
+from common.run.config import ConfigError, parse_run_config
+from common.data.datasets import load_dataset
+from common.data.partition import PartitionSpec, partition_indices
 from fedsynth.cli import EXIT_BAD_INPUT, main
 from fedsynth.study.studyfile import StudyError, parse_study
 from server_app.registry import SERVER_STRATEGIES

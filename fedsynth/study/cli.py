@@ -55,7 +55,7 @@ def _names(text: str) -> list[str]:
 
 def run_config_check(app_dir: Path) -> Callable[[dict[str, Any]], None]:
     """A check for `load_study`: a run config is valid when the app (its defaults, then the overrides) accepts it."""
-    from common.config import ConfigError, parse_run_config
+    from common.run.config import ConfigError, parse_run_config
     from server_app.registry import SERVER_STRATEGIES
 
     defaults = app_defaults(app_dir)
@@ -71,7 +71,7 @@ def run_config_check(app_dir: Path) -> Callable[[dict[str, Any]], None]:
 
 def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     """Exit codes: 0 the study (or the part asked for) finished, 2 the study file is wrong, 1 runs failed."""
-    from common.results import results_root
+    from common.run.results import results_root
     from fedsynth.study.ledger import Ledger
     from fedsynth.study.runner import StudyPaths, run_study, simulation_executor
     from fedsynth.study.plan import plan, total_runs
@@ -136,7 +136,7 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     executor = simulation_executor(app_dir, study, args.jobs, args.gpus_per_client, args.cpus_per_client,
                                    args.ray_address, args.engine)
     measurer = sharpness_measurer(app_dir, study.sharpness_examples, max(1, (os.cpu_count() or 1) // args.jobs))
-    from common.interrupt import RunInterrupted, exit_code, restore_handlers, signal_name
+    from common.run.interrupt import RunInterrupted, exit_code, restore_handlers, signal_name
     from fedsynth.workers import forward_signals
 
     handlers = forward_signals()  # SIGINT/SIGTERM reach every worker; the study starts no new run

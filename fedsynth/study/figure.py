@@ -20,6 +20,7 @@ from pathlib import Path
 from fedsynth.study.ledger import Ledger
 from fedsynth.study.statistics import HOLDS, NOT_RESOLVED, NOT_RUN, REVERSED
 from fedsynth.study.studyfile import Claim, Study
+from fedsynth.study.verdicts import claim_cells, claim_format, claim_result
 
 VERDICT_COLOURS = {HOLDS: "#1b7837", REVERSED: "#b2182b", NOT_RESOLVED: "#8c8c8c", NOT_RUN: "#d9d9d9"}
 
@@ -57,8 +58,6 @@ def paper_difference(study: Study, claim: Claim, variant: str) -> float | None:
 
 def claim_bars(study: Study, ledger: Ledger) -> list[ClaimBar]:
     """The bars of a study's claims, in the order and units of the report's claim lines."""
-    from fedsynth.study.report import claim_cells, claim_format, claim_result  # the report imports this module
-
     bars = []
     for claim in study.claims:
         for cells in claim_cells(study, claim):

@@ -21,58 +21,13 @@ from typing import Any
 
 from fedsynth.study.ledger import Ledger
 from fedsynth.study.scores import lower_is_better
-from fedsynth.study.statistics import Interval, paired_differences, t_interval, verdict
+from fedsynth.study.statistics import Interval, t_interval
 from fedsynth.study.plan import choose, plan, total_runs
 from fedsynth.study.figure import plot_claims
-from fedsynth.study.studyfile import Claim, Study
+from fedsynth.study.verdicts import cell_scores, claim_cells, claim_format, claim_result, digits_of, display_scale_of
+from fedsynth.study.studyfile import Study
 
 CLAIMS_FIGURE = "claims.png"
-
-
-def _scaled(study: Study, score: str) -> float:
-    """Accuracy-like scores are shown in the study's display units; rounds and seconds as they are."""
-    return 1.0 if "-to:" in score else study.display_scale
-
-
-def cell_scores(study: Study, ledger: Ledger, cell: str, score: str, metric: str | None = None) -> tuple[dict[int, float], int]:
-    """{report seed: score} of a cell, and how many runs never reached a rounds-to target (censored).
-
-    A run that never reached a rounds-to target counts as reaching it one round
-    after its last: the comparison stays paired, and is conservative for the arm
-    that failed to reach it (its true number is larger).
-    """
-    metric = metric or study.metric
-    _, report, _ = plan(study, ledger)
-    out: dict[int, float] = {}
-    censored = 0
-    for spec in report:
-        entry = ledger.get(spec.key)
-        if spec.cell != cell or entry is None:
-            continue
-        value = entry.get("scores", {}).get(metric, {}).get(score)
-        if value is None and score.startswith("rounds-to:"):
-            value, censored = float(entry.get("rounds", 0)) + 1, censored + 1
-        if isinstance(value, (int, float)):
-            out[spec.seed] = float(value)
-    return out, censored
-
-
-def claim_cells(study: Study, claim: Claim) -> list[tuple[str, str, str]]:
-    """(variant, cell of A, cell of B) for each variant the claim is tested in."""
-    variants = list(study.variants) or [""]
-    return [(v, f"{claim.better}@{v}" if v else claim.better, f"{claim.other}@{v}" if v else claim.other) for v in variants]
-
-
-def claim_result(study: Study, ledger: Ledger, claim: Claim, variant_cells: tuple[str, str, str]) -> dict[str, Any]:
-    """The paired difference A − B over report seeds, its 95 % interval and the verdict."""
-    variant, cell_a, cell_b = variant_cells
-    a, censored_a = cell_scores(study, ledger, cell_a, claim.score, claim.metric)
-    b, censored_b = cell_scores(study, ledger, cell_b, claim.score, claim.metric)
-    differences = paired_differences(a, b)
-    interval = t_interval(list(differences.values()))
-    label = claim.score if claim.metric == study.metric else f"`{claim.metric}` {claim.score}"
-    return {"claim": claim.text, "variant": variant, "score": label, "differences": differences, "metric": claim.metric,
-            "interval": interval, "verdict": verdict(interval, claim.direction), "censored": censored_a + censored_b}
 
 
 def _fmt(value: float | None, scale: float = 1.0, digits: int = 2, sign: bool = False) -> str:
@@ -85,17 +40,6 @@ def _interval_text(interval: Interval, scale: float, digits: int, sign: bool = F
     if interval.n < 2:
         return "–"
     return f"[{_fmt(interval.low, scale, digits, sign)}, {_fmt(interval.high, scale, digits, sign)}]"
-
-
-def _digits(study: Study, score: str) -> int:
-    return 1 if "-to:" in score else (2 if study.display_scale != 1.0 else 4)
-
-
-def claim_format(study: Study, result: Mapping[str, Any]) -> tuple[float, int]:
-    """(scale, digits) of a claim's numbers: an extra metric's are shown unscaled, as in its table."""
-    if result["metric"] != study.metric:
-        return 1.0, 1 if "-to:" in result["score"] else 4
-    return _scaled(study, result["score"]), _digits(study, result["score"])
 
 
 def render_markdown(study: Study, ledger: Ledger) -> str:
@@ -186,7 +130,7 @@ def _arms_table(study: Study, ledger: Ledger, chosen: Mapping[str, dict[str, Any
         for score in scores:
             values, censored = cell_scores(study, ledger, cell, score)
             interval = t_interval(list(values.values()))
-            scale, digits = _scaled(study, score), _digits(study, score)
+            scale, digits = display_scale_of(study, score), digits_of(study, score)
             if score == "last-k":
                 last_k_interval, n = interval, interval.n
                 cells.append(f"{_fmt(interval.mean, scale, digits)} ± {_fmt(interval.sd, scale, digits)}")
@@ -198,7 +142,7 @@ def _arms_table(study: Study, ledger: Ledger, chosen: Mapping[str, dict[str, Any
         if edges:
             tuned += f" (at the grid's edge: {', '.join(edges)}; the best value may lie outside the grid)"
         lines.append(f"| {arm} | {variant or '–'} | {n} | " + " | ".join(cells) + f" | "
-                     f"{_interval_text(last_k_interval, study.display_scale, _digits(study, 'last-k'))} | "
+                     f"{_interval_text(last_k_interval, study.display_scale, digits_of(study, 'last-k'))} | "
                      f"{'–' if paper is None else paper} | {tuned} |")
     return [*lines, ""]
 
@@ -230,9 +174,9 @@ def _tuning_table(study: Study, ledger: Ledger) -> list[str]:
              f"{study.tuning_seeds}; a point with a missing or non-finite score on any seed is never chosen.", "",
              "| arm | grid point | score per tuning seed | mean | chosen |", "| --- | --- | --- | --- | --- |"]
     for row in table:
-        scores = ", ".join(_fmt(v, study.display_scale, _digits(study, "last-k")) for v in row["scores"])
+        scores = ", ".join(_fmt(v, study.display_scale, digits_of(study, "last-k")) for v in row["scores"])
         lines.append(f"| {row['cell']} | {json.dumps(row['point'])} | {scores} | "
-                     f"{_fmt(row['mean'], study.display_scale, _digits(study, 'last-k'))} | {'**yes**' if row['chosen'] else ''} |")
+                     f"{_fmt(row['mean'], study.display_scale, digits_of(study, 'last-k'))} | {'**yes**' if row['chosen'] else ''} |")
     return [*lines, ""]
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.interrupt import STOP, raise_if_stopped
+from common.run.interrupt import STOP, raise_if_stopped
 from fedsynth.app_process import app_process_env
 from fedsynth.study.ledger import Ledger, thin
 from fedsynth.study.claims import Claim, Claims
@@ -41,7 +41,7 @@ from fedsynth.study.studyfile import RunSpec, Study
 from fedsynth.workers import run_worker
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
-INTERRUPTED_EXIT_CODES = (130, 143)  # a run stopped by SIGINT / SIGTERM (common/interrupt.py)
+INTERRUPTED_EXIT_CODES = (130, 143)  # a run stopped by SIGINT / SIGTERM (common/run/interrupt.py)
 
 
 @dataclass(frozen=True)

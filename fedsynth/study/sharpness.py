@@ -5,7 +5,7 @@ a hint, not a result: a study that lists `sharpness` in `extra-metrics` measures
 every report run, so claims such as "fedsynsam < fedsam" on `metric = "sharpness"` get
 paired 95 % intervals over seeds like any other score.
 
-The measurement is `python -m common.sharpness` on the run's folder (its `config.json`
+The measurement is `python -m common.metrics.sharpness` on the run's folder (its `config.json`
 and `model.safetensors`), run right after the run in the same job slot, so `--jobs`
 bounds it too; it writes `sharpness.json`, which the ledger entry reads. The subsample
 of training examples is drawn with the run's seed, so arms on the same seed are scored
@@ -35,7 +35,7 @@ Measurer = Callable[[Path, Path], int]
 
 
 def sharpness_measurer(app_dir: Path, examples: int, threads: int) -> Measurer:
-    """Measures in a process of its own (`python -m common.sharpness`), appending its output to the run's log."""
+    """Measures in a process of its own (`python -m common.metrics.sharpness`), appending its output to the run's log."""
 
     def measure(folder: Path, log_path: Path) -> int:
         env = app_process_env(app_dir, threads)
@@ -43,7 +43,7 @@ def sharpness_measurer(app_dir: Path, examples: int, threads: int) -> Measurer:
         with open(log_path, "a") as log:
             log.write(f"\n--- sharpness of {folder} on {examples} training examples\n")
             log.flush()
-            return run_worker([sys.executable, "-m", "common.sharpness", str(folder), "--max-examples", str(examples)],
+            return run_worker([sys.executable, "-m", "common.metrics.sharpness", str(folder), "--max-examples", str(examples)],
                               stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(app_dir))
 
     return measure

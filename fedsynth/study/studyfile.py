@@ -5,7 +5,7 @@ an optional tuning grid and the paper's number), optional variants (settings
 every arm runs in: codecs, splits), report and tuning seeds, the metric and
 targets, and the claims. `docs/studies.md` documents the format. Everything is
 checked when the file is loaded, each run's config through the app's own
-validation (`common.config.parse_run_config`), so a bad study fails in seconds,
+validation (`common.run.config.parse_run_config`), so a bad study fails in seconds,
 before any run starts.
 """
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.evaluation import resolve_device
+from common.metrics.evaluation import resolve_device
 from common.records import Weights
-from common.task import make_model
+from common.run.task import make_model
 from server_app.distillation import train_on_synthetic
 from server_app.strategies.fedsynsam import TrajectoryStrategy
 

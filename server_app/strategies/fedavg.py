@@ -29,11 +29,11 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.config import RunConfig
+from common.run.config import RunConfig
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
 from common.records import Weights, from_record, message_array_bytes, module_parameter_names, parameter_names, to_record
-from common.task import make_model
-from common.uplink import compression_spec, decode_reply, float32_equivalent_bytes, reply_buffers
+from common.run.task import make_model
+from common.run.uplink import compression_spec, decode_reply, float32_equivalent_bytes, reply_buffers
 from server_app.fid_reference import ClientFeatureReference
 from server_app.influence import bounded_weights
 from server_app.robust import ROBUST_AGGREGATIONS, bounded_updates, combine_updates, update_norm
@@ -41,7 +41,7 @@ from server_app.reply_checks import check_train_metrics
 from server_app.strategies.base import NodeInfo, RoundStrategy, sample_nodes, weighted_metric
 from server_app.strategies.node_models import NodeModels
 from server_app.wire import WEIGHTED_BY_KEY
-from common.client_settings import client_settings
+from common.run.client_settings import client_settings
 
 
 def weighted_mean(values: list[Weights], weights: list[float]) -> Weights:
@@ -149,7 +149,7 @@ class FedAvgStrategy(RoundStrategy):
     # ----- hooks for subclasses -------------------------------------------------
     def client_config(self) -> dict[str, Any]:
         """The settings the nodes' rule needs, sent in every train message's config (as FedProx sends
-        `proximal-mu`): the uplink codec and the algorithm's client parameters (common/client_settings.py)."""
+        `proximal-mu`): the uplink codec and the algorithm's client parameters (common/run/client_settings.py)."""
         return client_settings(self.cfg)
 
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
@@ -267,7 +267,7 @@ class FedAvgStrategy(RoundStrategy):
         """The reply's update w_i - w: its model minus the global one, or its decoded compressed update.
 
         Compressed extra records are decoded in place first, so `check_extra_records`
-        and `server_step` read them as if uncompressed (common/uplink.py). Raises
+        and `server_step` read them as if uncompressed (common/run/uplink.py). Raises
         ValueError naming the fault.
         """
         return decode_reply(reply.content, self.current, compression_spec(self.cfg), self.parameter_names)

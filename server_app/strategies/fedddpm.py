@@ -53,17 +53,17 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricReco
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.config import RunConfig
-from common.diffusion import (
+from common.run.config import RunConfig
+from common.models.diffusion import (
     aux_sampler_spec, image_shape, linear_schedule, num_timesteps, optimizer_kind, sample, sampler_spec,
     seeded_generator, train_on_images,
 )
-from common.evaluation import resolve_device
-from common.fid import GaussianStats
-from common.fid_features import FeatureExtractor
+from common.metrics.evaluation import resolve_device
+from common.metrics.fid import GaussianStats
+from common.metrics.fid_features import FeatureExtractor
 from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
-from common.task import make_model
+from common.run.task import make_model
 from server_app.diffusion_eval import run_extractor
 from server_app.influence import capped_counts
 from server_app.messaging import match_replies, send_and_receive

@@ -30,13 +30,13 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.config import RunConfig
-from common.datasets import run_dataset_info
-from common.evaluation import resolve_device
+from common.run.config import RunConfig
+from common.data.datasets import run_dataset_info
+from common.metrics.evaluation import resolve_device
 from common.protocol import SYNTHETIC_DATA
 from common.records import Weights, to_record
-from common.task import make_model
-from common.uplink import compression_spec
+from common.run.task import make_model
+from common.run.uplink import compression_spec
 from server_app.distillation import DistillSettings, distill
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 
 from flwr.app import ArrayRecord
 
-from common.config import RunConfig, cog_enabled
+from common.run.config import RunConfig, cog_enabled
 from common.protocol import STATE_COG_PREVIOUS_MODEL, STATE_MOON_PREVIOUS_MODEL
 from common.records import Weights, to_record
 

@@ -28,12 +28,12 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
 
-from common.config import RunConfig
+from common.run.config import RunConfig
 from common.protocol import (
     DYNAMIC_CORRECTION, GLOBAL_PERTURBATION, PERTURBATION_DUAL, PREVIOUS_UPDATE, STATE_DYN_GRADIENT,
 )
 from common.records import Weights, check_weights, from_record, to_record
-from common.task import make_model
+from common.run.task import make_model
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.robust import bounded_record, bounded_updates, record_norm_problem
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo

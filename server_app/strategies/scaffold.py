@@ -13,9 +13,9 @@ from typing import Any
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 
-from common.config import RunConfig
+from common.run.config import RunConfig
 from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
-from common.losses import scaffold_server_control
+from common.algorithms.losses import scaffold_server_control
 from common.records import Weights, from_record, to_record
 from server_app.robust import bounded_record, record_norm_problem
 from common.records import check_weights

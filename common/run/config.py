@@ -5,7 +5,7 @@ A run is configured through Flower's run config (`[tool.flwr.app.config]` in
 ClientApp read the same keys, so both validate them with `parse_run_config`
 before doing any work. Each field below is one run-config key (the field name
 with `_` written as `-`); its metadata holds the text of the table in docs/configuration.md
-(generated: `python -m common.config --markdown > docs/configuration.md`).
+(generated: `python -m common.run.config --markdown > docs/configuration.md`).
 
 Validation errors are `ConfigError`s whose message names the key, the bad value
 and the accepted values, so a user can fix the run from the message alone.
@@ -19,18 +19,18 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from common.datasets import DATASETS, dataset_info
+from common.data.datasets import DATASETS, dataset_info
 from common.errors import ConfigError
-from common.hf_datasets import is_hf
-from common.diffusion import DIFFUSION_ALGORITHMS, FID_EXTRACTORS, OPTIMIZERS, SAMPLERS, UNET_PRESETS
-from common.fedcog_math import COG_ABLATIONS, COG_BASES, KD_WEIGHTINGS
-from common.gossip import DECENTRALIZED_ALGORITHMS, parse_targets
-from common.models import MODELS, check_model_fits, is_user_model, user_factory
-from common.site_data import node_shape_info
-from common.topology import MIXINGS, TOPOLOGIES
+from common.data.hf_datasets import is_hf
+from common.models.diffusion import DIFFUSION_ALGORITHMS, FID_EXTRACTORS, OPTIMIZERS, SAMPLERS, UNET_PRESETS
+from common.algorithms.fedcog import COG_ABLATIONS, COG_BASES, KD_WEIGHTINGS
+from common.algorithms.gossip import DECENTRALIZED_ALGORITHMS, parse_targets
+from common.models.classifiers import MODELS, check_model_fits, is_user_model, user_factory
+from common.data.site_data import node_shape_info
+from common.algorithms.topology import MIXINGS, TOPOLOGIES
 
 PARTITIONS = ("iid", "dirichlet", "shard", "pathological", "pairs", "node")
-NODE_PARTITION = "node"  # every node trains on its own data (common/site_data.py)
+NODE_PARTITION = "node"  # every node trains on its own data (common/data/site_data.py)
 OWN_DATASET = "own"  # partition = node with no named dataset: the shape keys give the shape facts
 AGGREGATIONS = ("weighted", "uniform", "median", "trimmed-mean", "krum")
 # The distillation's trajectory-matching loss (server_app/distillation.py `matching_loss`).
@@ -771,9 +771,9 @@ def config_table_markdown() -> str:
 CONFIGURATION_PAGE_INTRO = """\
 # Run configuration
 
-<!-- Generated from common/config.py: do not edit by hand. Regenerate with
-     python -m common.config --markdown > docs/configuration.md
-     (tests/test_docs.py fails when this page and common/config.py disagree.) -->
+<!-- Generated from common/run/config.py: do not edit by hand. Regenerate with
+     python -m common.run.config --markdown > docs/configuration.md
+     (tests/test_docs.py fails when this page and common/run/config.py disagree.) -->
 
 Every key below lives in `[tool.flwr.app.config]` in `pyproject.toml` and can be overridden with
 `--run-config "key=value key2='text'"` (`fedsynth run`, `fedsynth compare`, `flwr run .`) or in a study
@@ -795,5 +795,5 @@ def configuration_page() -> str:
 if __name__ == "__main__":
     import sys
 
-    # python -m common.config --markdown > docs/configuration.md   (no flag: the table alone)
+    # python -m common.run.config --markdown > docs/configuration.md   (no flag: the table alone)
     sys.stdout.write(configuration_page() if "--markdown" in sys.argv[1:] else config_table_markdown() + "\n")

@@ -55,9 +55,9 @@ from typing import Any
 
 import numpy as np
 
-from common.client_data import ClientData, default_cache_dir, split_local, write_atomic_npz
-from common.dataset_types import DATASETS, DatasetInfo, builtin_info
-from common.torchvision_files import check_torchvision_present, load_torchvision_dataset
+from common.data.client_data import ClientData, default_cache_dir, split_local, write_atomic_npz
+from common.data.types import DATASETS, DatasetInfo, builtin_info
+from common.data.torchvision_files import check_torchvision_present, load_torchvision_dataset
 
 CACHE_VERSION = 2  # 2: 16-bit and palette images on their real range, links checked (issue 47)
 PATH_TEMPLATE_FIELD = "{partition-id}"
@@ -358,7 +358,7 @@ class _Loader:
         """A `datasets.Dataset`: its image and label columns."""
         import datasets
 
-        from common.hf_datasets import find_columns
+        from common.data.hf_datasets import find_columns
 
         try:
             image, label = find_columns(table.features, self.spec.image_column, self.spec.label_column)

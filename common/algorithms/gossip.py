@@ -22,7 +22,7 @@ import numpy as np
 from flwr.app import Array, ArrayRecord
 
 from common.records import Weights
-from common.topology import renormalize_present
+from common.algorithms.topology import renormalize_present
 
 # The algorithms whose ServerApp is a relay (server_app/decentralized.py).
 DECENTRALIZED_ALGORITHMS: tuple[str, ...] = ("dpsgd", "dfedavg", "dfedavgm", "dfedsam", "oledfl-sgd", "oledfl-sam")

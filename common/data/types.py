@@ -1,8 +1,8 @@
 """What every dataset source returns: shape facts, the arrays of the official splits, the known names.
 
-The lowest floor of the data layer: torchvision's file formats (common/torchvision_files.py), Hugging
-Face datasets (common/hf_datasets.py) and sites' own folders (common/site_data.py) all return these,
-and common/datasets.py chooses among them by the dataset's name.
+The lowest floor of the data layer: torchvision's file formats (common/data/torchvision_files.py), Hugging
+Face datasets (common/data/hf_datasets.py) and sites' own folders (common/data/site_data.py) all return these,
+and common/data/datasets.py chooses among them by the dataset's name.
 """
 
 from __future__ import annotations

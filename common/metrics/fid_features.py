@@ -1,6 +1,6 @@
 """Feature extractors for FID (SPEC 3.6): `classifier` (works offline), `random` (needs no data) and `inception`.
 
-FID compares Gaussian fits of feature embeddings (common/fid.py); the numbers
+FID compares Gaussian fits of feature embeddings (common/metrics/fid.py); the numbers
 depend entirely on the embedding, so every FID this project reports names its
 extractor.
 
@@ -49,8 +49,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.diffusion import FID_EXTRACTORS
-from common.fid import GaussianStats, frechet_distance, gaussian_stats
+from common.models.diffusion import FID_EXTRACTORS
+from common.metrics.fid import GaussianStats, frechet_distance, gaussian_stats
 
 CLASSIFIER_VERSION = 2
 CLASSIFIER_MAX_EPOCHS = 30
@@ -216,8 +216,8 @@ def classifier_extractor(dataset: str, side: int, data_dir: str = "", cache_dir:
     from safetensors import safe_open
     from safetensors.torch import load_file
 
-    from common.datasets import dataset_info, load_dataset
-    from common.diffusion import to_diffusion_input
+    from common.data.datasets import dataset_info, load_dataset
+    from common.models.diffusion import to_diffusion_input
 
     info = dataset_info(dataset)
     path = classifier_path(dataset, side, data_dir, cache_dir)
@@ -340,8 +340,8 @@ def describe(extractor: FeatureExtractor) -> str:
 def train_reference_stats(extractor: FeatureExtractor, dataset: str, side: int, data_dir: str = "",
                           cache_dir: str = "") -> GaussianStats:
     """Statistics of the real training split's features (FID's reference in simulation), cached on disk."""
-    from common.datasets import load_dataset
-    from common.diffusion import to_diffusion_input
+    from common.data.datasets import load_dataset
+    from common.models.diffusion import to_diffusion_input
 
     identity = json.dumps({"extractor": extractor.name, "info": extractor.info, "dataset": dataset, "side": side,
                            "data": str(Path(data_dir).expanduser().resolve()) if data_dir else ""}, sort_keys=True)
@@ -362,8 +362,8 @@ def train_reference_stats(extractor: FeatureExtractor, dataset: str, side: int, 
 def train_reference_features(extractor: FeatureExtractor, dataset: str, side: int, data_dir: str = "",
                              cache_dir: str = "", count: int = REFERENCE_FEATURES) -> np.ndarray:
     """Features of a fixed (seeded) `count` of the real training images, KID's reference; cached on disk."""
-    from common.datasets import load_dataset
-    from common.diffusion import to_diffusion_input
+    from common.data.datasets import load_dataset
+    from common.models.diffusion import to_diffusion_input
 
     identity = json.dumps({"extractor": extractor.name, "info": extractor.info, "dataset": dataset, "side": side,
                            "data": str(Path(data_dir).expanduser().resolve()) if data_dir else "", "count": count},

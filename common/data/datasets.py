@@ -1,8 +1,8 @@
 """Which source a dataset's name means, and its shape facts and arrays from that source.
 
-A name from DATASETS is read from torchvision's on-disk formats (common/torchvision_files.py), an
-`hf:<repo>` name through flwr-datasets (common/hf_datasets.py), and a run with `partition = "node"`
-takes its shape facts from the run config, since each site reads its own folder (common/site_data.py).
+A name from DATASETS is read from torchvision's on-disk formats (common/data/torchvision_files.py), an
+`hf:<repo>` name through flwr-datasets (common/data/hf_datasets.py), and a run with `partition = "node"`
+takes its shape facts from the run config, since each site reads its own folder (common/data/site_data.py).
 `run_dataset_info` and `load_run_dataset` take a run config and pass its data-dir and column keys along.
 
 Images come back as uint8 arrays of shape (N, H, W, C) and labels as int64.
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import os
 
-from common.dataset_types import (
+from common.data.types import (
     DATASETS, NORMALIZATION, DatasetArrays, DatasetInfo, DatasetMissingError, builtin_info, default_data_dir,
     normalization,
 )
-from common.hf_datasets import HfSource, hf_dataset_info, load_hf_arrays
-from common.site_data import node_shape_info, parse_class_names
-from common.torchvision_files import check_torchvision_present, load_torchvision_dataset
+from common.data.hf_datasets import HfSource, hf_dataset_info, load_hf_arrays
+from common.data.site_data import node_shape_info, parse_class_names
+from common.data.torchvision_files import check_torchvision_present, load_torchvision_dataset
 
 __all__ = [  # the data layer's types too: the apps import everything about datasets from here
     "DATASETS", "NORMALIZATION", "DatasetArrays", "DatasetInfo", "DatasetMissingError", "check_dataset_present",
@@ -36,7 +36,7 @@ def dataset_info(name: str, data_dir: str | os.PathLike = "", image_column: str 
 def run_dataset_info(cfg, data_dir: str | None = None) -> DatasetInfo:
     """Shape facts of a run's dataset (its data-dir, or `data_dir`, and its hf column keys).
 
-    With `partition = "node"` they come from the run config alone (common/site_data.py): the sites'
+    With `partition = "node"` they come from the run config alone (common/data/site_data.py): the sites'
     folders differ and the server holds none of them. An `hf:` dataset's come from the run config
     when it gives all of them (`image-channels`, `image-size`, `num-classes` or `class-names`), else
     from the dataset.

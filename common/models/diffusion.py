@@ -31,22 +31,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.datasets import run_dataset_info
-from common.optimizers import make_optimizer
+from common.data.datasets import run_dataset_info
+from common.algorithms.optimizers import make_optimizer
 
 BETA_START = 1e-4
 BETA_END = 0.02
 SAMPLERS = ("ddpm", "ddim")
 OPTIMIZERS = ("auto", "sgd", "adam")
-FID_EXTRACTORS = ("classifier", "random", "inception")  # common/fid_features.py
+FID_EXTRACTORS = ("classifier", "random", "inception")  # common/metrics/fid_features.py
 
 
 class DiffusionSettings(Protocol):
-    """The run-config keys the diffusion task reads (common/config.py's `RunConfig` has them all).
+    """The run-config keys the diffusion task reads (common/run/config.py's `RunConfig` has them all).
 
     A protocol, not the run config itself: the run config validates its keys against this module's
     presets, so this module cannot import it. `image_side`/`image_shape` also pass the settings to
-    common/datasets.py's `run_dataset_info`, which reads the dataset keys.
+    common/data/datasets.py's `run_dataset_info`, which reads the dataset keys.
     """
 
     model: str

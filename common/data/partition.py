@@ -24,9 +24,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common.client_data import ClientData, default_cache_dir, split_local, write_atomic_npz
+from common.data.client_data import ClientData, default_cache_dir, split_local, write_atomic_npz
 from common.errors import ConfigError
-from common.datasets import DatasetArrays, dataset_info, load_dataset
+from common.data.datasets import DatasetArrays, dataset_info, load_dataset
 
 CACHE_VERSION = 1
 
@@ -196,7 +196,7 @@ def build_client_datasets(data: DatasetArrays, spec: PartitionSpec) -> list[Clie
 
 def build_hf_client_datasets(spec: PartitionSpec, data_dir: str = "") -> list[ClientData]:
     """Every client's local train/test data of an `hf:` dataset, split by FederatedDataset."""
-    from common.hf_datasets import HfSource, federated_dataset, find_columns, open_dataset, to_arrays
+    from common.data.hf_datasets import HfSource, federated_dataset, find_columns, open_dataset, to_arrays
 
     source = HfSource.from_name(spec.dataset, data_dir, spec.image_column, spec.label_column)
     loaded = open_dataset(source)  # explains a missing dataset before FederatedDataset tries

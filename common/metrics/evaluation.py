@@ -7,7 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.datasets import normalization
+from common.data.datasets import normalization
 
 
 def resolve_device(requested: str) -> torch.device:

@@ -20,7 +20,7 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from common.datasets import DatasetInfo
+from common.data.datasets import DatasetInfo
 
 MODELS = ("cnn", "cnn-gn", "mlp", "mlp2", "convnet", "resnet18")
 # GroupNorm groups of resnet18 unless the run config says otherwise (`gn-groups`).

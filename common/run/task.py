@@ -10,10 +10,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from common.config import ConfigError, RunConfig
-from common.datasets import run_dataset_info
-from common.diffusion import build_diffusion_model, is_diffusion
-from common.models import build_model, is_user_model
+from common.run.config import ConfigError, RunConfig
+from common.data.datasets import run_dataset_info
+from common.models.diffusion import build_diffusion_model, is_diffusion
+from common.models.classifiers import build_model, is_user_model
 
 
 def base_algorithm(algorithm: str) -> str:
@@ -23,7 +23,7 @@ def base_algorithm(algorithm: str) -> str:
 
 def make_model(cfg: RunConfig, *, seeded: bool = False) -> nn.Module:
     """The run's model; with `seeded`, initialised from the run's seed (the global model at round 0)."""
-    if is_diffusion(cfg):  # the diffusion task's noise predictor (common/diffusion.py)
+    if is_diffusion(cfg):  # the diffusion task's noise predictor (common/models/diffusion.py)
         return build_diffusion_model(cfg, seeded=seeded)
     projection = cfg.moon_projection_dim if base_algorithm(cfg.algorithm) == "moon" else 0
     if seeded:

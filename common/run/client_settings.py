@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from common.compression import CompressionSpec
+from common.algorithms.compression import CompressionSpec
 
 # run-config keys of the uplink codec: every centralized rule may compress its update
 CODEC_KEYS = ("compression", "bits", "levels", "qsgd-scope", "qsgd-bucket", "topk-ratio", "error-feedback")
@@ -47,10 +47,10 @@ def client_keys(algorithm: str, decentralized: bool = False) -> tuple[str, ...]:
 def client_settings(cfg: Any) -> dict[str, Any]:
     """The config entries of `cfg`'s client rule: {run-config key: value} for a train message's ConfigRecord.
 
-    `cfg` is a `common.config.RunConfig`; keys it lacks are left out. Values are the ConfigRecord's types
+    `cfg` is a `common.run.config.RunConfig`; keys it lacks are left out. Values are the ConfigRecord's types
     (int, float, str, bool).
     """
-    from common.gossip import DECENTRALIZED_ALGORITHMS
+    from common.algorithms.gossip import DECENTRALIZED_ALGORITHMS
 
     out: dict[str, Any] = {}
     for key in client_keys(cfg.algorithm, cfg.algorithm in DECENTRALIZED_ALGORITHMS):

@@ -3,7 +3,7 @@
 Flower users bring data through `flwr-datasets`' `FederatedDataset`, which opens
 a dataset with `datasets.load_dataset` and splits its train split with a
 partitioner. This module does the same with the project's partitioners
-(common/partition.py) and turns the result into the uint8 (N, H, W, C) images
+(common/data/partition.py) and turns the result into the uint8 (N, H, W, C) images
 and int64 labels the apps train on, so that every other part of the project
 (the per-node partition cache, central evaluation, FID) works unchanged.
 
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from common.dataset_types import DatasetArrays, DatasetInfo, DatasetMissingError, default_data_dir
+from common.data.types import DatasetArrays, DatasetInfo, DatasetMissingError, default_data_dir
 
 HF_PREFIX = "hf:"
 IMAGE_NAMES = ("image", "img", "pixel_values", "images")

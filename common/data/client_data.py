@@ -1,6 +1,6 @@
 """One client's local data: its train and test split, how a partition is cut into them, and the cache's files.
 
-Shared by the simulated partitions (common/partition.py) and sites' own folders (common/site_data.py),
+Shared by the simulated partitions (common/data/partition.py) and sites' own folders (common/data/site_data.py),
 which both hand a ClientApp a `ClientData`.
 """
 

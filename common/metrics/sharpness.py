@@ -8,7 +8,7 @@ same set gives the same number on any batch size. For a PSD Hessian power
 iteration converges to its largest eigenvalue; in general it finds the one of
 largest magnitude, as in PyHessian, which the paper's numbers come from.
 
-    python -m common.sharpness <results-folder> [--max-examples N] [--iterations K]
+    python -m common.metrics.sharpness <results-folder> [--max-examples N] [--iterations K]
 
 reads `config.json` and `model.safetensors` of a run, prints the eigenvalue and
 writes `sharpness.json` into the folder.
@@ -89,11 +89,11 @@ def results_folder_sharpness(folder: Path, max_examples: int = 10000, iterations
     """Top Hessian eigenvalue of a run's final model on its dataset's training split."""
     from safetensors.numpy import load_file
 
-    from common.config import parse_run_config
-    from common.datasets import load_run_dataset
-    from common.evaluation import as_tensors, resolve_device
+    from common.run.config import parse_run_config
+    from common.data.datasets import load_run_dataset
+    from common.metrics.evaluation import as_tensors, resolve_device
     from common.records import load_weights
-    from common.task import make_model
+    from common.run.task import make_model
 
     raw = json.loads((folder / "config.json").read_text())
     cfg = parse_run_config(raw, [raw.get("algorithm", "fedavg")])
@@ -118,7 +118,7 @@ def results_folder_sharpness(folder: Path, max_examples: int = 10000, iterations
 
 def main(argv: list[str] | None = None) -> int:
     """Command line: the sharpness of one or more results folders."""
-    parser = argparse.ArgumentParser(prog="python -m common.sharpness", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="python -m common.metrics.sharpness", description=__doc__.splitlines()[0])
     parser.add_argument("folders", nargs="+", type=Path, help="results folders (config.json + model.safetensors)")
     parser.add_argument("--max-examples", type=int, default=10000, help="training examples used (0: all)")
     parser.add_argument("--iterations", type=int, default=100, help="maximum power iterations")

@@ -4,7 +4,7 @@
 round, appended and flushed as the round ends, so a crashed run keeps what it
 did), `summary.json`, PNG curves and `model.safetensors`. Plots are made with
 matplotlib's Agg backend, so no display is needed. With `tensorboard = true`
-the same rounds also go to TensorBoard event files there (common/tracking.py).
+the same rounds also go to TensorBoard event files there (common/run/tracking.py).
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
-from common.config import ConfigError, RunConfig
+from common.run.config import ConfigError, RunConfig
 
 
 def results_root(results_dir: str) -> Path:
@@ -194,7 +194,7 @@ class RunResults:
                 self.metrics_path.write_text("")
                 self._started = True
             if cfg.tensorboard:
-                from common.tracking import TensorBoardLog
+                from common.run.tracking import TensorBoardLog
 
                 self.tensorboard = TensorBoardLog(self.path)
         except BaseException:
@@ -219,7 +219,7 @@ class RunResults:
 
         Not a resume refused at its checkpoint: that folder is left exactly as it was.
         """
-        from common.interrupt import RunInterrupted
+        from common.run.interrupt import RunInterrupted
 
         try:
             if isinstance(exc, RunInterrupted):
@@ -236,7 +236,7 @@ class RunResults:
         A resume that was refused at its checkpoint wrote nothing, and an interrupted one leaves nothing rewritten
         before it started; the checkpoint on disk is the run's latest either way.
         """
-        from common.interrupt import record_stopped
+        from common.run.interrupt import record_stopped
 
         rounds = [r["round"] for r in self.rounds if isinstance(r.get("round"), int) and r.get("phase") is None]
         exc.last_round = max(rounds, default=0)

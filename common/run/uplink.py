@@ -36,8 +36,8 @@ from collections.abc import Collection, Iterable, Mapping
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 
-from common.compression import CompressionSpec, KEY_SEPARATOR, decode_update, pack_bits, packed_length, unpack_bits
-from common.config import RunConfig
+from common.algorithms.compression import CompressionSpec, KEY_SEPARATOR, decode_update, pack_bits, packed_length, unpack_bits
+from common.run.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, MODEL
 from common.records import Weights, check_weights, from_record, to_record
 

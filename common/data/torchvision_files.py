@@ -21,7 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.dataset_types import DatasetArrays, DatasetInfo, DatasetMissingError, builtin_info, default_data_dir
+from common.data.types import DatasetArrays, DatasetInfo, DatasetMissingError, builtin_info, default_data_dir
 
 DEBIAN_FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")
 

@@ -1,0 +1,1 @@
+"""Metrics of a model: classifier evaluation, FID and its feature extractors, and sharpness."""
