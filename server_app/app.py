@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from flwr.app import Context
@@ -10,7 +11,7 @@ from flwr.serverapp import Grid, ServerApp
 from common.run.config import RunConfig, parse_run_config
 from common.run.interrupt import RunInterrupted
 from common.run.results import RunResults
-from server_app.handshake import HandshakeError, handshake_outcome
+from server_app.handshake import HandshakeError, handshake_outcome, rejoined_nodes
 from server_app.messaging import polling_grid
 from server_app.recorder import RunRecorder
 from server_app.registry import SERVER_STRATEGIES
@@ -40,6 +41,7 @@ def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         if not results.resuming:  # a resume keeps the folder as it was until its checkpoint is checked
             results.write_nodes(nodes)
         strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, nodes)
+        strategy.rejoin = partial(rejoined_nodes, cfg=cfg)  # a site that restarts under a new node id
         return run_strategy(grid, cfg, strategy, results)
 
 

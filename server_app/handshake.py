@@ -34,6 +34,12 @@ partitions that do not exist. Every refusal names the node (id and name).
 A user's model must fit the task: its output width is checked against the
 federation's class count here on the server, before any node is asked, and on
 every node as it answers the handshake (`common.run.task.check_task_model`).
+
+A node that restarts mid-run comes back with the same node id when node
+authentication is on, and with a new one otherwise. `rejoined_nodes` asks such
+new ids the same question and maps each to the node-table entry it holds
+(its partition id, or its site's id from its name), so that the strategy sends
+the next rounds to it (`RoundStrategy.rejoin`).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ import time
 from collections import Counter
 from collections.abc import Iterable, Mapping
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, NamedTuple
 
 from flwr.app import Message, MetricRecord, RecordDict
 from flwr.common.logger import log
@@ -80,6 +86,63 @@ def _node_name(reply: Message) -> str:
     return str(record["name"]) if record is not None and "name" in record else ""
 
 
+class _Answer(NamedTuple):
+    """One node's handshake answer: its name once checked (else ""), its entry or why it was refused, its claim."""
+
+    name: str
+    node: NodeInfo | str
+    num_partitions: int | None = None
+
+
+def _ask(grid: Grid, cfg: RunConfig, node_ids: list[int], timeout: float) -> dict[int, _Answer]:
+    """Each node's handshake answer, its claims bounded before anything is sized from them."""
+    messages = [Message(RecordDict(), dst_node_id=nid, message_type=f"query.{HANDSHAKE}") for nid in node_ids]
+    replies = send_and_receive(grid, messages, timeout, cfg.reply_poll_interval)
+    answers: dict[int, _Answer] = {}
+    for message, reply in match_replies(messages, replies)[0]:
+        nid = message.metadata.dst_node_id  # the SuperLink answers for a node that went away
+        if reply.has_error():
+            answers[nid] = _Answer("", reply.error.reason)
+            continue
+        name = _node_name(reply)
+        metrics = reply.content.metric_records.get("metrics")
+        reason = check_node_name(name)
+        if reason is not None:
+            answers[nid] = _Answer("", f"malformed handshake reply: {reason}")
+            continue
+        reason = check_handshake_metrics(metrics)
+        if reason is not None:
+            answers[nid] = _Answer(name, f"malformed handshake reply: {reason}")
+            continue
+        claim = int(metrics["num-partitions"]) if "num-partitions" in metrics else None
+        answers[nid] = _Answer(name, _node_info(nid, metrics, name), claim)
+    return answers
+
+
+def rejoined_nodes(grid: Grid, node_ids: list[int], table: list[NodeInfo], away: set[int],
+                   cfg: RunConfig) -> dict[int, NodeInfo]:
+    """{new node id: the table entry it takes over} for nodes that came back under a new id.
+
+    A new id takes over an entry whose node is `away` (no longer connected) and that holds the same
+    partition id. The entry keeps its handshake counts (a restart cannot raise a node's weight); a new
+    id that answers for no such entry, or fails the question, is logged by id and takes no part.
+    """
+    taken: dict[int, NodeInfo] = {}
+    for nid, (_, answer, _) in _ask(grid, cfg, node_ids, cfg.round_timeout).items():
+        entry = None if isinstance(answer, str) else next(
+            (n for n in table if n.partition_id == answer.partition_id and n.node_id in away
+             and n.node_id not in {t.node_id for t in taken.values()}), None)
+        if entry is None:
+            reason = answer if isinstance(answer, str) else (
+                f"partition {answer.partition_id} is held by a connected node or is not in the run")
+            log(WARNING, "node %s joined mid-run and takes no part: %s", nid, reason)
+            continue
+        log(INFO, "node %s came back as node %s (partition %s%s)", entry.node_id, nid, entry.partition_id,
+            f", {entry.name!r}" if entry.name else "")
+        taken[nid] = entry
+    return taken
+
+
 def handshake(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) -> list[NodeInfo]:
     """The nodes of the run (see `handshake_outcome`)."""
     return handshake_outcome(grid, cfg, poll_interval)[0]
@@ -104,29 +167,16 @@ def handshake_outcome(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) ->
         raise_if_stopped()
         new = [nid for nid in grid.get_node_ids() if nid not in infos and nid not in errors]
         if new:
-            messages = [
-                Message(RecordDict(), dst_node_id=nid, message_type=f"query.{HANDSHAKE}") for nid in new
-            ]
             # a connected node gets at least round-timeout to answer, even when node-wait-timeout is short
             remaining = max(deadline - time.monotonic(), cfg.round_timeout)
-            replies = send_and_receive(grid, messages, remaining, cfg.reply_poll_interval)
-            for message, reply in match_replies(messages, replies)[0]:
-                nid = message.metadata.dst_node_id  # the SuperLink answers for a node that went away
-                if reply.has_error():
-                    errors[nid] = reply.error.reason
-                    log(WARNING, "node %s failed the handshake: %s", nid, reply.error.reason)
-                    continue
-                name = _node_name(reply)
-                metrics = reply.content.metric_records.get("metrics")
-                reason = check_node_name(name)
-                if reason is None:
+            for nid, (name, answer, claim) in _ask(grid, cfg, new, remaining).items():
+                if name:
                     names[nid] = name
-                    reason = check_handshake_metrics(metrics)
-                if reason is not None:
-                    errors[nid] = f"malformed handshake reply: {reason}"
-                    log(WARNING, "node %s: %s", nid, errors[nid])
+                if isinstance(answer, str):
+                    errors[nid] = answer
+                    log(WARNING, "node %s failed the handshake: %s", nid, answer)
                     continue
-                info = _node_info(nid, metrics, name)
+                info = answer
                 holder = next((n for n in infos.values() if n.partition_id == info.partition_id), None)
                 if holder is not None:  # refuse this node alone: the federation goes on with the first holder
                     errors[nid] = (
@@ -137,8 +187,8 @@ def handshake_outcome(grid: Grid, cfg: RunConfig, poll_interval: float = 0.5) ->
                     log(WARNING, "node %s: %s", nid, errors[nid])
                     continue
                 infos[nid] = info
-                if "num-partitions" in metrics:
-                    claims[nid] = int(metrics["num-partitions"])
+                if claim is not None:
+                    claims[nid] = claim
             expected = agreed_partition_count(claims.values())
         agreeing = [nid for nid in infos if nid not in claims or claims[nid] == expected]
         if expected is not None and len(agreeing) >= expected:

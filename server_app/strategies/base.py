@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
 from pathlib import Path
 from typing import Any, Callable
@@ -224,6 +224,10 @@ class RoundStrategy(Strategy):
         self.seed = seed
         self.nodes: list[NodeInfo] = sorted(nodes or [], key=lambda n: n.partition_id)
         self.handshake_nodes = bool(nodes)  # counts and partition ids to check replies against
+        # the app's question for node ids that appear mid-run in a handshake's table (server_app/handshake.py
+        # `rejoined_nodes`): {new id: the entry it takes over}; None: such ids take no part
+        self.rejoin: Callable[[Grid, list[int], list[NodeInfo], set[int]], dict[int, NodeInfo]] | None = None
+        self._strangers: set[int] = set()  # new ids the rejoin question mapped to no entry: not asked again
         self.completed_rounds = 0  # rounds a checkpoint restored: start() skips them
         self.failed_in_a_row = 0
         self.round_report: dict[str, Any] | None = None
@@ -328,6 +332,7 @@ class RoundStrategy(Strategy):
         gone is sampled and recorded as a timeout, which is how its results account for lost nodes.
         """
         if self.handshake_nodes:  # no wait either: a run whose nodes all left ends by max_failed_rounds
+            self.take_back_rejoined(grid)
             return list(self.nodes)
         node_ids = wait_for_nodes(grid, self.min_available_nodes)
         grown = with_new_nodes(self.nodes, node_ids)
@@ -338,6 +343,25 @@ class RoundStrategy(Strategy):
             self.on_nodes_joined()
         connected = set(node_ids)
         return [n for n in self.nodes if n.node_id in connected]
+
+    def take_back_rejoined(self, grid: Grid) -> None:
+        """A handshake's table: hand the entries of nodes that came back under a new node id to that id.
+
+        Asked only when the grid shows an id the table lacks while one of the table's nodes is away;
+        the entry keeps its partition, its counts and its place in the sampling.
+        """
+        if self.rejoin is None:
+            return
+        connected = {int(i) for i in grid.get_node_ids()}
+        away = {n.node_id for n in self.nodes} - connected
+        unknown = sorted(connected - {n.node_id for n in self.nodes} - self._strangers)
+        if not away or not unknown:
+            return
+        taken = self.rejoin(grid, unknown, self.nodes, away)
+        self._strangers.update(set(unknown) - set(taken))
+        by_old_id = {entry.node_id: new_id for new_id, entry in taken.items()}
+        self.nodes = [replace(n, node_id=by_old_id[n.node_id]) if n.node_id in by_old_id else n
+                      for n in self.nodes]
 
     def on_nodes_joined(self) -> None:
         """Called when the node table grew (a strategy with per-node state sizes it here)."""
