@@ -15,6 +15,9 @@ common/client_settings.py), and, where the server itself builds the model (FedSy
 distillation, FedDDPM's sampling), the model and the data's shape. Each default is the run config's
 (common/config.py), so the public classes and `fedsynth run` share one set of defaults.
 
+Which algorithm each class runs, and which settings it sends its nodes, is common/algorithms.py's table
+(`Algorithm.public_class`, `Algorithm.client_keys`), shared with fedsynth's registry and client rules.
+
 Inside, a class still assembles fedsynth's `RunConfig` from its parameters and hands it to the strategy
 fedsynth's own ServerApp runs (server_app/strategies/); taking the run config out of the strategies'
 internals is a later step. The parameters' meanings are defined once (`PARAMETER_DOCS`) and written into each
