@@ -146,6 +146,7 @@ PARAMETER_DOCS: dict[str, str] = {
     "quicktest_reference": "What QuickTest compares with: \"auxiliary\" (the auxiliary set) or \"clients\" (statistics\n"
                            "the nodes send).",
     "fid_features": "The features QuickTest's FID uses (\"classifier\", \"random\", ...).",
+    "cache_dir": "Where the \"classifier\" features' classifier, trained once on `dataset`, is cached (\"\": the default).",
     "oneshot_epochs": "Epochs of the one-shot correction.",
     "oneshot_lr": "Learning rate of the one-shot correction (0: `train_config`'s \"lr\").",
     # decentralized
@@ -691,6 +692,7 @@ class FedDDPMPlus(FedDDPMPlusStrategy):
                  quicktest_reference: str = _D.quicktest_reference,
                  sampler: str = _D.sampler,
                  fid_features: str = _D.fid_features,
+                 cache_dir: str = _D.cache_dir,
                  oneshot_epochs: int = _D.oneshot_epochs,
                  oneshot_lr: float = _D.oneshot_lr,
                  fraction_train: float = _D.fraction_train,
