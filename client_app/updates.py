@@ -3,8 +3,9 @@
 Each rule trains `job.model` in place for one round and returns a LocalResult;
 the rules' cores are the plain functions of client_app/rules.py (`fedsynth.client`),
 which these adapters feed from the run config, the server's records and node state.
-Adding an algorithm on the client side means adding one function here and one
-entry in CLIENT_UPDATES. Node state that must outlive the round (SCAFFOLD's
+`CLIENT_UPDATES` is the client's half of common/algorithm_table.py's table (algorithm
+-> update function); adding an algorithm on the client side means adding its row
+there, one function here and one entry in CLIENT_UPDATES. Node state that must outlive the round (SCAFFOLD's
 `c_i`, MOON's previous model) is kept in the node's `Context.state`.
 """
 
@@ -14,9 +15,7 @@ from collections.abc import Callable
 
 from flwr.app import RecordDict
 
-from client_app.decentralized import (
-    dfedavg_update, dfedavgm_update, dfedsam_update, dpsgd_update, oledfl_sam_update, oledfl_sgd_update,
-)
+from client_app.decentralized import DECENTRALIZED_UPDATES
 from client_app.sam_family import (
     fedgamma_update, fedlesam_d_update, fedlesam_s_update, fedlesam_update, fedsmoo_update, fedsynsam_update,
 )
@@ -102,13 +101,8 @@ CLIENT_UPDATES: dict[str, ClientUpdate] = {
     "moon": moon_update,
     "fedsam": fedsam_update,
     "mofedsam": mofedsam_update,
-    # decentralized FL (issue 6): mix the neighbours' models, then these rules
-    "dpsgd": dpsgd_update,
-    "dfedavg": dfedavg_update,
-    "dfedavgm": dfedavgm_update,
-    "dfedsam": dfedsam_update,
-    "oledfl-sgd": oledfl_sgd_update,
-    "oledfl-sam": oledfl_sam_update,
+    # decentralized FL (issue 6): mix the neighbours' models, then these rules (client_app/decentralized.py)
+    **DECENTRALIZED_UPDATES,
     # FedSynSAM (issue 3): the SAM family and the baselines of the FedSynSAM paper
     "fedlesam": fedlesam_update,
     "fedsynsam": fedsynsam_update,

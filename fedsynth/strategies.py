@@ -1,48 +1,27 @@
 """fedsynth's server strategies as Flower strategies, for a Flower developer's own ServerApp.
 
-Each class is a Flower `Strategy` built from keyword parameters with defaults,
-run with Flower's own `start()`, which returns Flower's `Result`:
+Each class is a Flower `Strategy` built from its own typed keyword parameters (no `**kwargs`), each listed
+with its default in the class docstring, as Flower's `FedAvg` does (`help(FedSynSAM)` shows them), and run
+with Flower's own `start()`, which returns Flower's `Result`:
 
     from fedsynth.strategies import FedSynSAM
     strategy = FedSynSAM(fraction_train=1.0, trajectory_rounds=30, synthetic_ipc=20, compression="qsgd", bits=4)
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(net.state_dict()), num_rounds=100,
                             train_config=ConfigRecord({"lr": 0.05}), evaluate_fn=central_evaluate)
 
-fedsynth's own ServerApp runs the same classes' parents through the same
-`start()` (server_app/app.py). The parameters every class takes:
+A class takes only what its server uses or sends: the round's sampling and checks, the aggregation, the
+settings its nodes' rule reads from the train message's config (the uplink codec, SAM's rho, ...; see
+common/run/client_settings.py), and, where the server itself builds the model (FedSynSAM's and DynaFed's
+distillation, FedDDPM's sampling), the model and the data's shape. Each default is the run config's
+(common/run/config.py), so the public classes and `fedsynth run` share one set of defaults.
 
-fraction_train : float (default: 1.0)
-    Fraction of the nodes sampled for training each round (at least one).
-fraction_evaluate : float (default: 1.0)
-    Fraction of the nodes sent an evaluate message after each round. A round whose train replies
-    all carried `local-test-accuracy` (the received model's evaluation, as fedsynth's clients do)
-    sends none, and the carried numbers become the round's evaluate metrics.
-min_nodes : int (default: 1)
-    Fewest good train replies a round needs; with fewer the model stays unchanged.
-max_failed_rounds : int (default: 3)
-    Rounds in a row below `min_nodes` after which `start()` raises `TooManyFailedRounds`.
-seed : int (default: 0)
-    Seed of the node sampling (the same seed and round draw the same nodes).
-server_lr : float (default: 1.0)
-    The server step: w <- w + server_lr * mean(w_i - w).
-aggregation : str (default: "weighted")
-    "weighted" (by `num-examples`), "uniform", or the robust "median", "trimmed-mean", "krum".
-max_weight_share : float (default: 0.5, the run config's `max-weight-share`)
-    No node's share of a weighted mean above this (bounded influence; 1.0 leaves the counts).
-max_update_norm : float (default: 0.0)
-    Bound on a node's update norm (0: none); `update_norm_action` "clip" scales longer ones, "refuse" drops them.
-lr_schedule : Callable[[int], float] | None (default: None)
-    If given, each round's train config carries "lr" = lr_schedule(server_round).
-nodes : list[NodeInfo] | None (default: None)
-    A node table (node ids with partition ids and example counts, as fedsynth's handshake learns it);
-    None numbers the grid's nodes in node-id order, and every round adds the nodes that joined since.
-weighted_by_key : str (default: "num-examples")
-    The reply metric that weighs each reply in the averages, as in Flower's strategies.
-min_available_nodes : int (default: 1)
-    Each round waits until the grid has at least this many nodes, as Flower's strategies do.
-**settings
-    Any other run-config key by its Python name (docs/configuration.md), e.g. `model`, `dataset`,
-    `compression`, `bits`, `qsgd_bucket`, `trim_fraction`.
+Which algorithm each class runs, and which settings it sends its nodes, is common/algorithm_table.py's table
+(`Algorithm.public_class`, `Algorithm.client_keys`), shared with fedsynth's registry and client rules.
+
+Inside, a class still assembles fedsynth's `RunConfig` from its parameters and hands it to the strategy
+fedsynth's own ServerApp runs (server_app/strategies/); taking the run config out of the strategies'
+internals is a later step. The parameters' meanings are defined once (`PARAMETER_DOCS`) and written into each
+class docstring with the class's own defaults.
 
 What a node must reply to a train message (content "arrays" = the global model, "config" with "server-round",
 "lr" and every setting the node's rule needs under its run-config name, e.g. "sam-rho", "compression", "bits",
@@ -59,6 +38,7 @@ non-finite value, a bad metric) are dropped in `aggregate_train` and listed in
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, Callable
 
 from common.run.config import RunConfig, key_name, parse_run_config
@@ -79,7 +59,104 @@ __all__ = [
     "FedSMOO", "FedSynSAM", "MoFedSAM", "NodeInfo", "OledFL", "ReplyContractError", "Scaffold", "TooManyFailedRounds", "run_config",
 ]
 
-_DEFAULTS = RunConfig()
+_D = RunConfig()  # the run config's defaults: every class's defaults are these (docs/configuration.md)
+
+# the parameters a strategy keeps itself rather than passing into its run config
+_STRATEGY_ARGUMENTS = ("nodes", "fraction_evaluate", "lr_schedule", "weighted_by_key", "min_available_nodes")
+
+# What each keyword parameter means, defined once; `_documented` writes the entries of a class's own
+# parameters, with the class's defaults, into its docstring (Flower's `name : type (default: value)` layout).
+PARAMETER_DOCS: dict[str, str] = {
+    # the round: sampling, checks, bounded influence
+    "fraction_train": "Fraction of the nodes sampled for training each round (at least one).",
+    "fraction_evaluate": "Fraction of the nodes sent an evaluate message after each round. A round whose train replies\n"
+                         "all carried `local-test-accuracy` (the received model's evaluation, as fedsynth's clients do)\n"
+                         "sends none, and the carried numbers become the round's evaluate metrics.",
+    "min_nodes": "Fewest good train replies a round needs; with fewer the model stays unchanged.",
+    "max_failed_rounds": "Rounds in a row below `min_nodes` after which `start()` raises `TooManyFailedRounds`.",
+    "seed": "Seed of the node sampling and of the server's own random draws (the same seed, the same run).",
+    "lr_schedule": "If given, each round's train config carries \"lr\" = lr_schedule(server_round); else `start()`'s\n"
+                   "`train_config` decides.",
+    "nodes": "A node table (node ids with partition ids and example counts, as fedsynth's handshake learns it);\n"
+             "None numbers the grid's nodes in node-id order, and every round adds the nodes that joined since.",
+    "weighted_by_key": "The reply metric that weighs each reply in the averages, as in Flower's strategies.",
+    "min_available_nodes": "Each round waits until the grid has at least this many nodes, as Flower's strategies do.",
+    # aggregation
+    "server_lr": "The server step: w <- w + server_lr * mean(w_i - w).",
+    "aggregation": "\"weighted\" (by `weighted_by_key`), \"uniform\", or the robust \"median\", \"trimmed-mean\", \"krum\".",
+    "trim_fraction": "\"trimmed-mean\": the fraction of the highest and of the lowest values dropped per coordinate.",
+    "byzantine_nodes": "\"krum\": f, the number of faulty nodes Krum tolerates.",
+    "max_weight_share": "No node's share of a weighted mean above this (bounded influence; 1.0 leaves the counts).",
+    "max_update_norm": "Bound on a node's update norm (0: none); `update_norm_action` says what happens to longer ones.",
+    "update_norm_action": "\"clip\" scales an over-long update (or extra record) to the bound, \"refuse\" drops the reply.",
+    "max_record_norm": "Bound on the norm of a node's extra record (control-variate delta, correction; 0: none).",
+    # the uplink codec: sent in the train config, and the server decodes with it
+    "compression": "The uplink codec the nodes use (\"none\", \"qsgd\", \"topk\"), sent as \"compression\"; the server\n"
+                   "decodes the replies with it. Buffers travel uncompressed.",
+    "bits": "qsgd: bits per coordinate on the wire, sent as \"bits\".",
+    "levels": "qsgd: the number of levels s, overriding `bits` (0: from `bits`), sent as \"levels\".",
+    "qsgd_scope": "qsgd: one norm per \"tensor\", per \"model\" or per \"bucket\" of `qsgd_bucket` coordinates (\"qsgd-scope\").",
+    "qsgd_bucket": "qsgd-scope \"bucket\": coordinates per bucket, sent as \"qsgd-bucket\".",
+    "topk_ratio": "topk: the fraction of coordinates a node sends, sent as \"topk-ratio\".",
+    "error_feedback": "Whether the nodes keep the compression error and add it to the next update (\"error-feedback\").",
+    # the nodes' rules: sent in every train message's config
+    "sam_rho": "SAM's radius rho of the nodes' perturbation, sent as \"sam-rho\".",
+    "mofedsam_alpha": "MoFedSAM: weight of the local step against the global momentum, sent as \"mofedsam-alpha\".",
+    "dyn_alpha": "FedDyn's alpha (the server's correction and the nodes' penalty), sent as \"dyn-alpha\".",
+    "cog_start_round": "The first round in which the nodes generate and distil (0: the paper's schedule), sent as\n"
+                       "\"cog-start-round\".",
+    "synsam_beta": "Weight of the local gradient in the nodes' ascent direction, sent as \"synsam-beta\".",
+    "synsam_mix": "How the nodes mix the local and the synthetic gradient (\"paper\", ...), sent as \"synsam-mix\".",
+    "server_momentum": "Momentum of the server's update.",
+    # the server's own model: distillation, server training, sampling
+    "model": "The model the server builds: a preset name (docs/configuration.md) or \"package.module:factory\".",
+    "dataset": "The data whose shape the server's model takes (a dataset name, or \"hf:...\").",
+    "data_dir": "Where `dataset` lies, when its shape is read from the files (\"\": the default folder).",
+    "image_channels": "Image channels of the data (0: from `dataset`).",
+    "image_size": "Image side of the data (0: from `dataset`).",
+    "num_classes": "Number of classes of the data (0: from `dataset`).",
+    "device": "Where the server's own computation runs (\"auto\", \"cpu\", \"cuda\", ...).",
+    "trajectory_rounds": "R, the aggregations recorded before the distillation.",
+    "synthetic_ipc": "Synthetic images per class.",
+    "distill_iterations": "Iterations of the trajectory-matching distillation.",
+    "distill_optimizer": "Optimizer of the synthetic images (\"auto\": Adam for grey images, else SGD).",
+    "distill_inner_steps": "Steps of the student per distillation iteration (0: 3 for grey images, else 5).",
+    "distill_lr": "Learning rate of the synthetic images (0: from the optimizer).",
+    "distill_alpha_init": "Initial value of the learnt student learning rate.",
+    "distill_alpha_lr": "Learning rate of the learnt student learning rate.",
+    "dynafed_lr": "Learning rate of the server's training on the synthetic set.",
+    "dynafed_epochs": "Epochs of the server's training on the synthetic set each round (0: none).",
+    "batch_size": "Batch size of the server's own training.",
+    # diffusion (FedDDPM, FedDDPM+)
+    "diffusion_timesteps": "T of the diffusion (0: the U-Net preset's).",
+    "aux_sampler": "The sampler of the auxiliary set (\"ddpm\" ancestral, as the paper, or \"ddim\").",
+    "sampler": "The sampler of QuickTest's images (\"ddpm\" or \"ddim\").",
+    "ddim_steps": "Steps of the DDIM sampler.",
+    "local_optimizer": "Optimizer of the server's corrections (\"auto\": Adam for the diffusion task).",
+    "warmup_epochs": "Epochs of each node's warm-up, sent in the warm-up message.",
+    "warmup_steps": "Steps of each node's warm-up, overriding `warmup_epochs` (0: epochs).",
+    "warmup_timeout": "Seconds the server waits for the warm-up replies.",
+    "aux_fraction": "Auxiliary images per node, as a fraction of its example count.",
+    "correction_epochs": "Server epochs on the auxiliary set after each aggregation.",
+    "correction_lr": "Learning rate of those epochs.",
+    "quicktest_every": "Rounds between QuickTests.",
+    "quicktest_size": "Images QuickTest samples.",
+    "quicktest_gamma": "QuickTest's smoothing of its score.",
+    "quicktest_threshold": "QuickTest's threshold: a smoothed change below it stops the rounds.",
+    "quicktest_reference": "What QuickTest compares with: \"auxiliary\" (the auxiliary set) or \"clients\" (statistics\n"
+                           "the nodes send).",
+    "fid_features": "The features QuickTest's FID uses (\"classifier\", \"random\", ...).",
+    "cache_dir": "Where the \"classifier\" features' classifier, trained once on `dataset`, is cached (\"\": the default).",
+    "oneshot_epochs": "Epochs of the one-shot correction.",
+    "oneshot_lr": "Learning rate of the one-shot correction (0: `train_config`'s \"lr\").",
+    # decentralized
+    "topology": "The peer topology: \"ring\", \"random\" (k-regular, redrawn each round from (seed, round)), \"full\", ...",
+    "peers": "k of the random topologies.",
+    "mixing": "Weights of the mixing matrix W (\"metropolis\", \"uniform\").",
+    "relay_mixing": "Send each node the weighted sum of its neighbours' models instead of each model.",
+    "sam": "False: OledFL-SGD; True: OledFL-SAM (the nodes read \"sam-rho\" from the config).",
+    "ole_beta": "Ole's coefficient beta, sent to the nodes as \"ole-beta\".",
+}
 
 
 def run_config(algorithm: str, settings: dict[str, Any]) -> RunConfig:
@@ -87,7 +164,7 @@ def run_config(algorithm: str, settings: dict[str, Any]) -> RunConfig:
 
     Raises TypeError for a name that is no run-config key, and common.run.config.ConfigError for a bad value.
     """
-    known = {f for f in vars(_DEFAULTS)}
+    known = {f for f in vars(_D)}
     unknown = sorted(name for name in settings if name not in known)
     if unknown:
         raise TypeError(f"unknown parameter(s) {unknown}: not run-config keys (docs/configuration.md)")
@@ -95,367 +172,605 @@ def run_config(algorithm: str, settings: dict[str, Any]) -> RunConfig:
     return parse_run_config(raw, [algorithm])
 
 
-def _init(strategy: RoundStrategy, parent: type, algorithm: str, nodes: list[NodeInfo] | None,
-          fraction_evaluate: float, lr_schedule: Callable[[int], float] | None, weighted_by_key: str,
-          min_available_nodes: int, settings: dict[str, Any]) -> None:
-    """Build `parent`'s run config from keyword parameters; the round's lr comes from the train config or lr_schedule."""
-    parent.__init__(strategy, run_config(algorithm, settings), nodes, fraction_evaluate=fraction_evaluate,
-                    weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-    strategy.lr_schedule = lr_schedule
+def _build(strategy: RoundStrategy, parent: type, algorithm: str, arguments: dict[str, Any]) -> None:
+    """Initialise `parent`'s part of `strategy` from a public class's keyword `arguments` (its `locals()`).
+
+    The strategy's own arguments go to `parent.__init__`; the rest are run-config keys, assembled into the
+    run config `parent` is built from (the module docstring says why). The round's lr comes from the train
+    config or `lr_schedule`.
+    """
+    settings = {name: value for name, value in arguments.items() if name not in ("self", "__class__", "sam")}
+    own = {name: settings.pop(name) for name in _STRATEGY_ARGUMENTS}
+    parent.__init__(strategy, run_config(algorithm, settings), own["nodes"],
+                    fraction_evaluate=own["fraction_evaluate"], weighted_by_key=own["weighted_by_key"],
+                    min_available_nodes=own["min_available_nodes"])
+    strategy.lr_schedule = own["lr_schedule"]
 
 
+def parameter_section(cls: type) -> str:
+    """The "Parameters" section of `cls`'s docstring: each keyword parameter with its type, default and meaning."""
+    lines = ["Parameters", "----------"]
+    for parameter in inspect.signature(cls).parameters.values():
+        default = parameter.default
+        shown = getattr(default, "__name__", None) or repr(default)
+        lines.append(f"{parameter.name} : {parameter.annotation} (default: {shown})")
+        lines.extend("    " + line.strip() for line in PARAMETER_DOCS[parameter.name].splitlines())
+    return "\n".join(lines)
+
+
+def _documented(cls: type) -> type:
+    """Append the class's parameter section to its docstring, so that `help(cls)` lists every parameter."""
+    section = "\n".join("    " + line if line else "" for line in parameter_section(cls).splitlines())
+    cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n" + section + "\n"
+    return cls
+
+
+@_documented
 class FedAvg(FedAvgStrategy):
     """FedAvg (McMahan et al., 2017) with fedsynth's reply checks, seeded sampling and bounded influence.
 
-    Parameters: the common ones (module docstring).
+    Nodes train with any rule (`fedsynth.client.train_sgd`, or a Flower template's own train function).
     """
 
-    def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
-                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, FedAvgStrategy, "fedavg", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
+    def __init__(self, *, fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, FedAvgStrategy, "fedavg", locals())
 
 
+@_documented
 class FedSAM(FedAvgStrategy):
-    """FedSAM (Qu et al., 2022): FedAvg on the server; nodes train with SAM (`fedsynth.client.train_fedsam`).
-
-    Parameters
-    ----------
-    sam_rho : float (default: the run config's `sam-rho`)
-        SAM's radius rho, sent in every train message's config as "sam-rho".
-    And the common ones (module docstring).
+    """FedSAM (Qu et al., 2022): FedAvg on the server; nodes train with SAM (`fedsynth.client.train_fedsam`),
+    reading rho from the train config's "sam-rho".
     """
 
-    def __init__(self, *, sam_rho: float = _DEFAULTS.sam_rho, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
-                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, FedAvgStrategy, "fedsam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"sam_rho": sam_rho, "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
+    def __init__(self, *, sam_rho: float = _D.sam_rho,
+                 fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, FedAvgStrategy, "fedsam", locals())
 
 
+@_documented
 class FedCOG(FedAvgStrategy):
     """FedCOG (Ye et al., 2023): FedAvg on the server; nodes generate complementary data from the global
-    model and train with knowledge distillation (`fedsynth.client`'s FedCOG functions) from `cog_start_round` on.
-
-    The server is FedAvg's (FedCOG is client-side only); each train message carries "server-round" and
-    "cog-start-round", which the node compares.
-
-    Parameters
-    ----------
-    cog_start_round : int (default: the run config's `cog-start-round`; 0: the paper's schedule)
-        The first round in which the nodes generate and distil, sent as "cog-start-round".
-    And the common ones (module docstring).
+    model and train with knowledge distillation (`fedsynth.client`'s FedCOG functions) from the round the train
+    config's "cog-start-round" names on (FedCOG is client-side only).
     """
 
-    def __init__(self, *, cog_start_round: int = _DEFAULTS.cog_start_round, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
-                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, FedAvgStrategy, "fedcog", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"cog_start_round": cog_start_round, "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
+    def __init__(self, *, cog_start_round: int = _D.cog_start_round,
+                 fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, FedAvgStrategy, "fedcog", locals())
 
 
+@_documented
 class FedAvgM(FedAvgMStrategy):
     """FedAvgM (Hsu et al., 2019): FedAvg with server momentum.
-
-    Parameters
-    ----------
-    server_momentum : float (default: the run config's)
-        Momentum of the server's update. And the common ones (module docstring).
     """
 
-    def __init__(self, *, server_momentum: float = _DEFAULTS.server_momentum,
-                 fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
-                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, FedAvgMStrategy, "fedavgm", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"server_momentum": server_momentum, "fraction_train": fraction_train, "min_nodes": min_nodes,
-               "seed": seed, **settings})
+    def __init__(self, *, server_momentum: float = _D.server_momentum,
+                 fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, FedAvgMStrategy, "fedavgm", locals())
 
 
+@_documented
 class Scaffold(ScaffoldStrategy):
     """SCAFFOLD (Karimireddy et al., 2020): sends the server control variate c, averages the nodes' c_i updates.
 
     Nodes reply with "scaffold-delta-c" (c_i+ - c_i) beside the model (`fedsynth.client.train_scaffold`).
-    Parameters: the common ones (module docstring).
     """
 
-    def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
-                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, ScaffoldStrategy, "scaffold", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
+    def __init__(self, *, fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 max_record_norm: float = _D.max_record_norm,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, ScaffoldStrategy, "scaffold", locals())
 
 
+@_documented
 class MoFedSAM(PreviousUpdateStrategy):
     """MoFedSAM (Qu et al., 2022): FedAvg that also sends the previous global update for the nodes' momentum.
-
-    Parameters: the common ones (module docstring).
     """
 
-    def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
-                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, PreviousUpdateStrategy, "mofedsam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
+    def __init__(self, *, sam_rho: float = _D.sam_rho,
+                 mofedsam_alpha: float = _D.mofedsam_alpha,
+                 fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, PreviousUpdateStrategy, "mofedsam", locals())
 
 
+@_documented
 class FedLESAM(FedLESAMStrategy):
     """FedLESAM (Fan et al., 2024): sends the previous global update, the nodes' perturbation direction.
-
-    Parameters: the common ones (module docstring).
     """
 
-    def __init__(self, *, fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
-                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, FedLESAMStrategy, "fedlesam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
+    def __init__(self, *, sam_rho: float = _D.sam_rho,
+                 fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, FedLESAMStrategy, "fedlesam", locals())
 
 
+@_documented
 class FedLESAMD(FedLESAMDStrategy):
     """FedLESAM-D: FedDyn's server that also sends the previous global update.
-
-    Parameters
-    ----------
-    dyn_alpha : float (default: the run config's)
-        FedDyn's alpha. And the common ones (module docstring).
     """
 
-    def __init__(self, *, dyn_alpha: float = _DEFAULTS.dyn_alpha, fraction_train: float = _DEFAULTS.fraction_train,
-                 fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, FedLESAMDStrategy, "fedlesam-d", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"dyn_alpha": dyn_alpha, "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed,
-               **settings})
+    def __init__(self, *, dyn_alpha: float = _D.dyn_alpha,
+                 sam_rho: float = _D.sam_rho,
+                 fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 max_record_norm: float = _D.max_record_norm,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, FedLESAMDStrategy, "fedlesam-d", locals())
 
 
+@_documented
 class FedSMOO(FedSMOOStrategy):
     """FedSMOO (Sun et al., 2023): FedDyn's server plus the global perturbation from the nodes' corrections.
-
-    Parameters
-    ----------
-    dyn_alpha : float (default: the run config's)
-        FedDyn's alpha.
-    sam_rho : float (default: the run config's)
-        Radius of the global perturbation. And the common ones (module docstring).
     """
 
-    def __init__(self, *, dyn_alpha: float = _DEFAULTS.dyn_alpha, sam_rho: float = _DEFAULTS.sam_rho,
-                 fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
-                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, FedSMOOStrategy, "fedsmoo", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"dyn_alpha": dyn_alpha, "sam_rho": sam_rho, "fraction_train": fraction_train, "min_nodes": min_nodes,
-               "seed": seed, **settings})
+    def __init__(self, *, dyn_alpha: float = _D.dyn_alpha,
+                 sam_rho: float = _D.sam_rho,
+                 fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 max_record_norm: float = _D.max_record_norm,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, FedSMOOStrategy, "fedsmoo", locals())
 
 
+@_documented
 class FedSynSAM(FedSynSAMStrategy):
     """FedSynSAM: FedAvg of (compressed) updates; after `trajectory_rounds` aggregations the server distils a
     synthetic set from the global-model trajectory and sends it once to every node, which then perturbs along
     the local/synthetic gradient mix (`fedsynth.client.train_fedsynsam`).
 
-    The distillation needs the model's architecture and the data's shape on the server: `model` (a preset
-    name or "package.module:factory") and `dataset`, or `image_channels`, `image_size`, `num_classes`.
-
-    Parameters
-    ----------
-    trajectory_rounds : int (default: the run config's)
-        R, the aggregations recorded before the distillation.
-    synthetic_ipc : int (default: the run config's)
-        Synthetic images per class.
-    distill_iterations : int (default: the run config's)
-        Iterations of the trajectory-matching distillation.
-    compression : str (default: "none")
-        The uplink codec the nodes use ("qsgd", "topk" or "none"), sent as "compression"; the server decodes with it.
-    bits : int (default: the run config's `bits`)
-        qsgd: bits per coordinate on the wire, sent as "bits".
-    levels : int (default: 0, from `bits`)
-        qsgd: the number of levels s, overriding `bits`, sent as "levels".
-    qsgd_scope : str (default: "tensor")
-        qsgd: one norm per "tensor", per "model" or per "bucket" of `qsgd_bucket` coordinates ("qsgd-scope").
-    qsgd_bucket : int (default: the run config's `qsgd-bucket`)
-        qsgd-scope "bucket": coordinates per bucket ("qsgd-bucket").
-    sam_rho : float (default: the run config's `sam-rho`)
-        The nodes' SAM radius, sent as "sam-rho".
-    synsam_beta : float (default: the run config's `synsam-beta`)
-        Weight of the local gradient in the nodes' ascent direction, sent as "synsam-beta".
-    And the common ones (module docstring).
+    The distillation builds the model on the server: `model` (a preset name or "package.module:factory")
+    and the data's shape (`dataset`, or `image_channels`, `image_size`, `num_classes`).
     """
 
-    def __init__(self, *, trajectory_rounds: int = _DEFAULTS.trajectory_rounds,
-                 synthetic_ipc: int = _DEFAULTS.synthetic_ipc, distill_iterations: int = _DEFAULTS.distill_iterations,
-                 compression: str = _DEFAULTS.compression, bits: int = _DEFAULTS.bits, levels: int = _DEFAULTS.levels,
-                 qsgd_scope: str = _DEFAULTS.qsgd_scope, qsgd_bucket: int = _DEFAULTS.qsgd_bucket,
-                 sam_rho: float = _DEFAULTS.sam_rho, synsam_beta: float = _DEFAULTS.synsam_beta, fraction_train: float = _DEFAULTS.fraction_train,
-                 fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, FedSynSAMStrategy, "fedsynsam", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"trajectory_rounds": trajectory_rounds, "synthetic_ipc": synthetic_ipc,
-               "distill_iterations": distill_iterations, "compression": compression, "bits": bits, "levels": levels,
-               "qsgd_scope": qsgd_scope, "qsgd_bucket": qsgd_bucket, "sam_rho": sam_rho, "synsam_beta": synsam_beta,
-               "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed, **settings})
+    def __init__(self, *, trajectory_rounds: int = _D.trajectory_rounds,
+                 synthetic_ipc: int = _D.synthetic_ipc,
+                 distill_iterations: int = _D.distill_iterations,
+                 distill_optimizer: str = _D.distill_optimizer,
+                 distill_inner_steps: int = _D.distill_inner_steps,
+                 distill_lr: float = _D.distill_lr,
+                 distill_alpha_init: float = _D.distill_alpha_init,
+                 distill_alpha_lr: float = _D.distill_alpha_lr,
+                 sam_rho: float = _D.sam_rho,
+                 synsam_beta: float = _D.synsam_beta,
+                 synsam_mix: str = _D.synsam_mix,
+                 model: str = _D.model,
+                 dataset: str = _D.dataset,
+                 data_dir: str = _D.data_dir,
+                 image_channels: int = _D.image_channels,
+                 image_size: int = _D.image_size,
+                 num_classes: int = _D.num_classes,
+                 device: str = _D.device,
+                 fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, FedSynSAMStrategy, "fedsynsam", locals())
 
 
+@_documented
 class DynaFed(DynaFedStrategy):
     """DynaFed (Pi et al., 2023): FedAvg plus server training on the trajectory-distilled synthetic set.
 
-    Parameters: as FedSynSAM's (`trajectory_rounds`, `synthetic_ipc`, `distill_iterations`), `dynafed_lr` and
-    `dynafed_epochs` through settings, and the common ones (module docstring).
+    The distillation and the server training build the model on the server, as FedSynSAM's.
     """
 
-    def __init__(self, *, trajectory_rounds: int = _DEFAULTS.trajectory_rounds,
-                 synthetic_ipc: int = _DEFAULTS.synthetic_ipc, distill_iterations: int = _DEFAULTS.distill_iterations,
-                 fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
-                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, DynaFedStrategy, "dynafed", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"trajectory_rounds": trajectory_rounds, "synthetic_ipc": synthetic_ipc,
-               "distill_iterations": distill_iterations, "fraction_train": fraction_train, "min_nodes": min_nodes,
-               "seed": seed, **settings})
+    def __init__(self, *, trajectory_rounds: int = _D.trajectory_rounds,
+                 synthetic_ipc: int = _D.synthetic_ipc,
+                 distill_iterations: int = _D.distill_iterations,
+                 distill_optimizer: str = _D.distill_optimizer,
+                 distill_inner_steps: int = _D.distill_inner_steps,
+                 distill_lr: float = _D.distill_lr,
+                 distill_alpha_init: float = _D.distill_alpha_init,
+                 distill_alpha_lr: float = _D.distill_alpha_lr,
+                 dynafed_lr: float = _D.dynafed_lr,
+                 dynafed_epochs: int = _D.dynafed_epochs,
+                 batch_size: int = _D.batch_size,
+                 model: str = _D.model,
+                 dataset: str = _D.dataset,
+                 data_dir: str = _D.data_dir,
+                 image_channels: int = _D.image_channels,
+                 image_size: int = _D.image_size,
+                 num_classes: int = _D.num_classes,
+                 device: str = _D.device,
+                 fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, DynaFedStrategy, "dynafed", locals())
 
 
+@_documented
 class FedDDPM(FedDDPMStrategy):
     """FedDDPM: FedAvg of DDPMs, corrected on the server with an auxiliary set sampled from the nodes' warm DDPMs.
 
     Under `start()` its first `configure_train` runs the warm-up (every node trains its own DDPM and uploads
     it once; the server samples the auxiliary set); every aggregation is then followed by `correction_epochs`
-    on that set. The record of the warm-up is in `phase_records`. The DDPM's architecture on the server comes
-    from `model` and the image shape from `dataset` (or `image_channels`, `image_size`).
-
-    Parameters
-    ----------
-    warmup_epochs : int (default: the run config's)
-        Epochs of each node's warm-up.
-    aux_fraction : float (default: the run config's)
-        Auxiliary images per node, as a fraction of its example count.
-    correction_epochs : int (default: the run config's)
-        Server epochs on the auxiliary set after each aggregation.
-    correction_lr : float (default: the run config's)
-        Their learning rate.
-    And the common ones (module docstring).
+    on that set. The record of the warm-up is in `phase_records`. The server builds the DDPM from `model` and
+    the image shape (`dataset`, or `image_channels`, `image_size`).
     """
 
-    def __init__(self, *, warmup_epochs: int = _DEFAULTS.warmup_epochs, aux_fraction: float = _DEFAULTS.aux_fraction,
-                 correction_epochs: int = _DEFAULTS.correction_epochs, correction_lr: float = _DEFAULTS.correction_lr,
-                 fraction_train: float = _DEFAULTS.fraction_train, fraction_evaluate: float = 1.0,
-                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, FedDDPMStrategy, "fedddpm", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"warmup_epochs": warmup_epochs, "aux_fraction": aux_fraction, "correction_epochs": correction_epochs,
-               "correction_lr": correction_lr, "fraction_train": fraction_train, "min_nodes": min_nodes,
-               "seed": seed, **settings})
+    def __init__(self, *, model: str = _D.model,
+                 dataset: str = _D.dataset,
+                 data_dir: str = _D.data_dir,
+                 image_channels: int = _D.image_channels,
+                 image_size: int = _D.image_size,
+                 diffusion_timesteps: int = _D.diffusion_timesteps,
+                 aux_sampler: str = _D.aux_sampler,
+                 ddim_steps: int = _D.ddim_steps,
+                 batch_size: int = _D.batch_size,
+                 local_optimizer: str = _D.local_optimizer,
+                 device: str = _D.device,
+                 warmup_epochs: int = _D.warmup_epochs,
+                 warmup_steps: int = _D.warmup_steps,
+                 warmup_timeout: float = _D.warmup_timeout,
+                 aux_fraction: float = _D.aux_fraction,
+                 correction_epochs: int = _D.correction_epochs,
+                 correction_lr: float = _D.correction_lr,
+                 fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, FedDDPMStrategy, "fedddpm", locals())
 
 
+@_documented
 class FedDDPMPlus(FedDDPMPlusStrategy):
     """FedDDPM+: FedDDPM's warm-up, FedAvg rounds with QuickTest every `quicktest_every` rounds, then a one-shot
-    correction on the auxiliary set and a stop: later rounds of `start()` send nothing.
-
-    Parameters
-    ----------
-    quicktest_every : int (default: the run config's)
-        Rounds between QuickTests.
-    oneshot_epochs : int (default: the run config's)
-        Epochs of the one-shot correction.
-    warmup_epochs : int (default: the run config's)
-        Epochs of each node's warm-up (as FedDDPM's).
-    aux_fraction : float (default: the run config's)
-        Auxiliary images per node, as a fraction of its example count (as FedDDPM's).
-    And the common ones (module docstring). The one-shot correction comes at `start()`'s `num_rounds` (or
-    earlier when QuickTest fires), at `oneshot_lr` or else `train_config`'s "lr".
+    correction on the auxiliary set and a stop: later rounds of `start()` send nothing. The one-shot
+    correction comes at `start()`'s `num_rounds` (or earlier when QuickTest fires), at `oneshot_lr` or else
+    `train_config`'s "lr".
     """
 
-    def __init__(self, *, quicktest_every: int = _DEFAULTS.quicktest_every,
-                 oneshot_epochs: int = _DEFAULTS.oneshot_epochs, warmup_epochs: int = _DEFAULTS.warmup_epochs,
-                 aux_fraction: float = _DEFAULTS.aux_fraction, fraction_train: float = _DEFAULTS.fraction_train,
-                 fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, FedDDPMPlusStrategy, "fedddpm+", nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"quicktest_every": quicktest_every, "oneshot_epochs": oneshot_epochs, "warmup_epochs": warmup_epochs,
-               "aux_fraction": aux_fraction, "fraction_train": fraction_train, "min_nodes": min_nodes, "seed": seed,
-               **settings})
+    def __init__(self, *, model: str = _D.model,
+                 dataset: str = _D.dataset,
+                 data_dir: str = _D.data_dir,
+                 image_channels: int = _D.image_channels,
+                 image_size: int = _D.image_size,
+                 diffusion_timesteps: int = _D.diffusion_timesteps,
+                 aux_sampler: str = _D.aux_sampler,
+                 ddim_steps: int = _D.ddim_steps,
+                 batch_size: int = _D.batch_size,
+                 local_optimizer: str = _D.local_optimizer,
+                 device: str = _D.device,
+                 warmup_epochs: int = _D.warmup_epochs,
+                 warmup_steps: int = _D.warmup_steps,
+                 warmup_timeout: float = _D.warmup_timeout,
+                 aux_fraction: float = _D.aux_fraction,
+                 quicktest_every: int = _D.quicktest_every,
+                 quicktest_size: int = _D.quicktest_size,
+                 quicktest_gamma: float = _D.quicktest_gamma,
+                 quicktest_threshold: float = _D.quicktest_threshold,
+                 quicktest_reference: str = _D.quicktest_reference,
+                 sampler: str = _D.sampler,
+                 fid_features: str = _D.fid_features,
+                 cache_dir: str = _D.cache_dir,
+                 oneshot_epochs: int = _D.oneshot_epochs,
+                 oneshot_lr: float = _D.oneshot_lr,
+                 fraction_train: float = _D.fraction_train,
+                 server_lr: float = _D.server_lr,
+                 aggregation: str = _D.aggregation,
+                 trim_fraction: float = _D.trim_fraction,
+                 byzantine_nodes: int = _D.byzantine_nodes,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 compression: str = _D.compression,
+                 bits: int = _D.bits,
+                 levels: int = _D.levels,
+                 qsgd_scope: str = _D.qsgd_scope,
+                 qsgd_bucket: int = _D.qsgd_bucket,
+                 topk_ratio: float = _D.topk_ratio,
+                 error_feedback: bool = _D.error_feedback,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, FedDDPMPlusStrategy, "fedddpm+", locals())
 
 
+@_documented
 class DFedAvg(DecentralizedRelay):
     """Decentralized FedAvg over a peer topology: `configure_train` sends each node its own message (its mixing
     weights and its neighbours' last models, or their weighted sum with `relay_mixing`); `aggregate_train`
-    keeps each reply as that node's model and returns their average x-bar. All nodes train every round.
-
-    Parameters
-    ----------
-    topology : str (default: the run config's)
-        "ring", "random" (k-regular, redrawn each round from (seed, round)), "random-pull", ...
-    peers : int (default: the run config's)
-        k of the random topologies.
-    mixing : str (default: the run config's)
-        Weights of W ("metropolis", "uniform").
-    relay_mixing : bool (default: the run config's)
-        Send each node the weighted sum of its neighbours' models instead of each model.
-    And the common ones (module docstring); `fraction_train` does not apply.
+    keeps each reply as that node's model and returns their average x-bar. All nodes train every round
+    (`fedsynth.client.gossip_mix`, then `fedsynth.client.train_sgd`); docs/library.md describes the message layout.
     """
 
-    algorithm = "dfedavg"
+    def __init__(self, *, topology: str = _D.topology,
+                 peers: int = _D.peers,
+                 mixing: str = _D.mixing,
+                 relay_mixing: bool = _D.relay_mixing,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, DecentralizedRelay, "dfedavg", locals())
 
-    def __init__(self, *, topology: str = _DEFAULTS.topology, peers: int = _DEFAULTS.peers,
-                 mixing: str = _DEFAULTS.mixing, relay_mixing: bool = _DEFAULTS.relay_mixing,
-                 fraction_evaluate: float = 1.0, min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1,
-                 **settings: Any) -> None:
-        _init(self, DecentralizedRelay, self.algorithm, nodes, fraction_evaluate, lr_schedule, weighted_by_key, min_available_nodes,
-              {"topology": topology, "peers": peers, "mixing": mixing, "relay_mixing": relay_mixing,
-               "min_nodes": min_nodes, "seed": seed, **settings})
 
-
+@_documented
 class OledFL(DFedAvg):
     """OledFL (Li et al., 2024): DFedAvg's relay; each node restarts from an "opposite lookahead" of its model
-    (`fedsynth.client.ole_restart`) with `ole_beta`, which every train message's config carries as "ole-beta".
-
-    Parameters
-    ----------
-    sam : bool (default: False)
-        False: OledFL-SGD; True: OledFL-SAM (the nodes read "sam-rho" from the config).
-    ole_beta : float (default: the run config's)
-        Ole's coefficient beta, sent to the nodes as "ole-beta".
-    topology, peers, mixing, relay_mixing : as DFedAvg's (default: the run config's)
-        The peer topology, k of the random ones, the weights of W, and whether to send mixed sums.
-    And the common ones (module docstring).
+    (`fedsynth.client.ole_restart`) with the train config's "ole-beta", then trains with SGD or, with
+    `sam`, with SAM at the config's "sam-rho".
     """
 
-    def __init__(self, *, sam: bool = False, ole_beta: float = _DEFAULTS.ole_beta, topology: str = _DEFAULTS.topology,
-                 peers: int = _DEFAULTS.peers, mixing: str = _DEFAULTS.mixing,
-                 relay_mixing: bool = _DEFAULTS.relay_mixing, fraction_evaluate: float = 1.0,
-                 min_nodes: int = _DEFAULTS.min_nodes, seed: int = _DEFAULTS.seed,
-                 lr_schedule: Callable[[int], float] | None = None, nodes: list[NodeInfo] | None = None,
-                 weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1, **settings: Any) -> None:
-        self.algorithm = "oledfl-sam" if sam else "oledfl-sgd"
-        super().__init__(topology=topology, peers=peers, mixing=mixing, relay_mixing=relay_mixing,
-                         fraction_evaluate=fraction_evaluate, min_nodes=min_nodes, seed=seed, lr_schedule=lr_schedule,
-                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes,
-                         ole_beta=ole_beta, **settings)
+    def __init__(self, *, sam: bool = False,
+                 ole_beta: float = _D.ole_beta,
+                 sam_rho: float = _D.sam_rho,
+                 topology: str = _D.topology,
+                 peers: int = _D.peers,
+                 mixing: str = _D.mixing,
+                 relay_mixing: bool = _D.relay_mixing,
+                 max_weight_share: float = _D.max_weight_share,
+                 max_update_norm: float = _D.max_update_norm,
+                 update_norm_action: str = _D.update_norm_action,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = _D.min_nodes,
+                 max_failed_rounds: int = _D.max_failed_rounds,
+                 seed: int = _D.seed,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        _build(self, DecentralizedRelay, "oledfl-sam" if sam else "oledfl-sgd", locals())
+

@@ -1,11 +1,13 @@
-"""Server-side registry: algorithm name -> strategy class.
+"""Server-side registry: server-rule name -> strategy class, and algorithm name -> strategy class.
 
-Adding an algorithm on the server side means adding one entry here (and, if
-its server rule is new, one strategy module under `strategies/`).
+The algorithms and the server rule each uses are common/algorithm_table.py's table; this module is the
+server's half of it. Adding an algorithm on the server side means adding its row there and, if its
+server rule is new, one strategy module under `strategies/` and one entry in `SERVER_RULES`.
 """
 
 from __future__ import annotations
 
+from common.algorithm_table import ALGORITHMS
 from server_app.decentralized import DecentralizedRelay
 from server_app.strategies.fedavg import FedAvgStrategy
 from server_app.strategies.fedavgm import FedAvgMStrategy
@@ -18,37 +20,24 @@ from server_app.strategies.sam_baselines import (
     FedLESAMDStrategy, FedLESAMSStrategy, FedLESAMStrategy, FedSMOOStrategy,
 )
 
-SERVER_STRATEGIES: dict[str, type[FedAvgStrategy]] = {
+# the server rules by the names common/algorithm_table.py's `Algorithm.server` uses
+SERVER_RULES: dict[str, type[FedAvgStrategy] | type[DecentralizedRelay]] = {
     "fedavg": FedAvgStrategy,
     "fedavgm": FedAvgMStrategy,
-    "fedprox": FedAvgStrategy,
     "scaffold": ScaffoldStrategy,
-    "moon": FedAvgStrategy,
-    "fedsam": FedAvgStrategy,
-    "mofedsam": PreviousUpdateStrategy,
-    # decentralized FL (issue 6): the ServerApp only relays; the node rules differ
-    "dpsgd": DecentralizedRelay,
-    "dfedavg": DecentralizedRelay,
-    "dfedavgm": DecentralizedRelay,
-    "dfedsam": DecentralizedRelay,
-    "oledfl-sgd": DecentralizedRelay,
-    "oledfl-sam": DecentralizedRelay,
-    # FedCOG (issue 4) is client-side only: X+cog keeps X's server strategy ("fedcog" = "fedavg+cog")
-    "fedcog": FedAvgStrategy,
-    "fedavg+cog": FedAvgStrategy,
-    "fedavgm+cog": FedAvgMStrategy,
-    "fedprox+cog": FedAvgStrategy,
-    "scaffold+cog": ScaffoldStrategy,
-    "moon+cog": FedAvgStrategy,
-    # FedSynSAM (issue 3): the SAM family and the baselines of the FedSynSAM paper
+    "previous-update": PreviousUpdateStrategy,
+    "relay": DecentralizedRelay,  # decentralized FL (issue 6): the ServerApp only relays
     "fedlesam": FedLESAMStrategy,
     "fedsynsam": FedSynSAMStrategy,
     "dynafed": DynaFedStrategy,
-    "fedgamma": ScaffoldStrategy,
     "fedlesam-s": FedLESAMSStrategy,
     "fedlesam-d": FedLESAMDStrategy,
     "fedsmoo": FedSMOOStrategy,
-    # FedDDPM (issue 5): diffusion models with server-side auxiliary correction
     "fedddpm": FedDDPMStrategy,
     "fedddpm+": FedDDPMPlusStrategy,
+}
+
+# algorithm -> its server's strategy class, in the table's order
+SERVER_STRATEGIES: dict[str, type[FedAvgStrategy] | type[DecentralizedRelay]] = {
+    name: SERVER_RULES[algorithm.server] for name, algorithm in ALGORITHMS.items()
 }

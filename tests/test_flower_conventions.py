@@ -284,19 +284,51 @@ def test_a_contract_error_needs_every_failure_to_be_a_contract_break():
     assert contract_violation_error("FedAvg", [], "reply X") is None
 
 
-def test_every_parameter_of_every_public_strategy_is_documented():
-    """help() of each class names each of its keyword parameters (its own docstring, or the module's common list)."""
+def test_every_parameter_of_every_public_strategy_is_typed_and_documented():
+    """No public class takes `**kwargs`; its docstring, and so `help()`, lists each parameter with its default."""
     import inspect
+    import pydoc
 
     public = [getattr(strategies, name) for name in strategies.__all__]
     classes = [cls for cls in public if isinstance(cls, type) and hasattr(cls, "configure_train")]
     assert len(classes) == 15
     for cls in classes:
-        for parameter in inspect.signature(cls).parameters.values():
-            if parameter.kind is parameter.VAR_KEYWORD:
-                continue
-            assert parameter.kind is parameter.KEYWORD_ONLY and parameter.annotation is not parameter.empty
-            assert parameter.name in (cls.__doc__ or "") or parameter.name in strategies.__doc__, (cls, parameter)
+        parameters = list(inspect.signature(cls).parameters.values())
+        assert parameters, cls
+        help_text = pydoc.render_doc(cls, renderer=pydoc.plaintext)
+        for parameter in parameters:
+            assert parameter.kind is parameter.KEYWORD_ONLY, (cls, parameter)  # no *args, no **kwargs
+            assert parameter.annotation is not parameter.empty and parameter.default is not parameter.empty
+            shown = getattr(parameter.default, "__name__", None) or repr(parameter.default)
+            entry = f"{parameter.name} : {parameter.annotation} (default: {shown})"
+            assert entry in cls.__doc__, (cls, entry)
+            assert entry in help_text, (cls, entry)
+
+
+def test_a_public_class_takes_only_the_settings_its_server_uses():
+    """Client-only or app-only run-config keys are no parameters (FedAvg has no rho; no class has the app's rounds)."""
+    import inspect
+
+    fedavg = set(inspect.signature(strategies.FedAvg).parameters)
+    assert not fedavg & {"sam_rho", "cog_start_round", "ole_beta", "model", "dataset"}
+    assert "sam_rho" in inspect.signature(strategies.FedSAM).parameters  # FedSAM sends it as "sam-rho"
+    assert "ole_beta" not in inspect.signature(strategies.DFedAvg).parameters
+    assert "compression" not in inspect.signature(strategies.DFedAvg).parameters  # the relay decodes nothing
+    for name in strategies.__all__:
+        cls = getattr(strategies, name)
+        if isinstance(cls, type) and hasattr(cls, "configure_train"):
+            assert not set(inspect.signature(cls).parameters) & {"num_server_rounds", "lr", "results_dir", "run_name"}
+
+
+def test_the_defaults_are_the_run_configs():
+    """A public class's defaults are the run config's (one set of defaults; a change there flows through)."""
+    import inspect
+
+    from common.run.config import RunConfig
+
+    defaults = RunConfig()
+    for name in ("max_weight_share", "max_update_norm", "trim_fraction", "seed", "min_nodes", "compression", "bits"):
+        assert inspect.signature(strategies.FedSynSAM).parameters[name].default == getattr(defaults, name), name
 
 
 def test_state_dict_continues_a_run_as_if_it_never_stopped():

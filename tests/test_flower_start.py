@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import inspect
 from pathlib import Path
 
 import numpy as np
@@ -64,6 +65,12 @@ def test_the_cases_cover_every_strategy_class() -> None:
         "NodeInfo", "ReplyContractError", "TooManyFailedRounds", "run_config"}
 
 
+def public_arguments(public: type, raw: dict) -> dict:
+    """The run config's values of `public`'s own keyword parameters (a class takes no other setting)."""
+    names = set(inspect.signature(public).parameters)
+    return {key.replace("-", "_"): value for key, value in raw.items() if key.replace("-", "_") in names}
+
+
 def tiny_config(tmp_path, data_dir, algorithm: str, **extra) -> dict:
     return {
         "algorithm": algorithm, "data-dir": str(data_dir), "cache-dir": str(tmp_path / "cache"),
@@ -110,14 +117,10 @@ def test_start_on_the_public_class_equals_fedsynth_run(tmp_path, tiny_data_dir, 
 
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     grid = InProcessGrid(num_nodes, raw)
-    settings = {name: getattr(cfg, name) for name in ("fraction_train", "min_nodes", "seed")}
-    run_keys = {key.replace("-", "_"): value for key, value in raw.items()
-                if key not in {"algorithm", "fraction-train", "min-nodes", "seed"}}
-    if public is strategies.OledFL:
-        run_keys["sam"] = False
-    strategy = public(**settings, **run_keys, nodes=handshake(grid, cfg), lr_schedule=cfg.local_lr)
+    strategy = public(**public_arguments(public, raw), nodes=handshake(grid, cfg), lr_schedule=cfg.local_lr)
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))),
-                            num_rounds=cfg.num_server_rounds, timeout=60, train_config=ConfigRecord({}))
+                            num_rounds=cfg.num_server_rounds, timeout=60,
+                            train_config=ConfigRecord({"lr": cfg.lr}))  # the lr comes from start()
     final = from_record(result.arrays)
     assert final.keys() == expected.keys()
     for name in expected:
@@ -129,7 +132,7 @@ def test_fedddpm_runs_its_warmup_and_correction_under_start(tmp_path, tiny_data_
                                                              "local-steps": 1})
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     grid = InProcessGrid(2, raw)
-    strategy = strategies.FedDDPM(**{k.replace("-", "_"): v for k, v in raw.items() if k != "algorithm"},
+    strategy = strategies.FedDDPM(**public_arguments(strategies.FedDDPM, raw),
                                   nodes=handshake(grid, cfg), fraction_evaluate=0.0)
     assert strategy.auxiliary is None
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=1, timeout=120)
@@ -149,7 +152,7 @@ def test_fedddpm_plus_corrects_at_the_last_round_of_start(tmp_path, tiny_data_di
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     assert cfg.num_server_rounds != 3
     grid = InProcessGrid(2, raw)
-    strategy = strategies.FedDDPMPlus(**{k.replace("-", "_"): v for k, v in raw.items() if k != "algorithm"},
+    strategy = strategies.FedDDPMPlus(**public_arguments(strategies.FedDDPMPlus, raw),
                                       nodes=handshake(grid, cfg), fraction_evaluate=0.0)
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=3, timeout=120,
                             train_config=ConfigRecord({"lr": 0.003}))

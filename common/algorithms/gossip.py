@@ -21,11 +21,12 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 from flwr.app import Array, ArrayRecord
 
+from common.algorithm_table import ALGORITHMS
 from common.records import Weights
 from common.algorithms.topology import renormalize_present
 
-# The algorithms whose ServerApp is a relay (server_app/decentralized.py).
-DECENTRALIZED_ALGORITHMS: tuple[str, ...] = ("dpsgd", "dfedavg", "dfedavgm", "dfedsam", "oledfl-sgd", "oledfl-sam")
+# The algorithms whose ServerApp is a relay (server_app/decentralized.py), from common/algorithm_table.py's table.
+DECENTRALIZED_ALGORITHMS: tuple[str, ...] = tuple(name for name, algorithm in ALGORITHMS.items() if algorithm.decentralized)
 
 
 def dropout_mixing(w: np.ndarray, present: np.ndarray) -> np.ndarray:

@@ -15,27 +15,15 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from common.algorithm_table import ALGORITHMS
 from common.algorithms.compression import CompressionSpec
 
 # run-config keys of the uplink codec: every centralized rule may compress its update
 CODEC_KEYS = ("compression", "bits", "levels", "qsgd-scope", "qsgd-bucket", "topk-ratio", "error-feedback")
 
-# algorithm -> the run-config keys its client rule reads besides the codec
+# algorithm -> the run-config keys its client rule reads besides the codec (common/algorithm_table.py's table)
 RULE_KEYS: dict[str, tuple[str, ...]] = {
-    "fedprox": ("proximal-mu",),
-    "moon": ("moon-mu", "moon-tau"),
-    "fedsam": ("sam-rho",),
-    "mofedsam": ("sam-rho", "mofedsam-alpha"),
-    "fedlesam": ("sam-rho",),
-    "fedlesam-s": ("sam-rho",),
-    "fedlesam-d": ("sam-rho", "dyn-alpha"),
-    "fedgamma": ("sam-rho",),
-    "fedsmoo": ("sam-rho", "dyn-alpha"),
-    "fedsynsam": ("sam-rho", "synsam-beta", "synsam-mix"),
-    "fedcog": ("cog-start-round",),
-    "oledfl-sgd": ("ole-beta",),
-    "oledfl-sam": ("ole-beta", "sam-rho"),
-    "dfedsam": ("sam-rho",),
+    name: algorithm.client_keys for name, algorithm in ALGORITHMS.items() if algorithm.client_keys
 }
 
 
@@ -50,10 +38,9 @@ def client_settings(cfg: Any) -> dict[str, Any]:
     `cfg` is a `common.run.config.RunConfig`; keys it lacks are left out. Values are the ConfigRecord's types
     (int, float, str, bool).
     """
-    from common.algorithms.gossip import DECENTRALIZED_ALGORITHMS
-
+    algorithm = ALGORITHMS.get(cfg.algorithm)
     out: dict[str, Any] = {}
-    for key in client_keys(cfg.algorithm, cfg.algorithm in DECENTRALIZED_ALGORITHMS):
+    for key in client_keys(cfg.algorithm, algorithm is not None and algorithm.decentralized):
         name = key.replace("-", "_")
         if hasattr(cfg, name):
             out[key] = getattr(cfg, name)

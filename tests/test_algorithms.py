@@ -1,0 +1,67 @@
+"""The algorithm table (common/algorithm_table.py) and its halves: each app covers exactly the table's names.
+
+- server_app/registry.py: every algorithm's server rule is a class there, and only the table's names are registered;
+- client_app/updates.py: every algorithm has a client update function, and no other name has one;
+- the decentralized rules and the relay's algorithms are the table's decentralized rows;
+- the settings the train config carries are the table's client keys, under run-config names;
+- fedsynth.strategies: every public class runs the server class of the algorithms that name it, and every public
+  strategy class is named in the table.
+"""
+
+from __future__ import annotations
+
+import inspect
+
+from client_app.decentralized import DECENTRALIZED_UPDATES
+from client_app.updates import CLIENT_UPDATES
+from common.algorithm_table import ALGORITHMS
+from common.run.client_settings import CODEC_KEYS, client_keys, client_settings
+from common.run.config import RunConfig, parse_run_config
+from common.algorithms.gossip import DECENTRALIZED_ALGORITHMS
+from fedsynth import strategies
+from server_app.decentralized import DecentralizedRelay
+from server_app.registry import SERVER_RULES, SERVER_STRATEGIES
+
+
+def test_the_server_half_covers_exactly_the_table() -> None:
+    assert list(SERVER_STRATEGIES) == list(ALGORITHMS)
+    assert {algorithm.server for algorithm in ALGORITHMS.values()} == set(SERVER_RULES)
+    for name, algorithm in ALGORITHMS.items():
+        assert SERVER_STRATEGIES[name] is SERVER_RULES[algorithm.server]
+        assert issubclass(SERVER_STRATEGIES[name], DecentralizedRelay) == algorithm.decentralized, name
+
+
+def test_the_client_half_covers_exactly_the_table() -> None:
+    assert set(CLIENT_UPDATES) == set(ALGORITHMS)
+    assert all(callable(update) for update in CLIENT_UPDATES.values())
+
+
+def test_the_decentralized_rules_are_the_tables_decentralized_rows() -> None:
+    decentralized = {name for name, algorithm in ALGORITHMS.items() if algorithm.decentralized}
+    assert set(DECENTRALIZED_ALGORITHMS) == decentralized == set(DECENTRALIZED_UPDATES)
+    assert all(CLIENT_UPDATES[name] is DECENTRALIZED_UPDATES[name] for name in decentralized)
+
+
+def test_the_client_keys_are_run_config_keys_and_travel_in_the_train_config() -> None:
+    fields = set(vars(RunConfig()))
+    for name, algorithm in ALGORITHMS.items():
+        assert all(key.replace("-", "_") in fields for key in algorithm.client_keys), name
+        expected = set(algorithm.client_keys) | (set() if algorithm.decentralized else set(CODEC_KEYS))
+        assert set(client_keys(name, algorithm.decentralized)) == expected
+        sent = client_settings(parse_run_config({"algorithm": name}, list(ALGORITHMS)))
+        assert set(sent) == expected, name
+
+
+def test_every_public_class_runs_its_algorithms_server_class() -> None:
+    named = {algorithm.public_class for algorithm in ALGORITHMS.values() if algorithm.public_class}
+    classes = {name for name in strategies.__all__ if hasattr(getattr(strategies, name), "configure_train")}
+    assert named == classes
+    for name, algorithm in ALGORITHMS.items():
+        if algorithm.public_class:
+            public = getattr(strategies, algorithm.public_class)
+            assert issubclass(public, SERVER_STRATEGIES[name]), (name, public)
+            # its parameters include every setting its nodes read (it sends them in the train config)
+            parameters = set(inspect.signature(public).parameters)
+            assert {key.replace("-", "_") for key in algorithm.client_keys} <= parameters, name
+            if not algorithm.decentralized:  # and the uplink codec, with which it decodes the replies
+                assert {key.replace("-", "_") for key in CODEC_KEYS} <= parameters, name
