@@ -19,6 +19,7 @@ from server_app.handshake import handshake
 from server_app.registry import SERVER_STRATEGIES
 from tests.diffusion_tiny import TINY_DIFFUSION
 from fedsynth.inprocess import InProcessGrid
+from flwr.app import Context, RecordDict
 from server_app.app import run_strategy
 
 
@@ -153,3 +154,41 @@ def test_the_inprocess_engine_keeps_no_message_it_sent(tmp_path, tiny_data_dir, 
     rounds = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
     assert [r["round"] for r in rounds] == [0, 1, 2] and all(r["answered"] == 2 for r in rounds[1:])
     assert len(grids) == 1 and grids[0].sent == [] and not grids[0].keep_sent
+
+
+class RestartingGrid(InProcessGrid):
+    """An in-process grid where one node restarts in a round under a new node id, as a SuperNode without node
+    authentication does: the message of that round is lost, the new process has an empty `Context.state`."""
+
+    def __init__(self, *args, partition: int, restart_round: int, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.partition, self.restart_round, self.new_node_id = partition, restart_round, None
+
+    def send_and_receive(self, messages, *, timeout=None):
+        messages = list(messages)
+        if self.new_node_id is None and any(self._round_of(m) == self.restart_round for m in messages):
+            old_id = next(nid for nid, ctx in self.contexts.items() if ctx.node_config["partition-id"] == self.partition)
+            old = self.contexts.pop(old_id)
+            self.new_node_id = old_id + 1000
+            self.contexts[self.new_node_id] = Context(run_id=1, node_id=self.new_node_id, node_config=old.node_config,
+                                                      state=RecordDict(), run_config=old.run_config)
+        return super().send_and_receive([m for m in messages if m.metadata.dst_node_id in self.contexts],
+                                        timeout=timeout)
+
+
+@pytest.mark.parametrize("algorithm", ["fedavg", "dfedavg"])
+def test_a_node_that_restarts_under_a_new_id_takes_part_again_from_its_next_round(tmp_path, tiny_data_dir,
+                                                                                algorithm):
+    from fedsynth.inprocess import run_federation
+
+    raw = base_config(tmp_path, tiny_data_dir, algorithm=algorithm, **{"num-server-rounds": 4, "min-nodes": 2,
+                                                                        "topology": "full"})
+    grid = RestartingGrid(3, raw, partition=1, restart_round=2)
+    summary = run_federation(raw, grid)
+    rounds = {r["round"]: r for r in (json.loads(line) for line in
+                                      (tmp_path / "results" / "run" / "metrics.jsonl").read_text().splitlines())}
+    assert grid.new_node_id is not None
+    assert rounds[2]["answered-nodes"] == ["partition-0", "partition-2"]  # its old id's message was lost
+    for r in (3, 4):  # the new id was asked who it is and sent partition 1's messages
+        assert rounds[r]["answered-nodes"] == ["partition-0", "partition-1", "partition-2"], rounds[r]
+    assert summary["rounds"] == 4
