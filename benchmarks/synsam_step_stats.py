@@ -8,9 +8,9 @@ cannot score a metric those runs did not log (docs/studies.md). So the clients' 
 that FedSynSAM logs every round (`stat-synsam-norm-ratio-median`: each client's median over its local
 steps of ||grad F(w; zeta)|| / ||grad F(w; xi)||, averaged over the round's clients; `stat-synsam-share-median`
 and `stat-synsam-share`: the synthetic term's share of the ascent direction; `stat-synsam-cos`) are read
-here from the run folders the ledger names. Each run is summarised over its rounds after D_syn arrived:
-the median over those rounds (the ratio varies by orders of magnitude from round to round) and the mean
-of the last `--last-k` rounds.
+here from the run folders the ledger names (or, with `--runs`, from run folders outside a study). Each run
+is summarised over its rounds after D_syn arrived (or over `--rounds FIRST-LAST`): the median over those
+rounds (the ratio varies by orders of magnitude from round to round) and the mean of the last `--last-k`.
 """
 
 from __future__ import annotations
@@ -36,28 +36,44 @@ def summarise(rounds: Sequence[Mapping[str, Any]], key: str, last_k: int) -> tup
     return float(np.median(values)), float(np.mean(values[-last_k:]))
 
 
-def read_rounds(run_dir: Path) -> list[dict[str, Any]]:
-    """The run's per-round records (metrics.jsonl)."""
+def read_rounds(run_dir: Path, first: int = 0, last: int = 10**9) -> list[dict[str, Any]]:
+    """The run's per-round records (metrics.jsonl) of rounds first..last."""
     with open(run_dir / "metrics.jsonl") as handle:
-        return [json.loads(line) for line in handle if line.strip()]
+        rounds = [json.loads(line) for line in handle if line.strip()]
+    return [r for r in rounds if first <= int(r.get("round", 0)) <= last]
+
+
+def run_folders(study: Path, extra: Sequence[Path]) -> list[tuple[str, int, Path]]:
+    """(arm, seed, folder) of the study's own finished runs, then of `extra` folders (arm and seed from config.json)."""
+    found = []
+    with open(study / "ledger.jsonl") as handle:
+        entries = [json.loads(line) for line in handle if line.strip()]
+    for entry in sorted(entries, key=lambda e: (e["arm"], e["seed"])):
+        run_dir = Path(entry.get("run-dir", ""))
+        if not entry.get("reused-from") and (run_dir / "metrics.jsonl").is_file():  # a reused run's folder is elsewhere
+            found.append((entry["arm"], int(entry["seed"]), run_dir))
+    for folder in extra:
+        config = json.loads((folder / "config.json").read_text())
+        config = config.get("run-config", config)
+        found.append((f"{config['algorithm']} lr {config['lr']} (--runs)", int(config["seed"]), folder))
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("study", type=Path, help="the study's --out folder (holds ledger.jsonl)")
     parser.add_argument("--last-k", type=int, default=5)
+    parser.add_argument("--rounds", default="", help="FIRST-LAST: only these rounds (default: all)")
+    parser.add_argument("--runs", type=Path, nargs="*", default=[], help="more run folders (not in the study)")
+    parser.add_argument("--csv", default="synsam-stats.csv", help="file name of the table, in the study folder")
     args = parser.parse_args(argv)
+    first, last = (int(v) for v in args.rounds.split("-")) if args.rounds else (0, 10**9)
     rows = []
-    with open(args.study / "ledger.jsonl") as handle:
-        entries = [json.loads(line) for line in handle if line.strip()]
-    for entry in sorted(entries, key=lambda e: (e["arm"], e["seed"])):
-        run_dir = Path(entry.get("run-dir", ""))
-        if entry.get("reused-from") or not (run_dir / "metrics.jsonl").is_file():
-            continue  # a reused run's folder is on the host that ran it
-        rounds = read_rounds(run_dir)
+    for arm, seed, run_dir in run_folders(args.study, args.runs):
+        rounds = read_rounds(run_dir, first, last)
         if not any(STATS[0] in r for r in rounds):
             continue  # not a FedSynSAM run
-        row: dict[str, Any] = {"arm": entry["arm"], "seed": entry["seed"]}
+        row: dict[str, Any] = {"arm": arm, "seed": seed}
         for key in STATS:
             row[f"{key} (median of rounds)"], row[f"{key} (last-{args.last_k} mean)"] = summarise(rounds, key,
                                                                                                    args.last_k)
@@ -65,7 +81,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not rows:
         print("no FedSynSAM run with its folder on this machine", file=sys.stderr)
         return 1
-    with open(args.study / "synsam-stats.csv", "w", newline="") as handle:
+    with open(args.study / args.csv, "w", newline="") as handle:
         writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
