@@ -47,7 +47,7 @@ from common.algorithms.gossip import mix_with_own, neighbour_sum, ole_start
 from common.algorithms.losses import moon_contrastive_loss, proximal_term, scaffold_client_control
 from common.records import Weights, flat_norm, load_weights, model_weights, subtract
 from common.algorithms.sam import current_gradients, fedsam_gradients, perturbed_gradients, sam_perturbation
-from common.algorithms.synsam import cosine, mix_ascent, norm_ratio, synthetic_share
+from common.algorithms.synsam import cosine, mix_ascent, norm_ratio, step_statistics, synthetic_share
 
 DEFAULT_OPTIMIZER = LocalOptimizer()
 
@@ -199,7 +199,11 @@ def train_fedsynsam(model: nn.Module, batches: Batches, *, synthetic_x: torch.Te
     xi is the local batch, zeta the next batch of the synthetic set (`synthetic_x`,
     `synthetic_y`, drawn with `synthetic_seed`). `mix = "normalized"` mixes the unit
     gradients instead (an ablation, common/algorithms/synsam.py). The result's metrics hold the
-    step means of `synsam-norm-ratio`, `synsam-share` and `synsam-cos`.
+    medians over the local steps of the norm ratio and the synthetic share
+    (`synsam-norm-ratio-median`, `synsam-share-median`) and the step means of
+    `synsam-share` and `synsam-cos`. The ratio is a median, not a mean: on a
+    one-class client a step where the local gradient is nearly 0 gives a ratio
+    orders of magnitude above the others, and a mean is then that one step.
     """
     params = list(model.parameters())
     device = model_device(model)
@@ -224,7 +228,7 @@ def train_fedsynsam(model: nn.Module, batches: Batches, *, synthetic_x: torch.Te
         return perturbed_gradients(params, lambda: loss_fn(model, xb, yb), direction, rho)
 
     result = train_steps(model, batches, rule, optimizer)
-    result.metrics.update({f"synsam-{key}": float(np.mean(values)) for key, values in stats.items() if values})
+    result.metrics.update(step_statistics(stats))
     return result
 
 

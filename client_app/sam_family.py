@@ -16,8 +16,9 @@ Each rule differs only in the ascent direction `g` of `e = rho * g / ||g||`
   "normalized"` (an ablation, not the paper's) mixes the unit gradients
   instead (common/algorithms/synsam.py). Each step also measures the mini-batch norm
   ratio `||grad F(w; zeta)|| / ||grad F(w; xi)||`, the synthetic share of the
-  ascent direction and the cosine of the two gradients; their means over the
-  steps go up as `stat-synsam-*` metrics.
+  ascent direction and the cosine of the two gradients; they go up as
+  `stat-synsam-*` metrics (the ratio as its median over the steps,
+  common/algorithms/synsam.py `step_statistics`).
 - `fedgamma` (FedSAM) and `fedlesam-s` (FedLESAM) with SCAFFOLD's control-variate
   correction after each step; their `c_i+ - c_i` goes up as a second record.
 - `fedlesam-d`: FedLESAM with FedDyn's dynamic regulariser

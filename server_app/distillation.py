@@ -203,6 +203,49 @@ def distill(
     )
 
 
+# ----- the real-image oracle: a diagnostic, not the method -------------------------------
+
+
+def oracle_indices(labels: np.ndarray, num_classes: int, ipc: int, seed: int) -> np.ndarray:
+    """Indices of `ipc` training examples of every class, class-major, drawn without replacement with `seed`.
+
+    The order matches `uniform_labels`, so `labels[indices]` equals `uniform_labels(num_classes, ipc)`.
+    """
+    rng = np.random.default_rng([seed, 46])
+    chosen = []
+    for label in range(num_classes):
+        pool = np.flatnonzero(labels == label)
+        if len(pool) < ipc:
+            raise ValueError(f"real-oracle: class {label} has {len(pool)} training examples, fewer than "
+                             f"synthetic-ipc = {ipc}")
+        chosen.append(np.sort(rng.choice(pool, size=ipc, replace=False)))
+    return np.concatenate(chosen).astype(np.int64)
+
+
+def real_oracle(
+    model: nn.Module, trajectory: Sequence[Mapping[str, np.ndarray]], x: np.ndarray, y: np.ndarray,
+    settings: DistillSettings, device: torch.device,
+) -> DistillResult:
+    """D_syn replaced by real training images (`x`, `y`: model input and labels, `settings.ipc` per class).
+
+    A diagnostic, **not FedSynSAM**: a federated server holds no training data. It asks whether
+    FedSynSAM would gain with a perfect synthetic set, so that a shortfall can be put down to the
+    distillation or to the ascent rule (eq. 14). Nothing is learned: alpha stays at its start value, and
+    the start and end losses are both the set's matching loss on the trajectory at that alpha (how well
+    real images reproduce the global steps, comparable with a distilled set's end loss).
+    """
+    steps = min(settings.inner_steps, len(trajectory) - 1)
+    model = model.to(device)
+    tensors = [split_weights(model, w, device) for w in trajectory]
+    alpha = torch.tensor(settings.alpha_init, device=device)
+    loss = mean_matching_loss(model, tensors, torch.as_tensor(x, device=device), torch.as_tensor(y, device=device),
+                              alpha, steps, settings.normalized)
+    log(INFO, "real-oracle (a diagnostic, not the method): %d real training images as D_syn, matching loss %.4f "
+        "at alpha %.5f", len(y), loss, settings.alpha_init)
+    return DistillResult(x=np.asarray(x, dtype=np.float32), y=np.asarray(y, dtype=np.int64), alpha=settings.alpha_init,
+                         start_loss=loss, end_loss=loss)
+
+
 def train_on_synthetic(
     model: nn.Module, weights: Mapping[str, np.ndarray], x: np.ndarray, y: np.ndarray,
     epochs: int, lr: float, batch_size: int, rng: np.random.Generator, device: torch.device,

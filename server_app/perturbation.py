@@ -17,7 +17,7 @@ training data and each method's ascent direction:
   cosine of each client's gradient with the synthetic one (mean).
 
 The clients log the same ratio, share and cosine on their mini-batches, in
-every FedSynSAM run (`stat-synsam-norm-ratio`, `stat-synsam-share`,
+every FedSynSAM run (`stat-synsam-norm-ratio-median`, `stat-synsam-share`,
 `stat-synsam-cos`); this diagnostic adds the full-batch values and the
 cosines with the true gradient, which need every client's data.
 

@@ -19,8 +19,9 @@ are accumulated in float64.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
+import numpy as np
 import torch
 
 MIXES: tuple[str, ...] = ("paper", "normalized")
@@ -67,3 +68,24 @@ def synthetic_share(local: Tensors, synthetic: Tensors, beta: float, mix: str = 
 def norm_ratio(local: Tensors, synthetic: Tensors) -> float:
     """`||grad F(w; zeta)|| / ||grad F(w; xi)||` (the local norm floored at 1e-12, so it stays finite)."""
     return l2_norm(synthetic) / max(l2_norm(local), _EPS)
+
+
+def step_statistics(stats: Mapping[str, Sequence[float]]) -> dict[str, float]:
+    """One client's per-step `norm-ratio`, `share` and `cos` as its reply metrics (`synsam-` keys).
+
+    The norm ratio goes up as its median over the steps (`synsam-norm-ratio-median`): on a one-class
+    client a step whose local gradient is nearly 0 gives a ratio orders of magnitude above the others
+    (a mean of 1.4e8 against a median of 9.2e4 in one measured run), so a mean reports that one step.
+    The share goes up as its median (`synsam-share-median`) and mean (`synsam-share`), the cosine as its
+    mean (`synsam-cos`): both are bounded, so no single step rules their mean. A statistic without
+    steps gives no entry.
+    """
+    out: dict[str, float] = {}
+    if stats.get("norm-ratio"):
+        out["synsam-norm-ratio-median"] = float(np.median(stats["norm-ratio"]))
+    if stats.get("share"):
+        out["synsam-share-median"] = float(np.median(stats["share"]))
+        out["synsam-share"] = float(np.mean(stats["share"]))
+    if stats.get("cos"):
+        out["synsam-cos"] = float(np.mean(stats["cos"]))
+    return out

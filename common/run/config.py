@@ -35,6 +35,9 @@ OWN_DATASET = "own"  # partition = node with no named dataset: the shape keys gi
 AGGREGATIONS = ("weighted", "uniform", "median", "trimmed-mean", "krum")
 # The distillation's trajectory-matching loss (server_app/distillation.py `matching_loss`).
 MATCHING_LOSSES = ("normalized", "paper")
+# Where D_syn comes from (server_app/strategies/fedsynsam.py): the method, or a diagnostic oracle of real images.
+REAL_ORACLE = "real-oracle"
+SYNTHETIC_SOURCES = ("distilled", REAL_ORACLE)
 
 
 def _key(default: Any, meaning: str, source: str = "") -> Any:
@@ -251,6 +254,12 @@ class RunConfig:
                              "FedSynSAM")
     distill_alpha_init: float = _key(0.01, "Initial value of the learnable inner step size alpha.", "FedSynSAM")
     distill_alpha_lr: float = _key(1e-5, "SGD learning rate of alpha.", "FedSynSAM")
+    synthetic_source: str = _key(
+        "distilled", "fedsynsam/dynafed: where D_syn comes from after round R: distilled (the method: trajectory "
+        "matching) or real-oracle (a diagnostic, NOT the method: synthetic-ipc real training images per class drawn "
+        "with the run's seed; the server reads the training split, which a federated server does not hold).",
+        "diagnostic",
+    )
     synsam_beta: float = _key(
         0.9, "FedSynSAM: weight of the local gradient in the ascent direction (1 - beta: synthetic).", "FedSynSAM"
     )
@@ -598,6 +607,10 @@ def _check_values(cfg: RunConfig, known_algorithms: Iterable[str]) -> None:
     _require(0 <= cfg.synsam_beta <= 1, "synsam-beta", cfg.synsam_beta, "a number in [0, 1]")
     _check_choice("synsam-mix", cfg.synsam_mix, ("paper", "normalized"))
     _check_choice("matching-loss", cfg.matching_loss, MATCHING_LOSSES)
+    _check_choice("synthetic-source", cfg.synthetic_source, SYNTHETIC_SOURCES)
+    _require(cfg.synthetic_source != REAL_ORACLE or cfg.partition != NODE_PARTITION, "synthetic-source",
+             cfg.synthetic_source, "distilled with partition = node (real-oracle reads the training split on the "
+             "server, and the sites' data is not there)")
     _require(cfg.dynafed_lr > 0, "dynafed-lr", cfg.dynafed_lr, "a number > 0")
     _require(cfg.dynafed_epochs >= 0, "dynafed-epochs", cfg.dynafed_epochs, "an integer >= 0")
     _require(cfg.dyn_alpha > 0, "dyn-alpha", cfg.dyn_alpha, "a number > 0")

@@ -2,7 +2,9 @@
 
 `TrajectoryStrategy` is FedAvg (with whatever uplink compression the run uses)
 that keeps the global models `w^0 .. w^R` of its first R aggregations, then
-distils `D_syn` from them once (server_app/distillation.py). Rounds whose
+distils `D_syn` from them once (server_app/distillation.py); with `synthetic-source =
+real-oracle`, a diagnostic that is not the method, D_syn is instead synthetic-ipc real
+training images per class, read by the server from the training split. Rounds whose
 aggregation was skipped add nothing, so the trajectory always holds R + 1
 consecutive global models.
 
@@ -26,18 +28,19 @@ from logging import INFO
 from typing import Any
 
 import numpy as np
+import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.run.config import RunConfig
-from common.data.datasets import run_dataset_info
-from common.metrics.evaluation import resolve_device
+from common.run.config import REAL_ORACLE, RunConfig
+from common.data.datasets import load_run_dataset, run_dataset_info
+from common.metrics.evaluation import as_tensors, resolve_device
 from common.protocol import SYNTHETIC_DATA
 from common.records import Weights, to_record
 from common.run.task import make_model
 from common.run.uplink import compression_spec
-from server_app.distillation import DistillSettings, distill
+from server_app.distillation import DistillSettings, distill, oracle_indices, real_oracle
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 
@@ -64,13 +67,16 @@ class TrajectoryStrategy(FedAvgStrategy):
 
     # ----- trajectory and distillation ------------------------------------------------
     def distil(self) -> None:
-        """Learn D_syn from the trajectory; its matching losses go into this round's metrics."""
+        """Learn D_syn from the trajectory (or take the real-image oracle); its matching losses go into this round's metrics."""
         start = time.monotonic()
         info = run_dataset_info(self.cfg)
-        result = distill(
-            make_model(self.cfg), self.trajectory, info.num_classes, info.shape,
-            DistillSettings.from_config(self.cfg), resolve_device(self.cfg.device),
-        )
+        settings = DistillSettings.from_config(self.cfg)
+        device = resolve_device(self.cfg.device)
+        if self.cfg.synthetic_source == REAL_ORACLE:
+            result = real_oracle(make_model(self.cfg), self.trajectory, *self.real_images(info.num_classes),
+                                 settings, device)
+        else:
+            result = distill(make_model(self.cfg), self.trajectory, info.num_classes, info.shape, settings, device)
         self.synthetic = (result.x, result.y)
         self.distill_report = {
             "distill-loss-start": result.start_loss,
@@ -80,6 +86,17 @@ class TrajectoryStrategy(FedAvgStrategy):
             "synthetic-examples": int(len(result.y)),
         }
         self._round_metrics.update(self.distill_report)
+
+    def real_images(self, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+        """`synthetic-source = real-oracle` (a diagnostic): synthetic-ipc training images per class as model input.
+
+        The server reads the training split here, which breaks the federated premise that it holds no
+        data; the oracle exists only to tell a poor distillation from a poor use of D_syn.
+        """
+        arrays = load_run_dataset(self.cfg)
+        index = oracle_indices(arrays.y_train, num_classes, self.cfg.synthetic_ipc, self.cfg.seed)
+        x, y = as_tensors(arrays.x_train[index], arrays.y_train[index], self.cfg.dataset, torch.device("cpu"))
+        return x.numpy(), y.numpy()
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         new = super().server_step(mean_delta, replies)
