@@ -18,11 +18,11 @@ from common.data.datasets import load_dataset
 from common.metrics.evaluation import as_tensors
 from common.records import model_weights
 from common.algorithms.synsam import step_statistics
-from fedsynth.ledger import Ledger
-from fedsynth.study import plan
-from fedsynth.study_cli import run_config_check
-from fedsynth.study_reuse import reusable
-from fedsynth.studyfile import load_study
+from fedsynth.study.ledger import Ledger
+from fedsynth.study.plan import plan
+from fedsynth.study.cli import run_config_check
+from fedsynth.study.reuse import reusable
+from fedsynth.study.studyfile import load_study
 from server_app.distillation import (
     DistillSettings, mean_matching_loss, oracle_indices, real_oracle, split_weights, uniform_labels,
 )
