@@ -39,9 +39,15 @@ def app_copy(app_dir: Path, target: Path) -> Path:
     target.mkdir(parents=True)
     for name in ("pyproject.toml", "README.md"):
         shutil.copy(app_dir / name, target / name)
-    for package in tomllib.loads((app_dir / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]:
+    for package in app_packages(app_dir):
         shutil.copytree(app_dir / package, target / package, ignore=shutil.ignore_patterns("__pycache__"))
     return target
+
+
+def app_packages(app_dir: Path) -> list[str]:
+    """The app's top-level packages: pyproject.toml's `[tool.setuptools.packages.find] include` without the `*`."""
+    find = tomllib.loads((Path(app_dir) / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    return [pattern.rstrip("*") for pattern in find["include"] if "." not in pattern.rstrip("*")]
 
 
 def free_ports(count: int) -> list[int]:
