@@ -12,6 +12,7 @@ from common.run.config import ConfigError, parse_run_config
 from common.models.diffusion import linear_schedule, optimizer_kind, seeded_generator, train_on_images
 from common.records import load_weights, model_weights
 from common.run.task import make_model
+from server_app.influence import capped_counts
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.fedddpm import FedDDPMPlusStrategy, FedDDPMStrategy, auxiliary_count, quicktest, quicktest_due
 from tests.diffusion_tiny import TINY_DIFFUSION
@@ -50,7 +51,9 @@ def test_fedddpm_warms_up_builds_the_auxiliary_set_and_corrects_every_round(fedd
     warmup = rounds[0]
     assert warmup["phase"] == "warmup" and warmup["answered"] == 3 and warmup["uplink-bytes"] > 0
     sizes = {node.partition_id: node.num_train_examples for node in strategy.nodes}
-    expected = {pid: auxiliary_count(m, 0.05) for pid, m in sizes.items()}
+    # |A_i| from each node's count under the weight cap (max-weight-share: no node's count above 0.4 of the total)
+    claims = dict(zip(sizes, capped_counts(list(sizes.values()), strategy.cfg.max_weight_share)))
+    expected = {pid: auxiliary_count(int(claims[pid]), 0.05) for pid in sizes}
     assert strategy.aux_counts == expected
     assert warmup["aux-size"] == sum(expected.values()) == len(strategy.auxiliary)
     assert strategy.auxiliary.shape[1:] == (1, 8, 8)

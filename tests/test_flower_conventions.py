@@ -86,7 +86,7 @@ def weights(record: ArrayRecord) -> np.ndarray:
 
 def test_a_template_clientapp_runs_with_fedsynths_fedavg():
     grid = FunctionGrid(2)
-    strategy = strategies.FedAvg(max_weight_share=1.0)
+    strategy = strategies.FedAvg(max_weight_share=1.0, max_update_norm_ratio=0.0)  # the plain weighted mean
     result = strategy.start(grid, initial(), num_rounds=2, timeout=10, train_config=ConfigRecord({"lr": 0.1}))
 
     # counts 10 and 20: (0.1 * 10 + 0.2 * 20) / 30 per round
@@ -104,7 +104,7 @@ def test_weighted_by_key_names_the_weighing_metric():
         content["metrics"] = MetricRecord({**dict(content["metrics"]), "batches": 3 - pid})  # 3 and 2
         return content
 
-    strategy = strategies.FedAvg(weighted_by_key="batches", max_weight_share=1.0)
+    strategy = strategies.FedAvg(weighted_by_key="batches", max_weight_share=1.0, max_update_norm_ratio=0.0)
     result = strategy.start(FunctionGrid(2, train=train), initial(), num_rounds=1, timeout=10)
     np.testing.assert_allclose(weights(result.arrays), np.full(3, (0.1 * 3 + 0.2 * 2) / 5), rtol=1e-6)
     assert result.train_metrics_clientapp[1]["train-loss"] == pytest.approx((1.0 * 3 + 0.5 * 2) / 5)
