@@ -128,8 +128,9 @@ def local_models() -> list[dict[str, np.ndarray]]:
 
 
 def test_fedavg_steps_the_parameters_and_averages_the_buffers() -> None:
-    """server-lr 0.5 moves the parameters half way; the statistics are the weighted mean, the counter the max."""
-    strategy = FedAvgStrategy(cfg_of(server_lr=0.5), nodes(2))
+    """server-lr 0.5 moves the parameters half way; the statistics are the weighted mean, the counter the max
+    (bounded influence off: the plain weighted mean of two nodes)."""
+    strategy = FedAvgStrategy(cfg_of(server_lr=0.5, max_update_norm_ratio=0.0, max_weight_share=1.0), nodes(2))
     messages = list(strategy.configure_train(1, to_record(BN), ConfigRecord({}), None))
     replies = [reply_to(m, {MODEL: to_record(w)}, n, pid) for pid, (m, w, n) in
                enumerate(zip(messages, local_models(), (10, 30)))]
