@@ -65,20 +65,31 @@ class DistillSettings:
     normalized: bool = True  # matching-loss: normalized (SPEC 4.3) or paper (eq. 9, unnormalised)
 
     @classmethod
-    def from_config(cfg_cls, cfg: RunConfig) -> "DistillSettings":
-        """Resolve the `auto`/0 values by dataset: grey images s=3 and Adam 0.05, colour s=5 and SGD 1000."""
-        grey = run_dataset_info(cfg).channels == 1
-        optimizer = cfg.distill_optimizer if cfg.distill_optimizer != "auto" else ("adam" if grey else "sgd")
-        return cfg_cls(
-            ipc=cfg.synthetic_ipc,
-            iterations=cfg.distill_iterations,
-            inner_steps=cfg.distill_inner_steps or (3 if grey else 5),
+    def from_config(cls, cfg: RunConfig) -> "DistillSettings":
+        """The distillation of a run config (its data's channels decide the `auto`/0 values)."""
+        return cls.resolved(run_dataset_info(cfg).channels == 1, synthetic_ipc=cfg.synthetic_ipc,
+                            distill_iterations=cfg.distill_iterations, distill_inner_steps=cfg.distill_inner_steps,
+                            distill_optimizer=cfg.distill_optimizer, distill_lr=cfg.distill_lr,
+                            distill_alpha_init=cfg.distill_alpha_init, distill_alpha_lr=cfg.distill_alpha_lr,
+                            matching_loss=cfg.matching_loss, seed=cfg.seed)
+
+    @classmethod
+    def resolved(cls, grey: bool, *, synthetic_ipc: int, distill_iterations: int, distill_inner_steps: int,
+                 distill_optimizer: str, distill_lr: float, distill_alpha_init: float, distill_alpha_lr: float,
+                 matching_loss: str, seed: int) -> "DistillSettings":
+        """The run-config keys with the `auto`/0 values resolved by the images: grey s=3 and Adam 0.05, colour s=5
+        and SGD 1000."""
+        optimizer = distill_optimizer if distill_optimizer != "auto" else ("adam" if grey else "sgd")
+        return cls(
+            ipc=synthetic_ipc,
+            iterations=distill_iterations,
+            inner_steps=distill_inner_steps or (3 if grey else 5),
             optimizer=optimizer,
-            lr=cfg.distill_lr or (0.05 if optimizer == "adam" else 1000.0),
-            alpha_init=cfg.distill_alpha_init,
-            alpha_lr=cfg.distill_alpha_lr,
-            seed=cfg.seed,
-            normalized=cfg.matching_loss == "normalized",
+            lr=distill_lr or (0.05 if optimizer == "adam" else 1000.0),
+            alpha_init=distill_alpha_init,
+            alpha_lr=distill_alpha_lr,
+            seed=seed,
+            normalized=matching_loss == "normalized",
         )
 
 

@@ -32,6 +32,26 @@ def client_keys(algorithm: str, decentralized: bool = False) -> tuple[str, ...]:
     return (() if decentralized else CODEC_KEYS) + RULE_KEYS.get(algorithm, ())
 
 
+def uplink_codec(compression: str = "none", bits: int = 4, levels: int = 0, qsgd_scope: str = "tensor",
+                 qsgd_bucket: int = 512, topk_ratio: float = 0.1) -> CompressionSpec:
+    """The codec of the run-config keys `compression`, `bits`, `levels` (0: from `bits`), `qsgd-scope`,
+    `qsgd-bucket` and `topk-ratio`; ValueError names the bad key."""
+    return CompressionSpec(compression, bits=bits, levels=levels or None, topk_ratio=topk_ratio, scope=qsgd_scope,
+                           bucket_size=qsgd_bucket)
+
+
+def codec_settings(codec: CompressionSpec, error_feedback: bool) -> dict[str, Any]:
+    """The uplink codec's entries of a train message's config, under the run-config keys (`CODEC_KEYS`)."""
+    return {"compression": codec.method, "bits": codec.bits, "levels": codec.levels or 0,
+            "qsgd-scope": codec.scope, "qsgd-bucket": codec.bucket_size, "topk-ratio": codec.topk_ratio,
+            "error-feedback": error_feedback}
+
+
+def rule_settings(cfg: Any) -> dict[str, Any]:
+    """The run-config values the client rule of `cfg.algorithm` reads besides the codec: {key: value}."""
+    return {key: getattr(cfg, key.replace("-", "_")) for key in RULE_KEYS.get(cfg.algorithm, ())}
+
+
 def client_settings(cfg: Any) -> dict[str, Any]:
     """The config entries of `cfg`'s client rule: {run-config key: value} for a train message's ConfigRecord.
 

@@ -7,6 +7,8 @@ run's seed so that runs are reproducible.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import nn
 
@@ -16,12 +18,49 @@ from common.models.diffusion import build_diffusion_model, is_diffusion
 from common.models.classifiers import build_model, is_user_model
 
 
+@dataclass(frozen=True)
+class ServerTask:
+    """The model a strategy builds on the server itself, and the shape facts of the data it fits.
+
+    FedSynSAM's and DynaFed's distillation, DynaFed's server epochs and FedDDPM's sampling and corrections
+    train the run's model on the server. This is all they need to build it (`make_model`) and to know the
+    data's shape (`common.data.datasets.run_dataset_info`, `common.models.diffusion.image_shape`): the
+    run-config keys of the model and of the data's shape, under their run-config names, and nothing of the
+    rest of a run. `task_of` takes them from a run config; the public strategy classes build one from their
+    own `model`, `dataset`, ... parameters.
+    """
+
+    model: str = "cnn"
+    dataset: str = "fashion-mnist"
+    data_dir: str = ""
+    hf_image_column: str = ""
+    hf_label_column: str = ""
+    partition: str = "dirichlet"  # "node": the shape comes from the keys below alone (no data on the server)
+    class_names: str = ""
+    num_classes: int = 0
+    image_channels: int = 0
+    image_size: int = 0
+    gn_groups: int = 2
+    diffusion_timesteps: int = 0
+    seed: int = 0
+    algorithm: str = ""  # only MOON changes the model (a projection head); no server-built model is MOON's
+
+
+def task_of(cfg: RunConfig) -> ServerTask:
+    """The run's `ServerTask`: the run config's model and data-shape keys."""
+    return ServerTask(model=cfg.model, dataset=cfg.dataset, data_dir=cfg.data_dir, hf_image_column=cfg.hf_image_column,
+                      hf_label_column=cfg.hf_label_column, partition=cfg.partition, class_names=cfg.class_names,
+                      num_classes=cfg.num_classes, image_channels=cfg.image_channels, image_size=cfg.image_size,
+                      gn_groups=cfg.gn_groups, diffusion_timesteps=cfg.diffusion_timesteps, seed=cfg.seed,
+                      algorithm=cfg.algorithm)
+
+
 def base_algorithm(algorithm: str) -> str:
     """The base of a composite algorithm name (`moon+cog` -> `moon`)."""
     return algorithm.split("+", 1)[0]
 
 
-def make_model(cfg: RunConfig, *, seeded: bool = False) -> nn.Module:
+def make_model(cfg: RunConfig | ServerTask, *, seeded: bool = False) -> nn.Module:
     """The run's model; with `seeded`, initialised from the run's seed (the global model at round 0)."""
     if is_diffusion(cfg):  # the diffusion task's noise predictor (common/models/diffusion.py)
         return build_diffusion_model(cfg, seeded=seeded)

@@ -26,22 +26,22 @@ from typing import Any, Callable
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.typing import Scalar
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.run.config import RunConfig
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
-from common.records import Weights, from_record, message_array_bytes, module_parameter_names, parameter_names, to_record
-from common.run.task import make_model
-from common.run.uplink import compression_spec, decode_reply, float32_equivalent_bytes, reply_buffers
+from common.records import Weights, from_record, message_array_bytes, parameter_names, to_record
+from common.run.uplink import decode_reply, float32_equivalent_bytes, reply_buffers
 from server_app.fid_reference import ClientFeatureReference
 from server_app.influence import bounded_weights
 from server_app.robust import ROBUST_AGGREGATIONS, bounded_updates, combine_updates, update_norm
 from server_app.reply_checks import check_train_metrics
 from server_app.strategies.base import NodeInfo, RoundStrategy, sample_nodes, weighted_metric
 from server_app.strategies.node_models import NodeModels
+from server_app.strategies.parameters import DEFAULTS
 from server_app.wire import WEIGHTED_BY_KEY
-from common.run.client_settings import client_settings
+from common.run.client_settings import codec_settings, uplink_codec
 
 
 def weighted_mean(values: list[Weights], weights: list[float]) -> Weights:
@@ -77,56 +77,74 @@ def aggregate_buffers(values: list[Weights], weights: list[float]) -> Weights:
     return out
 
 
-def run_parameter_names(cfg: RunConfig, current: Mapping[str, np.ndarray]) -> list[str]:
-    """The trainable arrays of the global model `current`, in its order.
-
-    The run's model (`cfg.model`) says exactly which arrays are parameters when its state
-    dict has `current`'s names and shapes; otherwise (a Flower app's own model under a
-    strategy built without its model) torch's naming of normalisation statistics decides
-    (`common.records.parameter_names`). The model is built with the global RNG state kept,
-    so that building it changes no run's random numbers.
-    """
-    with torch.random.fork_rng(devices=[]):
-        model = make_model(cfg)
-    shapes = {name: tuple(t.shape) for name, t in model.state_dict().items()}
-    if shapes == {name: tuple(np.shape(arr)) for name, arr in current.items()}:
-        trainable = set(module_parameter_names(model))
-        return [name for name in current if name in trainable]
-    return parameter_names(current)
-
-
 class FedAvgStrategy(RoundStrategy):
-    """FedAvg (McMahan et al., 2017): the sampled clients' models averaged on the server.
+    """FedAvg (McMahan et al., 2017): the sampled nodes' models averaged on the server.
 
-    Built from a validated run config (`cfg`) and the handshake's node table; the keyword-parameter
-    classes of `fedsynth.strategies` build the same config from their parameters. `fraction_evaluate`
-    is 0 in fedsynth's own runs (the train replies carry the evaluation; every node evaluates the final
-    model once, server_app/recorder.py) and Flower's 1.0 in the public classes.
+    Built from typed keyword parameters only (server_app/strategies/parameters.py says what each means; the
+    class docstring lists them). fedsynth's app builds it from its run config (server_app/registry.py
+    `build_strategy`) with `fraction_evaluate = 0` (its clients evaluate the received model inside each train
+    reply, and every node evaluates the final model once, server_app/recorder.py); Flower's default is 1.0.
     """
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, fraction_evaluate: float = 0.0,
-                 lr_schedule: Callable[[int], float] | None = None, weighted_by_key: str = WEIGHTED_BY_KEY,
+    # FID's reference from the nodes' feature sums: fedsynth's app attaches one (server_app/registry.py)
+    feature_reference: ClientFeatureReference | None = None
+    max_record_norm: float = 0.0  # the extra records' bound: a parameter of the strategies that receive records
+
+    def __init__(self, *, fraction_train: float = DEFAULTS.fraction_train,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = DEFAULTS.min_nodes,
+                 max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                 seed: int = DEFAULTS.seed,
+                 server_lr: float = DEFAULTS.server_lr,
+                 aggregation: str = DEFAULTS.aggregation,
+                 trim_fraction: float = DEFAULTS.trim_fraction,
+                 byzantine_nodes: int = DEFAULTS.byzantine_nodes,
+                 max_weight_share: float = DEFAULTS.max_weight_share,
+                 max_update_norm: float = DEFAULTS.max_update_norm,
+                 max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
+                 update_norm_action: str = DEFAULTS.update_norm_action,
+                 compression: str = DEFAULTS.compression,
+                 bits: int = DEFAULTS.bits,
+                 levels: int = DEFAULTS.levels,
+                 qsgd_scope: str = DEFAULTS.qsgd_scope,
+                 qsgd_bucket: int = DEFAULTS.qsgd_bucket,
+                 topk_ratio: float = DEFAULTS.topk_ratio,
+                 error_feedback: bool = DEFAULTS.error_feedback,
+                 node_settings: dict[str, Scalar] | None = None,
+                 parameter_names: list[str] | None = None,
+                 lr_schedule: Callable[[int], float] | None = None,
+                 nodes: list[NodeInfo] | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
                  min_available_nodes: int = 1) -> None:
-        super().__init__(min_nodes=cfg.min_nodes, max_failed_rounds=cfg.max_failed_rounds,
-                         fraction_evaluate=fraction_evaluate, max_weight_share=cfg.max_weight_share, seed=cfg.seed,
-                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.cfg = cfg
-        # fedsynth's clients read each round's lr from the config (`lr * lr-decay^(round-1)`)
-        self.lr_schedule = lr_schedule if lr_schedule is not None else cfg.local_lr
+        super().__init__(min_nodes=min_nodes, max_failed_rounds=max_failed_rounds, fraction_evaluate=fraction_evaluate,
+                         max_weight_share=max_weight_share, seed=seed, nodes=nodes, weighted_by_key=weighted_by_key,
+                         min_available_nodes=min_available_nodes)
+        self.fraction_train = fraction_train
+        self.server_lr = server_lr
+        self.aggregation = aggregation
+        self.trim_fraction = trim_fraction
+        self.byzantine_nodes = byzantine_nodes
+        self.max_update_norm = max_update_norm
+        self.max_update_norm_ratio = max_update_norm_ratio
+        self.update_norm_action = update_norm_action
+        self.codec = uplink_codec(compression, bits, levels, qsgd_scope, qsgd_bucket, topk_ratio)
+        self.error_feedback = error_feedback
+        self.node_settings = dict(node_settings or {})
+        self.lr_schedule = lr_schedule
         self.current: Weights = {}
         self.restore_pending: set[int] = set()
-        self.node_models = NodeModels(cfg)
-        self._parameter_names: list[str] | None = None  # learnt from the first global model (run_parameter_names)
-        self.feature_reference = ClientFeatureReference(cfg, self.nodes)  # FID without server data (diffusion task)
+        self._parameter_names = list(parameter_names) if parameter_names is not None else None
+        self.node_models = NodeModels()  # the nodes' kept models: fedsynth's app gives the run's (registry.py)
 
     def on_nodes_joined(self) -> None:
-        self.feature_reference.nodes = self.nodes
+        if self.feature_reference is not None:
+            self.feature_reference.nodes = self.nodes
 
     @property
     def parameter_names(self) -> list[str]:
         """The global model's trainable arrays: what updates, control variates and corrections cover."""
         if getattr(self, "_parameter_names", None) is None:
-            self._parameter_names = run_parameter_names(self.cfg, self.current)
+            self._parameter_names = parameter_names(self.current)
         return self._parameter_names
 
     @parameter_names.setter
@@ -142,15 +160,15 @@ class FedAvgStrategy(RoundStrategy):
         if len(self.parameter_names) == len(self.current):
             return {}
         ordered = sorted(replies, key=self.partition_of)
-        spec = compression_spec(self.cfg)
-        values = [reply_buffers(r.content, self.current, spec, self.parameter_names) for r in ordered]
+        values = [reply_buffers(r.content, self.current, self.codec, self.parameter_names) for r in ordered]
         return aggregate_buffers(values, self.aggregation_weights(ordered))
 
     # ----- hooks for subclasses -------------------------------------------------
     def client_config(self) -> dict[str, Any]:
         """The settings the nodes' rule needs, sent in every train message's config (as FedProx sends
-        `proximal-mu`): the uplink codec and the algorithm's client parameters (common/run/client_settings.py)."""
-        return client_settings(self.cfg)
+        `proximal-mu`): the uplink codec and `node_settings` (common/run/client_settings.py); a subclass adds
+        its own parameters that the nodes read."""
+        return {**codec_settings(self.codec, self.error_feedback), **self.node_settings}
 
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         """Extra records sent with the model (SCAFFOLD's c, the previous update, ...)."""
@@ -162,7 +180,7 @@ class FedAvgStrategy(RoundStrategy):
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         """The new global model from the mean client update; the buffers from the replies' buffers."""
-        lr = self.cfg.server_lr
+        lr = self.server_lr
         new = {name: (self.current[name] + lr * mean_delta[name]).astype(np.float32) for name in self.current}
         new.update(self.aggregated_buffers(replies))
         return new
@@ -198,11 +216,14 @@ class FedAvgStrategy(RoundStrategy):
 
     def checkpoint_arrays(self) -> dict[str, Weights]:
         """Every array group a checkpoint keeps: the algorithm's state, the nodes' kept models, FID's reference."""
-        return {**self.state_arrays(), **self.node_models.arrays(), **self.feature_reference.arrays()}
+        reference = self.feature_reference.arrays() if self.feature_reference is not None else {}
+        return {**self.state_arrays(), **self.node_models.arrays(), **reference}
 
     def load_checkpoint_arrays(self, groups: Mapping[str, Weights]) -> None:
         """Restore what `checkpoint_arrays` returned."""
-        self.load_state_arrays(self.node_models.load(self.feature_reference.load(groups)))
+        if self.feature_reference is not None:
+            groups = self.feature_reference.load(groups)
+        self.load_state_arrays(self.node_models.load(groups))
 
     def on_resume(self) -> None:
         """Called once after a checkpoint was loaded: schedule node state to be re-sent."""
@@ -220,7 +241,7 @@ class FedAvgStrategy(RoundStrategy):
         if self.lr_schedule is not None:
             round_config["lr"] = self.lr_schedule(server_round)
         messages = []
-        for node in sample_nodes(available, self.cfg.fraction_train, self.cfg.seed, server_round):
+        for node in sample_nodes(available, self.fraction_train, self.seed, server_round):
             content = RecordDict({"arrays": arrays, "config": ConfigRecord(round_config)})
             for name, record in extra.items():
                 content[name] = record
@@ -258,8 +279,8 @@ class FedAvgStrategy(RoundStrategy):
             delta = self.client_delta(reply)
         except ValueError as err:  # a missing, mis-shaped, mistyped or non-finite model or payload
             return str(err)
-        bound = self.cfg.max_update_norm
-        if bound > 0 and self.cfg.update_norm_action == "refuse" and (norm := update_norm(delta)) > bound:
+        bound = self.max_update_norm
+        if bound > 0 and self.update_norm_action == "refuse" and (norm := update_norm(delta)) > bound:
             return f"update norm {norm:.4g} exceeds max-update-norm = {bound:g}"
         return self.check_extra_records(content)
 
@@ -270,7 +291,7 @@ class FedAvgStrategy(RoundStrategy):
         and `server_step` read them as if uncompressed (common/run/uplink.py). Raises
         ValueError naming the fault.
         """
-        return decode_reply(reply.content, self.current, compression_spec(self.cfg), self.parameter_names)
+        return decode_reply(reply.content, self.current, self.codec, self.parameter_names)
 
     def max_reply_bytes(self) -> int:
         """Replies larger than this are refused before being decoded (3x the model, plus 1 MiB)."""
@@ -279,10 +300,10 @@ class FedAvgStrategy(RoundStrategy):
     def aggregation_weights(self, replies: list[Message]) -> list[float]:
         """The replies' `weighted_by_key` metric (`weighted`), no share above `max-weight-share`
         (server_app/influence.py), or ones (`uniform`)."""
-        if self.cfg.aggregation != "weighted":
+        if self.aggregation != "weighted":
             return [1.0] * len(replies)
         counts = [float(r.content.metric_records["metrics"][self.weighted_by_key]) for r in replies]
-        return bounded_weights(counts, self.cfg.max_weight_share)
+        return bounded_weights(counts, self.max_weight_share)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Drop failed, late and malformed replies (each recorded in `round_report`), then aggregate the rest.
@@ -318,18 +339,18 @@ class FedAvgStrategy(RoundStrategy):
             for reply in replies:
                 self.node_models.keep(self.partition_of(reply), from_record(reply.content.array_records[MODEL]))
         # "refuse" dropped the longer ones in check_reply; "clip" scales them; then the round's median bound
-        deltas = bounded_updates(deltas, self.cfg.max_update_norm, self.cfg.max_update_norm_ratio)
-        if self.cfg.aggregation in ROBUST_AGGREGATIONS:
-            mean_delta = combine_updates(deltas, self.cfg.aggregation, self.cfg.trim_fraction, self.cfg.byzantine_nodes)
+        deltas = bounded_updates(deltas, self.max_update_norm, self.max_update_norm_ratio)
+        if self.aggregation in ROBUST_AGGREGATIONS:
+            mean_delta = combine_updates(deltas, self.aggregation, self.trim_fraction, self.byzantine_nodes)
         else:
             mean_delta = weighted_mean(deltas, self.aggregation_weights(replies))
         self.current = self.server_step(mean_delta, replies)
-        return to_record(self.current), aggregate_metrics(replies, self.cfg.max_weight_share, self.weighted_by_key)
+        return to_record(self.current), aggregate_metrics(replies, self.max_weight_share, self.weighted_by_key)
 
     def summary(self) -> None:
         """Log what this strategy will do."""
         log(INFO, "%s: %d nodes, fraction-train %.2f, aggregation %s, server-lr %g",
-            type(self).__name__, len(self.nodes), self.cfg.fraction_train, self.cfg.aggregation, self.cfg.server_lr)
+            type(self).__name__, len(self.nodes), self.fraction_train, self.aggregation, self.server_lr)
 
 
 def reply_metric_means(metrics: list[Mapping[str, Any]], max_share: float,

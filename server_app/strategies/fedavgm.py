@@ -7,16 +7,60 @@ state that a checkpoint must keep.
 from __future__ import annotations
 
 import numpy as np
+from typing import Callable
+
 from flwr.app import Message
+from flwr.common.typing import Scalar
 
 from common.records import Weights
+from server_app.strategies.base import NodeInfo
 from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.parameters import DEFAULTS
+from server_app.wire import WEIGHTED_BY_KEY
 
 
 class FedAvgMStrategy(FedAvgStrategy):
     """FedAvg with server momentum `server-momentum`."""
 
     velocity: Weights | None = None
+
+    def __init__(self, *, server_momentum: float = DEFAULTS.server_momentum,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: str = DEFAULTS.aggregation,
+                          trim_fraction: float = DEFAULTS.trim_fraction,
+                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
+                          max_weight_share: float = DEFAULTS.max_weight_share,
+                          max_update_norm: float = DEFAULTS.max_update_norm,
+                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
+                          update_norm_action: str = DEFAULTS.update_norm_action,
+                          compression: str = DEFAULTS.compression,
+                          bits: int = DEFAULTS.bits,
+                          levels: int = DEFAULTS.levels,
+                          qsgd_scope: str = DEFAULTS.qsgd_scope,
+                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
+                          topk_ratio: float = DEFAULTS.topk_ratio,
+                          error_feedback: bool = DEFAULTS.error_feedback,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
+                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
+                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
+                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
+                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.server_momentum = server_momentum
 
     def state_arrays(self) -> dict[str, Weights]:
         return {"velocity": self.velocity} if self.velocity is not None else {}
@@ -25,11 +69,11 @@ class FedAvgMStrategy(FedAvgStrategy):
         self.velocity = groups.get("velocity")
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        beta = self.cfg.server_momentum
+        beta = self.server_momentum
         if self.velocity is None:
             self.velocity = {name: np.zeros_like(d) for name, d in mean_delta.items()}
         self.velocity = {name: (beta * self.velocity[name] + mean_delta[name]).astype(np.float32) for name in mean_delta}
-        new = {name: (self.current[name] + self.cfg.server_lr * self.velocity[name]).astype(np.float32)
+        new = {name: (self.current[name] + self.server_lr * self.velocity[name]).astype(np.float32)
                for name in self.current}
         new.update(self.aggregated_buffers(replies))  # buffers are averaged, not moved with momentum
         return new

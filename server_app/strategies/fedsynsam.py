@@ -25,24 +25,26 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from logging import INFO
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
+from flwr.common.typing import Scalar
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.run.config import REAL_ORACLE, RunConfig
+from common.run.config import REAL_ORACLE
 from common.data.datasets import load_run_dataset, run_dataset_info
 from common.metrics.evaluation import as_tensors, resolve_device
 from common.protocol import SYNTHETIC_DATA
 from common.records import Weights, to_record
-from common.run.task import make_model
-from common.run.uplink import compression_spec
+from common.run.task import ServerTask, make_model
 from server_app.distillation import DistillSettings, distill, oracle_indices, real_oracle
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
+from server_app.strategies.parameters import DEFAULTS
+from server_app.wire import WEIGHTED_BY_KEY
 
 _TRAJECTORY = "trajectory-"
 
@@ -50,13 +52,69 @@ _TRAJECTORY = "trajectory-"
 class TrajectoryStrategy(FedAvgStrategy):
     """FedAvg that records the global trajectory and distils a synthetic set after R aggregations."""
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
-        super().__init__(cfg, nodes, **kwargs)
+    # the app's perturbation diagnostic (simulation only), attached by server_app/registry.py when it is on
+    diagnostic: PerturbationDiagnostic | None = None
+
+    def __init__(self, *, trajectory_rounds: int = DEFAULTS.trajectory_rounds,
+                          synthetic_ipc: int = DEFAULTS.synthetic_ipc,
+                          distill_iterations: int = DEFAULTS.distill_iterations,
+                          distill_optimizer: str = DEFAULTS.distill_optimizer,
+                          distill_inner_steps: int = DEFAULTS.distill_inner_steps,
+                          distill_lr: float = DEFAULTS.distill_lr,
+                          distill_alpha_init: float = DEFAULTS.distill_alpha_init,
+                          distill_alpha_lr: float = DEFAULTS.distill_alpha_lr,
+                          matching_loss: str = DEFAULTS.matching_loss,
+                          synthetic_source: str = DEFAULTS.synthetic_source,
+                          task: ServerTask = ServerTask(),
+                          device: str = DEFAULTS.device,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: str = DEFAULTS.aggregation,
+                          trim_fraction: float = DEFAULTS.trim_fraction,
+                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
+                          max_weight_share: float = DEFAULTS.max_weight_share,
+                          max_update_norm: float = DEFAULTS.max_update_norm,
+                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
+                          update_norm_action: str = DEFAULTS.update_norm_action,
+                          compression: str = DEFAULTS.compression,
+                          bits: int = DEFAULTS.bits,
+                          levels: int = DEFAULTS.levels,
+                          qsgd_scope: str = DEFAULTS.qsgd_scope,
+                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
+                          topk_ratio: float = DEFAULTS.topk_ratio,
+                          error_feedback: bool = DEFAULTS.error_feedback,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
+                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
+                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
+                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
+                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.trajectory_rounds = trajectory_rounds
+        self.synthetic_ipc = synthetic_ipc
+        self.distillation = dict(synthetic_ipc=synthetic_ipc, distill_iterations=distill_iterations,
+                                 distill_inner_steps=distill_inner_steps, distill_optimizer=distill_optimizer,
+                                 distill_lr=distill_lr, distill_alpha_init=distill_alpha_init,
+                                 distill_alpha_lr=distill_alpha_lr, matching_loss=matching_loss, seed=seed)
+        self.synthetic_source = synthetic_source
+        self.task = task
+        self.device = device
         self.trajectory: list[Weights] = []
         self.synthetic: tuple[np.ndarray, np.ndarray] | None = None
         self.previous_update: Weights | None = None
         self.distill_report: dict[str, float] = {}
-        self.diagnostic = PerturbationDiagnostic(cfg, len(nodes or [])) if cfg.perturbation_diagnostic else None
         self._round_metrics: dict[str, float] = {}
         self.server_round = 0
 
@@ -69,14 +127,14 @@ class TrajectoryStrategy(FedAvgStrategy):
     def distil(self) -> None:
         """Learn D_syn from the trajectory (or take the real-image oracle); its matching losses go into this round's metrics."""
         start = time.monotonic()
-        info = run_dataset_info(self.cfg)
-        settings = DistillSettings.from_config(self.cfg)
-        device = resolve_device(self.cfg.device)
-        if self.cfg.synthetic_source == REAL_ORACLE:
-            result = real_oracle(make_model(self.cfg), self.trajectory, *self.real_images(info.num_classes),
+        info = run_dataset_info(self.task)
+        settings = DistillSettings.resolved(info.channels == 1, **self.distillation)
+        device = resolve_device(self.device)
+        if self.synthetic_source == REAL_ORACLE:
+            result = real_oracle(make_model(self.task), self.trajectory, *self.real_images(info.num_classes),
                                  settings, device)
         else:
-            result = distill(make_model(self.cfg), self.trajectory, info.num_classes, info.shape, settings, device)
+            result = distill(make_model(self.task), self.trajectory, info.num_classes, info.shape, settings, device)
         self.synthetic = (result.x, result.y)
         self.distill_report = {
             "distill-loss-start": result.start_loss,
@@ -93,16 +151,16 @@ class TrajectoryStrategy(FedAvgStrategy):
         The server reads the training split here, which breaks the federated premise that it holds no
         data; the oracle exists only to tell a poor distillation from a poor use of D_syn.
         """
-        arrays = load_run_dataset(self.cfg)
-        index = oracle_indices(arrays.y_train, num_classes, self.cfg.synthetic_ipc, self.cfg.seed)
-        x, y = as_tensors(arrays.x_train[index], arrays.y_train[index], self.cfg.dataset, torch.device("cpu"))
+        arrays = load_run_dataset(self.task)
+        index = oracle_indices(arrays.y_train, num_classes, self.synthetic_ipc, self.seed)
+        x, y = as_tensors(arrays.x_train[index], arrays.y_train[index], self.task.dataset, torch.device("cpu"))
         return x.numpy(), y.numpy()
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         new = super().server_step(mean_delta, replies)
-        if self.synthetic is None and len(self.trajectory) <= self.cfg.trajectory_rounds:
+        if self.synthetic is None and len(self.trajectory) <= self.trajectory_rounds:
             self.trajectory.append(new)
-            if len(self.trajectory) == self.cfg.trajectory_rounds + 1:
+            if len(self.trajectory) == self.trajectory_rounds + 1:
                 self.distil()
         new = self.after_aggregation(new)
         self.previous_update = self.parameter_change(new)
@@ -152,17 +210,73 @@ class TrajectoryStrategy(FedAvgStrategy):
     def summary(self) -> None:
         super().summary()
         log(INFO, "%s: trajectory of R=%d rounds, distillation of %d images per class after round R; uplink %s",
-            type(self).__name__, self.cfg.trajectory_rounds, self.cfg.synthetic_ipc,
-            compression_spec(self.cfg).describe())
+            type(self).__name__, self.trajectory_rounds, self.synthetic_ipc,
+            self.codec.describe())
 
 
 class FedSynSAMStrategy(TrajectoryStrategy):
     """FedSynSAM: FedAvg of (compressed) updates; D_syn distilled after round R and sent once to every node."""
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
-        super().__init__(cfg, nodes, **kwargs)
+    def __init__(self, *, trajectory_rounds: int = DEFAULTS.trajectory_rounds,
+                          synthetic_ipc: int = DEFAULTS.synthetic_ipc,
+                          distill_iterations: int = DEFAULTS.distill_iterations,
+                          distill_optimizer: str = DEFAULTS.distill_optimizer,
+                          distill_inner_steps: int = DEFAULTS.distill_inner_steps,
+                          distill_lr: float = DEFAULTS.distill_lr,
+                          distill_alpha_init: float = DEFAULTS.distill_alpha_init,
+                          distill_alpha_lr: float = DEFAULTS.distill_alpha_lr,
+                          matching_loss: str = DEFAULTS.matching_loss,
+                          synthetic_source: str = DEFAULTS.synthetic_source,
+                          task: ServerTask = ServerTask(),
+                          device: str = DEFAULTS.device,
+                          sam_rho: float = DEFAULTS.sam_rho,
+                          synsam_beta: float = DEFAULTS.synsam_beta,
+                          synsam_mix: str = DEFAULTS.synsam_mix,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: str = DEFAULTS.aggregation,
+                          trim_fraction: float = DEFAULTS.trim_fraction,
+                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
+                          max_weight_share: float = DEFAULTS.max_weight_share,
+                          max_update_norm: float = DEFAULTS.max_update_norm,
+                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
+                          update_norm_action: str = DEFAULTS.update_norm_action,
+                          compression: str = DEFAULTS.compression,
+                          bits: int = DEFAULTS.bits,
+                          levels: int = DEFAULTS.levels,
+                          qsgd_scope: str = DEFAULTS.qsgd_scope,
+                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
+                          topk_ratio: float = DEFAULTS.topk_ratio,
+                          error_feedback: bool = DEFAULTS.error_feedback,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(trajectory_rounds=trajectory_rounds, synthetic_ipc=synthetic_ipc, distill_iterations=distill_iterations, distill_optimizer=distill_optimizer, distill_inner_steps=distill_inner_steps, distill_lr=distill_lr, distill_alpha_init=distill_alpha_init, distill_alpha_lr=distill_alpha_lr, matching_loss=matching_loss, synthetic_source=synthetic_source, task=task, device=device, fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
+                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
+                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
+                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
+                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.sam_rho = sam_rho
+        self.synsam_beta = synsam_beta
+        self.synsam_mix = synsam_mix
         # partitions whose node reported holding D_syn; the others get it with their next message
         self.synthetic_holders: set[int] = set()
+
+    def client_config(self) -> dict[str, Scalar]:
+        """The codec's and the node settings, and the nodes' SAM rule: "sam-rho", "synsam-beta", "synsam-mix"."""
+        return {**super().client_config(), "sam-rho": self.sam_rho, "synsam-beta": self.synsam_beta,
+                "synsam-mix": self.synsam_mix}
 
     def synthetic_record(self) -> ArrayRecord:
         """D_syn as it travels: float32 images `x` (model input space) and int64 labels `y`."""

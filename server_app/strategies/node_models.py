@@ -34,7 +34,10 @@ GROUP_PREFIX = "node-model-"  # + partition id: a checkpoint group
 
 
 def kept_model_keys(cfg: RunConfig) -> tuple[str, ...]:
-    """The `Context.state` keys under which this run's nodes keep their last trained model."""
+    """The `Context.state` keys under which this run's nodes keep their last trained model, when the run can
+    resume (`checkpoint-every` > 0) and the uplink is uncompressed; none otherwise."""
+    if cfg.checkpoint_every <= 0 or cfg.compression != "none":
+        return ()
     keys = []
     if cfg.algorithm.split("+", 1)[0] == "moon":
         keys.append(STATE_MOON_PREVIOUS_MODEL)
@@ -44,11 +47,14 @@ def kept_model_keys(cfg: RunConfig) -> tuple[str, ...]:
 
 
 class NodeModels:
-    """The last model each node sent, when the run's nodes keep it in their state and the run can resume."""
+    """The last model each node sent, kept under the nodes' state `keys` (`kept_model_keys`; none: keep nothing).
 
-    def __init__(self, cfg: RunConfig) -> None:
-        resumable = cfg.checkpoint_every > 0 and cfg.compression == "none"
-        self.keys = kept_model_keys(cfg) if resumable else ()
+    fedsynth's app gives its strategies one (server_app/registry.py `build_strategy`); a strategy built
+    without it keeps no node models.
+    """
+
+    def __init__(self, keys: tuple[str, ...] = ()) -> None:
+        self.keys = keys
         self.models: dict[int, Weights] = {}
 
     def keep(self, partition_id: int, model: Weights) -> None:

@@ -23,30 +23,30 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Callable
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
+from flwr.common.typing import Scalar
 
-from common.run.config import RunConfig
 from common.protocol import (
     DYNAMIC_CORRECTION, GLOBAL_PERTURBATION, PERTURBATION_DUAL, PREVIOUS_UPDATE, STATE_DYN_GRADIENT,
 )
 from common.records import Weights, check_weights, from_record, to_record
-from common.run.task import make_model
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.robust import bounded_record, bounded_updates, record_norm_problem
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
+from server_app.strategies.parameters import DEFAULTS
 from server_app.strategies.previous_update import PreviousUpdateStrategy
 from server_app.strategies.scaffold import ScaffoldStrategy
+from server_app.wire import WEIGHTED_BY_KEY
 
 
 class FedLESAMStrategy(PreviousUpdateStrategy):
     """FedLESAM's server: FedAvg that sends `w^t - w^{t-1}`; logs the perturbation diagnostic when on."""
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
-        super().__init__(cfg, nodes, **kwargs)
-        self.diagnostic = PerturbationDiagnostic(cfg, len(nodes or [])) if cfg.perturbation_diagnostic else None
+    # the app's perturbation diagnostic (simulation only), attached by server_app/registry.py when it is on
+    diagnostic: PerturbationDiagnostic | None = None
 
     def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
@@ -62,9 +62,7 @@ class FedLESAMStrategy(PreviousUpdateStrategy):
 class FedLESAMSStrategy(ScaffoldStrategy):
     """FedLESAM-S's server: SCAFFOLD that also sends the previous global update."""
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
-        super().__init__(cfg, nodes, **kwargs)
-        self.previous_update: Weights | None = None
+    previous_update: Weights | None = None
 
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         records = super().downlink_records(server_round)
@@ -99,13 +97,53 @@ def feddyn_server_state(h: Weights, corrections: list[Mapping[str, np.ndarray]],
 class FedLESAMDStrategy(FedAvgStrategy):
     """FedLESAM-D's server: FedDyn's `h` correction, and the previous global update sent down."""
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
-        super().__init__(cfg, nodes, **kwargs)
-        self.parameter_names = [name for name, _ in make_model(cfg).named_parameters()]
+    def __init__(self, *, dyn_alpha: float = DEFAULTS.dyn_alpha,
+                          max_record_norm: float = DEFAULTS.max_record_norm,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: str = DEFAULTS.aggregation,
+                          trim_fraction: float = DEFAULTS.trim_fraction,
+                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
+                          max_weight_share: float = DEFAULTS.max_weight_share,
+                          max_update_norm: float = DEFAULTS.max_update_norm,
+                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
+                          update_norm_action: str = DEFAULTS.update_norm_action,
+                          compression: str = DEFAULTS.compression,
+                          bits: int = DEFAULTS.bits,
+                          levels: int = DEFAULTS.levels,
+                          qsgd_scope: str = DEFAULTS.qsgd_scope,
+                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
+                          topk_ratio: float = DEFAULTS.topk_ratio,
+                          error_feedback: bool = DEFAULTS.error_feedback,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
+                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
+                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
+                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
+                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.dyn_alpha = dyn_alpha
+        self.max_record_norm = max_record_norm
         self.h: Weights | None = None
         self.previous_update: Weights | None = None
         # each node's g_i, rebuilt from its corrections, to hand back after a resume
         self.client_gradients: dict[int, Weights] = {}
+
+    def client_config(self) -> dict[str, Scalar]:
+        """The codec's and the node settings, and FedDyn's alpha of the nodes' penalty ("dyn-alpha")."""
+        return {**super().client_config(), "dyn-alpha": self.dyn_alpha}
 
     def _h(self) -> Weights:
         if self.h is None:
@@ -121,11 +159,11 @@ class FedLESAMDStrategy(FedAvgStrategy):
             return f"reply lacks the '{DYNAMIC_CORRECTION}' record"
         correction = from_record(record)
         return check_weights(correction, self._h(), DYNAMIC_CORRECTION) or record_norm_problem(
-            correction, self.cfg.max_record_norm, self.cfg.update_norm_action, DYNAMIC_CORRECTION)
+            correction, self.max_record_norm, self.update_norm_action, DYNAMIC_CORRECTION)
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         ordered = sorted(replies, key=self.partition_of)
-        corrections = [bounded_record(from_record(r.content.array_records[DYNAMIC_CORRECTION]), self.cfg.max_record_norm)
+        corrections = [bounded_record(from_record(r.content.array_records[DYNAMIC_CORRECTION]), self.max_record_norm)
                        for r in ordered]
         for reply, correction in zip(ordered, corrections):
             previous = self.client_gradients.get(self.partition_of(reply))
@@ -134,7 +172,7 @@ class FedLESAMDStrategy(FedAvgStrategy):
             )
         self.h = feddyn_server_state(self._h(), corrections, len(self.nodes))
         new = super().server_step(mean_delta, replies)
-        alpha = self.cfg.dyn_alpha
+        alpha = self.dyn_alpha
         for name in self.parameter_names:
             new[name] = (new[name] - self.h[name] / alpha).astype(np.float32)
         self.previous_update = self.parameter_change(new)
@@ -170,11 +208,53 @@ def smoo_global_perturbation(duals: list[Mapping[str, np.ndarray]], rho: float) 
 class FedSMOOStrategy(FedAvgStrategy):
     """FedSMOO's server: FedDyn's `h` from the updates, and the global perturbation `s` sent down."""
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
-        super().__init__(cfg, nodes, **kwargs)
-        self.parameter_names = [name for name, _ in make_model(cfg).named_parameters()]
+    def __init__(self, *, dyn_alpha: float = DEFAULTS.dyn_alpha,
+                          sam_rho: float = DEFAULTS.sam_rho,
+                          max_record_norm: float = DEFAULTS.max_record_norm,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: str = DEFAULTS.aggregation,
+                          trim_fraction: float = DEFAULTS.trim_fraction,
+                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
+                          max_weight_share: float = DEFAULTS.max_weight_share,
+                          max_update_norm: float = DEFAULTS.max_update_norm,
+                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
+                          update_norm_action: str = DEFAULTS.update_norm_action,
+                          compression: str = DEFAULTS.compression,
+                          bits: int = DEFAULTS.bits,
+                          levels: int = DEFAULTS.levels,
+                          qsgd_scope: str = DEFAULTS.qsgd_scope,
+                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
+                          topk_ratio: float = DEFAULTS.topk_ratio,
+                          error_feedback: bool = DEFAULTS.error_feedback,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
+                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
+                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
+                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
+                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.dyn_alpha = dyn_alpha
+        self.max_record_norm = max_record_norm
+        self.sam_rho = sam_rho
         self.h: Weights | None = None
         self.perturbation: Weights | None = None
+
+    def client_config(self) -> dict[str, Scalar]:
+        """The codec's and the node settings, FedDyn's alpha ("dyn-alpha") and SAM's radius ("sam-rho")."""
+        return {**super().client_config(), "sam-rho": self.sam_rho, "dyn-alpha": self.dyn_alpha}
 
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         return {GLOBAL_PERTURBATION: to_record(self.perturbation)} if self.perturbation is not None else {}
@@ -186,18 +266,18 @@ class FedSMOOStrategy(FedAvgStrategy):
         reference = {name: self.current[name] for name in self.parameter_names}
         dual = from_record(record)
         return check_weights(dual, reference, PERTURBATION_DUAL) or record_norm_problem(
-            dual, self.cfg.max_record_norm, self.cfg.update_norm_action, PERTURBATION_DUAL)
+            dual, self.max_record_norm, self.update_norm_action, PERTURBATION_DUAL)
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         ordered = sorted(replies, key=self.partition_of)
         self.perturbation = smoo_global_perturbation(
-            [bounded_record(from_record(r.content.array_records[PERTURBATION_DUAL]), self.cfg.max_record_norm)
-             for r in ordered], self.cfg.sam_rho
+            [bounded_record(from_record(r.content.array_records[PERTURBATION_DUAL]), self.max_record_norm)
+             for r in ordered], self.sam_rho
         )
-        alpha = self.cfg.dyn_alpha
+        alpha = self.dyn_alpha
         # the updates as the mean took them: clipped to max-update-norm and the round's median bound
-        updates = bounded_updates([self.client_delta(r) for r in ordered], self.cfg.max_update_norm,
-                                  self.cfg.max_update_norm_ratio)
+        updates = bounded_updates([self.client_delta(r) for r in ordered], self.max_update_norm,
+                                  self.max_update_norm_ratio)
         corrections = [{n: -alpha * d[n] for n in self.parameter_names} for d in updates]
         if self.h is None:
             self.h = {name: np.zeros_like(self.current[name]) for name in self.parameter_names}

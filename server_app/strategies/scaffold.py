@@ -8,18 +8,20 @@ they count every record sent.
 """
 
 from __future__ import annotations
-from typing import Any
+from typing import Callable
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
+from flwr.common.typing import Scalar
 
-from common.run.config import RunConfig
 from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
 from common.algorithms.losses import scaffold_server_control
 from common.records import Weights, from_record, to_record
 from server_app.robust import bounded_record, record_norm_problem
 from common.records import check_weights
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
+from server_app.strategies.parameters import DEFAULTS
+from server_app.wire import WEIGHTED_BY_KEY
 
 
 class ScaffoldStrategy(FedAvgStrategy):
@@ -27,8 +29,43 @@ class ScaffoldStrategy(FedAvgStrategy):
 
     control: Weights | None = None
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
-        super().__init__(cfg, nodes, **kwargs)
+    def __init__(self, *, max_record_norm: float = DEFAULTS.max_record_norm,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: str = DEFAULTS.aggregation,
+                          trim_fraction: float = DEFAULTS.trim_fraction,
+                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
+                          max_weight_share: float = DEFAULTS.max_weight_share,
+                          max_update_norm: float = DEFAULTS.max_update_norm,
+                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
+                          update_norm_action: str = DEFAULTS.update_norm_action,
+                          compression: str = DEFAULTS.compression,
+                          bits: int = DEFAULTS.bits,
+                          levels: int = DEFAULTS.levels,
+                          qsgd_scope: str = DEFAULTS.qsgd_scope,
+                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
+                          topk_ratio: float = DEFAULTS.topk_ratio,
+                          error_feedback: bool = DEFAULTS.error_feedback,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
+                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
+                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
+                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
+                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.max_record_norm = max_record_norm
         # Each client's c_i, rebuilt from the deltas it sent (c_i starts at 0), so
         # that a resumed run can hand every node its control variate back.
         self.client_controls: dict[int, Weights] = {}
@@ -68,13 +105,13 @@ class ScaffoldStrategy(FedAvgStrategy):
             return f"reply lacks the '{SCAFFOLD_CONTROL_DELTA}' record"
         delta = from_record(record)
         return check_weights(delta, self._control(), SCAFFOLD_CONTROL_DELTA) or record_norm_problem(
-            delta, self.cfg.max_record_norm, self.cfg.update_norm_action, SCAFFOLD_CONTROL_DELTA)
+            delta, self.max_record_norm, self.update_norm_action, SCAFFOLD_CONTROL_DELTA)
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         ordered = sorted(replies, key=self.partition_of)
         # each c_i+ - c_i within max-record-norm: one node's control variate cannot drag c (and every client's
         # correction) away
-        deltas = [bounded_record(from_record(r.content.array_records[SCAFFOLD_CONTROL_DELTA]), self.cfg.max_record_norm)
+        deltas = [bounded_record(from_record(r.content.array_records[SCAFFOLD_CONTROL_DELTA]), self.max_record_norm)
                   for r in ordered]
         for reply, delta in zip(ordered, deltas):
             previous = self.client_controls.get(self.partition_of(reply))
