@@ -28,7 +28,7 @@ class Algorithm:
     server : the name of its server rule (server_app/registry.py's `SERVER_RULES`).
     client_keys : the run-config keys its client rule reads from the train message's config, beside the
         uplink codec's (common/run/client_settings.py), under their run-config names (e.g. "sam-rho").
-    decentralized : its ServerApp is the relay (server_app/decentralized.py), which sends each node its
+    decentralized : its ServerApp is the relay (server_app/strategies/relay.py), which sends each node its
         own message, and the nodes mix their neighbours' models.
     public_class : the class of `fedsynth.strategies` that runs it ("" when none).
     """

@@ -42,7 +42,7 @@ import inspect
 from typing import Any, Callable
 
 from common.run.config import RunConfig, key_name, parse_run_config
-from server_app.decentralized import DecentralizedRelay
+from server_app.strategies.relay import DecentralizedRelay
 from server_app.strategies.base import NodeInfo, ReplyContractError, RoundStrategy, TooManyFailedRounds
 from server_app.strategies.dynafed import DynaFedStrategy
 from server_app.strategies.fedavg import FedAvgStrategy

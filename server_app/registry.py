@@ -8,7 +8,7 @@ server rule is new, one strategy module under `strategies/` and one entry in `SE
 from __future__ import annotations
 
 from common.algorithm_table import ALGORITHMS
-from server_app.decentralized import DecentralizedRelay
+from server_app.strategies.relay import DecentralizedRelay
 from server_app.strategies.fedavg import FedAvgStrategy
 from server_app.strategies.fedavgm import FedAvgMStrategy
 from server_app.strategies.fedddpm import FedDDPMPlusStrategy, FedDDPMStrategy

@@ -19,7 +19,7 @@ from common.run.client_settings import CODEC_KEYS, client_keys, client_settings
 from common.run.config import RunConfig, parse_run_config
 from common.algorithms.gossip import DECENTRALIZED_ALGORITHMS
 from fedsynth import strategies
-from server_app.decentralized import DecentralizedRelay
+from server_app.strategies.relay import DecentralizedRelay
 from server_app.registry import SERVER_RULES, SERVER_STRATEGIES
 
 

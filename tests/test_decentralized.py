@@ -30,7 +30,7 @@ from common.protocol import GOSSIP, GOSSIP_MIXED, GOSSIP_MODEL_PREFIX, STATE_OWN
 from common.records import from_record, load_weights, model_weights
 from common.run.task import make_model
 from common.algorithms.topology import mixing_matrix, spectral_psi
-from server_app.decentralized import DecentralizedRelay, traffic
+from server_app.strategies.relay import DecentralizedRelay, traffic
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.fedavg import NodeInfo
 from fedsynth.inprocess import InProcessGrid
@@ -363,7 +363,7 @@ def test_relay_warns_when_ole_beta_makes_the_nodes_drift_apart(monkeypatch, topo
     """ring: lambda_min -1/3 caps beta at 1/2; grid (4x5 torus): lambda_min -0.52, cap 0.31. A fresh random
     W each round contracts in mean square for every beta < 1 (the 4-regular graph: 0.983 per round at 0.99,
     trace/(n-1) of the expected operator; issue 35 corrected an upward-biased estimate that warned here)."""
-    import server_app.decentralized as relay_module
+    import server_app.strategies.relay as relay_module
 
     warnings = []
     monkeypatch.setattr(relay_module, "log", lambda level, msg, *args: warnings.append(msg % args)

@@ -25,7 +25,7 @@ from common.protocol import DYNAMIC_CORRECTION, PERTURBATION_DUAL, SCAFFOLD_CONT
 from common.records import from_record, to_record
 from common.run.task import make_model
 from fedsynth.inprocess import InProcessGrid, run_federation
-from server_app.decentralized import DecentralizedRelay
+from server_app.strategies.relay import DecentralizedRelay
 from server_app.influence import bounded_weights, capped_counts, capped_mean, capped_shares
 from tests.replies import collect_replies
 from server_app.registry import SERVER_STRATEGIES

@@ -25,7 +25,7 @@ from common.algorithm_table import ALGORITHMS
 from common.records import Weights
 from common.algorithms.topology import renormalize_present
 
-# The algorithms whose ServerApp is a relay (server_app/decentralized.py), from common/algorithm_table.py's table.
+# The algorithms whose ServerApp is a relay (server_app/strategies/relay.py), from common/algorithm_table.py's table.
 DECENTRALIZED_ALGORITHMS: tuple[str, ...] = tuple(name for name, algorithm in ALGORITHMS.items() if algorithm.decentralized)
 
 

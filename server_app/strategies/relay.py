@@ -65,6 +65,7 @@ from common.algorithms.topology import (
     spectral_psi,
 )
 from server_app.checkpoint import CheckpointError
+from server_app.decentralized_plot import plot_decentralized
 from server_app.reply_checks import check_train_metrics
 from server_app.robust import clip_update, update_norm
 from server_app.strategies.base import NodeInfo, RoundStrategy
@@ -421,54 +422,3 @@ class DecentralizedRelay(RoundStrategy):
     def plot(self, rounds: Sequence[Mapping[str, Any]], folder: Path) -> None:
         """decentralized.png beside the common plots."""
         plot_decentralized(rounds, folder)
-
-
-def _progress_line(record: dict[str, Any], num_rounds: int) -> str:
-    parts = [f"[round {record['round']}/{num_rounds}]"]
-    if "central-accuracy" in record:
-        parts.append(f"x-bar acc {record['central-accuracy']:.4f}")
-    if "node-accuracy-mean" in record:
-        parts.append(f"nodes acc {record['node-accuracy-mean']:.4f} "
-                     f"[{record['node-accuracy-min']:.3f}, {record['node-accuracy-max']:.3f}]")
-    parts.append(f"consensus {record['consensus-distance']:.4g}")
-    parts.append(f"nodes {record['answered']}/{record['sampled']}")
-    parts.append(f"down {record['downlink-bytes'] / 1e6:.2f} MB up {record['uplink-bytes'] / 1e6:.2f} MB")
-    parts.append(f"{record['round-time']:.2f}s")
-    return " | ".join(parts)
-
-
-def plot_decentralized(rounds: Sequence[Mapping[str, Any]], folder) -> None:
-    """decentralized.png: consensus distance, and x-bar accuracy beside the nodes' accuracy band."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    trained = [r for r in rounds if r.get("round", 0) >= 1]
-    fig, (ax_cons, ax_acc) = plt.subplots(1, 2, figsize=(10, 4))
-    xs = [r["round"] for r in trained if "consensus-distance" in r]
-    ys = [r["consensus-distance"] for r in trained if "consensus-distance" in r]
-    if xs:
-        ax_cons.plot(xs, ys, marker=".")
-        if min(ys) > 0:
-            ax_cons.set_yscale("log")
-    ax_cons.set(xlabel="round", ylabel="(1/N) sum ||z_i - x-bar||^2", title="Consensus distance")
-    central = [r for r in rounds if "central-accuracy" in r]
-    if central:
-        ax_acc.plot([r["round"] for r in central], [r["central-accuracy"] for r in central], marker=".",
-                    label="average model x-bar (test set)")
-    band = [r for r in trained if "node-accuracy-mean" in r]
-    if band:
-        bx = [r["round"] for r in band]
-        ax_acc.plot(bx, [r["node-accuracy-mean"] for r in band], label="nodes' mixed models (local test), mean")
-        ax_acc.fill_between(bx, [r["node-accuracy-min"] for r in band], [r["node-accuracy-max"] for r in band],
-                            alpha=0.2, label="nodes min-max")
-    ax_acc.set(xlabel="round", ylabel="accuracy", title="Accuracy")
-    for ax in (ax_cons, ax_acc):
-        ax.grid(alpha=0.3)
-    if ax_acc.get_legend_handles_labels()[0]:
-        ax_acc.legend(fontsize=8)
-    # fixed margins: tight_layout would double the plot's cost, paid by every run
-    fig.subplots_adjust(left=0.08, right=0.98, bottom=0.12, top=0.92, wspace=0.3)
-    fig.savefig(folder / "decentralized.png", dpi=100)
-    plt.close(fig)
