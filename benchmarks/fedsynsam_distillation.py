@@ -59,11 +59,11 @@ def run_inprocess(raw: dict, num_nodes: int):
     from fedsynth.inprocess import InProcessGrid
     from common.run.results import RunResults
     from server_app.handshake import handshake
-    from server_app.registry import SERVER_STRATEGIES
+    from server_app.registry import SERVER_STRATEGIES, build_strategy
 
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     grid = InProcessGrid(num_nodes, raw)
-    strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, handshake(grid, cfg))
+    strategy = build_strategy(cfg, handshake(grid, cfg))
     with RunResults(cfg) as results:
         run_strategy(grid, cfg, strategy, results)
     return strategy

@@ -49,11 +49,11 @@ def measure(raw: dict[str, Any], num_nodes: int) -> list[dict[str, float]]:
     from fedsynth.inprocess import InProcessGrid
     from server_app.handshake import handshake
     from server_app.strategies.base import TooManyFailedRounds
-    from server_app.registry import SERVER_STRATEGIES
+    from server_app.registry import SERVER_STRATEGIES, build_strategy
 
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     grid = InProcessGrid(num_nodes, raw)
-    strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, handshake(grid, cfg))
+    strategy = build_strategy(cfg, handshake(grid, cfg))
     rows: list[dict[str, float]] = []
     inner = strategy.server_step
 

@@ -14,7 +14,8 @@ from common.run.results import RunResults
 from server_app.handshake import HandshakeError, handshake_outcome, rejoined_nodes
 from server_app.messaging import polling_grid
 from server_app.recorder import RunRecorder
-from server_app.registry import SERVER_STRATEGIES
+from server_app.decentralized_report import warn_if_ole_diverges
+from server_app.registry import SERVER_STRATEGIES, build_strategy
 from server_app.strategies.base import RoundStrategy, TooManyFailedRounds
 
 app = ServerApp()
@@ -40,7 +41,8 @@ def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         results.handshake_failures = failures
         if not results.resuming:  # a resume keeps the folder as it was until its checkpoint is checked
             results.write_nodes(nodes)
-        strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, nodes)
+        strategy = build_strategy(cfg, nodes)
+        warn_if_ole_diverges(cfg, len(nodes))
         strategy.rejoin = partial(rejoined_nodes, cfg=cfg)  # a site that restarts under a new node id
         return run_strategy(grid, cfg, strategy, results)
 

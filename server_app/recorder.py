@@ -39,12 +39,14 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
+from common.algorithm_table import ALGORITHMS
 from common.run.config import RunConfig
 from common.models.diffusion import is_diffusion
 from common.run.interrupt import raise_if_stopped
 from common.records import Weights, from_record, model_weights, to_record
 from common.run.results import RunResults, run_accuracy
 from common.run.task import make_model
+from server_app.decentralized_report import decentralized_summary, plot_decentralized
 from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, node_table, save_checkpoint
 from server_app.diffusion_eval import DiffusionEvaluator, record_auxiliary
 from server_app.evaluation import central_evaluator
@@ -198,6 +200,8 @@ class RunRecorder:
             summary["final-central-loss"] = central[-1]["central-loss"]
             summary["best-central-accuracy"] = max(r["central-accuracy"] for r in central)
         summary.update(strategy.run_summary(results.rounds))
+        if ALGORITHMS[cfg.algorithm].decentralized:
+            summary.update(decentralized_summary(cfg, results.rounds))
         if self.diffusion is not None:
             summary.update(self.diffusion.summary())
         conclude(summary, results, weights)
@@ -212,7 +216,8 @@ class RunRecorder:
             results.write_model(weights)
         results.write_summary(summary)
         results.write_plots()
-        strategy.plot(results.rounds, results.path)
+        if ALGORITHMS[cfg.algorithm].decentralized:
+            plot_decentralized(results.rounds, results.path)
         log(INFO if summary["status"] == STATUS_OK else WARNING, "results written to %s%s", results.path,
             f" ({summary['status']}: {summary['status-reason']})" if summary["status-reason"] else "")
         return summary

@@ -1,13 +1,34 @@
-"""Server-side registry: server-rule name -> strategy class, and algorithm name -> strategy class.
+"""Server-side registry: server-rule name -> strategy class, algorithm name -> strategy class, and the one
+function that builds a run's strategy from its run config.
 
 The algorithms and the server rule each uses are common/algorithm_table.py's table; this module is the
 server's half of it. Adding an algorithm on the server side means adding its row there and, if its
 server rule is new, one strategy module under `strategies/` and one entry in `SERVER_RULES`.
+
+A strategy is built from its own typed keyword parameters, each named after the run-config key it mirrors
+(server_app/strategies/parameters.py), so `build_strategy` reads each of the class's parameters from the run
+config under its own name; the few that are not run-config keys say here where they come from. What
+fedsynth's app adds around the algorithm (the nodes' kept models for resume, FID's reference from the nodes'
+feature sums, the perturbation diagnostic) is attached here too, so the strategies never see a run config.
 """
 
 from __future__ import annotations
 
+import inspect
+from functools import partial
+from typing import Any, Callable
+
+import torch
+
 from common.algorithm_table import ALGORITHMS
+from common.records import module_parameter_names
+from common.run.client_settings import rule_settings
+from common.run.config import RunConfig
+from common.run.task import make_model, task_of
+from server_app.fid_reference import ClientFeatureReference
+from server_app.perturbation import PerturbationDiagnostic
+from server_app.strategies.base import NodeInfo, RoundStrategy
+from server_app.strategies.node_models import NodeModels, kept_model_keys
 from server_app.strategies.relay import DecentralizedRelay
 from server_app.strategies.fedavg import FedAvgStrategy
 from server_app.strategies.fedavgm import FedAvgMStrategy
@@ -41,3 +62,52 @@ SERVER_RULES: dict[str, type[FedAvgStrategy] | type[DecentralizedRelay]] = {
 SERVER_STRATEGIES: dict[str, type[FedAvgStrategy] | type[DecentralizedRelay]] = {
     name: SERVER_RULES[algorithm.server] for name, algorithm in ALGORITHMS.items()
 }
+
+
+def decayed_lr(lr: float, decay: float, server_round: int) -> float:
+    """A round's learning rate, `lr * lr-decay^(round-1)`, as fedsynth's clients read it from the train config."""
+    return lr * decay ** (server_round - 1)
+
+
+def run_parameter_names(cfg: RunConfig) -> list[str]:
+    """The trainable arrays of the run's model, in its order (built with the global RNG state kept, so that
+    building it changes no run's random numbers)."""
+    with torch.random.fork_rng(devices=[]):
+        return module_parameter_names(make_model(cfg))
+
+
+def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) -> dict[str, Any]:
+    """The keyword arguments of `cls` for the run `cfg`: each parameter that is a run-config key from `cfg`,
+    and the others from the run (the node table, the lr schedule, the nodes' rule settings, the server's model).
+
+    `fraction_evaluate` is 0: fedsynth's clients evaluate the received model inside each train reply, and every
+    node evaluates the final model once (server_app/recorder.py). `weighted_by_key` and `min_available_nodes`
+    keep their defaults (the handshake waits for the nodes).
+    """
+    from_run: dict[str, Callable[[], Any]] = {
+        "fraction_evaluate": lambda: 0.0,
+        "nodes": lambda: nodes,
+        "lr_schedule": lambda: partial(decayed_lr, cfg.lr, cfg.lr_decay),
+        "node_settings": lambda: rule_settings(cfg),
+        "parameter_names": lambda: run_parameter_names(cfg),
+        "task": lambda: task_of(cfg),
+    }
+    arguments: dict[str, Any] = {}
+    for name in inspect.signature(cls).parameters:
+        if name in from_run:
+            arguments[name] = from_run[name]()
+        elif hasattr(cfg, name):
+            arguments[name] = getattr(cfg, name)
+    return arguments
+
+
+def build_strategy(cfg: RunConfig, nodes: list[NodeInfo] | None = None) -> RoundStrategy:
+    """The strategy of the run `cfg` over the handshake's node table, with fedsynth's app services attached."""
+    cls = SERVER_STRATEGIES[cfg.algorithm]
+    strategy = cls(**strategy_arguments(cls, cfg, nodes))
+    if not ALGORITHMS[cfg.algorithm].decentralized:
+        strategy.node_models = NodeModels(kept_model_keys(cfg))  # MOON's and FedCOG's models, for a resume
+        strategy.feature_reference = ClientFeatureReference(cfg, strategy.nodes)  # FID without server data
+        if cfg.perturbation_diagnostic and hasattr(strategy, "diagnostic"):
+            strategy.diagnostic = PerturbationDiagnostic(cfg, len(nodes or []))
+    return strategy

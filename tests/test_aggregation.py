@@ -15,13 +15,10 @@ from flwr.supercore.task_identity import TaskIdentity
 from common.run.config import parse_run_config
 from common.protocol import PREVIOUS_UPDATE, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, to_record
-from server_app.registry import SERVER_STRATEGIES
+from server_app.registry import SERVER_STRATEGIES, build_strategy
 from common.records import check_weights
 from server_app.strategies.base import sample_nodes
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, weighted_mean
-from server_app.strategies.fedavgm import FedAvgMStrategy
-from server_app.strategies.previous_update import PreviousUpdateStrategy
-from server_app.strategies.scaffold import ScaffoldStrategy
 
 
 @pytest.fixture(autouse=True)
@@ -187,7 +184,7 @@ def fedavg_round(strategy: FedAvgStrategy, updates: dict[int, tuple[dict, int]],
 
 
 def test_configure_train_sends_model_and_round_to_each_sampled_node() -> None:
-    strategy = FedAvgStrategy(cfg_of(fraction_train=0.5, seed=2), make_nodes(6))
+    strategy = build_strategy(cfg_of(fraction_train=0.5, seed=2), make_nodes(6))
     messages = start_round(strategy, W0, server_round=3)
     expected = sample_nodes(make_nodes(6), 0.5, 2, 3)
     assert [m.metadata.dst_node_id for m in messages] == [n.node_id for n in expected]
@@ -207,7 +204,7 @@ PLAIN = {"max_weight_share": 1.0, "max_update_norm_ratio": 0.0}
 
 
 def test_fedavg_weighted_by_num_examples() -> None:
-    strategy = FedAvgStrategy(cfg_of(**PLAIN), make_nodes(2))
+    strategy = build_strategy(cfg_of(**PLAIN), make_nodes(2))
     record, metrics = fedavg_round(strategy, {
         0: ({"w": arr(2, 2), "b": arr(1)}, 10),   # delta [1, 1], [1]
         1: ({"w": arr(5, -1), "b": arr(-1)}, 30),  # delta [4, -2], [-1]
@@ -224,7 +221,7 @@ def test_fedavg_weighted_by_num_examples() -> None:
 
 
 def test_fedavg_uniform_aggregation() -> None:
-    strategy = FedAvgStrategy(cfg_of(aggregation="uniform", **PLAIN), make_nodes(2))
+    strategy = build_strategy(cfg_of(aggregation="uniform", **PLAIN), make_nodes(2))
     record, _ = fedavg_round(strategy, {
         0: ({"w": arr(2, 2), "b": arr(1)}, 10),
         1: ({"w": arr(5, -1), "b": arr(-1)}, 30),
@@ -236,7 +233,7 @@ def test_fedavg_uniform_aggregation() -> None:
 
 
 def test_fedavg_server_lr_scales_the_step() -> None:
-    strategy = FedAvgStrategy(cfg_of(server_lr=0.5, **PLAIN), make_nodes(2))
+    strategy = build_strategy(cfg_of(server_lr=0.5, **PLAIN), make_nodes(2))
     record, _ = fedavg_round(strategy, {
         0: ({"w": arr(2, 2), "b": arr(1)}, 10),
         1: ({"w": arr(5, -1), "b": arr(-1)}, 30),
@@ -253,7 +250,7 @@ def test_fedavg_result_does_not_depend_on_reply_order() -> None:
                      int(rng.integers(1, 100))) for pid in range(5)}
     results = []
     for order in (list(range(5)), [4, 2, 0, 3, 1]):
-        strategy = FedAvgStrategy(cfg_of(), make_nodes(5))
+        strategy = build_strategy(cfg_of(), make_nodes(5))
         messages = start_round(strategy, W0)
         by_pid = {node_of(strategy, m).partition_id: m for m in messages}
         replies = [make_reply(by_pid[p], *locals_[p], p) for p in order]
@@ -263,7 +260,7 @@ def test_fedavg_result_does_not_depend_on_reply_order() -> None:
 
 
 def test_fedavg_only_sampled_nodes_count() -> None:
-    strategy = FedAvgStrategy(cfg_of(fraction_train=0.5, seed=1), make_nodes(4))
+    strategy = build_strategy(cfg_of(fraction_train=0.5, seed=1), make_nodes(4))
     messages = start_round(strategy, W0)
     assert len(messages) == 2
     replies = [make_reply(m, {"w": arr(3, 3), "b": arr(2)}, 5, node_of(strategy, m).partition_id)
@@ -273,13 +270,13 @@ def test_fedavg_only_sampled_nodes_count() -> None:
 
 
 def test_fedavg_no_replies_returns_none() -> None:
-    strategy = FedAvgStrategy(cfg_of(), make_nodes(2))
+    strategy = build_strategy(cfg_of(), make_nodes(2))
     start_round(strategy, W0)
     assert strategy.aggregate_train(1, []) == (None, None)
 
 
 def test_fedavgm_velocity_after_two_steps() -> None:
-    strategy = FedAvgMStrategy(cfg_of(algorithm="fedavgm", server_momentum=0.9, server_lr=0.5), make_nodes(1))
+    strategy = build_strategy(cfg_of(algorithm="fedavgm", server_momentum=0.9, server_lr=0.5), make_nodes(1))
     # round 1: delta d1 = [2, 2], [0];  v1 = d1;  w1 = w0 + 0.5 * v1 = [2, 2], [0]
     record, _ = fedavg_round(strategy, {0: ({"w": arr(3, 3), "b": arr(0)}, 10)}, server_round=1)
     np.testing.assert_allclose(strategy.velocity["w"], [2.0, 2.0])
@@ -294,15 +291,15 @@ def test_fedavgm_velocity_after_two_steps() -> None:
 
 
 def test_fedavgm_velocity_is_per_instance() -> None:
-    a = FedAvgMStrategy(cfg_of(algorithm="fedavgm"), make_nodes(1))
+    a = build_strategy(cfg_of(algorithm="fedavgm"), make_nodes(1))
     fedavg_round(a, {0: ({"w": arr(3, 3), "b": arr(0)}, 10)})
-    b = FedAvgMStrategy(cfg_of(algorithm="fedavgm"), make_nodes(1))
+    b = build_strategy(cfg_of(algorithm="fedavgm"), make_nodes(1))
     assert b.velocity is None
 
 
 def test_scaffold_server_control_uses_federation_size() -> None:
     nodes = make_nodes(4)
-    strategy = ScaffoldStrategy(cfg_of(algorithm="scaffold", fraction_train=0.5, seed=0), nodes)
+    strategy = build_strategy(cfg_of(algorithm="scaffold", fraction_train=0.5, seed=0), nodes)
     messages = start_round(strategy, W0)
     assert len(messages) == 2  # sampled n = 2 of N = 4
     for msg in messages:
@@ -329,7 +326,7 @@ def test_scaffold_server_control_uses_federation_size() -> None:
 
 
 def test_scaffold_rejects_missing_or_bad_control_delta() -> None:
-    strategy = ScaffoldStrategy(cfg_of(algorithm="scaffold"), make_nodes(1))
+    strategy = build_strategy(cfg_of(algorithm="scaffold"), make_nodes(1))
     (msg,) = start_round(strategy, W0)
     missing = make_reply(msg, W0, 5, 0)
     assert SCAFFOLD_CONTROL_DELTA in strategy.check_reply(missing)
@@ -339,7 +336,7 @@ def test_scaffold_rejects_missing_or_bad_control_delta() -> None:
 
 
 def test_previous_update_strategy_sends_last_global_update() -> None:
-    strategy = PreviousUpdateStrategy(cfg_of(algorithm="mofedsam"), make_nodes(1))
+    strategy = build_strategy(cfg_of(algorithm="mofedsam"), make_nodes(1))
     (msg,) = start_round(strategy, W0)
     assert PREVIOUS_UPDATE not in msg.content.array_records  # round 1: nothing to send
     record, _ = strategy.aggregate_train(1, [make_reply(msg, {"w": arr(3, 0), "b": arr(1)}, 5, 0)])
@@ -353,7 +350,7 @@ def test_previous_update_strategy_sends_last_global_update() -> None:
 
 
 def test_check_reply_rejects_nan_array_naming_it() -> None:
-    strategy = FedAvgStrategy(cfg_of(), make_nodes(1))
+    strategy = build_strategy(cfg_of(), make_nodes(1))
     (msg,) = start_round(strategy, W0)
     reply = make_reply(msg, {"w": arr(1, np.nan), "b": arr(0)}, 5, 0)
     problem = strategy.check_reply(reply)
@@ -369,7 +366,7 @@ def test_check_reply_rejects_nan_array_naming_it() -> None:
     (W0, 0, ["num-examples"]),
 ])
 def test_check_reply_rejects_bad_replies(weights: dict, count: int, words: list[str]) -> None:
-    strategy = FedAvgStrategy(cfg_of(), make_nodes(1))
+    strategy = build_strategy(cfg_of(), make_nodes(1))
     (msg,) = start_round(strategy, W0)
     problem = strategy.check_reply(make_reply(msg, weights, count, 0))
     assert problem is not None
@@ -378,7 +375,7 @@ def test_check_reply_rejects_bad_replies(weights: dict, count: int, words: list[
 
 
 def test_check_reply_rejects_missing_records_and_float_count() -> None:
-    strategy = FedAvgStrategy(cfg_of(), make_nodes(1))
+    strategy = build_strategy(cfg_of(), make_nodes(1))
     (msg,) = start_round(strategy, W0)
     no_metrics = Message(RecordDict({"arrays": to_record(W0)}), reply_to=msg)
     assert "metrics" in strategy.check_reply(no_metrics)

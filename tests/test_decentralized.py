@@ -31,7 +31,8 @@ from common.records import from_record, load_weights, model_weights
 from common.run.task import make_model
 from common.algorithms.topology import mixing_matrix, spectral_psi
 from server_app.strategies.relay import DecentralizedRelay, traffic
-from server_app.registry import SERVER_STRATEGIES
+from server_app.decentralized_report import warn_if_ole_diverges
+from server_app.registry import SERVER_STRATEGIES, build_strategy
 from server_app.strategies.fedavg import NodeInfo
 from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
@@ -363,16 +364,16 @@ def test_relay_warns_when_ole_beta_makes_the_nodes_drift_apart(monkeypatch, topo
     """ring: lambda_min -1/3 caps beta at 1/2; grid (4x5 torus): lambda_min -0.52, cap 0.31. A fresh random
     W each round contracts in mean square for every beta < 1 (the 4-regular graph: 0.983 per round at 0.99,
     trace/(n-1) of the expected operator; issue 35 corrected an upward-biased estimate that warned here)."""
-    import server_app.strategies.relay as relay_module
+    import server_app.decentralized_report as report_module
 
     warnings = []
-    monkeypatch.setattr(relay_module, "log", lambda level, msg, *args: warnings.append(msg % args)
-                        if level == relay_module.WARNING else None)
+    monkeypatch.setattr(report_module, "log", lambda level, msg, *args: warnings.append(msg % args)
+                        if level == report_module.WARNING else None)
     raw = {"algorithm": "oledfl-sgd", "topology": topology, "peers": 4, "ole-beta": beta, "num-server-rounds": 30,
            "mixing": "uniform" if topology == "random-pull" else "metropolis"}
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     nodes = [NodeInfo(node_id=100 + i, partition_id=i, num_train_examples=10, num_test_examples=2) for i in range(20)]
-    DecentralizedRelay(cfg, nodes).summary()
+    warn_if_ole_diverges(cfg, len(nodes))  # what the ServerApp does before start() (server_app/app.py)
     assert bool(warnings) == warned, warnings
     if warned:
         assert f"ole-beta {beta:g} on topology {topology}" in warnings[0]
@@ -392,7 +393,7 @@ def test_relay_refuses_a_topology_the_nodes_cannot_form(raw: dict, match: str) -
     nodes = [NodeInfo(node_id=100 + i, partition_id=i, num_train_examples=10, num_test_examples=2)
              for i in range(count)]
     with pytest.raises(ConfigError, match=match) as info:
-        DecentralizedRelay(cfg, nodes)
+        build_strategy(cfg, nodes)
     assert "peers" in str(info.value) and f"{count} nodes" in str(info.value)
 
 
@@ -407,7 +408,7 @@ def test_random_pull_sends_each_node_its_pull_row_and_logs_the_directed_psi(tmp_
     partition = [node.partition_id for node in relay.nodes]
     rounds = _rounds(results)
     for t in (1, 2):
-        w = mixing_matrix("random-pull", 4, peers=1, seed=relay.cfg.seed, round_num=t, mixing="uniform")
+        w = mixing_matrix("random-pull", 4, peers=1, seed=relay.seed, round_num=t, mixing="uniform")
         assert rounds[t]["psi"] == pytest.approx(disagreement_factor(w))
         sent = [m for m in grid.sent if GOSSIP in m.content.config_records
                 and m.content.config_records["config"]["server-round"] == t]

@@ -25,7 +25,7 @@ from common.run.task import make_model
 from fedsynth import strategies
 from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.handshake import handshake
-from server_app.registry import SERVER_STRATEGIES
+from server_app.registry import SERVER_STRATEGIES, build_strategy
 from tests.diffusion_tiny import TINY_DIFFUSION
 
 # one algorithm per strategy class of the registry, with what its clients need to run in a few seconds
@@ -88,7 +88,7 @@ def test_start_drops_an_error_reply_and_aggregates_the_good_one(tmp_path, tiny_d
     grid = InProcessGrid(3 if algorithm == "dfedavg" else 2, raw)
     nodes = handshake(grid, cfg)
     grid.faults[(1, 1, "train")] = "raise"  # partition 1 fails in round 1
-    strategy = SERVER_STRATEGIES[algorithm](cfg, nodes)
+    strategy = build_strategy(cfg, nodes)
     initial = model_weights(make_model(cfg, seeded=True))
     calls: list[int] = []
 

@@ -28,7 +28,7 @@ from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.strategies.relay import DecentralizedRelay
 from server_app.influence import bounded_weights, capped_counts, capped_mean, capped_shares
 from tests.replies import collect_replies
-from server_app.registry import SERVER_STRATEGIES
+from server_app.registry import SERVER_STRATEGIES, build_strategy
 from server_app.robust import update_norm
 from server_app.strategies.fedavg import NodeInfo
 
@@ -171,7 +171,7 @@ def run_round(algorithm: str, share: float, hostile: dict | None):
     # the reference round (hostile None) has the same nodes: the hostile node is sampled but does not answer
     claims = (40, 10) if hostile is None else (hostile["claim-train"], hostile["claim-test"])
     nodes = [NodeInfo(1000 + p, p, 40, 10, (40,)) for p in range(HONEST)] + [NodeInfo(1000 + HONEST, HONEST, *claims)]
-    strategy = SERVER_STRATEGIES[algorithm](cfg, nodes)
+    strategy = build_strategy(cfg, nodes)
     strategy.warmed_up = True  # FedDDPM: one aggregation without the warm-up (its auxiliary set stays empty)
     records = layout(algorithm)
     sent = list(strategy.configure_train(1, records.model, ConfigRecord({"lr": 0.1}), None))
@@ -204,7 +204,7 @@ def test_one_hostile_reply_moves_model_records_and_metrics_at_most_by_the_bound(
     share = SHARE
     honest_model, honest_metrics_, honest_strategy, _ = run_round(algorithm, share, None)
     largest_honest = 0.03 * math.sqrt(sum(v.size for v in layout(algorithm).weights.values()))
-    cfg = honest_strategy.cfg
+    cfg = parse_run_config(round_config(algorithm, share), SERVER_STRATEGIES)
     # the hostile update enters the mean with a share <= s and a norm <= max-update-norm; moving the others'
     # shares moves the mean by at most s times their largest update. FedLESAM-D and FedSMOO add (1/N) of the
     # node's bounded correction divided by alpha (h), FedAvgM's first step is the mean's.
@@ -242,7 +242,7 @@ def test_a_hostile_decentralized_node_moves_its_relayed_model_and_the_metrics_at
     def check(hostile):
         nodes = [NodeInfo(1000 + p, p, 40, 10, (40,)) for p in range(HONEST)]
         nodes.append(NodeInfo(1000 + HONEST, HONEST, hostile["claim-train"], hostile["claim-test"]))
-        relay = DecentralizedRelay(cfg, nodes)
+        relay = build_strategy(cfg, nodes)
         sent = list(relay.configure_train(1, to_record(weights), ConfigRecord({"lr": 0.1}), None))
         for number, message in enumerate(sent):
             message.metadata.__dict__["_message_id"] = f"m{number}"

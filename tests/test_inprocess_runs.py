@@ -16,7 +16,7 @@ from common.records import model_weights
 from common.run.results import RunResults
 from common.run.task import make_model
 from server_app.handshake import handshake
-from server_app.registry import SERVER_STRATEGIES
+from server_app.registry import SERVER_STRATEGIES, build_strategy
 from tests.diffusion_tiny import TINY_DIFFUSION
 from fedsynth.inprocess import InProcessGrid
 from flwr.app import Context, RecordDict
@@ -27,7 +27,7 @@ def run_inprocess(raw: dict, num_nodes: int, grid: InProcessGrid | None = None):
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     grid = grid or InProcessGrid(num_nodes, raw)
     nodes = handshake(grid, cfg)
-    strategy = SERVER_STRATEGIES[cfg.algorithm](cfg, nodes)
+    strategy = build_strategy(cfg, nodes)
     with RunResults(cfg) as results:
         summary = run_strategy(grid, cfg, strategy, results)
     return summary, results, strategy, grid

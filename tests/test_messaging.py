@@ -129,13 +129,13 @@ def test_matching_needs_message_ids():
 
 def test_a_node_lost_mid_round_is_one_failure_with_its_partition_and_reason():
     from common.run.config import parse_run_config
-    from server_app.registry import SERVER_STRATEGIES
-    from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
+    from server_app.registry import SERVER_STRATEGIES, build_strategy
+    from server_app.strategies.fedavg import NodeInfo
     from tests.replies import collect_replies
 
     nodes = [NodeInfo(node_id=n, partition_id=p, num_train_examples=10, num_test_examples=5)
              for p, n in enumerate([11, 12, 13])]
-    strategy = FedAvgStrategy(parse_run_config({}, SERVER_STRATEGIES), nodes)
+    strategy = build_strategy(parse_run_config({}, SERVER_STRATEGIES), nodes)
     strategy.check_reply = lambda reply: None
     sent = sent_with_ids([11, 12, 13])
     from flwr.app import MetricRecord

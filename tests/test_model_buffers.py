@@ -22,9 +22,8 @@ from common.protocol import COMPRESSED_UPDATE, MODEL, SCAFFOLD_CONTROL, SCAFFOLD
 from common.records import (check_weights, from_record, load_weights, model_weights, module_parameter_names,
                             parameter_names, to_record)
 from common.run.uplink import MODEL_BUFFERS, compression_spec, decode_reply, reply_buffers
-from server_app.registry import SERVER_STRATEGIES
-from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, aggregate_buffers
-from server_app.strategies.scaffold import ScaffoldStrategy
+from server_app.registry import SERVER_STRATEGIES, build_strategy
+from server_app.strategies.fedavg import NodeInfo, aggregate_buffers
 from tests.bn_models import bn_cnn, bn_cnn_with_own_buffer, resnet18
 
 
@@ -130,7 +129,7 @@ def local_models() -> list[dict[str, np.ndarray]]:
 def test_fedavg_steps_the_parameters_and_averages_the_buffers() -> None:
     """server-lr 0.5 moves the parameters half way; the statistics are the weighted mean, the counter the max
     (bounded influence off: the plain weighted mean of two nodes)."""
-    strategy = FedAvgStrategy(cfg_of(server_lr=0.5, max_update_norm_ratio=0.0, max_weight_share=1.0), nodes(2))
+    strategy = build_strategy(cfg_of(server_lr=0.5, max_update_norm_ratio=0.0, max_weight_share=1.0), nodes(2))
     messages = list(strategy.configure_train(1, to_record(BN), ConfigRecord({}), None))
     replies = [reply_to(m, {MODEL: to_record(w)}, n, pid) for pid, (m, w, n) in
                enumerate(zip(messages, local_models(), (10, 30)))]
@@ -199,7 +198,7 @@ def test_a_model_without_buffers_sends_the_same_records_as_before() -> None:
 
 
 def test_scaffold_control_variates_cover_the_parameters_only() -> None:
-    strategy = ScaffoldStrategy(cfg_of(algorithm="scaffold"), nodes(2))
+    strategy = build_strategy(cfg_of(algorithm="scaffold"), nodes(2))
     messages = list(strategy.configure_train(1, to_record(BN), ConfigRecord({}), None))
     assert set(from_record(messages[0].content.array_records[SCAFFOLD_CONTROL])) == {"bn.weight", "bn.bias"}
     delta = {"bn.weight": f32(2, 0), "bn.bias": f32(4, -4)}
@@ -256,14 +255,14 @@ def test_fedsynth_run_trains_a_batchnorm_model(tmp_path, tiny_data_dir, model: s
 def test_the_server_reads_the_parameters_off_the_runs_own_model_without_touching_the_rng() -> None:
     """A site's model (`pkg:factory`) names its parameters exactly, its own buffers too; building it draws no
     global random numbers."""
-    from server_app.strategies.fedavg import run_parameter_names
+    from server_app.registry import run_parameter_names
 
     model = bn_cnn_with_own_buffer(num_classes=10, channels=1, image_size=28)
     weights = model_weights(model)
     torch.manual_seed(5)
     expected_draw = torch.rand(3)
     torch.manual_seed(5)
-    names = run_parameter_names(cfg_of(model="tests.bn_models:bn_cnn_with_own_buffer"), weights)
+    names = run_parameter_names(cfg_of(model="tests.bn_models:bn_cnn_with_own_buffer"))
     assert torch.equal(torch.rand(3), expected_draw)
     assert names == module_parameter_names(model)
     assert "input_scale" not in names and "input_scale" in parameter_names(weights)  # naming alone cannot tell
@@ -272,10 +271,8 @@ def test_the_server_reads_the_parameters_off_the_runs_own_model_without_touching
 def test_server_momentum_and_the_previous_update_leave_the_buffers_out() -> None:
     """FedAvgM's velocity moves the parameters only; MoFedSAM's previous update covers the parameters only."""
     from common.protocol import PREVIOUS_UPDATE
-    from server_app.strategies.fedavgm import FedAvgMStrategy
-    from server_app.strategies.previous_update import PreviousUpdateStrategy
 
-    momentum = FedAvgMStrategy(cfg_of(algorithm="fedavgm", server_momentum=0.9), nodes(2))
+    momentum = build_strategy(cfg_of(algorithm="fedavgm", server_momentum=0.9), nodes(2))
     model = dict(BN)
     for server_round in (1, 2):  # the same local models twice: momentum would carry the statistics past them
         messages = list(momentum.configure_train(server_round, to_record(model), ConfigRecord({}), None))
@@ -286,7 +283,7 @@ def test_server_momentum_and_the_previous_update_leave_the_buffers_out() -> None
     assert int(model["bn.num_batches_tracked"]) == 7 and set(momentum.velocity) == set(BN)
     assert not momentum.velocity["bn.running_mean"].any()
 
-    strategy = PreviousUpdateStrategy(cfg_of(algorithm="mofedsam"), nodes(2))
+    strategy = build_strategy(cfg_of(algorithm="mofedsam"), nodes(2))
     messages = list(strategy.configure_train(1, to_record(BN), ConfigRecord({}), None))
     replies = [reply_to(m, {MODEL: to_record(w)}, 10, pid) for pid, (m, w) in enumerate(zip(messages, local_models()))]
     record, _ = strategy.aggregate_train(1, replies)

@@ -20,7 +20,7 @@ from common.run.config import parse_run_config
 from common.records import from_record, model_weights, to_record
 from common.run.task import make_model
 from tests.replies import collect_replies
-from server_app.registry import SERVER_STRATEGIES
+from server_app.registry import SERVER_STRATEGIES, build_strategy
 from server_app.reply_checks import (
     check_evaluate_metrics,
     check_handshake_metrics,
@@ -28,7 +28,7 @@ from server_app.reply_checks import (
     is_number,
 )
 from server_app.strategies.base import checked_evaluate_metrics
-from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, aggregate_metrics
+from server_app.strategies.fedavg import NodeInfo, aggregate_metrics
 
 # Anything a Mapping may hold (the checks take any mapping), and what a MetricRecord may hold (a reply's record).
 ANY_VALUE = st.one_of(
@@ -148,7 +148,7 @@ def strategy_setup():
 
 
 def round_messages(cfg, nodes, weights):
-    strategy = FedAvgStrategy(cfg, nodes)
+    strategy = build_strategy(cfg, nodes)
     sent = list(strategy.configure_train(1, to_record(weights), ConfigRecord({"lr": 0.1}), None))
     for number, message in enumerate(sent):  # ids as a grid gives them when it pushes (replies are matched by them)
         message.metadata.__dict__["_message_id"] = f"m{number}"
@@ -201,7 +201,7 @@ def test_duplicate_and_unsolicited_replies_are_ignored(strategy_setup):
 
 def test_final_evaluation_skips_malformed_replies(strategy_setup):
     cfg, nodes, weights = strategy_setup
-    strategy = FedAvgStrategy(cfg, nodes)
+    strategy = build_strategy(cfg, nodes)
     sent = strategy.evaluate_messages(1, to_record(weights), ConfigRecord({}), nodes)
     for number, message in enumerate(sent):
         message.metadata.__dict__["_message_id"] = f"e{number}"

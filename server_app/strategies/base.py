@@ -36,7 +36,6 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
-from pathlib import Path
 from typing import Any, Callable
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -310,9 +309,6 @@ class RoundStrategy(Strategy):
     def run_summary(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """What this algorithm adds to a run's summary.json, from its round records."""
         return {}
-
-    def plot(self, rounds: Sequence[dict[str, Any]], folder: Path) -> None:
-        """Plots of this algorithm beside the common ones (none by default)."""
 
     def check_restored(self, template: dict[str, Any]) -> str | None:
         """Why state restored from a checkpoint cannot continue a run of this model, or None."""

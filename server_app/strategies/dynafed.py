@@ -20,10 +20,11 @@ from common.run.task import ServerTask, make_model
 from server_app.distillation import train_on_synthetic
 from server_app.strategies.base import NodeInfo
 from server_app.strategies.fedsynsam import TrajectoryStrategy
-from server_app.strategies.parameters import DEFAULTS
+from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 
 
+@documented
 class DynaFedStrategy(TrajectoryStrategy):
     """FedAvg plus server training on the trajectory-distilled synthetic set."""
 
@@ -68,7 +69,12 @@ class DynaFedStrategy(TrajectoryStrategy):
                           nodes: list[NodeInfo] | None = None,
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
-        super().__init__(trajectory_rounds=trajectory_rounds, synthetic_ipc=synthetic_ipc, distill_iterations=distill_iterations, distill_optimizer=distill_optimizer, distill_inner_steps=distill_inner_steps, distill_lr=distill_lr, distill_alpha_init=distill_alpha_init, distill_alpha_lr=distill_alpha_lr, matching_loss=matching_loss, synthetic_source=synthetic_source, task=task, device=device, fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+        super().__init__(trajectory_rounds=trajectory_rounds, synthetic_ipc=synthetic_ipc,
+                         distill_iterations=distill_iterations, distill_optimizer=distill_optimizer,
+                         distill_inner_steps=distill_inner_steps, distill_lr=distill_lr,
+                         distill_alpha_init=distill_alpha_init, distill_alpha_lr=distill_alpha_lr,
+                         matching_loss=matching_loss, synthetic_source=synthetic_source, task=task, device=device,
+                         fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
                          max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
                          trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
                          max_weight_share=max_weight_share, max_update_norm=max_update_norm,

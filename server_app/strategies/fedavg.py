@@ -24,7 +24,6 @@ from logging import INFO
 from typing import Any, Callable
 
 import numpy as np
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.typing import Scalar
 from flwr.common.logger import log
@@ -39,7 +38,7 @@ from server_app.robust import ROBUST_AGGREGATIONS, bounded_updates, combine_upda
 from server_app.reply_checks import check_train_metrics
 from server_app.strategies.base import NodeInfo, RoundStrategy, sample_nodes, weighted_metric
 from server_app.strategies.node_models import NodeModels
-from server_app.strategies.parameters import DEFAULTS
+from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 from common.run.client_settings import codec_settings, uplink_codec
 
@@ -77,6 +76,7 @@ def aggregate_buffers(values: list[Weights], weights: list[float]) -> Weights:
     return out
 
 
+@documented
 class FedAvgStrategy(RoundStrategy):
     """FedAvg (McMahan et al., 2017): the sampled nodes' models averaged on the server.
 
@@ -133,7 +133,8 @@ class FedAvgStrategy(RoundStrategy):
         self.lr_schedule = lr_schedule
         self.current: Weights = {}
         self.restore_pending: set[int] = set()
-        self._parameter_names = list(parameter_names) if parameter_names is not None else None
+        self._declared_parameter_names = list(parameter_names) if parameter_names is not None else None
+        self._parameter_names: list[str] | None = None  # learnt from the first global model (`parameter_names`)
         self.node_models = NodeModels()  # the nodes' kept models: fedsynth's app gives the run's (registry.py)
 
     def on_nodes_joined(self) -> None:
@@ -142,9 +143,18 @@ class FedAvgStrategy(RoundStrategy):
 
     @property
     def parameter_names(self) -> list[str]:
-        """The global model's trainable arrays: what updates, control variates and corrections cover."""
+        """The global model's trainable arrays, in its order: what updates, control variates and corrections cover.
+
+        The names given as `parameter_names` (fedsynth's app gives the run's model's `named_parameters`) when
+        the global model has them all; otherwise (none given, or another model) torch's naming of normalisation
+        statistics decides from the arrays alone (`common.records.parameter_names`).
+        """
         if getattr(self, "_parameter_names", None) is None:
-            self._parameter_names = parameter_names(self.current)
+            declared = self._declared_parameter_names
+            if declared is not None and set(declared) <= self.current.keys():
+                self._parameter_names = [name for name in self.current if name in set(declared)]
+            else:
+                self._parameter_names = parameter_names(self.current)
         return self._parameter_names
 
     @parameter_names.setter

@@ -15,10 +15,11 @@ from flwr.common.typing import Scalar
 from common.records import Weights
 from server_app.strategies.base import NodeInfo
 from server_app.strategies.fedavg import FedAvgStrategy
-from server_app.strategies.parameters import DEFAULTS
+from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 
 
+@documented
 class FedAvgMStrategy(FedAvgStrategy):
     """FedAvg with server momentum `server-momentum`."""
 

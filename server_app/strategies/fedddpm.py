@@ -45,30 +45,31 @@ import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
+from flwr.common.typing import Scalar
 from flwr.serverapp import Grid
 
-from common.run.config import RunConfig
 from common.models.diffusion import (
-    aux_sampler_spec, image_shape, linear_schedule, num_timesteps, optimizer_kind, sample, sampler_spec,
-    seeded_generator, train_on_images,
+    SamplerSpec, image_shape, linear_schedule, num_timesteps, sample, seeded_generator, train_on_images,
 )
 from common.metrics.evaluation import resolve_device
 from common.metrics.fid import GaussianStats
 from common.metrics.fid_features import FeatureExtractor
 from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
-from common.run.task import make_model
-from server_app.diffusion_eval import run_extractor
+from common.run.task import ServerTask, make_model
+from common.metrics.fid_features import make_extractor
 from server_app.influence import capped_counts
 from server_app.messaging import match_replies, send_and_receive
 from server_app.reply_checks import check_train_metrics
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
+from server_app.strategies.parameters import DEFAULTS, documented
+from server_app.wire import WEIGHTED_BY_KEY
 
 
 # Fourth seed component of each server-side random stream.
@@ -100,15 +101,72 @@ def quicktest_due(server_round: int, every: int) -> bool:
     return every > 0 and (server_round - 1) % every == 0
 
 
+@documented
 class FedDDPMStrategy(FedAvgStrategy):
     """FedDDPM: FedAvg of DDPMs plus `correction-epochs` on the server's auxiliary set after every aggregation."""
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
-        super().__init__(cfg, nodes, **kwargs)
+    def __init__(self, *, task: ServerTask = ServerTask(model="unet-paper-mnist"),
+                          device: str = DEFAULTS.device,
+                          aux_sampler: str = DEFAULTS.aux_sampler,
+                          ddim_steps: int = DEFAULTS.ddim_steps,
+                          batch_size: int = DEFAULTS.batch_size,
+                          local_optimizer: str = DEFAULTS.local_optimizer,
+                          warmup_epochs: int = DEFAULTS.warmup_epochs,
+                          warmup_steps: int = DEFAULTS.warmup_steps,
+                          warmup_timeout: float = DEFAULTS.warmup_timeout,
+                          aux_fraction: float = DEFAULTS.aux_fraction,
+                          correction_epochs: int = DEFAULTS.correction_epochs,
+                          correction_lr: float = DEFAULTS.correction_lr,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: str = DEFAULTS.aggregation,
+                          trim_fraction: float = DEFAULTS.trim_fraction,
+                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
+                          max_weight_share: float = DEFAULTS.max_weight_share,
+                          max_update_norm: float = DEFAULTS.max_update_norm,
+                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
+                          update_norm_action: str = DEFAULTS.update_norm_action,
+                          compression: str = DEFAULTS.compression,
+                          bits: int = DEFAULTS.bits,
+                          levels: int = DEFAULTS.levels,
+                          qsgd_scope: str = DEFAULTS.qsgd_scope,
+                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
+                          topk_ratio: float = DEFAULTS.topk_ratio,
+                          error_feedback: bool = DEFAULTS.error_feedback,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
+                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
+                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
+                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
+                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.task = task
+        self.device = resolve_device(device)
+        self.aux_sampler = SamplerSpec(aux_sampler, num_timesteps(task), ddim_steps)
+        self.ddim_steps = ddim_steps
+        self.batch_size = batch_size
+        self.optimizer = local_optimizer if local_optimizer != "auto" else "adam"  # `auto`: Adam for a DDPM
+        self.warmup_epochs = warmup_epochs
+        self.warmup_steps = warmup_steps
+        self.warmup_timeout = warmup_timeout
+        self.aux_fraction = aux_fraction
+        self.correction_epochs = correction_epochs
+        self.correction_lr = correction_lr
         self.auxiliary: np.ndarray | None = None       # A, float32 (n, C, H, W) in [-1, 1]; server only
         self.aux_counts: dict[int, int] = {}           # partition id -> |A_i|
-        self.device = resolve_device(cfg.device)
-        self.schedule = linear_schedule(num_timesteps(cfg))
+        self.schedule = linear_schedule(num_timesteps(task))
         self._round = 0
         self._round_metrics: dict[str, float] = {}
         self.warmed_up = False  # the warm-up ran (a resumed run skips it: completed_rounds > 0)
@@ -139,7 +197,7 @@ class FedDDPMStrategy(FedAvgStrategy):
     def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """What this algorithm adds to summary.json."""
         return {"aux-size": 0 if self.auxiliary is None else int(len(self.auxiliary)),
-                "aux-sampler": aux_sampler_spec(self.cfg).label}
+                "aux-sampler": self.aux_sampler.label}
 
     def warmup(self, grid: Grid, initial: Weights) -> None:
         """Every node trains and uploads its warm DDPM once; the server samples the auxiliary set from them.
@@ -154,7 +212,7 @@ class FedDDPMStrategy(FedAvgStrategy):
             for node in self.nodes
         ]
         log(INFO, "warmup: %d nodes train their own DDPM for %s", len(messages), self.warmup_length())
-        replies = send_and_receive(grid, messages, self.cfg.warmup_timeout, self.cfg.reply_poll_interval)
+        replies = grid.send_and_receive(messages, timeout=self.warmup_timeout)
         partition_of_node = {n.node_id: n.partition_id for n in self.nodes}
         warm: list[tuple[int, int, Weights, float]] = []
         failures: list[dict[str, Any]] = []
@@ -171,9 +229,9 @@ class FedDDPMStrategy(FedAvgStrategy):
                       "reason": "timeout"} for m in unanswered]
         for failure in failures:
             log(WARNING, "warmup: dropped node %s (partition %s): %s", failure["node"], failure["partition"], failure["reason"])
-        if len(warm) < self.cfg.min_nodes:
+        if len(warm) < self.min_nodes:
             raise WarmupFailed(f"only {len(warm)} node(s) returned a warm model, fewer than min-nodes="
-                               f"{self.cfg.min_nodes}; failures: {failures[:3]}")
+                               f"{self.min_nodes}; failures: {failures[:3]}")
         warm.sort(key=lambda item: item[0])
         train_time = time.monotonic() - start
         self.auxiliary = self.sample_auxiliary([(pid, m, w) for pid, m, w, _ in warm])
@@ -190,7 +248,7 @@ class FedDDPMStrategy(FedAvgStrategy):
         record["round-time"] = time.monotonic() - start
         self.phase_records.append(record)
         log(INFO, "warmup done: auxiliary set of %d images (%s) in %.1fs", len(self.auxiliary),
-            aux_sampler_spec(self.cfg).label, record["round-time"])
+            self.aux_sampler.label, record["round-time"])
 
     def _check_warm_reply(self, reply: Message, initial: Weights) -> tuple[str | None, Weights]:
         if reply.has_error():
@@ -215,17 +273,17 @@ class FedDDPMStrategy(FedAvgStrategy):
 
     def sample_auxiliary(self, warm: list[tuple[int, int, Weights]]) -> np.ndarray:
         """A = union of |A_i| samples of each node's warm model (ancestral sampler unless `aux-sampler` says otherwise)."""
-        model = make_model(self.cfg).to(self.device)
-        spec, shape = aux_sampler_spec(self.cfg), image_shape(self.cfg)
+        model = make_model(self.task).to(self.device)
+        spec, shape = self.aux_sampler, image_shape(self.task)
         parts = []
         # |A_i| scales with the count node i claims: no node's count above max-weight-share of the total,
         # so one node's claim cannot make the server sample without end (server_app/influence.py)
-        claims = capped_counts([num_examples for _, num_examples, _ in warm], self.cfg.max_weight_share)
+        claims = capped_counts([num_examples for _, num_examples, _ in warm], self.max_weight_share)
         for (partition_id, _, weights), claim in zip(warm, claims):
-            count = auxiliary_count(int(claim), self.cfg.aux_fraction)
+            count = auxiliary_count(int(claim), self.aux_fraction)
             load_weights(model, weights)
             model.to(self.device)
-            parts.append(sample(model, spec, count, shape, seeded_generator(self.cfg.seed, partition_id, 0, _AUX_STREAM),
+            parts.append(sample(model, spec, count, shape, seeded_generator(self.seed, partition_id, 0, _AUX_STREAM),
                                 self.device))
             self.aux_counts[partition_id] = count
         return np.concatenate(parts).astype(np.float32)
@@ -236,13 +294,13 @@ class FedDDPMStrategy(FedAvgStrategy):
         if self.auxiliary is None or epochs <= 0:
             return weights
         start = time.monotonic()
-        model = make_model(self.cfg)
+        model = make_model(self.task)
         load_weights(model, weights)
         model.to(self.device)
         loss = train_on_images(
             model, torch.from_numpy(self.auxiliary).to(self.device), self.schedule, epochs=epochs,
-            batch_size=self.cfg.batch_size, lr=lr, optimizer=optimizer_kind(self.cfg),
-            generator=seeded_generator(self.cfg.seed, self._round, 0, _CORRECTION_STREAM),
+            batch_size=self.batch_size, lr=lr, optimizer=self.optimizer,
+            generator=seeded_generator(self.seed, self._round, 0, _CORRECTION_STREAM),
         )
         self._round_metrics.update({"correction-loss": loss, "correction-epochs": epochs, "correction-lr": lr,
                                     "correction-time": time.monotonic() - start})
@@ -250,7 +308,7 @@ class FedDDPMStrategy(FedAvgStrategy):
 
     def after_aggregation(self, weights: Weights) -> Weights:
         """FedDDPM: correct after every aggregation at `correction-lr` (eta)."""
-        return self.correct(weights, self.cfg.correction_epochs, self.cfg.correction_lr)
+        return self.correct(weights, self.correction_epochs, self.correction_lr)
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         return self.after_aggregation(super().server_step(mean_delta, replies))
@@ -265,20 +323,86 @@ class FedDDPMStrategy(FedAvgStrategy):
 
     def summary(self) -> None:
         super().summary()
-        log(INFO, "%s: warmup %s, aux-fraction %g (%s), correction-epochs %d at %g, oneshot-epochs %d at %g",
-            type(self).__name__, self.warmup_length(), self.cfg.aux_fraction, aux_sampler_spec(self.cfg).label,
-            self.cfg.correction_epochs, self.cfg.correction_lr, self.cfg.oneshot_epochs, self.cfg.oneshot_rate())
+        log(INFO, "%s: warmup %s, aux-fraction %g (%s), correction-epochs %d at %g", type(self).__name__,
+            self.warmup_length(), self.aux_fraction, self.aux_sampler.label, self.correction_epochs, self.correction_lr)
 
     def warmup_length(self) -> str:
         """`warmup-steps` steps or `warmup-epochs` epochs, for logs."""
-        return f"{self.cfg.warmup_steps} steps" if self.cfg.warmup_steps else f"{self.cfg.warmup_epochs} epochs"
+        return f"{self.warmup_steps} steps" if self.warmup_steps else f"{self.warmup_epochs} epochs"
 
 
+@documented
 class FedDDPMPlusStrategy(FedDDPMStrategy):
     """FedDDPM+: FedAvg rounds, QuickTest at t = 0, 10, 20, ..., one-shot correction on A at the clients' rate, stop."""
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, **kwargs: Any) -> None:
-        super().__init__(cfg, nodes, **kwargs)
+    def __init__(self, *, task: ServerTask = ServerTask(model="unet-paper-mnist"),
+                          device: str = DEFAULTS.device,
+                          aux_sampler: str = DEFAULTS.aux_sampler,
+                          ddim_steps: int = DEFAULTS.ddim_steps,
+                          batch_size: int = DEFAULTS.batch_size,
+                          local_optimizer: str = DEFAULTS.local_optimizer,
+                          warmup_epochs: int = DEFAULTS.warmup_epochs,
+                          warmup_steps: int = DEFAULTS.warmup_steps,
+                          warmup_timeout: float = DEFAULTS.warmup_timeout,
+                          aux_fraction: float = DEFAULTS.aux_fraction,
+                          quicktest_every: int = DEFAULTS.quicktest_every,
+                          quicktest_size: int = DEFAULTS.quicktest_size,
+                          quicktest_gamma: float = DEFAULTS.quicktest_gamma,
+                          quicktest_threshold: float = DEFAULTS.quicktest_threshold,
+                          quicktest_reference: str = DEFAULTS.quicktest_reference,
+                          sampler: str = DEFAULTS.sampler,
+                          fid_features: str = DEFAULTS.fid_features,
+                          cache_dir: str = DEFAULTS.cache_dir,
+                          oneshot_epochs: int = DEFAULTS.oneshot_epochs,
+                          oneshot_lr: float = DEFAULTS.oneshot_lr,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: str = DEFAULTS.aggregation,
+                          trim_fraction: float = DEFAULTS.trim_fraction,
+                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
+                          max_weight_share: float = DEFAULTS.max_weight_share,
+                          max_update_norm: float = DEFAULTS.max_update_norm,
+                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
+                          update_norm_action: str = DEFAULTS.update_norm_action,
+                          compression: str = DEFAULTS.compression,
+                          bits: int = DEFAULTS.bits,
+                          levels: int = DEFAULTS.levels,
+                          qsgd_scope: str = DEFAULTS.qsgd_scope,
+                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
+                          topk_ratio: float = DEFAULTS.topk_ratio,
+                          error_feedback: bool = DEFAULTS.error_feedback,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(task=task, device=device, aux_sampler=aux_sampler, ddim_steps=ddim_steps,
+                         batch_size=batch_size, local_optimizer=local_optimizer, warmup_epochs=warmup_epochs,
+                         warmup_steps=warmup_steps, warmup_timeout=warmup_timeout, aux_fraction=aux_fraction,
+                         fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
+                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
+                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
+                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
+                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.quicktest_every = quicktest_every
+        self.quicktest_size = quicktest_size
+        self.quicktest_gamma = quicktest_gamma
+        self.quicktest_threshold = quicktest_threshold
+        self.quicktest_reference = quicktest_reference
+        self.sampler = SamplerSpec(sampler, num_timesteps(task), ddim_steps)
+        self.fid_features = fid_features
+        self.cache_dir = cache_dir
+        self.oneshot_epochs = oneshot_epochs
+        self.oneshot_lr = oneshot_lr
         self.quicktest_average: float | None = None
         self.stopped_at: int | None = None
         self.stop_reason = ""
@@ -305,14 +429,16 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
     def oneshot_rate(self) -> float:
         """The one-shot correction's rate: `oneshot_lr`, else the clients' lr of `start()`'s `train_config`, else
         the config's `lr` (Algorithm 2 trains it at the clients' zeta)."""
-        if self.cfg.oneshot_lr:
-            return self.cfg.oneshot_lr
-        return float(self.train_config["lr"]) if "lr" in self.train_config else self.cfg.lr
+        if self.oneshot_lr:
+            return self.oneshot_lr
+        if "lr" in self.train_config:
+            return float(self.train_config["lr"])
+        return self.lr_schedule(1) if self.lr_schedule is not None else DEFAULTS.lr  # fedsynth's app: the run's lr
 
     def reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:
         """QuickTest's reference: A's features, or the nodes' pooled features (`quicktest-reference`), asked once."""
-        if self.cfg.quicktest_reference == "clients":
-            stats, gathering = self.feature_reference.get(self._grid, extractor, image_shape(self.cfg))
+        if self.quicktest_reference == "clients":
+            stats, gathering = self.feature_reference.get(self._grid, extractor, image_shape(self.task))
             self._round_metrics.update(gathering)
             return stats
         if self._aux_stats is None:
@@ -321,33 +447,32 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
 
     def quicktest_score(self, weights: Weights) -> float:
         """FID of `quicktest-size` samples of the model against QuickTest's reference statistics."""
-        model = make_model(self.cfg)
+        model = make_model(self.task)
         load_weights(model, weights)
         model.to(self.device)
-        images = sample(model, sampler_spec(self.cfg), self.cfg.quicktest_size, image_shape(self.cfg),
-                        seeded_generator(self.cfg.seed, self._round, 0, _QUICKTEST_STREAM), self.device)
-        extractor = run_extractor(self.cfg)
+        images = sample(model, self.sampler, self.quicktest_size, image_shape(self.task),
+                        seeded_generator(self.seed, self._round, 0, _QUICKTEST_STREAM), self.device)
+        extractor = make_extractor(self.fid_features, self.task.dataset, image_shape(self.task)[1], self.task.data_dir, self.cache_dir, self.device, channels=image_shape(self.task)[0])
         return extractor.fid(images, self.reference_stats(extractor))
 
     def after_aggregation(self, weights: Weights) -> Weights:
-        # start()'s num_rounds rules (fedsynth's app passes num-server-rounds); a hand-driven strategy uses the config
-        last = self._round == (self.num_rounds if self.num_rounds is not None else self.cfg.num_server_rounds)
-        if self.auxiliary is not None and quicktest_due(self._round, self.cfg.quicktest_every):
+        last = self._round == self.num_rounds  # start()'s num_rounds rules (fedsynth's app passes num-server-rounds)
+        if self.auxiliary is not None and quicktest_due(self._round, self.quicktest_every):
             start = time.monotonic()
             score = self.quicktest_score(weights)
-            fired, self.quicktest_average = quicktest(self.quicktest_average, score, self.cfg.quicktest_gamma,
-                                                      self.cfg.quicktest_threshold)
+            fired, self.quicktest_average = quicktest(self.quicktest_average, score, self.quicktest_gamma,
+                                                      self.quicktest_threshold)
             self._round_metrics.update({"quicktest-fid": score, "quicktest-time": time.monotonic() - start})
             if self.quicktest_average is not None:
                 self._round_metrics["quicktest-average"] = self.quicktest_average
             log(INFO, "[round %d] QuickTest FID %.3f (reference: %s), average %s -> %s", self._round, score,
-                self.cfg.quicktest_reference, self.quicktest_average, "stop" if fired else "continue")
+                self.quicktest_reference, self.quicktest_average, "stop" if fired else "continue")
             if fired:
                 self.stop_reason = "quicktest"
         if self.stop_reason == "quicktest" or last:
             self.stop_reason = self.stop_reason or "last-round"
             self.stopped_at = self._round
-            return self.correct(weights, self.cfg.oneshot_epochs, self.oneshot_rate())
+            return self.correct(weights, self.oneshot_epochs, self.oneshot_rate())
         return weights
 
     def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -43,12 +43,13 @@ from common.run.task import ServerTask, make_model
 from server_app.distillation import DistillSettings, distill, oracle_indices, real_oracle
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
-from server_app.strategies.parameters import DEFAULTS
+from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 
 _TRAJECTORY = "trajectory-"
 
 
+@documented
 class TrajectoryStrategy(FedAvgStrategy):
     """FedAvg that records the global trajectory and distils a synthetic set after R aggregations."""
 
@@ -214,6 +215,7 @@ class TrajectoryStrategy(FedAvgStrategy):
             self.codec.describe())
 
 
+@documented
 class FedSynSAMStrategy(TrajectoryStrategy):
     """FedSynSAM: FedAvg of (compressed) updates; D_syn distilled after round R and sent once to every node."""
 
@@ -258,7 +260,12 @@ class FedSynSAMStrategy(TrajectoryStrategy):
                           nodes: list[NodeInfo] | None = None,
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
-        super().__init__(trajectory_rounds=trajectory_rounds, synthetic_ipc=synthetic_ipc, distill_iterations=distill_iterations, distill_optimizer=distill_optimizer, distill_inner_steps=distill_inner_steps, distill_lr=distill_lr, distill_alpha_init=distill_alpha_init, distill_alpha_lr=distill_alpha_lr, matching_loss=matching_loss, synthetic_source=synthetic_source, task=task, device=device, fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+        super().__init__(trajectory_rounds=trajectory_rounds, synthetic_ipc=synthetic_ipc,
+                         distill_iterations=distill_iterations, distill_optimizer=distill_optimizer,
+                         distill_inner_steps=distill_inner_steps, distill_lr=distill_lr,
+                         distill_alpha_init=distill_alpha_init, distill_alpha_lr=distill_alpha_lr,
+                         matching_loss=matching_loss, synthetic_source=synthetic_source, task=task, device=device,
+                         fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
                          max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
                          trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
                          max_weight_share=max_weight_share, max_update_norm=max_update_norm,

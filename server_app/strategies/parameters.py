@@ -34,6 +34,11 @@ PARAMETER_DOCS: dict[str, str] = {
     "nodes": "A node table (node ids with partition ids and example counts, as fedsynth's handshake learns it);\n"
              "None numbers the grid's nodes in node-id order, and every round adds the nodes that joined since.",
     "weighted_by_key": "The reply metric that weighs each reply in the averages, as in Flower's strategies.",
+    "node_settings": "Your own settings for the nodes, added to every train message's config (as FedProx sends\n"
+                     "\"proximal-mu\"); fedsynth's app sends a rule's run-config keys here (\"proximal-mu\", \"moon-mu\", ...).",
+    "parameter_names": "The names of the model's trainable arrays (`[n for n, _ in net.named_parameters()]`): what the\n"
+                       "server step, the codec and control variates cover. None: judged from the arrays (floating arrays\n"
+                       "not named like normalisation statistics).",
     "min_available_nodes": "Each round waits until the grid has at least this many nodes, as Flower's strategies do.",
     # aggregation
     "server_lr": "The server step: w <- w + server_lr * mean(w_i - w).",
@@ -63,6 +68,10 @@ PARAMETER_DOCS: dict[str, str] = {
                        "\"cog-start-round\".",
     "synsam_beta": "Weight of the local gradient in the nodes' ascent direction, sent as \"synsam-beta\".",
     "synsam_mix": "How the nodes mix the local and the synthetic gradient (\"paper\", ...), sent as \"synsam-mix\".",
+    "matching_loss": "The distillation's trajectory-matching loss: \"normalized\" (SPEC 4.3) or \"paper\" (eq. 9).",
+    "synthetic_source": "Where D_syn comes from: \"distilled\" (the method) or \"real-oracle\" (a diagnostic that reads\n"
+                        "the training split on the server; not the method).",
+    "task": "The model the server builds itself and the data's shape (common.run.task.ServerTask).",
     "server_momentum": "Momentum of the server's update.",
     # the server's own model: distillation, server training, sampling
     "model": "The model the server builds: a preset name (docs/configuration.md) or \"package.module:factory\".",

@@ -10,9 +10,11 @@ from flwr.app import ArrayRecord, Message
 
 from common.protocol import PREVIOUS_UPDATE
 from common.records import Weights, to_record
+from server_app.strategies.parameters import documented
 from server_app.strategies.fedavg import FedAvgStrategy
 
 
+@documented
 class PreviousUpdateStrategy(FedAvgStrategy):
     """FedAvg that remembers and sends the last global update."""
 

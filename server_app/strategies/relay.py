@@ -27,23 +27,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
-from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.common.typing import Scalar
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.run.config import ConfigError, RunConfig
+from common.errors import ConfigError
 from common.algorithms.gossip import (
     average_model,
     consensus_distance,
     dropout_mixing,
     neighbour_sum,
-    parse_targets,
     round_record,
-    rounds_to_targets,
 )
 from common.protocol import (
     GOSSIP,
@@ -60,17 +58,14 @@ from common.algorithms.topology import (
     check_topology,
     disagreement_factor,
     mixing_matrix,
-    ole_beta_bound,
-    ole_gossip_contraction,
     spectral_psi,
 )
 from server_app.checkpoint import CheckpointError
-from server_app.decentralized_plot import plot_decentralized
 from server_app.reply_checks import check_train_metrics
 from server_app.robust import clip_update, update_norm
 from server_app.strategies.base import NodeInfo, RoundStrategy
 from server_app.strategies.fedavg import reply_metric_means
-from common.run.client_settings import client_settings
+from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 
 
@@ -100,6 +95,7 @@ def node_accuracy_stats(accuracies: Sequence[float]) -> dict[str, float]:
     }
 
 
+@documented
 class DecentralizedRelay(RoundStrategy):
     """Relay and orchestrator of dpsgd, dfedavg, dfedavgm, dfedsam, oledfl-sgd and oledfl-sam.
 
@@ -113,21 +109,38 @@ class DecentralizedRelay(RoundStrategy):
     the run.
     """
 
-    def __init__(self, cfg: RunConfig, nodes: list[NodeInfo] | None = None, fraction_evaluate: float = 0.0,
-                 lr_schedule: Callable[[int], float] | None = None, weighted_by_key: str = WEIGHTED_BY_KEY,
-                 min_available_nodes: int = 1) -> None:
-        super().__init__(min_nodes=cfg.min_nodes, max_failed_rounds=cfg.max_failed_rounds,
-                         fraction_evaluate=fraction_evaluate, max_weight_share=cfg.max_weight_share, seed=cfg.seed,
-                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.cfg = cfg
-        # fedsynth's clients read each round's lr from the config (`lr * lr-decay^(round-1)`)
-        self.lr_schedule = lr_schedule if lr_schedule is not None else cfg.local_lr
+    def __init__(self, *, topology: str = DEFAULTS.topology,
+                          peers: int = DEFAULTS.peers,
+                          mixing: str = DEFAULTS.mixing,
+                          relay_mixing: bool = DEFAULTS.relay_mixing,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          max_weight_share: float = DEFAULTS.max_weight_share,
+                          max_update_norm: float = DEFAULTS.max_update_norm,
+                          update_norm_action: str = DEFAULTS.update_norm_action,
+                          node_settings: dict[str, Scalar] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(min_nodes=min_nodes, max_failed_rounds=max_failed_rounds, fraction_evaluate=fraction_evaluate,
+                         max_weight_share=max_weight_share, seed=seed, nodes=nodes, weighted_by_key=weighted_by_key,
+                         min_available_nodes=min_available_nodes)
+        self.topology = topology
+        self.peers = peers
+        self.mixing = mixing
+        self.relay_mixing = relay_mixing
+        self.max_update_norm = max_update_norm
+        self.update_norm_action = update_norm_action
+        self.node_settings = dict(node_settings or {})
+        self.lr_schedule = lr_schedule
         self.models: list[Weights] = []              # z_i, the last model node i sent (x^0 before)
         self.present = np.ones(0, dtype=bool)        # who sent a model in the last round
         self.last_answered: list[int] = []           # round of each node's last accepted model
         self.completed_round = 0
         self.restore_pending: set[int] = set()       # nodes whose Context.state is re-sent (resume)
-        self.targets = parse_targets(cfg.target_accuracies)
         self._base: np.ndarray | None = None
         if self.nodes:
             self._size_node_state()
@@ -152,12 +165,11 @@ class DecentralizedRelay(RoundStrategy):
     def _size_node_state(self) -> None:
         """Check the topology against the node count and size the per-node state."""
         count = len(self.nodes)
-        cfg = self.cfg
         try:
-            check_topology(cfg.topology, count, cfg.peers, cfg.mixing)
+            check_topology(self.topology, count, self.peers, self.mixing)
         except ValueError as err:
-            raise ConfigError(f"run config keys topology = {cfg.topology!r}, peers = {cfg.peers}, mixing = "
-                              f"{cfg.mixing!r} do not fit this run's {count} nodes: {err}") from None
+            raise ConfigError(f"run config keys topology = {self.topology!r}, peers = {self.peers}, mixing = "
+                              f"{self.mixing!r} do not fit this run's {count} nodes: {err}") from None
         self.present = np.ones(count, dtype=bool)
         self.last_answered = [0] * count
 
@@ -212,11 +224,10 @@ class DecentralizedRelay(RoundStrategy):
     # ----- one round ------------------------------------------------------------------
     def topology_matrix(self, server_round: int) -> np.ndarray:
         """W_t of the configured topology and weights, for all nodes."""
-        cfg = self.cfg
-        return mixing_matrix(cfg.topology, len(self.nodes), peers=cfg.peers, seed=cfg.seed,
-                             round_num=server_round, mixing=cfg.mixing)
+        return mixing_matrix(self.topology, len(self.nodes), peers=self.peers, seed=self.seed,
+                             round_num=server_round, mixing=self.mixing)
 
-    def mixing(self, server_round: int) -> tuple[np.ndarray, np.ndarray]:
+    def round_mixing(self, server_round: int) -> tuple[np.ndarray, np.ndarray]:
         """(W_t of the topology, W_t with last round's missing nodes dropped)."""
         base = self.topology_matrix(server_round)
         return base, dropout_mixing(base, self.present)
@@ -234,10 +245,10 @@ class DecentralizedRelay(RoundStrategy):
                     "self-weight": float(row[i]),
                     "neighbours": [self.nodes[j].partition_id for j in neighbours],
                     "weights": [float(row[j]) for j in neighbours],
-                    "relay-mixed": self.cfg.relay_mixing,
+                    "relay-mixed": self.relay_mixing,
                 }),
             })
-            if self.cfg.relay_mixing:
+            if self.relay_mixing:
                 partial = neighbour_sum([self.models[j] for j in neighbours], [row[j] for j in neighbours])
                 if partial is not None:
                     content[GOSSIP_MIXED] = to_record(partial)
@@ -271,8 +282,8 @@ class DecentralizedRelay(RoundStrategy):
 
     def update_norm_problem(self, i: int, reply: Message) -> str | None:
         """Why node i's new model must be refused for moving too far from its last one (max-update-norm, refuse)."""
-        bound = self.cfg.max_update_norm
-        if bound <= 0 or self.cfg.update_norm_action != "refuse":
+        bound = self.max_update_norm
+        if bound <= 0 or self.update_norm_action != "refuse":
             return None
         norm = update_norm(subtract(from_record(reply.content.array_records["arrays"]), self.models[i]))
         return f"model moved by {norm:.4g} from its last one, above max-update-norm = {bound:g}" if norm > bound else None
@@ -283,7 +294,7 @@ class DecentralizedRelay(RoundStrategy):
         What a node sends is forwarded to its neighbours; the bound keeps one node from pushing
         arbitrary weights into every neighbour's mix (the decentralized form of the update bound).
         """
-        bound = self.cfg.max_update_norm
+        bound = self.max_update_norm
         if bound <= 0:
             return model
         step = clip_update(subtract(model, self.models[i]), bound)
@@ -297,16 +308,16 @@ class DecentralizedRelay(RoundStrategy):
         self.refresh_nodes(grid)  # all nodes of the table train each round; a node that left times out
         if not self.models:
             self.models = [from_record(arrays)] * len(self.nodes)
-        base, w = self.mixing(server_round)
+        base, w = self.round_mixing(server_round)
         self._base = base
-        round_config = {**client_settings(self.cfg), **config, "server-round": server_round}
+        round_config = {**self.node_settings, **config, "server-round": server_round}
         if self.lr_schedule is not None:
             round_config["lr"] = self.lr_schedule(server_round)
         sent = self.messages(server_round, w, ConfigRecord(round_config))
         fields: dict[str, Any] = {**traffic(w, to_record(self.models[0]).count_bytes())}
         if "lr" in round_config:
             fields["lr"] = round_config["lr"]
-        fields["psi"] = disagreement_factor(base) if self.cfg.topology in DIRECTED_TOPOLOGIES else spectral_psi(base)
+        fields["psi"] = disagreement_factor(base) if self.topology in DIRECTED_TOPOLOGIES else spectral_psi(base)
         return self.begin_round(server_round, sent, **fields)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -345,39 +356,9 @@ class DecentralizedRelay(RoundStrategy):
     # ----- the run --------------------------------------------------------------------
     def summary(self) -> None:
         """Log what this relay will do."""
-        log(INFO, "decentralized %s: %d nodes, topology %s%s, %s weights, relay-mixing %s", self.cfg.algorithm,
-            len(self.nodes), self.cfg.topology, f" (k={self.cfg.peers})" if self.cfg.topology in RANDOM_TOPOLOGIES else "",
-            self.cfg.mixing, self.cfg.relay_mixing)
-        if self.cfg.algorithm.startswith("oledfl"):
-            self.warn_if_ole_diverges()
-
-    def warn_if_ole_diverges(self) -> None:
-        """Warn when `ole-beta` makes Ole's gossip push the nodes apart on this topology.
-
-        Its restart is gossip with (1+beta) W - beta I; above the bound the
-        nodes' disagreement grows every round whatever the training does.
-        On a static topology that happens above (1 + lambda_min)/(1 - lambda_min)
-        (ring 0.5). On the random ones, drawn afresh each round, the exact
-        mean-square factor is trace/(n-1) of the expected operator
-        (`ole_gossip_contraction` with `exchangeable`). On `random` it is
-        below 1 for every beta < 1 (`k_regular_ole_contraction`; 100 nodes,
-        k = 10: 0.98 at beta 0.99), so no warning is due there; it was also
-        below 1 on `random-draws` and `random-pull` at every size measured. An
-        earlier estimate (the top eigenvalue of a 20-graph average) was biased
-        upward and warned wrongly on `random` (issue 35).
-        """
-        cfg = self.cfg
-        random = cfg.topology in RANDOM_TOPOLOGIES
-        rounds = range(1, min(cfg.num_server_rounds, 20) + 1) if random else [0]
-        ws = [self.topology_matrix(t) for t in rounds]
-        contraction = ole_gossip_contraction(ws, cfg.ole_beta, exchangeable=random)
-        if contraction <= 1.0:
-            return
-        bound = (f"; on this topology beta <= {ole_beta_bound(ws[0]):.2f} is stable"
-                 if cfg.topology not in RANDOM_TOPOLOGIES else "")
-        log(WARNING, "ole-beta %g on topology %s: Ole's restart multiplies the nodes' disagreement by %.2f "
-            "per round (mean square), so they drift apart unless local training pulls them back%s",
-            cfg.ole_beta, cfg.topology, contraction, bound)
+        log(INFO, "decentralized relay: %d nodes, topology %s%s, %s weights, relay-mixing %s", len(self.nodes),
+            self.topology, f" (k={self.peers})" if self.topology in RANDOM_TOPOLOGIES else "", self.mixing,
+            self.relay_mixing)
 
     @staticmethod
     def _reply_metrics(metrics: list[Mapping[str, Any]], max_share: float) -> dict[str, Any]:
@@ -393,32 +374,3 @@ class DecentralizedRelay(RoundStrategy):
         if directions:
             out["ole-direction-norm"] = float(np.mean(directions))
         return out
-
-    def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        """What a decentralized run adds to summary.json: its topology, traffic, targets and consensus."""
-        cfg = self.cfg
-        trained = [r for r in rounds if r.get("round", 0) >= 1]
-        summary: dict[str, Any] = {
-            "topology": cfg.topology,
-            "peers": cfg.peers if cfg.topology in RANDOM_TOPOLOGIES else None,
-            "mixing": cfg.mixing,
-            "ole-beta": cfg.ole_beta if cfg.algorithm.startswith("oledfl") else None,
-            "relay-mixing": cfg.relay_mixing,
-            "psi": float(np.mean([r["psi"] for r in trained])) if trained else None,
-        }
-        for key in ("downlink-bytes-neighbour-models", "downlink-bytes-relay-mixing"):
-            summary[key] = sum(r.get(key, 0) for r in trained)
-        central = [r for r in rounds if "central-accuracy" in r]
-        if central:
-            summary["rounds-to-target"] = rounds_to_targets(
-                [(r["round"], r["central-accuracy"]) for r in central], self.targets)
-        if trained:
-            summary["final-consensus-distance"] = trained[-1]["consensus-distance"]
-            # the nodes' own (mixed) models on their local test splits in the last round; evaluating all N
-            # models on the central test set as well would cost N evaluations per run
-            summary.update({f"final-{k}": v for k, v in trained[-1].items() if k.startswith("node-accuracy-")})
-        return summary
-
-    def plot(self, rounds: Sequence[Mapping[str, Any]], folder: Path) -> None:
-        """decentralized.png beside the common plots."""
-        plot_decentralized(rounds, folder)

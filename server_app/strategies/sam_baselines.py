@@ -36,12 +36,13 @@ from common.records import Weights, check_weights, from_record, to_record
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.robust import bounded_record, bounded_updates, record_norm_problem
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
-from server_app.strategies.parameters import DEFAULTS
+from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.strategies.previous_update import PreviousUpdateStrategy
 from server_app.strategies.scaffold import ScaffoldStrategy
 from server_app.wire import WEIGHTED_BY_KEY
 
 
+@documented
 class FedLESAMStrategy(PreviousUpdateStrategy):
     """FedLESAM's server: FedAvg that sends `w^t - w^{t-1}`; logs the perturbation diagnostic when on."""
 
@@ -59,6 +60,7 @@ class FedLESAMStrategy(PreviousUpdateStrategy):
         return arrays, MetricRecord({**dict(metrics), **measured})
 
 
+@documented
 class FedLESAMSStrategy(ScaffoldStrategy):
     """FedLESAM-S's server: SCAFFOLD that also sends the previous global update."""
 
@@ -94,6 +96,7 @@ def feddyn_server_state(h: Weights, corrections: list[Mapping[str, np.ndarray]],
     }
 
 
+@documented
 class FedLESAMDStrategy(FedAvgStrategy):
     """FedLESAM-D's server: FedDyn's `h` correction, and the previous global update sent down."""
 
@@ -205,6 +208,7 @@ def smoo_global_perturbation(duals: list[Mapping[str, np.ndarray]], rho: float) 
     return {name: (m * scale).astype(np.float32) for name, m in mean.items()}
 
 
+@documented
 class FedSMOOStrategy(FedAvgStrategy):
     """FedSMOO's server: FedDyn's `h` from the updates, and the global perturbation `s` sent down."""
 

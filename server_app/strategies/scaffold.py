@@ -20,10 +20,11 @@ from common.records import Weights, from_record, to_record
 from server_app.robust import bounded_record, record_norm_problem
 from common.records import check_weights
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
-from server_app.strategies.parameters import DEFAULTS
+from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 
 
+@documented
 class ScaffoldStrategy(FedAvgStrategy):
     """FedAvg of the models plus the server control-variate update."""
 
