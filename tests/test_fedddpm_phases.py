@@ -4,7 +4,7 @@
   train message; `start()` runs the warm-up once, before round 1, through one `grid.send_and_receive` with
   `warmup_timeout`, and the auxiliary set comes from their warm models; so does a Flower DP wrapper's `start()`;
 - `configure_warmup`'s messages carry what the docs say (the initial model, `server-round` 0, `phase` "warmup");
-- `aggregate_warmup` drops an error reply, a reply without the model, a mis-shaped model and a node that did not
+- `aggregate_warmup` reads Flower's template metric names, drops an error reply, a reply without the model, a mis-shaped model and a node that did not
   answer, each with its reason, and raises WarmupFailed below `min_nodes`;
 - the `fid_stats` phase: `configure_fid_stats`' messages and `aggregate_fid_stats`' pooling and dropping.
 """
@@ -48,7 +48,8 @@ def initial_model() -> dict[str, np.ndarray]:
 
 
 def developer_train(message: Message, pid: int) -> RecordDict:
-    """A Flower developer's train function: move every float array by (pid + 1) / 1000, reply the template's way.
+    """A Flower developer's train function: move every float array by (pid + 1) / 1000, reply in `flwr new`'s
+    template names (`train_loss`, `num-examples`).
 
     It reads the warm-up's config only to say so in its metrics; fedsynth's client code is not involved.
     """
@@ -57,7 +58,7 @@ def developer_train(message: Message, pid: int) -> RecordDict:
              else array.numpy() for name, array in message.content["arrays"].items()}
     return RecordDict({"arrays": to_record(model),
                        "metrics": MetricRecord({"num-examples": 100 * (pid + 1),
-                                                "train-loss": 0.5 if config.get("phase") == "warmup" else 0.25})})
+                                                "train_loss": 0.5 if config.get("phase") == "warmup" else 0.25})})
 
 
 class DeveloperGrid:
@@ -173,7 +174,7 @@ def test_configure_warmup_and_aggregate_warmup_by_hand() -> None:
         strategy.aggregate_warmup(replies)
     assert strategy.auxiliary is None and not strategy.phase_records
 
-    replies.append(warm_reply(messages[4], initial, {"num-examples": 20, "train-loss": 0.1}))
+    replies.append(warm_reply(messages[4], initial, {"num-examples": 20, "train_loss": 0.1}))  # the template's name
     record = strategy.aggregate_warmup(replies)
     reasons = {failure["node"]: failure["reason"] for failure in record["failures"]}
     node = [m.metadata.dst_node_id for m in messages]

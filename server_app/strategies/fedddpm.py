@@ -40,7 +40,8 @@ ServerApp hands `start()` a `PollingGrid`, server_app/messaging.py):
   `RecordDict({"arrays": the initial model, "config": ConfigRecord(
   {"server-round": 0, "phase": "warmup"})})`; `aggregate_warmup(replies)`
   checks the warm models (a train reply: "arrays" with the initial model's
-  names, shapes and dtypes; "metrics" with "num-examples" and "train-loss"),
+  names, shapes and dtypes; "metrics" with "num-examples" and "train-loss",
+  or Flower's "train_loss"),
   drops bad and missing replies into the record's failures and samples A.
   `warmup` drives the pair, with `warmup-timeout`, from the first active
   `configure_train`: the one hook that Flower's `start()`, a Flower wrapper
@@ -97,6 +98,7 @@ from server_app.diffusion_eval import run_extractor
 from server_app.influence import capped_counts
 from server_app.messaging import match_replies
 from server_app.reply_checks import check_train_metrics
+from server_app.wire import with_fedsynth_metric_names
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 
 
@@ -212,7 +214,8 @@ class FedDDPMStrategy(FedAvgStrategy):
 
         A usable reply is a train reply `RecordDict({"arrays": ArrayRecord(the warm model: the names, shapes and
         dtypes of the initial one, finite), "metrics": MetricRecord({"num-examples": int in 1..the node's handshake
-        count, "train-loss": float, "partition-id": int, required after a handshake})})`.
+        count, "train-loss" (or Flower's "train_loss"): float, "partition-id": int, required after a
+        handshake})})`.
         Error replies, unusable ones and nodes that did not answer within `warmup-timeout` are dropped and listed
         in the record's "failures"; fewer than `min-nodes` warm models raise WarmupFailed. The record (round 0,
         phase "warmup") also goes to `phase_records` for the results folder.
@@ -224,6 +227,9 @@ class FedDDPMStrategy(FedAvgStrategy):
         pairs, unanswered = match_replies(self._warmup_sent, replies)
         for message, reply in pairs:
             node_id = message.metadata.dst_node_id  # the SuperLink answers for a lost node
+            if not reply.has_error() and "metrics" in reply.content.metric_records:
+                # a reply in Flower's template names (train_loss) is read in fedsynth's, as a round's is
+                reply.content["metrics"] = with_fedsynth_metric_names(reply.content.metric_records["metrics"])
             reason, weights = self._check_warm_reply(reply, self._warmup_initial)
             if reason is not None:
                 failures.append({"node": node_id, "partition": partition_of_node.get(node_id), "reason": reason})
