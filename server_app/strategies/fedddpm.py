@@ -41,8 +41,8 @@ ServerApp hands `start()` a `PollingGrid`, server_app/messaging.py):
   {"server-round": 0, "phase": "warmup"})})`; `aggregate_warmup(replies)`
   checks the warm models (a train reply: "arrays" with the initial model's
   names, shapes and dtypes; "metrics" with "num-examples" and "train-loss",
-  or Flower's "train_loss"),
-  drops bad and missing replies into the record's failures and samples A.
+  or Flower's "train_loss"), drops bad and missing replies into the record's
+  failures and samples A.
   `warmup` drives the pair, with `warmup-timeout`, from the first active
   `configure_train`: the one hook that Flower's `start()`, a Flower wrapper
   strategy (DifferentialPrivacyServerSide*) and a hand-written round loop all
