@@ -14,8 +14,16 @@ the weights of the classifier or random extractor with the query (common/
 fid_features.py); Inception is loaded by each node from its own weights file.
 
 The statistics are gathered once per run, at the first evaluation that needs
-them, and kept in the server's checkpoints (`arrays` / `load`), so a resumed
-run does not ask again. With this reference the run reports FID only: KID's
+them (FedDDPM+'s first QuickTest inside `aggregate_train`, or the results'
+FID in `start()`'s `evaluate_fn`), and kept in the server's checkpoints
+(`arrays` / `load`), so a resumed run does not ask again. The query is a phase
+in the shape of Flower's `configure_train` / `aggregate_train`:
+`ClientFeatureReference.configure_fid_stats` builds one `query.fid_stats`
+message per node, `ClientFeatureReference.get` sends them with one call of the
+grid's own `grid.send_and_receive(messages, timeout=round-timeout)`, and
+`aggregate_fid_stats` pools the usable replies (a node answers with
+`RecordDict({"fid-sums": ArrayRecord({"sum-f", "sum-ff"}), "metrics":
+MetricRecord({"num-examples": n})})`). With this reference the run reports FID only: KID's
 cubic-kernel MMD would need, besides these sums, each node's sum of third
 tensor powers of its features (d^3 = 2.1 million numbers at d = 128, about six
 times the unet-small model, and the third moments of the site's features), too
@@ -24,7 +32,7 @@ much to send for a second score of the same thing.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from logging import INFO, WARNING
 from typing import Any, Protocol
@@ -34,12 +42,12 @@ from flwr.app import ConfigRecord, Message, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.run.config import RunConfig
 from common.metrics.fid import GaussianStats, stats_from_sums
 from common.metrics.fid_features import TRAVELLING_EXTRACTORS, FeatureExtractor, extractor_weights
 from common.protocol import FID_EXTRACTOR, FID_STATS, FID_SUMS
 from common.records import Weights, from_record, message_array_bytes, to_record
-from server_app.messaging import match_replies, send_and_receive
+from common.run.interrupt import raise_if_stopped
+from server_app.messaging import match_replies
 from server_app.reply_checks import is_int
 
 GROUP = "fid-reference"  # the checkpoint group
@@ -86,39 +94,6 @@ def check_feature_sums(reply: Message, dim: int | None,
     return None, sums, n
 
 
-def gather_feature_sums(grid: Grid, nodes: Sequence[_Node], extractor: FeatureExtractor, dim: int,
-                        cfg: RunConfig) -> Gathered:
-    """Ask every node for (sum f, sum f f^T, n) of its training images and pool the usable replies."""
-    weights = to_record(extractor_weights(extractor)) if extractor.name in TRAVELLING_EXTRACTORS else None
-    messages = []
-    for node in nodes:
-        content = RecordDict({"config": ConfigRecord({"fid-features": extractor.name})})
-        if weights is not None:
-            content[FID_EXTRACTOR] = weights
-        messages.append(Message(content, dst_node_id=node.node_id, message_type=f"query.{FID_STATS}"))
-    replies = send_and_receive(grid, messages, cfg.round_timeout, cfg.reply_poll_interval)
-    sum_f, sum_ff, count, used = np.zeros(dim), np.zeros((dim, dim)), 0, 0
-    node_of = {n.node_id: n for n in nodes}
-    for message, reply in match_replies(messages, replies)[0]:
-        node = node_of[message.metadata.dst_node_id]
-        try:
-            problem, sums, n = check_feature_sums(reply, dim, node.num_train_examples)
-        except Exception as err:  # noqa: BLE001 - a reply must never crash the server
-            problem, sums, n = f"malformed reply ({type(err).__name__}: {err})", {}, 0
-        if problem is not None:
-            log(WARNING, "FID reference: dropped node %s: %s", node.node_id, problem)
-            continue
-        sum_f, sum_ff, count, used = sum_f + sums["sum-f"], sum_ff + sums["sum-ff"], count + n, used + 1
-    if used == 0 or count < 2:
-        raise NoFeatureSums(f"no usable feature sums from the {len(messages)} nodes for FID's reference "
-                            f"({used} answered, {count} images)")
-    if used < len(messages):
-        log(WARNING, "FID reference: %d of %d nodes' images (the others did not answer usably)", used, len(messages))
-    log(INFO, "FID reference: feature sums of %d images from %d nodes (%s features)", count, used, extractor.name)
-    spent = sum(message_array_bytes(m) for m in messages) + sum(message_array_bytes(r) for r in replies)
-    return Gathered(stats_from_sums(sum_f, sum_ff, count), used, spent)
-
-
 def feature_dim(extractor: FeatureExtractor, image_shape: tuple[int, int, int]) -> int:
     """Width of the extractor's features (of one blank image of the run's shape)."""
     return int(extractor.features(np.zeros((1, *image_shape), dtype=np.float32)).shape[1])
@@ -127,22 +102,82 @@ def feature_dim(extractor: FeatureExtractor, image_shape: tuple[int, int, int]) 
 class ClientFeatureReference:
     """The nodes' pooled feature statistics of one run: asked for once, then kept (and checkpointed)."""
 
-    def __init__(self, cfg: RunConfig, nodes: Sequence[_Node]) -> None:
-        self.cfg = cfg
+    def __init__(self, nodes: Sequence[_Node], timeout: float) -> None:
         self.nodes = nodes
+        self.timeout = timeout  # seconds the query waits for the nodes' sums (fedsynth's app: round-timeout)
         self.stats: GaussianStats | None = None
+        self._sent: list[Message] = []   # configure_fid_stats's messages, which aggregate_fid_stats's replies answer
+        self._dim = 0                    # the extractor's feature width: the shape every node's sums must have
+        self._extractor_name = ""
 
     def get(self, grid: Grid | None, extractor: FeatureExtractor,
             image_shape: tuple[int, int, int]) -> tuple[GaussianStats, dict[str, Any]]:
-        """(the statistics, the gathering's metrics: empty unless this call asked the nodes)."""
+        """(the statistics, the gathering's metrics: empty unless this call asked the nodes).
+
+        The first call is the `fid_stats` phase: `configure_fid_stats`, one `grid.send_and_receive` (Flower's
+        call, with `timeout`: fedsynth's app gives `round-timeout`), `aggregate_fid_stats`; later calls, and a resumed run's, return the kept
+        statistics.
+        """
         if self.stats is not None:
             return self.stats, {}
         if grid is None:
             raise RuntimeError("the nodes' feature sums need the grid")
-        gathered = gather_feature_sums(grid, self.nodes, extractor, feature_dim(extractor, image_shape), self.cfg)
+        raise_if_stopped()
+        messages = list(self.configure_fid_stats(extractor, image_shape))
+        gathered = self.aggregate_fid_stats(grid.send_and_receive(messages, timeout=self.timeout))
         self.stats = gathered.stats
         return self.stats, {"fid-reference-nodes": gathered.nodes, "fid-reference-images": gathered.stats.count,
                             "fid-reference-bytes": gathered.bytes}
+
+    def configure_fid_stats(self, extractor: FeatureExtractor, image_shape: tuple[int, int, int]) -> Iterable[Message]:
+        """One `query.fid_stats` message per node, asking for the feature sums of its training images.
+
+        Content: `RecordDict({"config": ConfigRecord({"fid-features": extractor name}), "fid-extractor":
+        ArrayRecord(the extractor's weights; only for the classifier and random extractors, which travel)})`.
+        """
+        self._dim = feature_dim(extractor, image_shape)
+        weights = to_record(extractor_weights(extractor)) if extractor.name in TRAVELLING_EXTRACTORS else None
+        messages = []
+        for node in self.nodes:
+            content = RecordDict({"config": ConfigRecord({"fid-features": extractor.name})})
+            if weights is not None:
+                content[FID_EXTRACTOR] = weights
+            messages.append(Message(content, dst_node_id=node.node_id, message_type=f"query.{FID_STATS}"))
+        self._sent = messages
+        self._extractor_name = extractor.name
+        return messages
+
+    def aggregate_fid_stats(self, replies: Iterable[Message]) -> Gathered:
+        """Pool the usable replies to `configure_fid_stats`'s messages into the nodes' feature statistics.
+
+        A usable reply: `RecordDict({"fid-sums": ArrayRecord({"sum-f": (d,), "sum-ff": (d, d)}, finite, d the
+        extractor's width), "metrics": MetricRecord({"num-examples": n, at most the node's handshake count})})`.
+        Others, and nodes that did not answer, are left out with a warning; no usable reply (or fewer than 2
+        images in all) raises NoFeatureSums.
+        """
+        replies, dim, messages = list(replies), self._dim, self._sent
+        sum_f, sum_ff, count, used = np.zeros(dim), np.zeros((dim, dim)), 0, 0
+        node_of = {n.node_id: n for n in self.nodes}
+        for message, reply in match_replies(messages, replies)[0]:
+            node = node_of[message.metadata.dst_node_id]
+            try:
+                problem, sums, n = check_feature_sums(reply, dim, node.num_train_examples)
+            except Exception as err:  # noqa: BLE001 - a reply must never crash the server
+                problem, sums, n = f"malformed reply ({type(err).__name__}: {err})", {}, 0
+            if problem is not None:
+                log(WARNING, "FID reference: dropped node %s: %s", node.node_id, problem)
+                continue
+            sum_f, sum_ff, count, used = sum_f + sums["sum-f"], sum_ff + sums["sum-ff"], count + n, used + 1
+        if used == 0 or count < 2:
+            raise NoFeatureSums(f"no usable feature sums from the {len(messages)} nodes for FID's reference "
+                                f"({used} answered, {count} images)")
+        if used < len(messages):
+            log(WARNING, "FID reference: %d of %d nodes' images (the others did not answer usably)", used,
+                len(messages))
+        log(INFO, "FID reference: feature sums of %d images from %d nodes (%s features)", count, used,
+            self._extractor_name)
+        spent = sum(message_array_bytes(m) for m in messages) + sum(message_array_bytes(r) for r in replies)
+        return Gathered(stats_from_sums(sum_f, sum_ff, count), used, spent)
 
     def asker(self, grid: Grid) -> Callable[[FeatureExtractor, tuple[int, int, int]],
                                             tuple[GaussianStats, dict[str, Any]]]:

@@ -107,7 +107,7 @@ def build_strategy(cfg: RunConfig, nodes: list[NodeInfo] | None = None) -> Round
     strategy = cls(**strategy_arguments(cls, cfg, nodes))
     if not ALGORITHMS[cfg.algorithm].decentralized:
         strategy.node_models = NodeModels(kept_model_keys(cfg))  # MOON's and FedCOG's models, for a resume
-        strategy.feature_reference = ClientFeatureReference(cfg, strategy.nodes)  # FID without server data
+        strategy.feature_reference = ClientFeatureReference(strategy.nodes, cfg.round_timeout)  # FID without server data
         if cfg.perturbation_diagnostic and hasattr(strategy, "diagnostic"):
             strategy.diagnostic = PerturbationDiagnostic(cfg, len(nodes or []))
     return strategy

@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-from common.run.config import ConfigError, parse_run_config
+from common.run.config import ConfigError, RunConfig, parse_run_config
 from common.models.diffusion import linear_schedule, optimizer_kind, seeded_generator, train_on_images
 from common.records import load_weights, model_weights
 from common.run.task import make_model
 from server_app.influence import capped_counts
-from server_app.registry import SERVER_STRATEGIES
-from server_app.strategies.fedddpm import FedDDPMPlusStrategy, FedDDPMStrategy, auxiliary_count, quicktest, quicktest_due
+from server_app.registry import SERVER_STRATEGIES, build_strategy
+from server_app.strategies.fedddpm import FedDDPMPlusStrategy, auxiliary_count, quicktest, quicktest_due
 from tests.diffusion_tiny import TINY_DIFFUSION
 from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
@@ -52,7 +52,7 @@ def test_fedddpm_warms_up_builds_the_auxiliary_set_and_corrects_every_round(fedd
     assert warmup["phase"] == "warmup" and warmup["answered"] == 3 and warmup["uplink-bytes"] > 0
     sizes = {node.partition_id: node.num_train_examples for node in strategy.nodes}
     # |A_i| from each node's count under the weight cap (max-weight-share: no node's count above 0.4 of the total)
-    claims = dict(zip(sizes, capped_counts(list(sizes.values()), strategy.cfg.max_weight_share)))
+    claims = dict(zip(sizes, capped_counts(list(sizes.values()), strategy.max_weight_share)))
     expected = {pid: auxiliary_count(int(claims[pid]), 0.05) for pid in sizes}
     assert strategy.aux_counts == expected
     assert warmup["aux-size"] == sum(expected.values()) == len(strategy.auxiliary)
@@ -88,7 +88,7 @@ def test_the_auxiliary_set_never_reaches_a_client(fedddpm_run):
 
 def test_correction_is_the_ddpm_loss_on_the_auxiliary_set(fedddpm_run, tiny_data_dir):
     _, _, strategy, _, raw = fedddpm_run
-    cfg = strategy.cfg
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
     start = model_weights(make_model(cfg, seeded=True))
     strategy._round = 7
     corrected = strategy.correct(start, epochs=2, lr=cfg.correction_lr)
@@ -109,7 +109,7 @@ def test_checkpoint_keeps_the_auxiliary_set_and_a_resumed_run_skips_the_warmup(f
     import shutil
 
     _, results, strategy, _, raw = fedddpm_run
-    restored = FedDDPMStrategy(strategy.cfg, strategy.nodes)
+    restored = build_strategy(parse_run_config(raw, SERVER_STRATEGIES), strategy.nodes)
     restored.load_state_arrays(strategy.state_arrays())
     restored.load_state_meta(json.loads(json.dumps(strategy.state_meta())))
     np.testing.assert_array_equal(restored.auxiliary, strategy.auxiliary)
@@ -210,7 +210,7 @@ def test_quicktest_reference_from_clients_feature_sums_is_the_pooled_gaussian(tm
     assert len(queries) == 3 and results.rounds[1]["fid-reference-nodes"] == 3
     assert results.rounds[1]["fid-reference-bytes"] > 0
 
-    cfg = strategy.cfg
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
     spec = PartitionSpec(dataset=cfg.dataset, partition=cfg.partition, num_partitions=3, seed=cfg.seed,
                          alpha=cfg.alpha, classes_per_client=cfg.classes_per_client,
                          local_test_fraction=cfg.local_test_fraction)
@@ -281,12 +281,13 @@ def test_fedddpm_plus_quicktests_at_rounds_1_and_3_with_every_2(tmp_path, tiny_d
     assert tested == [1, 3] and summary["stopped-at-round"] == 3 and summary["stop-reason"] == "quicktest"
 
 
-def _plus_strategy(tmp_path, tiny_data_dir, **extra) -> FedDDPMPlusStrategy:
+def _plus_strategy(tmp_path, tiny_data_dir, **extra) -> tuple[FedDDPMPlusStrategy, RunConfig]:
     cfg = parse_run_config(diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm+", **{
         "num-server-rounds": 2, "quicktest-every": 0, "oneshot-epochs": 1, **extra}), SERVER_STRATEGIES)
-    strategy = FedDDPMPlusStrategy(cfg, [])
+    strategy = build_strategy(cfg, [])
+    strategy.num_rounds = cfg.num_server_rounds  # as start() sets it
     strategy.auxiliary = np.random.default_rng(0).uniform(-1, 1, size=(8, 1, 8, 8)).astype(np.float32)
-    return strategy
+    return strategy, cfg
 
 
 @pytest.mark.parametrize("extra, expected", [({}, 1e-3), ({"oneshot-lr": 3e-4}, 3e-4)])
@@ -304,9 +305,9 @@ def test_the_one_shot_correction_runs_at_the_clients_learning_rate(tmp_path, tin
         return real(params, kind, lr, **kwargs)
 
     monkeypatch.setattr(common.models.diffusion, "make_optimizer", recording)
-    strategy = _plus_strategy(tmp_path, tiny_data_dir, **extra)
-    assert strategy.cfg.correction_lr != expected
-    start = model_weights(make_model(strategy.cfg, seeded=True))
+    strategy, cfg = _plus_strategy(tmp_path, tiny_data_dir, **extra)
+    assert cfg.correction_lr != expected
+    start = model_weights(make_model(cfg, seeded=True))
     strategy._round = 2  # the last round: QuickTest never fired, so the one-shot correction runs now
     corrected = strategy.after_aggregation(start)
     assert rates == [expected] and strategy._round_metrics["correction-lr"] == expected
@@ -321,7 +322,7 @@ def test_fedddpm_corrects_at_the_correction_rate(tmp_path, tiny_data_dir, monkey
     monkeypatch.setattr(common.models.diffusion, "make_optimizer",
                         lambda params, kind, lr, **kw: rates.append(lr) or real(params, kind, lr, **kw))
     cfg = parse_run_config(diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm"), SERVER_STRATEGIES)
-    strategy = FedDDPMStrategy(cfg, [])
+    strategy = build_strategy(cfg, [])
     strategy.auxiliary = np.zeros((4, 1, 8, 8), dtype=np.float32)
     strategy.after_aggregation(model_weights(make_model(cfg, seeded=True)))
     assert rates == [cfg.correction_lr] == [5e-5]

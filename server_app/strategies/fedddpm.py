@@ -30,6 +30,35 @@ nor loses A. Rounds then start from the initial model w_0, as in Algorithm 1.
   round, the one-shot correction runs after it, so the result of a run with a
   fixed round budget is still a corrected model (`stop-reason` records which).
 
+**The phases outside the rounds.** Each exchange that is not a round is a
+pair of methods in the shape of Flower's `configure_train` / `aggregate_train`,
+driven by one call of the grid's own `grid.send_and_receive(messages,
+timeout=...)`, the call Flower's `start()` makes for a round (fedsynth's
+ServerApp hands `start()` a `PollingGrid`, server_app/messaging.py):
+
+- the warm-up: `configure_warmup(arrays, grid)` -> one TRAIN message per node,
+  `RecordDict({"arrays": the initial model, "config": ConfigRecord(
+  {"server-round": 0, "phase": "warmup"})})`; `aggregate_warmup(replies)`
+  checks the warm models (a train reply: "arrays" with the initial model's
+  names, shapes and dtypes; "metrics" with "num-examples" and "train-loss",
+  or Flower's "train_loss"), drops bad and missing replies into the record's
+  failures and samples A.
+  `warmup` drives the pair, with `warmup-timeout`, from the first active
+  `configure_train`: the one hook that Flower's `start()`, a Flower wrapper
+  strategy (DifferentialPrivacyServerSide*) and a hand-written round loop all
+  call, so it runs once per run, after `start()`'s round-0 `evaluate_fn` and
+  before round 1 samples its nodes. A resumed run (`completed_rounds > 0`)
+  skips it and has A from the checkpoint.
+- FedDDPM+'s `quicktest-reference = "clients"`: the `fid_stats` query,
+  `ClientFeatureReference.configure_fid_stats` / `aggregate_fid_stats`
+  (server_app/fid_reference.py), driven with `round-timeout` by its `get` at
+  the first QuickTest (inside round 1's `aggregate_train`, with the grid of
+  that round's `configure_train`) unless the run's FID evaluation asked first;
+  the statistics are kept and checkpointed, so it runs once per run.
+
+A Flower developer's ClientApp answers the warm-up like any train message: a
+node that ignores "phase" trains as in a round, and its reply is its warm model.
+
 The auxiliary set is drawn with the ancestral sampler, as in the paper
 (`aux-sampler`; DDIM for quick checks), whatever sampler the evaluation uses.
 
@@ -58,6 +87,7 @@ from common.models.diffusion import (
     SamplerSpec, image_shape, linear_schedule, num_timesteps, sample, seeded_generator, train_on_images,
 )
 from common.metrics.evaluation import resolve_device
+from common.run.interrupt import raise_if_stopped
 from common.metrics.fid import GaussianStats
 from common.metrics.fid_features import FeatureExtractor
 from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
@@ -65,8 +95,10 @@ from common.records import Weights, check_weights, from_record, load_weights, me
 from common.run.task import ServerTask, make_model
 from common.metrics.fid_features import make_extractor
 from server_app.influence import capped_counts
-from server_app.messaging import match_replies, send_and_receive
+from server_app.messaging import match_replies
 from server_app.reply_checks import check_train_metrics
+from server_app.wire import with_fedsynth_metric_names
+from server_app.fid_reference import ClientFeatureReference
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
@@ -170,6 +202,9 @@ class FedDDPMStrategy(FedAvgStrategy):
         self._round = 0
         self._round_metrics: dict[str, float] = {}
         self.warmed_up = False  # the warm-up ran (a resumed run skips it: completed_rounds > 0)
+        self._warmup_sent: list[Message] = []   # configure_warmup's messages, which aggregate_warmup's replies answer
+        self._warmup_initial: Weights = {}      # the model they carried: a warm model must have its names and shapes
+        self._warmup_started = 0.0              # when configure_warmup ran (the record's times)
 
     # ----- server state that a checkpoint must keep ---------------------------------
     def state_arrays(self) -> dict[str, Weights]:
@@ -188,10 +223,9 @@ class FedDDPMStrategy(FedAvgStrategy):
 
     # ----- the run ---------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
-        """Before the first round of a run (not of a resumed one): the warm-up and the auxiliary set."""
+        """Before the first round of a run (not of a resumed one): the warm-up phase (`warmup`), then round 1."""
         if self.round_is_active(server_round) and not self.warmed_up and self.completed_rounds == 0:
-            self.ensure_nodes(grid)
-            self.warmup(grid, from_record(arrays))
+            self.warmup(grid, arrays)
         return super().configure_train(server_round, arrays, config, grid)
 
     def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -199,27 +233,63 @@ class FedDDPMStrategy(FedAvgStrategy):
         return {"aux-size": 0 if self.auxiliary is None else int(len(self.auxiliary)),
                 "aux-sampler": self.aux_sampler.label}
 
-    def warmup(self, grid: Grid, initial: Weights) -> None:
-        """Every node trains and uploads its warm DDPM once; the server samples the auxiliary set from them.
+    # ----- the warm-up phase: configure_warmup, one grid.send_and_receive, aggregate_warmup ----------
+    def warmup(self, grid: Grid, arrays: ArrayRecord) -> dict[str, Any]:
+        """The whole warm-up phase: `configure_warmup`, one `grid.send_and_receive`, `aggregate_warmup`.
 
-        The warm-up's record (round 0, phase "warmup") goes to `phase_records` for the results folder.
+        The first active `configure_train` calls it (the one hook that Flower's `start()`, a wrapper strategy
+        such as Flower's DifferentialPrivacyServerSide* and a hand-written round loop all call), so the warm-up
+        comes after `start()`'s round-0 `evaluate_fn` and before round 1's node sampling, once per run. The
+        exchange goes through the grid's own `send_and_receive`, as a round's does, with `warmup-timeout`.
+        Returns the warm-up's record (see `aggregate_warmup`).
         """
-        start = time.monotonic()
-        arrays = to_record(initial)
+        raise_if_stopped()
+        messages = list(self.configure_warmup(arrays, grid))
+        replies = grid.send_and_receive(messages, timeout=self.warmup_timeout)
+        return self.aggregate_warmup(replies)
+
+    def configure_warmup(self, arrays: ArrayRecord, grid: Grid) -> Iterable[Message]:
+        """One TRAIN message per node of the node table: the run's initial model and the warm-up's config.
+
+        Content: `RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": 0, "phase": "warmup"})})`.
+        A node answers it as a train message, except that it trains its own DDPM from `arrays` for
+        `warmup-epochs` (or `warmup-steps`) and replies with that model (see `aggregate_warmup`).
+        """
+        self.ensure_nodes(grid)
+        self._warmup_started = time.monotonic()
+        self._warmup_initial = from_record(arrays)
+        record = to_record(self._warmup_initial)
         messages = [
-            Message(RecordDict({MODEL: arrays, "config": ConfigRecord({"server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE})}),
+            Message(RecordDict({MODEL: record, "config": ConfigRecord({"server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE})}),
                     dst_node_id=node.node_id, message_type=MessageType.TRAIN)
             for node in self.nodes
         ]
         log(INFO, "warmup: %d nodes train their own DDPM for %s", len(messages), self.warmup_length())
-        replies = grid.send_and_receive(messages, timeout=self.warmup_timeout)
+        self._warmup_sent = messages
+        return messages
+
+    def aggregate_warmup(self, replies: Iterable[Message]) -> dict[str, Any]:
+        """Check the warm models that came back and sample the auxiliary set A from them; returns the record.
+
+        A usable reply is a train reply `RecordDict({"arrays": ArrayRecord(the warm model: the names, shapes and
+        dtypes of the initial one, finite), "metrics": MetricRecord({"num-examples": int in 1..the node's handshake
+        count, "train-loss" (or Flower's "train_loss"): float, "partition-id": int, required after a
+        handshake})})`.
+        Error replies, unusable ones and nodes that did not answer within `warmup-timeout` are dropped and listed
+        in the record's "failures"; fewer than `min-nodes` warm models raise WarmupFailed. The record (round 0,
+        phase "warmup") also goes to `phase_records` for the results folder.
+        """
+        replies = list(replies)
         partition_of_node = {n.node_id: n.partition_id for n in self.nodes}
         warm: list[tuple[int, int, Weights, float]] = []
         failures: list[dict[str, Any]] = []
-        pairs, unanswered = match_replies(messages, replies)
+        pairs, unanswered = match_replies(self._warmup_sent, replies)
         for message, reply in pairs:
             node_id = message.metadata.dst_node_id  # the SuperLink answers for a lost node
-            reason, weights = self._check_warm_reply(reply, initial)
+            if not reply.has_error() and "metrics" in reply.content.metric_records:
+                # a reply in Flower's template names (train_loss) is read in fedsynth's, as a round's is
+                reply.content["metrics"] = with_fedsynth_metric_names(reply.content.metric_records["metrics"])
+            reason, weights = self._check_warm_reply(reply, self._warmup_initial)
             if reason is not None:
                 failures.append({"node": node_id, "partition": partition_of_node.get(node_id), "reason": reason})
                 continue
@@ -233,14 +303,15 @@ class FedDDPMStrategy(FedAvgStrategy):
             raise WarmupFailed(f"only {len(warm)} node(s) returned a warm model, fewer than min-nodes="
                                f"{self.min_nodes}; failures: {failures[:3]}")
         warm.sort(key=lambda item: item[0])
+        start = self._warmup_started
         train_time = time.monotonic() - start
         self.auxiliary = self.sample_auxiliary([(pid, m, w) for pid, m, w, _ in warm])
         self.warmed_up = True
         record: dict[str, Any] = {
-            "round": 0, "phase": "warmup", "sampled": len(messages), "answered": len(warm),
+            "round": 0, "phase": "warmup", "sampled": len(self._warmup_sent), "answered": len(warm),
             "failed": len(failures), "failures": failures,
             "uplink-bytes": sum(message_array_bytes(r) for r in replies),
-            "downlink-bytes": sum(message_array_bytes(m) for m in messages),
+            "downlink-bytes": sum(message_array_bytes(m) for m in self._warmup_sent),
             "train-loss": float(np.mean([loss for *_, loss in warm])),
             "aux-size": int(len(self.auxiliary)), "warmup-time": train_time,
             "aux-sampling-time": time.monotonic() - start - train_time,
@@ -249,6 +320,7 @@ class FedDDPMStrategy(FedAvgStrategy):
         self.phase_records.append(record)
         log(INFO, "warmup done: auxiliary set of %d images (%s) in %.1fs", len(self.auxiliary),
             self.aux_sampler.label, record["round-time"])
+        return record
 
     def _check_warm_reply(self, reply: Message, initial: Weights) -> tuple[str | None, Weights]:
         if reply.has_error():
@@ -438,6 +510,8 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
     def reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:
         """QuickTest's reference: A's features, or the nodes' pooled features (`quicktest-reference`), asked once."""
         if self.quicktest_reference == "clients":
+            if self.feature_reference is None:  # built without fedsynth's app: its own, with start()'s timeout
+                self.feature_reference = ClientFeatureReference(self.nodes, self.timeout or 3600.0)
             stats, gathering = self.feature_reference.get(self._grid, extractor, image_shape(self.task))
             self._round_metrics.update(gathering)
             return stats
