@@ -142,6 +142,22 @@ class DiffusionEvaluator:
         """Evaluate after the last round and every `fid-every` rounds."""
         return final or bool(self.cfg.fid_every and server_round % self.cfg.fid_every == 0)
 
+    def after_warmup(self, auxiliary: np.ndarray | None, record: dict[str, Any]) -> None:
+        """FedDDPM's auxiliary set in the warm-up's record: a grid of its images, and its FID (and KID where the
+        server has data).
+
+        Table IV's "FID of the synthetic auxiliary dataset": against the server's real images, or against the
+        nodes' feature sums with partition = node (then FID only).
+        """
+        if auxiliary is None:
+            return
+        save_image_grid(auxiliary[spread_indices(len(auxiliary), GRID_IMAGES)], self.results.path / "auxiliary.png")
+        if self.cfg.central_eval:
+            scores = self.scores(auxiliary, seed=0)
+            record.update({f"aux-{key}": value for key, value in scores.items() if key in ("fid", "kid")})
+            record.update(self.gathering)
+            self.gathering = {}
+
     def after_round(self, server_round: int, weights: Weights, final: bool) -> dict[str, Any]:
         """Metrics of the round's global model (empty when no evaluation is due)."""
         if not self.due(server_round, final):
@@ -257,19 +273,3 @@ def plot_fid(curves: dict[str, list[tuple[int, float]]], path, title: str) -> No
 def spread_indices(total: int, count: int) -> np.ndarray:
     """`count` indices spread evenly over `total` items (a grid that shows every client's part)."""
     return np.unique(np.linspace(0, max(total - 1, 0), num=min(count, total)).round().astype(np.int64))
-
-
-def record_auxiliary(evaluator: DiffusionEvaluator, auxiliary: np.ndarray | None, record: dict[str, Any]) -> None:
-    """FedDDPM's auxiliary set in the results: a grid of its images, and its FID (and KID where the server has data).
-
-    Table IV's "FID of the synthetic auxiliary dataset": against the server's real images, or against the
-    nodes' feature sums with partition = node (then FID only).
-    """
-    if auxiliary is None:
-        return
-    save_image_grid(auxiliary[spread_indices(len(auxiliary), GRID_IMAGES)], evaluator.results.path / "auxiliary.png")
-    if evaluator.cfg.central_eval:
-        scores = evaluator.scores(auxiliary, seed=0)
-        record.update({f"aux-{key}": value for key, value in scores.items() if key in ("fid", "kid")})
-        record.update(evaluator.gathering)
-        evaluator.gathering = {}

@@ -48,7 +48,7 @@ from common.run.results import RunResults, run_accuracy
 from common.run.task import make_model
 from server_app.decentralized_report import decentralized_summary, plot_decentralized
 from server_app.checkpoint import Checkpoint, CheckpointError, load_checkpoint, node_table, save_checkpoint
-from server_app.diffusion_eval import DiffusionEvaluator, record_auxiliary
+from server_app.diffusion_eval import DiffusionEvaluator
 from server_app.evaluation import central_evaluator
 from server_app.outcome import STATUS_OK, conclude
 from server_app.strategies.base import RoundStrategy
@@ -77,7 +77,6 @@ class RunRecorder:
         weights = model_weights(make_model(self.cfg, seeded=True))
         if self.results.resuming:
             weights, done = self._resume(weights)
-            self.strategy.completed_rounds = done
             self.finished = self.last_checkpoint = done
             if self.strategy.stop_requested():  # it had finished (FedDDPM+): a resume must not train on
                 log(INFO, "the checkpointed run had already stopped at round %d; nothing left to run", done)
@@ -89,9 +88,9 @@ class RunRecorder:
         """Restore model, strategy state, RNG and metrics from the run's checkpoint; returns (weights, its round)."""
         strategy, results = self.strategy, self.results
         ckpt = load_checkpoint(results.path, self.cfg, template, node_table(strategy.nodes))
-        try:
-            strategy.load_checkpoint_arrays(ckpt.state_arrays)
-            strategy.load_state_meta(ckpt.state_meta)
+        try:  # the strategy's own protocol: its server state and the rounds it finished (start() skips them)
+            strategy.load_state_dict({"arrays": ckpt.state_arrays, "meta": ckpt.state_meta,
+                                      "completed-rounds": ckpt.server_round})
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as err:  # nothing is written yet: refuse cleanly
@@ -100,7 +99,6 @@ class RunRecorder:
         problem = strategy.check_restored(template)
         if problem:
             raise CheckpointError(problem)
-        strategy.on_resume()
         results.restore_rounds(ckpt.metrics)
         if ckpt.torch_rng is not None:
             torch.set_rng_state(torch.from_numpy(ckpt.torch_rng.copy()))
@@ -152,14 +150,15 @@ class RunRecorder:
         while self.strategy.phase_records:
             record = self.strategy.phase_records.pop(0)
             if record.get("phase") == "warmup" and self.diffusion is not None:
-                record_auxiliary(self.diffusion, getattr(self.strategy, "auxiliary", None), record)
+                self.diffusion.after_warmup(getattr(self.strategy, "auxiliary", None), record)
             self.results.log_round(record)
 
     def checkpoint(self, server_round: int) -> None:
         """Write the checkpoint of `server_round` (the model of the last recorded round)."""
         strategy = self.strategy
+        state = strategy.state_dict()  # the strategy's server state, through its one protocol
         save_checkpoint(self.results.path, self.cfg, Checkpoint(
-            server_round, self.weights, strategy.checkpoint_arrays(), strategy.state_meta(), self.results.rounds,
+            server_round, self.weights, state["arrays"], state["meta"], self.results.rounds,
             nodes=node_table(strategy.nodes),
         ))
         self.last_checkpoint = server_round

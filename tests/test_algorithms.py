@@ -15,12 +15,12 @@ import inspect
 from client_app.decentralized import DECENTRALIZED_UPDATES
 from client_app.updates import CLIENT_UPDATES
 from common.algorithm_table import ALGORITHMS
-from common.run.client_settings import CODEC_KEYS, client_keys, client_settings
+from common.run.client_settings import CODEC_KEYS, client_keys
 from common.run.config import RunConfig, parse_run_config
 from common.algorithms.gossip import DECENTRALIZED_ALGORITHMS
 from fedsynth import strategies
 from server_app.strategies.relay import DecentralizedRelay
-from server_app.registry import SERVER_RULES, SERVER_STRATEGIES
+from server_app.registry import SERVER_RULES, SERVER_STRATEGIES, build_strategy
 
 
 def test_the_server_half_covers_exactly_the_table() -> None:
@@ -48,7 +48,9 @@ def test_the_client_keys_are_run_config_keys_and_travel_in_the_train_config() ->
         assert all(key.replace("-", "_") in fields for key in algorithm.client_keys), name
         expected = set(algorithm.client_keys) | (set() if algorithm.decentralized else set(CODEC_KEYS))
         assert set(client_keys(name, algorithm.decentralized)) == expected
-        sent = client_settings(parse_run_config({"algorithm": name}, list(ALGORITHMS)))
+        cfg = parse_run_config({"algorithm": name, "model": "unet-small" if "ddpm" in name else "cnn"}, ALGORITHMS)
+        strategy = build_strategy(cfg, [])
+        sent = strategy.node_settings if algorithm.decentralized else strategy.client_config()
         assert set(sent) == expected, name
 
 

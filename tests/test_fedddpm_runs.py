@@ -222,7 +222,7 @@ def test_quicktest_reference_from_clients_feature_sums_is_the_pooled_gaussian(tm
     np.testing.assert_allclose(pooled.mean, direct.mean, rtol=0, atol=1e-8)
     np.testing.assert_allclose(pooled.cov, direct.cov, rtol=0, atol=1e-8)
 
-    restored = type(strategy)(cfg, strategy.nodes)
+    restored = build_strategy(cfg, strategy.nodes)
     restored.load_checkpoint_arrays(strategy.checkpoint_arrays())
     restored.load_state_meta(json.loads(json.dumps(strategy.state_meta())))
     np.testing.assert_array_equal(restored.feature_reference.stats.cov, pooled.cov)

@@ -52,21 +52,6 @@ def rule_settings(cfg: Any) -> dict[str, Any]:
     return {key: getattr(cfg, key.replace("-", "_")) for key in RULE_KEYS.get(cfg.algorithm, ())}
 
 
-def client_settings(cfg: Any) -> dict[str, Any]:
-    """The config entries of `cfg`'s client rule: {run-config key: value} for a train message's ConfigRecord.
-
-    `cfg` is a `common.run.config.RunConfig`; keys it lacks are left out. Values are the ConfigRecord's types
-    (int, float, str, bool).
-    """
-    algorithm = ALGORITHMS.get(cfg.algorithm)
-    out: dict[str, Any] = {}
-    for key in client_keys(cfg.algorithm, algorithm is not None and algorithm.decentralized):
-        name = key.replace("-", "_")
-        if hasattr(cfg, name):
-            out[key] = getattr(cfg, name)
-    return out
-
-
 def config_value(config: Mapping[str, Any], key: str) -> Any:
     """The setting `key` of a train message's config; KeyError naming the key and the server's duty when absent."""
     if key not in config:
