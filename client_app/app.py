@@ -23,7 +23,8 @@ from client_app.threads import torch_threads, usable_cores
 from client_app.training import LocalJob
 from client_app.updates import CLIENT_UPDATES
 from client_app.uplink import uplink_records
-from common.run.config import NODE_PARTITION, ConfigError, RunConfig, parse_run_config
+from common.data.settings import NODE_PARTITION
+from common.run.config import ConfigError, RunConfig, parse_run_config
 from common.data.datasets import run_dataset_info
 from common.data.hf_datasets import is_hf
 from common.models.diffusion import is_diffusion

@@ -35,7 +35,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from common.run.config import NODE_PARTITION, RunConfig
+from common.data.settings import NODE_PARTITION
+from common.run.config import RunConfig
 from common.models.diffusion import image_shape, sample, sampler_spec, save_image_grid, seeded_generator
 from common.metrics.evaluation import resolve_device
 from common.metrics.fid import (

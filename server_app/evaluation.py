@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.run.config import NODE_PARTITION, RunConfig
+from common.data.settings import NODE_PARTITION
+from common.run.config import RunConfig
 from common.data.datasets import load_run_dataset, run_dataset_info
 from common.models.diffusion import is_diffusion
 from common.metrics.evaluation import as_tensors, evaluate_model, resolve_device

@@ -54,7 +54,8 @@ from flwr.app import Message, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.run.config import NODE_PARTITION, RunConfig
+from common.data.settings import NODE_PARTITION
+from common.run.config import RunConfig
 from common.run.interrupt import raise_if_stopped
 from common.protocol import HANDSHAKE
 from common.run.task import check_task_model

@@ -5,7 +5,9 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from common.run.config import config_fields, configuration_page, key_name
+from common.run.config import config_fields
+from common.run.config_docs import configuration_page
+from common.keys import key_name
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
@@ -47,10 +49,10 @@ def test_the_readmes_two_commands_are_make_targets():
 
 
 def test_configuration_page_is_generated_from_common_config():
-    # Regenerate with: python -m common.run.config --markdown > docs/configuration.md
+    # Regenerate with: python -m common.run.config_docs --markdown > docs/configuration.md
     page = (ROOT / "docs" / "configuration.md").read_text()
     assert page == configuration_page(), (
-        "docs/configuration.md is out of date: run python -m common.run.config --markdown > docs/configuration.md")
+        "docs/configuration.md is out of date: run python -m common.run.config_docs --markdown > docs/configuration.md")
     assert all(f"| `{key_name(f.name)}` |" in page for f in config_fields())
 
 

@@ -16,7 +16,7 @@ eta = 0 on `ddim-steps` "trailing" timesteps, for quick checks — every number 
 DDIM sample produced is labelled with the sampler (`SamplerSpec.label`).
 
 diffusers is imported inside the functions that need it: importing it takes
-seconds, and the run config imports this module for the preset names.
+seconds, and the run config's parts import this module for the preset names.
 """
 
 from __future__ import annotations
@@ -37,16 +37,19 @@ from common.algorithms.optimizers import make_optimizer
 BETA_START = 1e-4
 BETA_END = 0.02
 SAMPLERS = ("ddpm", "ddim")
-OPTIMIZERS = ("auto", "sgd", "adam")
 FID_EXTRACTORS = ("classifier", "random", "inception")  # common/metrics/fid_features.py
 
 
-class DiffusionSettings(Protocol):
-    """The run-config keys the diffusion task reads (common/run/config.py's `RunConfig` has them all).
+class DiffusionTask(Protocol):
+    """The run-config keys of several parts the diffusion task reads (common/run/config.py's `RunConfig` has them all).
 
-    A protocol, not the run config itself: the run config validates its keys against this module's
-    presets, so this module cannot import it. `image_side`/`image_shape` also pass the settings to
-    common/data/datasets.py's `run_dataset_info`, which reads the dataset keys.
+    Every function below that takes a config takes this protocol, duck-typed: each reads keys of two or
+    more parts (`model` of common/models/settings.py's ModelSettings, `seed` of RunSettings,
+    `image-size` of DataSettings, `local-optimizer` of LocalTrainingSettings, and the diffusion keys of
+    common/models/diffusion_settings.py's DiffusionSettings). A protocol, not the run config itself: the
+    run config validates its keys against this module's presets, so this module cannot import it.
+    `image_side`/`image_shape` also pass the config to common/data/datasets.py's `run_dataset_info`,
+    which reads the dataset keys.
     """
 
     model: str
@@ -97,28 +100,28 @@ DIFFUSION_ALGORITHMS = (
 )
 
 
-def is_diffusion(cfg: DiffusionSettings) -> bool:
+def is_diffusion(cfg: DiffusionTask) -> bool:
     """True when the run trains a DDPM (its model is a U-Net preset)."""
     return cfg.model in UNET_PRESETS
 
 
-def image_side(cfg: DiffusionSettings) -> int:
+def image_side(cfg: DiffusionTask) -> int:
     """Side of the images the diffusion task trains on: `image-size`, or the dataset's own."""
     return cfg.image_size or run_dataset_info(cfg).height
 
 
-def image_shape(cfg: DiffusionSettings) -> tuple[int, int, int]:
+def image_shape(cfg: DiffusionTask) -> tuple[int, int, int]:
     """(C, H, W) of the diffusion task's images."""
     side = image_side(cfg)
     return (run_dataset_info(cfg).channels, side, side)
 
 
-def num_timesteps(cfg: DiffusionSettings) -> int:
+def num_timesteps(cfg: DiffusionTask) -> int:
     """T: `diffusion-timesteps`, or the U-Net preset's."""
     return cfg.diffusion_timesteps or UNET_PRESETS[cfg.model].timesteps
 
 
-def optimizer_kind(cfg: DiffusionSettings) -> str:
+def optimizer_kind(cfg: DiffusionTask) -> str:
     """`local-optimizer`, with `auto` meaning Adam for the diffusion task (FedDDPM) and SGD otherwise."""
     if cfg.local_optimizer == "auto":
         return "adam" if is_diffusion(cfg) else "sgd"
@@ -153,7 +156,7 @@ def build_unet(preset_name: str, channels: int, side: int, timesteps: int, seed:
         return build()
 
 
-def build_diffusion_model(cfg: DiffusionSettings, seeded: bool = False) -> nn.Module:
+def build_diffusion_model(cfg: DiffusionTask, seeded: bool = False) -> nn.Module:
     """The run's noise predictor (SPEC 3.3 `unet`)."""
     channels, side, _ = image_shape(cfg)
     return build_unet(cfg.model, channels, side, num_timesteps(cfg), seed=cfg.seed if seeded else None)
@@ -311,12 +314,12 @@ class SamplerSpec:
         return f"ddpm-ancestral-T{self.timesteps}"
 
 
-def sampler_spec(cfg: DiffusionSettings) -> SamplerSpec:
+def sampler_spec(cfg: DiffusionTask) -> SamplerSpec:
     """The run's sampler (`sampler`, `ddim-steps`)."""
     return SamplerSpec(cfg.sampler, num_timesteps(cfg), cfg.ddim_steps)
 
 
-def aux_sampler_spec(cfg: DiffusionSettings) -> SamplerSpec:
+def aux_sampler_spec(cfg: DiffusionTask) -> SamplerSpec:
     """The sampler of FedDDPM's auxiliary set (`aux-sampler`, `ddim-steps`): ancestral by default, as the paper."""
     return SamplerSpec(cfg.aux_sampler, num_timesteps(cfg), cfg.ddim_steps)
 
@@ -396,6 +399,6 @@ def save_image_grid(images: np.ndarray, path: Path, columns: int = 8, scale: int
 
 
 
-def loss_for(cfg: DiffusionSettings, generator: torch.Generator) -> DDPMLoss:
+def loss_for(cfg: DiffusionTask, generator: torch.Generator) -> DDPMLoss:
     """The diffusion task's batch loss for a run."""
     return DDPMLoss(linear_schedule(num_timesteps(cfg)), generator)

@@ -1,0 +1,76 @@
+"""The aggregation keys: how the server combines the clients' updates, and the bounds on what it accepts.
+
+One part of the run config (common/run/config.py's `RunConfig` composes the parts), read by the
+centralized strategies' aggregation (server_app/): the mean (weighted, uniform, robust), the bounds
+on an update's norm and a client's weight, and the server's step and momentum. That a decentralized
+run has no server mean spans parts: `RunConfig` checks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.keys import check_choice, check_text, key, require
+
+AGGREGATIONS = ("weighted", "uniform", "median", "trimmed-mean", "krum")
+
+
+@dataclass(frozen=True)
+class AggregationSettings:
+    """Aggregation: the server's mean of the updates, the bounds on them, and the server step."""
+
+    aggregation: str = key(
+        "weighted", "Server combination of the updates: weighted (by sample count) or uniform mean; robust: median "
+        "(coordinate-wise), trimmed-mean (trim-fraction cut each side), krum (byzantine-nodes); centralized only.",
+        "FedDDPM: uniform; Flower's FedMedian, FedTrimmedAvg, Krum",
+    )
+    trim_fraction: float = key(0.2, "aggregation = trimmed-mean: fraction beta of the updates cut at each end, "
+                               "per coordinate; in [0, 0.5).", "FedTrimmedAvg")
+    byzantine_nodes: int = key(1, "aggregation = krum: number f of malicious nodes Krum tolerates.", "Krum")
+    max_update_norm: float = key(
+        0.0, "Bound on the L2 norm of each client update w_i - w (all arrays; decentralized: each node's step from "
+        "its last model, before it is relayed); 0: none. See update-norm-action."
+    )
+    max_update_norm_ratio: float = key(
+        1.5, "Bound on each client update's L2 norm relative to the round: at most this multiple of the lower median "
+        "of the round's update norms; a longer update is scaled down to it (clipped, never dropped). With 1.5, one "
+        "node of three sending its update x 10^6 (and claiming 10^12 examples) leaves the final accuracy within 2 "
+        "points of the honest run; at 2 it did not (tests/test_safe_defaults.py). Applied after max-update-norm, to "
+        "every centralized algorithm; its cost on honest runs is in docs/reliability.md. 0: off (the papers' plain "
+        "mean)."
+    )
+    update_norm_action: str = key(
+        "clip", "A client update above max-update-norm: clip (scaled to the bound) or refuse (dropped as a failure)."
+    )
+    max_weight_share: float = key(
+        0.4, "Cap on any one client's share of a weighted mean (the model's sample-count weights, the test-count "
+        "weighted local accuracy and train loss, FedDDPM's auxiliary set sizes); the excess goes to the others in "
+        "proportion. The cap applies at every n > 1 clients as max(max-weight-share, 1/n): with 2 clients (or any n "
+        "<= 1 / max-weight-share) the mean is uniform. 0.4: one node of three claiming 10^12 examples weighs 0.4 "
+        "(the others 0.3 each), and honest Dirichlet splits of the studies stay below it (largest share 0.29 at 10 "
+        "clients, alpha >= 0.01, or 100 clients, fraction-train >= 0.15; docs/reliability.md), so it changes nothing "
+        "there. A share in (0, 1]; 1: off."
+    )
+    max_record_norm: float = key(
+        0.0, "Bound on the L2 norm of each algorithm-specific array record of a reply (SCAFFOLD's and fedgamma's "
+        "control-variate delta, FedLESAM-D's dynamic correction, FedSMOO's perturbation dual); 0: none. Acted on as "
+        "update-norm-action says."
+    )
+    server_lr: float = key(1.0, "Server step eta_g on the mean update.")
+    server_momentum: float = key(0.9, "FedAvgM server momentum.", "FedCOG: 0.1")
+
+    def check(self) -> None:
+        """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
+        check_text(self, AggregationSettings)
+        check_choice("aggregation", self.aggregation, AGGREGATIONS)
+        require(0 <= self.trim_fraction < 0.5, "trim-fraction", self.trim_fraction, "a number in [0, 0.5)")
+        require(self.byzantine_nodes >= 0, "byzantine-nodes", self.byzantine_nodes, "an integer >= 0")
+        require(self.max_update_norm >= 0, "max-update-norm", self.max_update_norm, "a number >= 0 (0: no bound)")
+        require(self.max_update_norm_ratio == 0 or self.max_update_norm_ratio >= 1, "max-update-norm-ratio",
+                self.max_update_norm_ratio, "0 (off) or a number >= 1 (a multiple of the round's median update norm)")
+        check_choice("update-norm-action", self.update_norm_action, ("clip", "refuse"))
+        require(0 < self.max_weight_share <= 1, "max-weight-share", self.max_weight_share,
+                "a share in (0, 1] (1: no cap)")
+        require(self.max_record_norm >= 0, "max-record-norm", self.max_record_norm, "a number >= 0 (0: no bound)")
+        require(self.server_lr > 0, "server-lr", self.server_lr, "a number > 0")
+        require(0 <= self.server_momentum < 1, "server-momentum", self.server_momentum, "a number in [0, 1)")

@@ -1,0 +1,60 @@
+"""The FedCOG keys (issue 4): complementary generation and knowledge distillation, a client-side plug-in.
+
+One part of the run config (common/run/config.py's `RunConfig` composes the parts), read by the
+FedCOG client rule (client_app/fedcog.py, common/algorithms/fedcog.py). Which base algorithm and
+model FedCOG may plug into spans parts: `RunConfig` checks it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from common.algorithms.fedcog import COG_ABLATIONS, KD_WEIGHTINGS
+from common.keys import check_choice, check_text, key, require
+
+
+@dataclass(frozen=True)
+class CogSettings:
+    """FedCOG: when it starts, the generation of the inputs a client lacks, and the distillation on them."""
+
+    cog: bool = key(
+        False, "Turn FedCOG on over the configured base algorithm (fedavg, fedavgm, fedprox, scaffold, moon); "
+        "the same as algorithm = \"X+cog\" (\"fedcog\" = \"fedavg+cog\").", "SPEC 4.2",
+    )
+    cog_start_round: int = key(
+        0, "First FedCOG round; earlier rounds run the base unchanged. 0: the paper's schedule scaled to "
+        "num-server-rounds (round 51 of 70, 15 of 20).", "FedCOG: 50 base + 20 FedCOG rounds",
+    )
+    gen_budget: int = key(256, "FedCOG: generation budget G, split over the classes a client lacks.", "FedCOG: 256")
+    gen_steps: int = key(100, "FedCOG: Adam steps on the generated inputs.", "FedCOG: 100 (Table 10)")
+    gen_lr: float = key(0.01, "FedCOG: Adam learning rate of the inputs (betas 0.5, 0.9).", "FedCOG code: 0.01")
+    lambda_dis: float = key(0.1, "FedCOG: weight of the disagreement term 1 - JS(global, previous local).",
+                            "FedCOG: 0.1")
+    kd_weighting: str = key(
+        "balanced", "FedCOG: balanced (c_real, c_kd from real vs missing sample counts) or fixed "
+        "(c_real = 1, c_kd = lambda-kd).", "FedCOG A.2.2 and code",
+    )
+    lambda_kd: float = key(0.01, "FedCOG: KD weight with kd-weighting = fixed.", "FedCOG: 0.01")
+    cog_ablation: str = key(
+        "none", "FedCOG Table 5: none (full), noise (Gaussian inputs, not optimised), global-only "
+        "(no disagreement term), hard-label (CE on the global model's argmax instead of KD).", "FedCOG Table 5",
+    )
+    cog_grid_partition: int = key(
+        0, "FedCOG: the node with this partition id writes fedcog-generated.png (its generated inputs per "
+        "class) to its results folder each FedCOG round; -1: none. Needs run-name.", "FedCOG Fig. 5",
+    )
+
+    def check(self) -> None:
+        """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
+        check_text(self, CogSettings)
+        require(self.cog_start_round >= 0, "cog-start-round", self.cog_start_round,
+                "an integer >= 0 (0: paper's schedule)")
+        require(self.gen_budget >= 1, "gen-budget", self.gen_budget, "an integer >= 1")
+        require(self.gen_steps >= 0, "gen-steps", self.gen_steps, "an integer >= 0 (0: Gaussian-noise inputs)")
+        require(self.gen_lr > 0, "gen-lr", self.gen_lr, "a number > 0")
+        require(self.lambda_dis >= 0, "lambda-dis", self.lambda_dis, "a number >= 0")
+        check_choice("kd-weighting", self.kd_weighting, KD_WEIGHTINGS)
+        require(self.lambda_kd >= 0, "lambda-kd", self.lambda_kd, "a number >= 0")
+        check_choice("cog-ablation", self.cog_ablation, COG_ABLATIONS)
+        require(self.cog_grid_partition >= -1, "cog-grid-partition", self.cog_grid_partition,
+                "a partition id, or -1 for no grid")

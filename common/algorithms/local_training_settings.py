@@ -1,0 +1,70 @@
+"""The local-training keys: how each client trains on its data in a round, and each rule's own weights.
+
+One part of the run config (common/run/config.py's `RunConfig` composes the parts), read by the
+client rules (client_app/training.py and this floor's losses, optimizers and SAM): epochs or steps,
+batch, learning rate and its decay, SGD's momentum and weight decay, gradient clipping, the
+optimizer, and the terms FedProx, MOON, FedSAM/MoFedSAM and the FedDyn-style rules add to the loss.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from common.algorithms.optimizers import OPTIMIZERS
+from common.keys import check_choice, check_text, key, require
+
+
+@dataclass(frozen=True)
+class LocalTrainingSettings:
+    """Local training: epochs or steps, batch, learning rate, optimizer, and the client rules' weights."""
+
+    local_epochs: int = key(1, "Local epochs per round (when local-steps is 0).")
+    local_steps: int = key(0, "Local SGD steps per round K; 0 means use local-epochs.")
+    batch_size: int = key(32, "Local mini-batch size.")
+    lr: float = key(0.05, "Local learning rate eta.")
+    lr_decay: float = key(1.0, "Per-round decay: lr * lr-decay^(round-1).", "OledFL: 0.998")
+    momentum: float = key(0.0, "Local SGD momentum (buffer reset every round).")
+    weight_decay: float = key(0.0, "Local SGD weight decay.")
+    clip_grad_norm: float = key(
+        0.0, "Local training: clip each step's gradient to this global L2 norm (as torch.nn.utils.clip_grad_norm_, "
+        "before weight decay); 0: off.", "OledFL/DisPFL code: 10",
+    )
+    local_optimizer: str = key(
+        "auto", "Optimizer of local training and of FedDDPM's server epochs: sgd, adam, or auto (adam for the "
+        "diffusion task, sgd otherwise); a new one every round.", "FedDDPM: Adam",
+    )
+    proximal_mu: float = key(0.01, "FedProx proximal weight mu.", "FedProx")
+    moon_mu: float = key(1.0, "MOON contrastive weight mu.", "MOON; FedCOG used 0.01")
+    moon_tau: float = key(0.5, "MOON temperature tau.", "MOON")
+    moon_projection_dim: int = key(256, "MOON projection-head output size.", "MOON")
+    sam_rho: float = key(0.05, "SAM perturbation radius rho.", "FedSAM")
+    mofedsam_alpha: float = key(0.1, "MoFedSAM weight of the local SAM gradient.", "MoFedSAM")
+    dyn_alpha: float = key(
+        0.1, "fedlesam-d / fedsmoo: weight alpha of the FedDyn-style dynamic regulariser.", "FedDyn; FedSMOO"
+    )
+
+    def check(self) -> None:
+        """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
+        check_text(self, LocalTrainingSettings)
+        require(self.local_epochs >= 1, "local-epochs", self.local_epochs, "an integer >= 1")
+        require(self.local_steps >= 0, "local-steps", self.local_steps, "an integer >= 0 (0: use local-epochs)")
+        require(self.batch_size >= 1, "batch-size", self.batch_size, "an integer >= 1")
+        require(self.lr > 0, "lr", self.lr, "a number > 0")
+        require(0 < self.lr_decay <= 1, "lr-decay", self.lr_decay, "a number in (0, 1]")
+        require(0 <= self.momentum < 1, "momentum", self.momentum, "a number in [0, 1)")
+        require(self.weight_decay >= 0, "weight-decay", self.weight_decay, "a number >= 0")
+        require(self.clip_grad_norm >= 0 and math.isfinite(self.clip_grad_norm), "clip-grad-norm", self.clip_grad_norm,
+                "a number >= 0 (0: no clipping)")
+        check_choice("local-optimizer", self.local_optimizer, OPTIMIZERS)
+        require(self.proximal_mu >= 0, "proximal-mu", self.proximal_mu, "a number >= 0")
+        require(self.moon_mu >= 0, "moon-mu", self.moon_mu, "a number >= 0")
+        require(self.moon_tau > 0, "moon-tau", self.moon_tau, "a number > 0")
+        require(self.moon_projection_dim >= 1, "moon-projection-dim", self.moon_projection_dim, "an integer >= 1")
+        require(self.sam_rho >= 0, "sam-rho", self.sam_rho, "a number >= 0")
+        require(0 <= self.mofedsam_alpha <= 1, "mofedsam-alpha", self.mofedsam_alpha, "a number in [0, 1]")
+        require(self.dyn_alpha > 0, "dyn-alpha", self.dyn_alpha, "a number > 0")
+
+    def local_lr(self, server_round: int) -> float:
+        """Learning rate of a round, `lr * lr-decay^(round-1)`."""
+        return self.lr * self.lr_decay ** (server_round - 1)

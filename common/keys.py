@@ -1,0 +1,46 @@
+"""A run-config key and its checks: the field helper every settings part declares its keys with.
+
+Each part of the run config (common/data/settings.py, common/models/settings.py, the algorithm
+families' `*_settings.py`, common/run/settings.py, ...) is a frozen dataclass whose fields are
+run-config keys (the field name with `_` written as `-`). `key` gives a field its default and the
+text of its row in docs/configuration.md; `require`, `check_choice` and `check_text` raise the
+`ConfigError` a part's `check` raises, worded the same for every key so a user can fix the run from
+the message alone. A base module: every floor of common/ declares keys.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable
+from typing import Any
+
+from common.errors import ConfigError
+
+
+def key(default: Any, meaning: str, source: str = "") -> Any:
+    """A run-config key: its default, its meaning and where the default comes from (docs/configuration.md)."""
+    return dataclasses.field(default=default, metadata={"meaning": meaning, "source": source})
+
+
+def key_name(field_name: str) -> str:
+    """The run-config key of a dataclass field (`num_server_rounds` -> `num-server-rounds`)."""
+    return field_name.replace("_", "-")
+
+
+def require(condition: bool, name: str, value: Any, accepted: str) -> None:
+    """Raise ConfigError naming the key `name`, its value and the accepted values unless `condition` holds."""
+    if not condition:
+        raise ConfigError(f"run config key '{name}' = {value!r} is invalid; accepted: {accepted}")
+
+
+def check_choice(name: str, value: str, choices: Iterable[str]) -> None:
+    """Raise ConfigError unless the key `name`'s `value` is one of `choices`."""
+    choices = tuple(choices)
+    require(value in choices, name, value, "one of " + ", ".join(choices))
+
+
+def check_text(settings: Any, part: type) -> None:
+    """No text key of `part` (a settings dataclass) holds a NUL: it fails deep in the OS ("embedded null byte")."""
+    for f in dataclasses.fields(part):
+        value = getattr(settings, f.name)
+        require(not (isinstance(value, str) and "\x00" in value), key_name(f.name), value, "text without a NUL byte")

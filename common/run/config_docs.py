@@ -1,0 +1,64 @@
+"""docs/configuration.md, generated from the run config's parts: one table of keys per part.
+
+Every key's row (default, meaning, source) comes from its field in the part that declares it
+(common/run/config.py's `PARTS`), so the page cannot drift from the code: tests/test_docs.py
+compares the page with `configuration_page()`. Regenerate with
+`python -m common.run.config_docs --markdown > docs/configuration.md`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+
+from common.keys import key_name
+from common.run.config import PARTS
+
+
+def part_table_markdown(part: type) -> str:
+    """One part's keys as a markdown table: key, default, meaning, source."""
+    rows = ["| key | default | meaning | source |", "| --- | --- | --- | --- |"]
+    for f in dataclasses.fields(part):
+        default = f.default
+        shown = f'"{default}"' if isinstance(default, str) else str(default).lower() if isinstance(default, bool) else default
+        meaning, source = (str(f.metadata[k]).replace("|", "\\|") for k in ("meaning", "source"))
+        rows.append(f"| `{key_name(f.name)}` | `{shown}` | {meaning} | {source} |")
+    return "\n".join(rows)
+
+
+def config_table_markdown() -> str:
+    """Every part's table under a heading, its docstring's first line, in the parts' reading order."""
+    sections = []
+    for part in PARTS:
+        heading = (part.__doc__ or part.__name__).strip().splitlines()[0].rstrip(".")
+        sections.append(f"## {heading}\n\n{part_table_markdown(part)}")
+    return "\n\n".join(sections)
+
+
+CONFIGURATION_PAGE_INTRO = """\
+# Run configuration
+
+<!-- Generated from the run config's parts (common/run/config.py's PARTS): do not edit by hand. Regenerate with
+     python -m common.run.config_docs --markdown > docs/configuration.md
+     (tests/test_docs.py fails when this page and the code disagree.) -->
+
+Every key below lives in `[tool.flwr.app.config]` in `pyproject.toml` and can be overridden with
+`--run-config "key=value key2='text'"` (`fedsynth run`, `fedsynth compare`, `flwr run .`) or in a study
+file ([studies.md](studies.md)). Server and clients validate the config before any work: an unknown key or
+algorithm lists the known ones, and a bad value stops the run with one message naming the key and the
+accepted values. On a SuperNode, the node config keys `partition-id`, `num-partitions` (required, except
+with `partition = "node"`), `dataset-path`, `name`, `data-dir`, `cache-dir` and `device` (optional,
+overriding the run config on that node) are set with `flower-supernode --node-config`
+([deployment.md](deployment.md), [own-data.md](own-data.md)). The *source* column names where a
+default comes from (a paper, or SPEC.md). The keys are grouped by the part of the code that reads them.
+"""
+
+
+def configuration_page() -> str:
+    """docs/configuration.md: the introduction and the generated tables."""
+    return f"{CONFIGURATION_PAGE_INTRO}\n{config_table_markdown()}\n"
+
+
+if __name__ == "__main__":
+    # python -m common.run.config_docs --markdown > docs/configuration.md   (no flag: the tables alone)
+    sys.stdout.write(configuration_page() if "--markdown" in sys.argv[1:] else config_table_markdown() + "\n")
