@@ -16,12 +16,13 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from client_app.uplink import uplink_records
+from client_app.train_reply import uplink_records
 from common.run.config import RunConfig, parse_run_config
 from common.protocol import COMPRESSED_UPDATE, MODEL, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA
 from common.records import (check_weights, from_record, load_weights, model_weights, module_parameter_names,
                             parameter_names, to_record)
-from common.run.uplink import MODEL_BUFFERS, compression_spec, decode_reply, reply_buffers
+from common.run.client_settings import compression_spec
+from common.uplink.wire import MODEL_BUFFERS, decode_reply, reply_buffers
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, aggregate_buffers
 from server_app.strategies.scaffold import ScaffoldStrategy

@@ -39,7 +39,7 @@ from common.metrics.evaluation import as_tensors, resolve_device
 from common.protocol import SYNTHETIC_DATA
 from common.records import Weights, to_record
 from common.run.task import make_model
-from common.run.uplink import compression_spec
+from common.run.client_settings import compression_spec
 from server_app.distillation import DistillSettings, distill, oracle_indices, real_oracle
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
