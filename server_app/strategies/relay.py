@@ -54,16 +54,8 @@ from common.protocol import (
     STATE_OWN_ROUND,
 )
 from common.records import Weights, check_weights, from_record, subtract, to_record
-from common.algorithms.topology import (
-    DIRECTED_TOPOLOGIES,
-    RANDOM_TOPOLOGIES,
-    check_topology,
-    disagreement_factor,
-    mixing_matrix,
-    ole_beta_bound,
-    ole_gossip_contraction,
-    spectral_psi,
-)
+from common.algorithms.mixing_spectrum import disagreement_factor, ole_beta_bound, ole_gossip_contraction, spectral_psi
+from common.algorithms.topology import DIRECTED_TOPOLOGIES, RANDOM_TOPOLOGIES, check_topology, mixing_matrix
 from server_app.checkpoint import CheckpointError
 from server_app.decentralized_plot import plot_decentralized
 from server_app.reply_checks import check_train_metrics
