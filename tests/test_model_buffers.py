@@ -236,7 +236,7 @@ def test_fedsynth_run_trains_a_batchnorm_model(tmp_path, tiny_data_dir, model: s
     """3 rounds on 2 nodes, every reply aggregated, central accuracy above round 0's, a finite 0-d int64 counter."""
     from safetensors.numpy import load_file
 
-    from fedsynth.cli import find_app_dir, run_simulation
+    from fedsynth.simulation import find_app_dir, run_simulation
 
     overrides = {
         "model": model, "algorithm": algorithm, "data-dir": str(tiny_data_dir), "cache-dir": str(tmp_path / "c"),
