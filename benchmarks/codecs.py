@@ -1,4 +1,4 @@
-"""Throughput and wire size of the uplink codecs in common/algorithms/compression.py.
+"""Throughput and wire size of the uplink codecs in common/uplink/ (spec, quantizers, payloads).
 
 Usage: ``python benchmarks/codecs.py [--out FILE] [--size N] [--repeats R]``
 
@@ -38,14 +38,8 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 # Run as a script, only benchmarks/ is on sys.path; the codecs live in common/.
 sys.path.insert(0, str(REPO_ROOT))
 
-from common.algorithms.compression import (  # noqa: E402
-    CompressionSpec,
-    decode_update,
-    encode_update,
-    float32_nbytes,
-    paper_levels,
-    payload_nbytes,
-)
+from common.uplink.payloads import decode_update, encode_update, float32_nbytes, payload_nbytes  # noqa: E402
+from common.uplink.spec import CompressionSpec, paper_levels  # noqa: E402
 
 CODECS: dict[str, CompressionSpec] = {
     "none": CompressionSpec("none"),

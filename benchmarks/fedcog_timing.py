@@ -49,7 +49,7 @@ from common.data.partition import PartitionSpec, build_client_datasets  # noqa: 
 from common.protocol import STATE_COG_PREVIOUS_MODEL  # noqa: E402
 from common.records import model_weights, to_record  # noqa: E402
 from common.run.task import make_model  # noqa: E402
-from fedsynth.cli import app_defaults  # noqa: E402
+from fedsynth.app_config import app_defaults  # noqa: E402
 
 # The paper's Table 11: seconds of one client's generation (100 steps, GPU) per budget.
 PAPER_TABLE11 = {16: 0.72, 32: 0.78, 64: 0.79, 128: 0.80, 256: 0.81, 512: 0.83, 1024: 1.27}

@@ -127,7 +127,8 @@ def cmd_floor(work: Path, codec: str) -> None:
 
     from client_app.training import LocalJob
     from client_app.updates import fedsam_update
-    from common.algorithms.compression import CompressionSpec, decode_update, encode_update
+    from common.uplink.payloads import decode_update, encode_update
+    from common.uplink.spec import CompressionSpec
     from common.metrics.evaluation import as_tensors
     from common.data.partition import PartitionSpec, load_client_data
     from common.records import load_weights, model_weights

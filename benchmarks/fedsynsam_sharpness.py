@@ -6,7 +6,7 @@
 The paper motivates FedSynSAM by Table I: FedAvg on Fashion-MNIST (100 clients) ends sharper with compressed
 updates than without (IID: 7.56 uncompressed, 8.36 8-bit, 8.50 top-k 0.25, 8.82 4-bit; Dir(0.01): 17.04 and
 17.78 8-bit). This runs each algorithm under each codec in Flower's simulation engine
-(`fedsynth.cli.run_simulation`, the path of `flwr run .`) and measures the top Hessian eigenvalue of each final
+(`fedsynth.simulation.run_simulation`, the path of `flwr run .`) and measures the top Hessian eigenvalue of each final
 model's training loss (`common.metrics.sharpness`, 10,000 training examples, power iteration to 1e-3). The paper's
 4-bit and 8-bit codecs are its eq. 3: one norm over the whole update, 17 and 257 levels (6 and 10 bits per
 coordinate on the wire).
@@ -57,7 +57,7 @@ COMMON_KEYS: dict[str, Any] = {
 def run_one(folder: Path, name: str, overrides: dict[str, Any], clients: int) -> dict[str, Any]:
     """One run in Flower's simulation engine; its final accuracy and the final model's top Hessian eigenvalue."""
     from common.metrics.sharpness import results_folder_sharpness
-    from fedsynth.cli import find_app_dir, run_simulation
+    from fedsynth.simulation import find_app_dir, run_simulation
 
     start = time.monotonic()
     run_dir = run_simulation(find_app_dir(), {**overrides, "results-dir": str(folder), "run-name": name}, clients, 1.0)

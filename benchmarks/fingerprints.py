@@ -3,7 +3,7 @@
 A refactor that must not change results (issue 44: "results of fedsynth's own
 runs are bitwise unchanged for models without buffers") is checked by running
 this script before and after it and comparing the lines. Each run goes through
-`fedsynth run --engine inprocess` (`fedsynth.cli.run_simulation`), so the whole
+`fedsynth run --engine inprocess` (`fedsynth.simulation.run_simulation`), so the whole
 app is exercised: handshake, strategy, ClientApp, codec, aggregation, results.
 
 The fingerprint hashes each array of the saved `model.safetensors` with its
@@ -77,7 +77,7 @@ def model_fingerprint(path: Path) -> str:
 
 def fingerprint_run(name: str, overrides: dict[str, Any], data_dir: str, workdir: Path) -> dict[str, Any]:
     """One run through `fedsynth run --engine inprocess`; its fingerprint and final accuracy."""
-    from fedsynth.cli import find_app_dir, run_simulation
+    from fedsynth.simulation import find_app_dir, run_simulation
 
     keys = {**overrides, "data-dir": data_dir, "cache-dir": str(workdir / "cache"),
             "results-dir": str(workdir / "results"), "run-name": name}

@@ -19,7 +19,7 @@ import threading
 import time
 from pathlib import Path
 
-from fedsynth.cli import find_app_dir, run_simulation
+from fedsynth.simulation import find_app_dir, run_simulation
 
 
 def rss_mb(pid: int) -> float:

@@ -12,7 +12,7 @@ minus their mean) evolves as
     e^t ~ Q ((1+beta) W_t - beta I) e^{t-1},
 
 so per round it shrinks or grows in mean square by about q^2 c(beta), where
-c(beta) = `common.algorithms.topology.ole_gossip_contraction` (Ole's gossip alone on
+c(beta) = `common.algorithms.mixing_spectrum.ole_gossip_contraction` (Ole's gossip alone on
 this topology) and q = ||Q v|| / ||v|| along the directions the
 disagreement occupies. For the full graph c(beta) = beta^2: the investigation's
 "beta rho(Q) < 1". Where q > 1 (local training expands a direction), beta must
@@ -98,7 +98,8 @@ def main(argv: list[str] | None = None) -> int:
     from common.run.config import parse_run_config
     from benchmarks.oledfl_sweep import node_tensors
     from common.run.task import make_model
-    from common.algorithms.topology import RANDOM_TOPOLOGIES, mixing_matrix, ole_gossip_contraction
+    from common.algorithms.mixing_spectrum import ole_gossip_contraction
+    from common.algorithms.topology import RANDOM_TOPOLOGIES, mixing_matrix
     from server_app.registry import SERVER_STRATEGIES
 
     torch.set_num_threads(args.threads)

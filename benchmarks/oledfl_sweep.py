@@ -57,7 +57,8 @@ def eigen_report(n: int, k: int, betas: list[float], samples: int = 200) -> str:
 
     The static-topology table was the `oledfl` preset's psi table (issue 18 replaced the preset by studies).
     """
-    from common.algorithms.topology import mixing_matrix, ole_beta_bound, ole_gossip_contraction, ole_gossip_growth, spectral_psi
+    from common.algorithms.mixing_spectrum import ole_beta_bound, ole_gossip_contraction, ole_gossip_growth, spectral_psi
+    from common.algorithms.topology import mixing_matrix
 
     lines = [f"# Spectra, {n} nodes, random k = {k} ({samples} rounds' matrices; 100-node rows: 40)", "",
              "| W | mean degree | lambda_min (mean, min over rounds) | lambda_2 (mean) | mean self-weight | "
@@ -113,7 +114,7 @@ def eigen_report(n: int, k: int, betas: list[float], samples: int = 200) -> str:
 
 def critical_beta(ws: list[np.ndarray], exchangeable: bool) -> str:
     """The beta in [0, 1) at which Ole's mean-square gossip factor reaches 1 (bisection), or '>= 1'."""
-    from common.algorithms.topology import ole_gossip_contraction
+    from common.algorithms.mixing_spectrum import ole_gossip_contraction
 
     if ole_gossip_contraction(ws, 0.999, exchangeable=exchangeable) < 1.0:
         return ">= 1"

@@ -32,7 +32,8 @@ from flwr.app import RecordDict
 
 from client_app.training import LocalJob
 from client_app.updates import CLIENT_UPDATES
-from fedsynth.cli import app_defaults, find_app_dir, run_simulation
+from fedsynth.app_config import app_defaults
+from fedsynth.simulation import find_app_dir, run_simulation
 from common.run.config import parse_run_config
 from common.metrics.evaluation import as_tensors, evaluate_model
 from common.data.partition import PartitionSpec, load_client_data

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from memory import sample
 
-from fedsynth.cli import find_app_dir, run_simulation
+from fedsynth.simulation import find_app_dir, run_simulation
 
 
 def one_size(num_clients: int, rounds: int, local_steps: int) -> dict:

@@ -37,7 +37,7 @@ sys.path.insert(0, str(REPO_ROOT))  # run as a script, only benchmarks/ is on sy
 
 from client_app.fedcog import first_cog_round  # noqa: E402
 from common.run.config import RunConfig  # noqa: E402
-from fedsynth.cli import prepare_run_config  # noqa: E402
+from fedsynth.simulation import prepare_run_config  # noqa: E402
 from fedsynth.study.studyfile import RunSpec, Study, load_study, report_runs  # noqa: E402
 from server_app.checkpoint import CHECKPOINT_FILE, config_differences, fork_checkpoint  # noqa: E402
 

@@ -22,7 +22,7 @@ from client_app.fedcog import client_algorithm
 from client_app.threads import torch_threads, usable_cores
 from client_app.training import LocalJob
 from client_app.updates import CLIENT_UPDATES
-from client_app.uplink import uplink_records
+from client_app.train_reply import uplink_records
 from common.data.settings import NODE_PARTITION
 from common.run.config import ConfigError, RunConfig, parse_run_config
 from common.data.datasets import run_dataset_info

@@ -31,7 +31,7 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from client_app.training import LocalJob, plain_rule, run_local_steps
 from client_app.updates import CLIENT_UPDATES
-from client_app.uplink import uplink_records
+from client_app.train_reply import uplink_records
 from common.run.config import RunConfig
 from common.data.datasets import run_dataset_info
 from common.models.diffusion import image_side, loss_for, seeded_generator, to_diffusion_input

@@ -69,10 +69,11 @@ from client_app.training import (
     train_steps,
     with_loss_plugin,
 )
-from client_app.uplink import EncodedUpdate
-from client_app.uplink import encode_delta as encode_update
+from common.uplink.encoding import EncodedUpdate
+from common.uplink.encoding import encode_delta as encode_update
 from common.run.client_settings import compression_from_config, config_value
-from common.algorithms.compression import CompressionSpec, decode_update
+from common.uplink.payloads import decode_update
+from common.uplink.spec import CompressionSpec
 from common.metrics.evaluation import evaluate_model
 from common.algorithms.fedcog import complementary_labels, kd_coefficients
 from common.protocol import COMPRESSED_UPDATE

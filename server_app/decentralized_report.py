@@ -18,7 +18,8 @@ import numpy as np
 from flwr.common.logger import log
 
 from common.algorithms.gossip import parse_targets, rounds_to_targets
-from common.algorithms.topology import RANDOM_TOPOLOGIES, mixing_matrix, ole_beta_bound, ole_gossip_contraction
+from common.algorithms.mixing_spectrum import ole_beta_bound, ole_gossip_contraction
+from common.algorithms.topology import RANDOM_TOPOLOGIES, mixing_matrix
 from common.run.config import RunConfig
 
 

@@ -146,7 +146,7 @@ def unwritable_results_dir(tmp: Path):
 
 
 def cli_preflight(tmp: Path, num_supernodes: int = 10, cpus: float = 1.0, **raw):
-    from fedsynth.cli import preflight
+    from fedsynth.simulation import preflight
 
     return preflight(cfg(**raw), tmp / "results" / "run", num_supernodes, cpus)
 

@@ -123,7 +123,7 @@ def test_metrics_past_the_checkpoints_round_are_dropped_so_every_round_is_counte
 
 
 def test_a_checkpoint_is_refused_by_the_cli_before_the_engine_starts(run_copy, tiny_data_dir):
-    from fedsynth.cli import preflight
+    from fedsynth.simulation import preflight
 
     raw, folder = run_copy
     meta, tensors = read(folder / CHECKPOINT_FILE)

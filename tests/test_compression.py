@@ -1,4 +1,4 @@
-"""Tests for common.algorithms.compression: unbiasedness, hand examples, wire size and validation."""
+"""Tests for the uplink codec (common/uplink: spec, quantizers, payloads, encoding): unbiasedness, hand examples, wire size and validation."""
 
 from __future__ import annotations
 
@@ -7,19 +7,10 @@ import math
 import numpy as np
 import pytest
 
-from common.algorithms.compression import (
-    CompressionSpec,
-    apply_error_feedback,
-    decode_update,
-    encode_update,
-    float32_nbytes,
-    index_bits,
-    pack_bits,
-    packed_length,
-    payload_nbytes,
-    topk_count,
-    unpack_bits,
-)
+from common.uplink.encoding import apply_error_feedback
+from common.uplink.payloads import decode_update, encode_update, float32_nbytes, payload_nbytes
+from common.uplink.quantizers import index_bits, pack_bits, packed_length, topk_count, unpack_bits
+from common.uplink.spec import CompressionSpec
 
 QSGD4 = CompressionSpec("qsgd", bits=4)
 QSGD8 = CompressionSpec("qsgd", bits=8)

@@ -11,21 +11,15 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, RecordDict
 
-from client_app.uplink import uplink_records
-from common.algorithms.compression import (
-    CompressionSpec,
-    decode_update,
-    encode_update,
-    expected_payload_nbytes,
-    paper_levels,
-    payload_nbytes,
-    qsgd_quantize_buckets,
-    qsgd_variance_bound,
-)
+from client_app.train_reply import uplink_records
+from common.uplink.payloads import decode_update, encode_update, expected_payload_nbytes, payload_nbytes
+from common.uplink.quantizers import qsgd_quantize_buckets, qsgd_variance_bound
+from common.uplink.spec import CompressionSpec, paper_levels
 from common.run.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, to_record
-from common.run.uplink import TENSOR_MASK, compressed_name, compression_spec, decode_reply
+from common.run.client_settings import compression_spec
+from common.uplink.wire import TENSOR_MASK, compressed_name, decode_reply
 
 SHAPES = {"b": (5,), "a": (3, 4)}  # 17 coordinates, listed out of sorted order on purpose
 PAPER4 = CompressionSpec("qsgd", levels=paper_levels(4), scope="model")   # 17 levels

@@ -29,7 +29,8 @@ from common.algorithms.gossip import (
 from common.protocol import GOSSIP, GOSSIP_MIXED, GOSSIP_MODEL_PREFIX, STATE_OWN_MODEL
 from common.records import from_record, load_weights, model_weights
 from common.run.task import make_model
-from common.algorithms.topology import mixing_matrix, spectral_psi
+from common.algorithms.mixing_spectrum import spectral_psi
+from common.algorithms.topology import mixing_matrix
 from server_app.strategies.relay import DecentralizedRelay, traffic
 from server_app.decentralized_report import warn_if_ole_diverges
 from server_app.registry import SERVER_STRATEGIES, build_strategy
@@ -399,7 +400,7 @@ def test_relay_refuses_a_topology_the_nodes_cannot_form(raw: dict, match: str) -
 
 def test_random_pull_sends_each_node_its_pull_row_and_logs_the_directed_psi(tmp_path, tiny_data_dir, cache_dir) -> None:
     """DisPFL's pull graph end to end: node i mixes itself and its k draws, 1/(k+1) each, as mixing_matrix says."""
-    from common.algorithms.topology import disagreement_factor
+    from common.algorithms.mixing_spectrum import disagreement_factor
 
     raw = _config(tmp_path, tiny_data_dir, cache_dir, algorithm="dfedavg", topology="random-pull", peers=1,
                   mixing="uniform", **{"num-server-rounds": 2})

@@ -1,7 +1,7 @@
 """examples/fedcog-app, a Flower app built on fedsynth.strategies and fedsynth.client, runs to completion.
 
 It runs in Flower's simulation engine through the same runtime entry as
-`flwr run` (`fedsynth.cli._simulate`: the app's pyproject config fused with
+`flwr run` (`fedsynth.simulation._simulate`: the app's pyproject config fused with
 the overrides), on the learnable Fashion-MNIST stand-in of conftest.py.
 """
 
@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_fedcog_example_app_trains_to_completion_in_the_simulation_engine(tmp_path, tiny_data_dir, monkeypatch):
-    from fedsynth.cli import _simulate
+    from fedsynth.simulation import _simulate
 
     monkeypatch.setenv("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1")
     monkeypatch.syspath_prepend(str(EXAMPLE))  # the engine's workers get the driver's sys.path

@@ -139,7 +139,7 @@ def test_the_inprocess_engine_keeps_no_message_it_sent(tmp_path, tiny_data_dir, 
     from pathlib import Path
 
     from fedsynth import inprocess
-    from fedsynth.cli import run_simulation
+    from fedsynth.simulation import run_simulation
 
     grids: list[InProcessGrid] = []
 

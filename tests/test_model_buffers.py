@@ -16,12 +16,13 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from client_app.uplink import uplink_records
+from client_app.train_reply import uplink_records
 from common.run.config import RunConfig, parse_run_config
 from common.protocol import COMPRESSED_UPDATE, MODEL, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA
 from common.records import (check_weights, from_record, load_weights, model_weights, module_parameter_names,
                             parameter_names, to_record)
-from common.run.uplink import MODEL_BUFFERS, compression_spec, decode_reply, reply_buffers
+from common.run.client_settings import compression_spec
+from common.uplink.wire import MODEL_BUFFERS, decode_reply, reply_buffers
 from server_app.registry import SERVER_STRATEGIES, build_strategy
 from server_app.strategies.fedavg import NodeInfo, aggregate_buffers
 from tests.bn_models import bn_cnn, bn_cnn_with_own_buffer, resnet18
@@ -234,7 +235,7 @@ def test_fedsynth_run_trains_a_batchnorm_model(tmp_path, tiny_data_dir, model: s
     """3 rounds on 2 nodes, every reply aggregated, central accuracy above round 0's, a finite 0-d int64 counter."""
     from safetensors.numpy import load_file
 
-    from fedsynth.cli import find_app_dir, run_simulation
+    from fedsynth.simulation import find_app_dir, run_simulation
 
     overrides = {
         "model": model, "algorithm": algorithm, "data-dir": str(tiny_data_dir), "cache-dir": str(tmp_path / "c"),

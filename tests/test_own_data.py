@@ -14,7 +14,8 @@ import numpy as np
 import pytest
 
 from common.run.config import ConfigError, parse_run_config
-from common.data.site_data import LabelSpace, SiteDataError, fill_path_template, load_site_data, site_spec
+from common.data.site_data import fill_path_template, load_site_data, site_spec
+from common.data.site_reader import LabelSpace, SiteDataError
 from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.registry import SERVER_STRATEGIES
 from tests.hf_tiny import NUM_CLASSES, SIDE, tiny_image_dataset, write_parquet, write_saved

@@ -19,7 +19,7 @@ pytestmark = pytest.mark.slow
 
 
 def test_the_sites_folders_run_in_simulation_through_the_template_with_a_user_model(tmp_path, monkeypatch):
-    from fedsynth.cli import run_simulation
+    from fedsynth.simulation import run_simulation
 
     sites = write_sites(tmp_path / "sites")
     by_id = tmp_path / "by-id"
@@ -51,7 +51,7 @@ def test_the_sites_folders_run_in_simulation_through_the_template_with_a_user_mo
 def test_fedddpm_on_the_sites_folders_reports_fid_from_their_feature_sums_in_simulation(tmp_path):
     """FedDDPM on the same folders in Flower's simulation engine: the `fid_stats` query reaches every node
     through Flower, and the run reports a FID against the sites' feature sums (the server holds no images)."""
-    from fedsynth.cli import run_simulation
+    from fedsynth.simulation import run_simulation
     from tests.diffusion_tiny import TINY_DIFFUSION
 
     sites = write_sites(tmp_path / "sites")

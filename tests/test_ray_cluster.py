@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from fedsynth.cli import PLACEMENT_FILE, backend_config, main
+from fedsynth.cli import main
+from fedsynth.simulation import PLACEMENT_FILE, backend_config
 from fedsynth.ray_cluster import ClusterError, RayNode, actors_per_node, check_cluster, probe_cluster
 
 REPO = Path(__file__).resolve().parent.parent

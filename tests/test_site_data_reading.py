@@ -1,4 +1,4 @@
-"""Site folders read as they are, or refused naming the path and the node (issue 47, common/data/site_data.py).
+"""Site folders read as they are, or refused naming the path and the node (issue 47, common/data/site_reader.py).
 
 Each case was once read silently wrong: a symlink loop trained a site on 984 images instead of 24, a 16-bit
 PNG became all white, a 20000x20000 PNG raised a bare DecompressionBombError, and a NaN label was reported as
@@ -18,7 +18,8 @@ import pytest
 from PIL import Image
 
 from common.run.config import parse_run_config
-from common.data.site_data import SiteDataError, eight_bit, load_site_data, site_spec
+from common.data.site_data import load_site_data, site_spec
+from common.data.site_reader import SiteDataError, eight_bit
 from server_app.registry import SERVER_STRATEGIES
 from tests.site_folders import CLASS_NAMES, site_run_config
 

@@ -1,4 +1,4 @@
-"""Tests for common.algorithms.topology: mixing-matrix invariants and hand-computed values."""
+"""Tests for common.algorithms.topology and mixing_spectrum: mixing-matrix invariants and hand-computed values."""
 
 from __future__ import annotations
 
@@ -7,23 +7,25 @@ import math
 import numpy as np
 import pytest
 
+from common.algorithms.mixing_spectrum import (
+    disagreement_factor,
+    k_regular_ole_contraction,
+    ole_beta_bound,
+    ole_gossip_contraction,
+    ole_gossip_growth,
+    spectral_psi,
+)
 from common.algorithms.topology import (
     DIRECTED_TOPOLOGIES,
     MIXINGS,
     TOPOLOGIES,
     adjacency,
     check_topology,
-    disagreement_factor,
     grid_shape,
-    k_regular_ole_contraction,
     metropolis_hastings_weights,
     mixing_matrix,
     neighbours,
-    ole_beta_bound,
-    ole_gossip_contraction,
-    ole_gossip_growth,
     renormalize_present,
-    spectral_psi,
     uniform_weights,
 )
 

@@ -8,12 +8,14 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
-from client_app.uplink import STATE_RESIDUAL_PREFIX, uplink_records
-from common.algorithms.compression import CompressionSpec
+from client_app.train_reply import uplink_records
+from common.uplink.encoding import STATE_RESIDUAL_PREFIX
+from common.uplink.spec import CompressionSpec
 from common.run.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, MODEL, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, message_array_bytes, to_record
-from common.run.uplink import compressed_name, compression_spec, decode_reply, float32_equivalent_bytes
+from common.run.client_settings import compression_spec
+from common.uplink.wire import compressed_name, decode_reply, float32_equivalent_bytes
 from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
 

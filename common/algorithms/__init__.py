@@ -1,1 +1,1 @@
-"""The algorithms' math as small pure functions: local optimisers, losses and control variates, SAM and FedSynSAM's ascent, FedCOG's generation and KD terms, topologies and gossip, and the uplink codecs."""
+"""The algorithms' math as small pure functions: local optimisers, losses and control variates, SAM and FedSynSAM's ascent, FedCOG's generation and KD terms, topologies, their mixing spectra and gossip."""

@@ -7,7 +7,9 @@ travels in the train message's `"config"` record under the run-config key's
 name, and `fedsynth.client` reads it from there (`compression_from_config`,
 `config_value`), so a node never repeats the server's settings by hand and the
 two cannot disagree. (The decentralized mixing weights travel in the `gossip`
-record of each node's own message.)
+record of each node's own message.) The uplink codec is read from either side
+of that message: `compression_spec` from the run config, `compression_from_config`
+from the train message's config.
 """
 
 from __future__ import annotations
@@ -16,7 +18,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from common.algorithm_table import ALGORITHMS
-from common.algorithms.compression import CompressionSpec
+from common.run.config import RunConfig
+from common.uplink.spec import CompressionSpec
 
 # run-config keys of the uplink codec: every centralized rule may compress its update
 CODEC_KEYS = ("compression", "bits", "levels", "qsgd-scope", "qsgd-bucket", "topk-ratio", "error-feedback")
@@ -64,7 +67,11 @@ def compression_from_config(config: Mapping[str, Any]) -> CompressionSpec:
     """The uplink codec the server asked for in a train message's config ("none" when it names none)."""
     if "compression" not in config:
         return CompressionSpec("none")
-    levels = int(config.get("levels", 0))
-    return CompressionSpec(str(config["compression"]), bits=int(config.get("bits", 4)), levels=levels or None,
-                           topk_ratio=float(config.get("topk-ratio", 0.1)), scope=str(config.get("qsgd-scope", "tensor")),
-                           bucket_size=int(config.get("qsgd-bucket", 512)))
+    return uplink_codec(str(config["compression"]), int(config.get("bits", 4)), int(config.get("levels", 0)),
+                        str(config.get("qsgd-scope", "tensor")), int(config.get("qsgd-bucket", 512)),
+                        float(config.get("topk-ratio", 0.1)))
+
+
+def compression_spec(cfg: RunConfig) -> CompressionSpec:
+    """The codec a run's config asks for (`levels = 0` means: derive from `bits`)."""
+    return uplink_codec(cfg.compression, cfg.bits, cfg.levels, cfg.qsgd_scope, cfg.qsgd_bucket, cfg.topk_ratio)

@@ -6,7 +6,7 @@ held-out local split by default; tuning runs switch central evaluation off, so
 the official test split is never read), and picks each arm's values. Report
 runs then run every arm on every report seed with its chosen values. Every run
 goes through Flower's simulation engine by the same path as `fedsynth run`
-(`fedsynth.cli.run_simulation`), in a process of its own, so `--jobs N` runs N
+(`fedsynth.simulation.run_simulation`), in a process of its own, so `--jobs N` runs N
 at once. Each finished run is scored (`fedsynth.study.scores`) and appended to the
 ledger (`fedsynth.study.ledger`); a run whose key is in the ledger is never run
 again, which makes a killed study resumable and a committed ledger portable.
@@ -84,7 +84,7 @@ def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client:
 
     Without `ray_address` each run starts a Ray of its own; with it, each run's
     ClientApps go to that cluster's nodes. With `engine = "inprocess"` each run's
-    process runs its nodes itself, without Ray (`fedsynth.cli._run_in_process`).
+    process runs its nodes itself, without Ray (`fedsynth.simulation._run_in_process`).
     """
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
 

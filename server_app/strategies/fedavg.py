@@ -31,7 +31,7 @@ from flwr.serverapp import Grid
 
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
 from common.records import Weights, from_record, message_array_bytes, parameter_names, to_record
-from common.run.uplink import decode_reply, float32_equivalent_bytes, reply_buffers
+from common.uplink.wire import decode_reply, float32_equivalent_bytes, reply_buffers
 from server_app.fid_reference import ClientFeatureReference
 from server_app.influence import bounded_weights
 from server_app.robust import ROBUST_AGGREGATIONS, bounded_updates, combine_updates, update_norm
@@ -298,7 +298,7 @@ class FedAvgStrategy(RoundStrategy):
         """The reply's update w_i - w: its model minus the global one, or its decoded compressed update.
 
         Compressed extra records are decoded in place first, so `check_extra_records`
-        and `server_step` read them as if uncompressed (common/run/uplink.py). Raises
+        and `server_step` read them as if uncompressed (common/uplink/wire.py). Raises
         ValueError naming the fault.
         """
         return decode_reply(reply.content, self.current, self.codec, self.parameter_names)

@@ -52,14 +52,8 @@ from common.protocol import (
     STATE_OWN_ROUND,
 )
 from common.records import Weights, check_weights, from_record, subtract, to_record
-from common.algorithms.topology import (
-    DIRECTED_TOPOLOGIES,
-    RANDOM_TOPOLOGIES,
-    check_topology,
-    disagreement_factor,
-    mixing_matrix,
-    spectral_psi,
-)
+from common.algorithms.mixing_spectrum import disagreement_factor, spectral_psi
+from common.algorithms.topology import DIRECTED_TOPOLOGIES, RANDOM_TOPOLOGIES, check_topology, mixing_matrix
 from server_app.checkpoint import CheckpointError
 from server_app.reply_checks import check_train_metrics
 from server_app.robust import clip_update, update_norm

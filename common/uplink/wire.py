@@ -1,4 +1,4 @@
-"""The compressed uplink as both sides see it (SPEC 3.5): record names, encoding, checked decoding.
+"""The compressed uplink on the wire, as both apps see it (SPEC 3.5): record names, encoding streams, checked decoding.
 
 With `compression` other than `none`, a client replies with the packed payload
 of `Q(w_i - w)` in the COMPRESSED_UPDATE record instead of its full model in
@@ -24,7 +24,7 @@ for a model without buffers, so such models' replies are unchanged), and the
 server averages them apart from the update (server_app/strategies/fedavg.py).
 
 Everything here is pure. The client keeps its error-feedback residual in its
-`Context.state` (client_app/uplink.py); the server keeps nothing. Payloads are
+`Context.state` (common/uplink/encoding.py); the server keeps nothing. Payloads are
 untrusted: every decoding problem is a ValueError naming the record and the
 fault, which the server turns into a dropped, logged reply.
 """
@@ -36,8 +36,9 @@ from collections.abc import Collection, Iterable, Mapping
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
 
-from common.algorithms.compression import CompressionSpec, KEY_SEPARATOR, decode_update, pack_bits, packed_length, unpack_bits
-from common.run.config import RunConfig
+from common.uplink.payloads import KEY_SEPARATOR, decode_update
+from common.uplink.quantizers import pack_bits, packed_length, unpack_bits
+from common.uplink.spec import CompressionSpec
 from common.protocol import COMPRESSED_UPDATE, MODEL
 from common.records import Weights, check_weights, from_record, to_record
 
@@ -47,12 +48,6 @@ MODEL_BUFFERS = "model-buffers"
 EXTRA_SEPARATOR = ":"
 # Key of the tensor mask in a whole-update compressed extra record (starts with the separator: no tensor's key).
 TENSOR_MASK = f"{KEY_SEPARATOR}tensors"
-
-
-def compression_spec(cfg: RunConfig) -> CompressionSpec:
-    """The codec a run's config asks for (`levels = 0` means: derive from `bits`)."""
-    return CompressionSpec(cfg.compression, bits=cfg.bits, levels=cfg.levels or None, topk_ratio=cfg.topk_ratio,
-                           scope=cfg.qsgd_scope, bucket_size=cfg.qsgd_bucket)
 
 
 def tensor_mask(names: Iterable[str], model: Mapping[str, np.ndarray]) -> np.ndarray:

@@ -1,0 +1,1 @@
+"""The uplink codec (SPEC 3.5), one home for both apps: `spec` (which codec), `quantizers` (bit packing, qsgd, top-k), `payloads` (an update <-> its payload, and its size), `encoding` (the client's encoding with error feedback) and `wire` (the compressed reply's records and their checked decoding)."""
