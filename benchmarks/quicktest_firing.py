@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/quicktest_firing.py        # -> the tables of benchmarks/results/studies/fedddpm-cpu/VERDICT-quicktest.md
 
-QuickTest (server_app/strategies/fedddpm.py `quicktest`, used here unchanged) tests at rounds 1, 11, 21, ...
+QuickTest (server_app/strategies/fedddpm_plus.py `quicktest`, used here unchanged) tests at rounds 1, 11, 21, ...
 and fires when |EMA of the earlier scores - this score| <= threshold. Part 1 replays the fedddpm-cpu study's
 measured QuickTest FIDs (500 samples, rounds 1, 11, 21, 31; details.md beside its report). Part 2 asks when it
 would fire on a longer run: the first score is the measured round-1 FID (mean 382.5), every later one is drawn
@@ -22,7 +22,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from server_app.strategies.fedddpm import quicktest  # noqa: E402
+from server_app.strategies.fedddpm_plus import quicktest  # noqa: E402
 
 GAMMA, THRESHOLD, EVERY = 0.4, 5.0, 10  # studies/fedddpm-cpu.toml (gamma and test size are the paper's)
 MEASURED = {  # seed: QuickTest FID at rounds 1, 11, 21, 31 (benchmarks/results/studies/fedddpm-cpu/details.md)

@@ -46,11 +46,13 @@ from typing import Callable
 from flwr.common.typing import Scalar
 
 from common.run.task import ServerTask
-from server_app.strategies.base import NodeInfo, ReplyContractError, TooManyFailedRounds
+from server_app.strategies.base import ReplyContractError, TooManyFailedRounds
+from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.dynafed import DynaFedStrategy
 from server_app.strategies.fedavg import FedAvgStrategy
 from server_app.strategies.fedavgm import FedAvgMStrategy
-from server_app.strategies.fedddpm import FedDDPMPlusStrategy, FedDDPMStrategy
+from server_app.strategies.fedddpm import FedDDPMStrategy
+from server_app.strategies.fedddpm_plus import FedDDPMPlusStrategy
 from server_app.strategies.fedsynsam import FedSynSAMStrategy
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.strategies.previous_update import PreviousUpdateStrategy

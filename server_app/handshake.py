@@ -61,7 +61,7 @@ from common.protocol import HANDSHAKE
 from common.run.task import check_task_model
 from server_app.messaging import match_replies, send_and_receive
 from server_app.reply_checks import check_handshake_metrics, check_node_name
-from server_app.strategies.fedavg import NodeInfo
+from server_app.strategies.node_table import NodeInfo
 
 
 class HandshakeError(RuntimeError):

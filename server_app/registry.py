@@ -27,12 +27,14 @@ from common.run.config import RunConfig
 from common.run.task import make_model, task_of
 from server_app.fid_reference import ClientFeatureReference
 from server_app.perturbation import PerturbationDiagnostic
-from server_app.strategies.base import NodeInfo, RoundStrategy
+from server_app.strategies.base import RoundStrategy
+from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.node_models import NodeModels, kept_model_keys
 from server_app.strategies.relay import DecentralizedRelay
 from server_app.strategies.fedavg import FedAvgStrategy
 from server_app.strategies.fedavgm import FedAvgMStrategy
-from server_app.strategies.fedddpm import FedDDPMPlusStrategy, FedDDPMStrategy
+from server_app.strategies.fedddpm import FedDDPMStrategy
+from server_app.strategies.fedddpm_plus import FedDDPMPlusStrategy
 from server_app.strategies.previous_update import PreviousUpdateStrategy
 from server_app.strategies.scaffold import ScaffoldStrategy
 from server_app.strategies.dynafed import DynaFedStrategy

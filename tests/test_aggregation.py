@@ -17,8 +17,9 @@ from common.protocol import PREVIOUS_UPDATE, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_
 from common.records import from_record, to_record
 from server_app.registry import SERVER_STRATEGIES, build_strategy
 from common.records import check_weights
-from server_app.strategies.base import sample_nodes
-from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo, weighted_mean
+from server_app.strategies.node_table import sample_nodes
+from server_app.strategies.fedavg import FedAvgStrategy, weighted_mean
+from server_app.strategies.node_table import NodeInfo
 
 
 @pytest.fixture(autouse=True)

@@ -34,7 +34,7 @@ from common.algorithms.topology import mixing_matrix
 from server_app.strategies.relay import DecentralizedRelay, traffic
 from server_app.decentralized_report import warn_if_ole_diverges
 from server_app.registry import SERVER_STRATEGIES, build_strategy
-from server_app.strategies.fedavg import NodeInfo
+from server_app.strategies.node_table import NodeInfo
 from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
 

@@ -28,7 +28,7 @@ from fedsynth import strategies
 from server_app.fid_reference import ClientFeatureReference, NoFeatureSums
 from server_app.diffusion_eval import run_extractor
 from server_app.registry import SERVER_STRATEGIES
-from server_app.strategies.base import NodeInfo
+from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedddpm import WarmupFailed, auxiliary_count
 from tests.diffusion_tiny import TINY_DIFFUSION
 

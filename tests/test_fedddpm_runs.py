@@ -14,7 +14,8 @@ from common.records import load_weights, model_weights
 from common.run.task import make_model
 from server_app.influence import capped_counts
 from server_app.registry import SERVER_STRATEGIES, build_strategy
-from server_app.strategies.fedddpm import FedDDPMPlusStrategy, auxiliary_count, quicktest, quicktest_due
+from server_app.strategies.fedddpm import auxiliary_count
+from server_app.strategies.fedddpm_plus import FedDDPMPlusStrategy, quicktest, quicktest_due
 from tests.diffusion_tiny import TINY_DIFFUSION
 from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess

@@ -10,7 +10,8 @@ import pytest
 
 from common.run.config import parse_run_config
 from server_app.registry import SERVER_STRATEGIES
-from server_app.strategies.fedddpm import auxiliary_count, quicktest_due
+from server_app.strategies.fedddpm import auxiliary_count
+from server_app.strategies.fedddpm_plus import quicktest_due
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies"
 # The paper (MNIST): |A| = 0.1 * 60000, batch 128, E = 1 at eta 5e-5; clients 15 steps (600 images, batch 128,

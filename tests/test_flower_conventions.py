@@ -266,7 +266,7 @@ def test_flower_names_are_read_as_fedsynths_and_fedsynths_own_win():
 
 
 def test_joining_nodes_are_numbered_on_and_never_renumbered():
-    from server_app.strategies.base import NodeInfo, with_new_nodes
+    from server_app.strategies.node_table import NodeInfo, with_new_nodes
 
     table = [NodeInfo(node_id=50, partition_id=0), NodeInfo(node_id=20, partition_id=1)]
     grown = with_new_nodes(table, [20, 90, 50, 70])  # 50 and 20 known; 70 and 90 join, numbered in id order

@@ -30,7 +30,7 @@ from server_app.influence import bounded_weights, capped_counts, capped_mean, ca
 from tests.replies import collect_replies
 from server_app.registry import SERVER_STRATEGIES, build_strategy
 from server_app.robust import update_norm
-from server_app.strategies.fedavg import NodeInfo
+from server_app.strategies.node_table import NodeInfo
 
 # ----- the cap, by hand -----------------------------------------------------------------------------------
 

@@ -130,7 +130,7 @@ def test_matching_needs_message_ids():
 def test_a_node_lost_mid_round_is_one_failure_with_its_partition_and_reason():
     from common.run.config import parse_run_config
     from server_app.registry import SERVER_STRATEGIES, build_strategy
-    from server_app.strategies.fedavg import NodeInfo
+    from server_app.strategies.node_table import NodeInfo
     from tests.replies import collect_replies
 
     nodes = [NodeInfo(node_id=n, partition_id=p, num_train_examples=10, num_test_examples=5)

@@ -24,7 +24,8 @@ from common.records import (check_weights, from_record, load_weights, model_weig
 from common.run.client_settings import compression_spec
 from common.uplink.wire import MODEL_BUFFERS, decode_reply, reply_buffers
 from server_app.registry import SERVER_STRATEGIES, build_strategy
-from server_app.strategies.fedavg import NodeInfo, aggregate_buffers
+from server_app.strategies.fedavg import aggregate_buffers
+from server_app.strategies.node_table import NodeInfo
 from tests.bn_models import bn_cnn, bn_cnn_with_own_buffer, resnet18
 
 

@@ -28,7 +28,8 @@ from server_app.reply_checks import (
     is_number,
 )
 from server_app.strategies.base import checked_evaluate_metrics
-from server_app.strategies.fedavg import NodeInfo, aggregate_metrics
+from server_app.strategies.fedavg import aggregate_metrics
+from server_app.strategies.node_table import NodeInfo
 
 # Anything a Mapping may hold (the checks take any mapping), and what a MetricRecord may hold (a reply's record).
 ANY_VALUE = st.one_of(

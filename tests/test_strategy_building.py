@@ -16,7 +16,7 @@ import fedsynth.strategies as public
 from common.algorithm_table import ALGORITHMS
 from common.run.config import RunConfig, parse_run_config
 from server_app.registry import SERVER_RULES, build_strategy, strategy_arguments
-from server_app.strategies.base import NodeInfo
+from server_app.strategies.node_table import NodeInfo
 
 NODES = [NodeInfo(node_id=10 + i, partition_id=i, num_train_examples=20, num_test_examples=5) for i in range(4)]
 # keys build_strategy fills from the run rather than from a run-config key of the same name

@@ -38,19 +38,17 @@ from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
 from typing import Any, Callable
 
+import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-import math
-
-import numpy as np
-
 from common.records import message_array_bytes
 from server_app.influence import bounded_weights
 from server_app.messaging import send_and_receive
 from server_app.reply_checks import check_evaluate_metrics
+from server_app.strategies.node_table import NodeInfo, sample_nodes, wait_for_nodes, with_new_nodes
 from server_app.wire import WEIGHTED_BY_KEY, contract_violation_error, with_fedsynth_metric_names
 
 
@@ -60,54 +58,6 @@ class TooManyFailedRounds(RuntimeError):
 
 class ReplyContractError(TooManyFailedRounds):
     """Every reply of the first round broke the reply contract: the ClientApp must change, retrying cannot help."""
-
-
-@dataclass(frozen=True)
-class NodeInfo:
-    """What the handshake learned about one node (counts are None for nodes known only by id)."""
-
-    node_id: int
-    partition_id: int
-    num_train_examples: int | None = None
-    num_test_examples: int | None = None
-    name: str = ""  # node config `name` (partition = node: the site's label in logs and results)
-
-
-def nodes_from_grid(grid: Grid) -> list[NodeInfo]:
-    """The grid's nodes numbered 0..N-1 in node-id order: the node table of a run without a handshake."""
-    return [NodeInfo(node_id=int(node_id), partition_id=i) for i, node_id in enumerate(sorted(grid.get_node_ids()))]
-
-
-def with_new_nodes(nodes: list[NodeInfo], node_ids: Iterable[int]) -> list[NodeInfo]:
-    """`nodes` plus an entry for every id it lacks, numbered on from its highest partition id in node-id order.
-
-    Entries of nodes that left stay: a node id is never renumbered, so a node keeps its partition id (and the
-    seeded sampling its draws) for the whole run.
-    """
-    known = {n.node_id for n in nodes}
-    start = max((n.partition_id for n in nodes), default=-1) + 1
-    new = sorted(int(i) for i in node_ids if int(i) not in known)
-    return [*nodes, *(NodeInfo(node_id=node_id, partition_id=start + k) for k, node_id in enumerate(new))]
-
-
-def wait_for_nodes(grid: Grid, count: int, poll_interval: float = 1.0) -> list[int]:
-    """The grid's node ids once at least `count` are connected (Flower's `min_available_nodes` wait)."""
-    while len(node_ids := [int(i) for i in grid.get_node_ids()]) < count:
-        log(INFO, "Waiting for nodes to connect: %d connected (minimum required: %d).", len(node_ids), count)
-        time.sleep(poll_interval)
-    return node_ids
-
-
-def sample_nodes(nodes: list[NodeInfo], fraction: float, seed: int, server_round: int) -> list[NodeInfo]:
-    """n = max(floor(N * fraction), 1) nodes, drawn without replacement, seeded by (seed, round)."""
-    ordered = sorted(nodes, key=lambda n: n.partition_id)
-    # the epsilon keeps floor(100 * 0.29) at 29 despite binary rounding
-    count = max(math.floor(len(ordered) * fraction + 1e-9), 1)
-    if count >= len(ordered):
-        return ordered
-    rng = np.random.default_rng([seed, server_round, 1])
-    chosen = np.sort(rng.choice(len(ordered), size=count, replace=False))
-    return [ordered[i] for i in chosen]
 
 
 def weighted_metric(values: Iterable[float], counts: Iterable[float], max_share: float) -> float:

@@ -18,7 +18,7 @@ from common.metrics.evaluation import resolve_device
 from common.records import Weights
 from common.run.task import ServerTask, make_model
 from server_app.distillation import train_on_synthetic
-from server_app.strategies.base import NodeInfo
+from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedsynsam import TrajectoryStrategy
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY

@@ -36,7 +36,8 @@ from server_app.fid_reference import ClientFeatureReference
 from server_app.influence import bounded_weights
 from server_app.robust import ROBUST_AGGREGATIONS, bounded_updates, combine_updates, update_norm
 from server_app.reply_checks import check_train_metrics
-from server_app.strategies.base import NodeInfo, RoundStrategy, sample_nodes, weighted_metric
+from server_app.strategies.base import RoundStrategy, weighted_metric
+from server_app.strategies.node_table import NodeInfo, sample_nodes
 from server_app.strategies.node_models import NodeModels
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY

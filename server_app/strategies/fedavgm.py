@@ -13,7 +13,7 @@ from flwr.app import Message
 from flwr.common.typing import Scalar
 
 from common.records import Weights
-from server_app.strategies.base import NodeInfo
+from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedavg import FedAvgStrategy
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY

@@ -42,7 +42,8 @@ from common.records import Weights, to_record
 from common.run.task import ServerTask, make_model
 from server_app.distillation import DistillSettings, distill, oracle_indices, real_oracle
 from server_app.perturbation import PerturbationDiagnostic
-from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
+from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 

@@ -57,7 +57,8 @@ from common.algorithms.topology import DIRECTED_TOPOLOGIES, RANDOM_TOPOLOGIES, c
 from server_app.checkpoint import CheckpointError
 from server_app.reply_checks import check_train_metrics
 from server_app.robust import clip_update, update_norm
-from server_app.strategies.base import NodeInfo, RoundStrategy
+from server_app.strategies.base import RoundStrategy
+from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedavg import reply_metric_means
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY

@@ -35,7 +35,8 @@ from common.protocol import (
 from common.records import Weights, check_weights, from_record, to_record
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.robust import bounded_record, bounded_updates, record_norm_problem
-from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
+from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.strategies.previous_update import PreviousUpdateStrategy
 from server_app.strategies.scaffold import ScaffoldStrategy

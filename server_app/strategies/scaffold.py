@@ -19,7 +19,8 @@ from common.algorithms.losses import scaffold_server_control
 from common.records import Weights, from_record, to_record
 from server_app.robust import bounded_record, record_norm_problem
 from common.records import check_weights
-from server_app.strategies.fedavg import FedAvgStrategy, NodeInfo
+from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 

@@ -1,0 +1,201 @@
+"""FedDDPM+ (Peng et al., Algorithms 2 and 3): FedDDPM's warm-up and auxiliary set, QuickTest, one correction.
+
+Plain FedAvg rounds after FedDDPM's warm-up (server_app/strategies/fedddpm.py). At t = 0, 10, 20, ...
+(Algorithm 3 counts t from 0: 1-based rounds 1, 11, 21 with `quicktest-every` = 10) QuickTest scores
+`quicktest-size` samples of the global model by FID against reference statistics that need no real data at the
+server (`quicktest-reference`): those of A's features, or the pooled Gaussian of all nodes' features, asked for
+once with the `fid_stats` phase (server_app/fid_reference.py). It keeps an EMA
+`avg = gamma * score + (1 - gamma) * avg`; when `|avg - score| <= quicktest-threshold`, the server runs
+`oneshot-epochs` epochs on A once, at the clients' learning rate zeta (Algorithm 2; `oneshot-lr` overrides it),
+and the run stops. Our choice where the paper is silent: if QuickTest has not fired by `start()`'s last round,
+the one-shot correction runs after it, so a run with a fixed round budget still ends corrected (`stop-reason`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from logging import INFO
+from typing import Any, Callable
+
+from flwr.app import ArrayRecord, ConfigRecord, Message
+from flwr.common.logger import log
+from flwr.common.typing import Scalar
+from flwr.serverapp import Grid
+
+from common.metrics.fid import GaussianStats
+from common.metrics.fid_features import FeatureExtractor, make_extractor
+from common.models.diffusion import SamplerSpec, image_shape, num_timesteps, sample, seeded_generator
+from common.records import Weights, load_weights
+from common.run.task import ServerTask, make_model
+from server_app.fid_reference import ClientFeatureReference
+from server_app.strategies.node_table import NodeInfo
+from server_app.strategies.fedddpm import FedDDPMStrategy
+from server_app.strategies.parameters import DEFAULTS, documented
+from server_app.wire import WEIGHTED_BY_KEY
+
+_QUICKTEST_STREAM = 23  # fourth seed component of QuickTest's samples (FedDDPM's streams: 21, 22)
+
+
+def quicktest(average: float | None, score: float, gamma: float, threshold: float) -> tuple[bool, float | None]:
+    """Algorithm 3: (stop?, new average). Stop when |avg - score| <= threshold, else fold score into the EMA."""
+    if average is not None and abs(average - score) <= threshold:
+        return True, average
+    if average is None:
+        return False, score
+    return False, gamma * score + (1.0 - gamma) * average
+
+
+def quicktest_due(server_round: int, every: int) -> bool:
+    """Algorithm 3's `t mod every == 0` with t = server_round - 1 counted from 0: rounds 1, 1 + every, ..."""
+    return every > 0 and (server_round - 1) % every == 0
+
+
+@documented
+class FedDDPMPlusStrategy(FedDDPMStrategy):
+    """FedDDPM+: FedAvg rounds, QuickTest at t = 0, 10, 20, ..., one-shot correction on A at the clients' rate, stop."""
+
+    def __init__(self, *, task: ServerTask = ServerTask(model="unet-paper-mnist"),
+                          device: str = DEFAULTS.device,
+                          aux_sampler: str = DEFAULTS.aux_sampler,
+                          ddim_steps: int = DEFAULTS.ddim_steps,
+                          batch_size: int = DEFAULTS.batch_size,
+                          local_optimizer: str = DEFAULTS.local_optimizer,
+                          warmup_epochs: int = DEFAULTS.warmup_epochs,
+                          warmup_steps: int = DEFAULTS.warmup_steps,
+                          warmup_timeout: float = DEFAULTS.warmup_timeout,
+                          aux_fraction: float = DEFAULTS.aux_fraction,
+                          quicktest_every: int = DEFAULTS.quicktest_every,
+                          quicktest_size: int = DEFAULTS.quicktest_size,
+                          quicktest_gamma: float = DEFAULTS.quicktest_gamma,
+                          quicktest_threshold: float = DEFAULTS.quicktest_threshold,
+                          quicktest_reference: str = DEFAULTS.quicktest_reference,
+                          sampler: str = DEFAULTS.sampler,
+                          fid_features: str = DEFAULTS.fid_features,
+                          cache_dir: str = DEFAULTS.cache_dir,
+                          oneshot_epochs: int = DEFAULTS.oneshot_epochs,
+                          oneshot_lr: float = DEFAULTS.oneshot_lr,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: str = DEFAULTS.aggregation,
+                          trim_fraction: float = DEFAULTS.trim_fraction,
+                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
+                          max_weight_share: float = DEFAULTS.max_weight_share,
+                          max_update_norm: float = DEFAULTS.max_update_norm,
+                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
+                          update_norm_action: str = DEFAULTS.update_norm_action,
+                          compression: str = DEFAULTS.compression,
+                          bits: int = DEFAULTS.bits,
+                          levels: int = DEFAULTS.levels,
+                          qsgd_scope: str = DEFAULTS.qsgd_scope,
+                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
+                          topk_ratio: float = DEFAULTS.topk_ratio,
+                          error_feedback: bool = DEFAULTS.error_feedback,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(task=task, device=device, aux_sampler=aux_sampler, ddim_steps=ddim_steps,
+                         batch_size=batch_size, local_optimizer=local_optimizer, warmup_epochs=warmup_epochs,
+                         warmup_steps=warmup_steps, warmup_timeout=warmup_timeout, aux_fraction=aux_fraction,
+                         fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
+                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
+                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
+                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
+                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
+                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.quicktest_every = quicktest_every
+        self.quicktest_size = quicktest_size
+        self.quicktest_gamma = quicktest_gamma
+        self.quicktest_threshold = quicktest_threshold
+        self.quicktest_reference = quicktest_reference
+        self.sampler = SamplerSpec(sampler, num_timesteps(task), ddim_steps)
+        self.fid_features = fid_features
+        self.cache_dir = cache_dir
+        self.oneshot_epochs = oneshot_epochs
+        self.oneshot_lr = oneshot_lr
+        self.quicktest_average: float | None = None
+        self.stopped_at: int | None = None
+        self.stop_reason = ""
+        self._aux_stats: GaussianStats | None = None
+        self._grid: Grid | None = None
+
+    def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
+        self._grid = grid  # the nodes' feature sums are asked for at the first QuickTest
+        return super().configure_train(server_round, arrays, config, grid)
+
+    def state_meta(self) -> dict[str, Any]:
+        return {**super().state_meta(), "quicktest-average": self.quicktest_average, "stopped-at": self.stopped_at,
+                "stop-reason": self.stop_reason}
+
+    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
+        super().load_state_meta(meta)
+        self.quicktest_average = meta.get("quicktest-average")
+        self.stopped_at = meta.get("stopped-at")
+        self.stop_reason = str(meta.get("stop-reason", ""))
+
+    def stop_requested(self) -> bool:
+        return self.stopped_at is not None
+
+    def oneshot_rate(self) -> float:
+        """The one-shot correction's rate: `oneshot_lr`, else the clients' lr of `start()`'s `train_config`, else
+        the config's `lr` (Algorithm 2 trains it at the clients' zeta)."""
+        if self.oneshot_lr:
+            return self.oneshot_lr
+        if "lr" in self.train_config:
+            return float(self.train_config["lr"])
+        return self.lr_schedule(1) if self.lr_schedule is not None else DEFAULTS.lr  # fedsynth's app: the run's lr
+
+    def reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:
+        """QuickTest's reference: A's features, or the nodes' pooled features (`quicktest-reference`), asked once."""
+        if self.quicktest_reference == "clients":
+            if self.feature_reference is None:  # built without fedsynth's app: its own, with start()'s timeout
+                self.feature_reference = ClientFeatureReference(self.nodes, self.timeout or 3600.0)
+            stats, gathering = self.feature_reference.get(self._grid, extractor, image_shape(self.task))
+            self._round_metrics.update(gathering)
+            return stats
+        if self._aux_stats is None:
+            self._aux_stats = extractor.stats(self.auxiliary)
+        return self._aux_stats
+
+    def quicktest_score(self, weights: Weights) -> float:
+        """FID of `quicktest-size` samples of the model against QuickTest's reference statistics."""
+        model = make_model(self.task)
+        load_weights(model, weights)
+        model.to(self.device)
+        images = sample(model, self.sampler, self.quicktest_size, image_shape(self.task),
+                        seeded_generator(self.seed, self._round, 0, _QUICKTEST_STREAM), self.device)
+        extractor = make_extractor(self.fid_features, self.task.dataset, image_shape(self.task)[1], self.task.data_dir, self.cache_dir, self.device, channels=image_shape(self.task)[0])
+        return extractor.fid(images, self.reference_stats(extractor))
+
+    def after_aggregation(self, weights: Weights) -> Weights:
+        last = self._round == self.num_rounds  # start()'s num_rounds rules (fedsynth's app passes num-server-rounds)
+        if self.auxiliary is not None and quicktest_due(self._round, self.quicktest_every):
+            start = time.monotonic()
+            score = self.quicktest_score(weights)
+            fired, self.quicktest_average = quicktest(self.quicktest_average, score, self.quicktest_gamma,
+                                                      self.quicktest_threshold)
+            self._round_metrics.update({"quicktest-fid": score, "quicktest-time": time.monotonic() - start})
+            if self.quicktest_average is not None:
+                self._round_metrics["quicktest-average"] = self.quicktest_average
+            log(INFO, "[round %d] QuickTest FID %.3f (reference: %s), average %s -> %s", self._round, score,
+                self.quicktest_reference, self.quicktest_average, "stop" if fired else "continue")
+            if fired:
+                self.stop_reason = "quicktest"
+        if self.stop_reason == "quicktest" or last:
+            self.stop_reason = self.stop_reason or "last-round"
+            self.stopped_at = self._round
+            return self.correct(weights, self.oneshot_epochs, self.oneshot_rate())
+        return weights
+
+    def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return {**super().run_summary(rounds), "stopped-at-round": self.stopped_at, "stop-reason": self.stop_reason}
