@@ -42,7 +42,7 @@ from client_app.fedcog import frozen_copy, generate  # noqa: E402
 from client_app.training import LocalJob  # noqa: E402
 from client_app.updates import CLIENT_UPDATES  # noqa: E402
 from common.run.config import parse_run_config  # noqa: E402
-from common.data.datasets import dataset_info, load_dataset  # noqa: E402
+from common.data.datasets import load_dataset  # noqa: E402
 from common.metrics.evaluation import as_tensors  # noqa: E402
 from common.algorithms.fedcog import complementary_labels  # noqa: E402
 from common.data.partition import PartitionSpec, build_client_datasets  # noqa: E402

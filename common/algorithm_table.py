@@ -10,7 +10,7 @@ defined here once by name, and each app maps the names to its own half:
   client_app/decentralized.py's `DECENTRALIZED_UPDATES`;
 - common/run/client_settings.py: the run-config keys each train message's config carries (`client_keys`);
 - common/algorithms/gossip.py: `DECENTRALIZED_ALGORITHMS`, the relay's algorithms;
-- fedsynth/strategies.py: the public class of each algorithm a Flower developer can use (`public_class`).
+- fedsynth/strategies/: the public class of each algorithm a Flower developer can use (`public_class`).
 
 tests/test_algorithms.py checks that each half covers exactly this table's names, so adding an algorithm
 means adding its row here, its class or function in each app, and nothing else.
