@@ -25,6 +25,8 @@ FedDDPM+'s QuickTest with `quicktest-reference = "clients"`.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
@@ -52,9 +54,14 @@ def diffusion_tensors(cfg: RunConfig, data: ClientData, device: torch.device) ->
     return x, y
 
 
-def warmup_config(cfg: RunConfig) -> RunConfig:
-    """The run config of the warmup: `warmup-steps` steps or `warmup-epochs` passes, at the undecayed rate."""
-    return dataclasses.replace(cfg, local_epochs=cfg.warmup_epochs, local_steps=cfg.warmup_steps, lr_decay=1.0)
+def warmup_config(cfg: RunConfig, config: Mapping[str, Any]) -> RunConfig:
+    """The run config of the warmup: `warmup-steps` steps or `warmup-epochs` passes, at the undecayed rate.
+
+    The warm-up message's config carries both (the server's strategy sends them); a message without them (an
+    older server) leaves the run config's.
+    """
+    return dataclasses.replace(cfg, local_epochs=int(config.get("warmup-epochs", cfg.warmup_epochs)),
+                               local_steps=int(config.get("warmup-steps", cfg.warmup_steps)), lr_decay=1.0)
 
 
 def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id: int, data: ClientData,
@@ -64,7 +71,7 @@ def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id
     server_round = int(config["server-round"])
     warmup = str(config.get(DIFFUSION_PHASE, "")) == WARMUP_PHASE
     x, y = diffusion_tensors(cfg, data, device)
-    job_cfg = warmup_config(cfg) if warmup else cfg
+    job_cfg = warmup_config(cfg, config) if warmup else cfg
     job = LocalJob(
         cfg=job_cfg, server_round=server_round, partition_id=partition_id, model=model, x=x, y=y, device=device,
         incoming=msg.content, state=context.state,

@@ -106,7 +106,9 @@ def test_a_developers_clientapp_answers_the_warmup_under_start() -> None:
     assert [phase_of(m) for m in warmup_messages] == ["warmup"] * 3
     assert all(phase_of(m) is None for messages, _ in grid.sends()[1:] for m in messages)
     for message in warmup_messages:
-        assert dict(message.content["config"]) == {"server-round": 0, "phase": "warmup"}
+        assert dict(message.content["config"]) == {"server-round": 0, "phase": "warmup",
+                                                   "warmup-epochs": strategy.warmup_epochs,
+                                                   "warmup-steps": strategy.warmup_steps}
         sent = from_record(message.content["arrays"])
         assert all(np.array_equal(sent[name], initial[name]) for name in initial)
 
@@ -158,7 +160,8 @@ def test_configure_warmup_and_aggregate_warmup_by_hand() -> None:
     messages = list(strategy.configure_warmup(to_record(initial), grid))
     assert [m.metadata.dst_node_id for m in messages] == sorted(grid.pids)  # one per node of the table
     assert all(m.metadata.message_type == MessageType.TRAIN and set(m.content) == {"arrays", "config"}
-               and dict(m.content["config"]) == {"server-round": 0, "phase": "warmup"} for m in messages)
+               and dict(m.content["config"]) == {"server-round": 0, "phase": "warmup", "warmup-epochs": 200,
+                                                 "warmup-steps": TINY.get("warmup_steps", 0)} for m in messages)
     for message in messages:
         message.metadata.__dict__["_message_id"] = uuid4().hex
     first_name = sorted(initial)[0]
@@ -244,3 +247,16 @@ def test_the_fid_stats_phase_by_hand() -> None:
         message.metadata.__dict__["_message_id"] = uuid4().hex
     with pytest.raises(NoFeatureSums):
         fresh.aggregate_fid_stats([Message(Error(code=0, reason="no data"), reply_to=sent[0])])
+
+
+def test_fedsynths_client_trains_the_warm_up_the_server_asked_for() -> None:
+    """The warm-up's length travels in its message (as every setting a node's rule reads); the run config's
+    is the fallback for a message without it."""
+    from client_app.diffusion import warmup_config
+    from common.run.config import RunConfig
+
+    cfg = RunConfig(algorithm="fedddpm", model="unet-small", warmup_epochs=200, warmup_steps=0, lr_decay=0.9)
+    asked = warmup_config(cfg, {"server-round": 0, "phase": "warmup", "warmup-epochs": 3, "warmup-steps": 7})
+    assert (asked.local_epochs, asked.local_steps, asked.lr_decay) == (3, 7, 1.0)
+    fallback = warmup_config(cfg, {"server-round": 0, "phase": "warmup"})
+    assert (fallback.local_epochs, fallback.local_steps) == (200, 0)

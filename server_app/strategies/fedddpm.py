@@ -222,17 +222,19 @@ class FedDDPMStrategy(FedAvgStrategy):
     def configure_warmup(self, arrays: ArrayRecord, grid: Grid) -> Iterable[Message]:
         """One TRAIN message per node of the node table: the run's initial model and the warm-up's config.
 
-        Content: `RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": 0, "phase": "warmup"})})`.
-        A node answers it as a train message, except that it trains its own DDPM from `arrays` for
-        `warmup-epochs` (or `warmup-steps`) and replies with that model (see `aggregate_warmup`).
+        Content: `RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": 0, "phase": "warmup",
+        "warmup-epochs": ..., "warmup-steps": ...})})`. A node answers it as a train message, except that it
+        trains its own DDPM from `arrays` for "warmup-steps" steps (0: "warmup-epochs" epochs) and replies with
+        that model (see `aggregate_warmup`).
         """
         self.ensure_nodes(grid)
         self._warmup_started = time.monotonic()
         self._warmup_initial = from_record(arrays)
         record = to_record(self._warmup_initial)
         messages = [
-            Message(RecordDict({MODEL: record, "config": ConfigRecord({"server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE})}),
-                    dst_node_id=node.node_id, message_type=MessageType.TRAIN)
+            Message(RecordDict({MODEL: record, "config": ConfigRecord({
+                "server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE, "warmup-epochs": self.warmup_epochs,
+                "warmup-steps": self.warmup_steps})}), dst_node_id=node.node_id, message_type=MessageType.TRAIN)
             for node in self.nodes
         ]
         log(INFO, "warmup: %d nodes train their own DDPM for %s", len(messages), self.warmup_length())
