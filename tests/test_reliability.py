@@ -101,20 +101,24 @@ def test_killed_run_resumes_to_the_same_final_model(tmp_path, tiny_data_dir, alg
 def test_node_models_are_kept_only_where_a_resume_needs_them():
     from common.run.config import parse_run_config
     from common.protocol import STATE_COG_PREVIOUS_MODEL, STATE_MOON_PREVIOUS_MODEL
-    from server_app.registry import SERVER_STRATEGIES
-    from server_app.strategies.node_models import NodeModels
+    from server_app.registry import SERVER_STRATEGIES, build_strategy
+    from server_app.strategies.node_models import NodeModels, kept_model_keys
 
     def kept(**keys):
-        return NodeModels(parse_run_config({"model": "mlp", "checkpoint-every": 1, **keys}, SERVER_STRATEGIES)).keys
+        cfg = parse_run_config({"model": "mlp", "checkpoint-every": 1, **keys}, SERVER_STRATEGIES)
+        assert build_strategy(cfg, []).node_models.keys == kept_model_keys(cfg)  # what the app gives its strategy
+        return kept_model_keys(cfg)
 
     assert kept(algorithm="moon+cog") == (STATE_MOON_PREVIOUS_MODEL, STATE_COG_PREVIOUS_MODEL)
     assert kept(algorithm="fedprox", cog=True) == (STATE_COG_PREVIOUS_MODEL,)
     assert kept(algorithm="fedavg") == ()  # its nodes keep no model
     assert kept(algorithm="moon", **{"checkpoint-every": 0}) == ()  # no checkpoint, no resume
     assert kept(algorithm="moon", compression="qsgd") == ()  # the reply holds a lossy update, not the model
-    models = NodeModels(parse_run_config({"model": "mlp", "algorithm": "moon", "checkpoint-every": 1}, SERVER_STRATEGIES))
+    moon = kept(algorithm="moon")
+    models = NodeModels(moon)
     models.keep(3, {"w": np.ones(2, dtype=np.float32)})
-    again = NodeModels(parse_run_config({"model": "mlp", "algorithm": "moon", "checkpoint-every": 1}, SERVER_STRATEGIES))
+    assert NodeModels().arrays() == {} and not NodeModels().keys  # a strategy built without the app keeps none
+    again = NodeModels(moon)
     assert again.load({**models.arrays(), "control": {"c": np.zeros(1)}}).keys() == {"control"}  # the strategy's own
     assert list(again.records(3)) == [STATE_MOON_PREVIOUS_MODEL] and again.records(4) == {}
 
