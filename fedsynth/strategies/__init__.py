@@ -22,9 +22,10 @@ Which algorithm each class runs, and which settings it sends its nodes, is commo
 Each class is fedsynth's own server strategy (server_app/strategies/) under its public name, or a subclass
 that adds the settings only its nodes read (FedSAM's `sam_rho`, ...). There is no run config inside: fedsynth's
 ServerApp builds the same classes from its run config (server_app/registry.py `build_strategy`), reading each
-parameter under the run-config key of the same name. The parameters' meanings are defined once
-(server_app/strategies/parameters.py `PARAMETER_DOCS`) and written into each class docstring with the class's
-own defaults.
+parameter under the run-config key of the same name. A parameter's meaning is its run-config key's
+(docs/configuration.md; server_app/strategies/parameters.py writes it into each class docstring with the class's
+own defaults). The classes are grouped by family: `centralized`, `server_models` (the strategies whose server
+trains a model itself) and `decentralized`.
 
 What a node must reply to a train message (content "arrays" = the global model, "config" with "server-round",
 "lr" and every setting the node's rule needs under its run-config name, e.g. "sam-rho", "compression", "bits",
