@@ -89,7 +89,6 @@ class FedAvgStrategy(RoundStrategy):
 
     # FID's reference from the nodes' feature sums: fedsynth's app attaches one (server_app/registry.py)
     feature_reference: ClientFeatureReference | None = None
-    max_record_norm: float = 0.0  # the extra records' bound: a parameter of the strategies that receive records
 
     def __init__(self, *, fraction_train: float = DEFAULTS.fraction_train,
                  fraction_evaluate: float = 1.0,
