@@ -40,6 +40,7 @@ class Row:
     setting: str
     paper_note: str = ""  # the paper's result in words, where the study file has no paper numbers for it
     score: str = ""  # which of the claim's scores ("rounds-to:0.85", "consensus-distance"); default its first
+    study_file: str = ""  # the study file's name when it is not the study's (a part of a file run with --out)
 
 
 ROWS = [
@@ -87,6 +88,9 @@ ROWS = [
         "central-accuracy"),
     Row("FedCOG", "fedcog-cpu", "fedavg+cog > fedavg", "niid2",
         "Fashion-MNIST NIID-2 (pairs), 20 + 8 rounds, simple CNN"),
+    Row("FedCOG", "fedcog-cpu-niid2-defaults", "fedavg+cog > fedavg", "niid2",
+        "the same NIID-2 cell with today's defaults (weight cap 0.4, median update bound 1.5)",
+        study_file="fedcog-cpu"),
     Row("FedCOG", "fedcog-cpu", "fedavg+cog > fedavg", "niid1",
         "NIID-1 (Dirichlet 0.1), 20 + 8 rounds"),
     Row("FedCOG", "fedcog-cpu", "scaffold+cog > scaffold", "niid1",
@@ -110,7 +114,7 @@ def row_bars(rows: list[Row] = ROWS) -> list[tuple[Row, object, str]]:
     out = []
     for row in rows:
         if row.study not in studies:
-            study = load_study(ROOT / "studies" / f"{row.study}.toml", check)
+            study = load_study(ROOT / "studies" / f"{row.study_file or row.study}.toml", check)
             studies[row.study] = claim_bars(study, Ledger(STUDIES / row.study / "ledger.jsonl"))
         label = row.claim + (f" ({row.variant})" if row.variant else "")
         bars = [bar for bar in studies[row.study] if bar.label == label and f" {row.score}" in bar.axis]
