@@ -97,6 +97,13 @@ def bounded_weights(weights: Sequence[float], max_share: float) -> list[float]:
     return capped_shares(values, max_share)
 
 
+def cap_binds(weights: Sequence[float], max_share: float) -> bool:
+    """Whether the cap changes these weights: some share above `share_cap(max_share, n)` (n > 1)."""
+    values = [float(w) for w in weights]
+    total = math.fsum(values)
+    return len(values) > 1 and total > 0 and max(values) > share_cap(max_share, len(values)) * total
+
+
 def capped_mean(values: Sequence[float], weights: Sequence[float], max_share: float) -> float:
     """sum_i p_i * v_i with p = capped_shares(weights, max_share)."""
     return math.fsum(p * float(v) for p, v in zip(capped_shares(weights, max_share), values))

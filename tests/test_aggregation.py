@@ -200,7 +200,7 @@ def test_configure_train_sends_model_and_round_to_each_sampled_node() -> None:
 
 # The plain mean's arithmetic by hand: the defaults' bounds on one node's influence (issue 47: two clients are
 # averaged uniformly under any cap, and neither update may exceed 1.5x the other's norm) are off here and tested
-# in tests/test_influence.py, tests/test_robust.py and tests/test_safe_defaults.py.
+# in tests/test_influence.py, tests/test_robust.py and tests/test_bounded_influence_runs.py.
 PLAIN = {"max_weight_share": 1.0, "max_update_norm_ratio": 0.0}
 
 

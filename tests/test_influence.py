@@ -305,7 +305,7 @@ def test_the_lying_handshake_client_no_longer_owns_the_model_or_the_metric(tmp_p
 
     raw = {"data-dir": str(tiny_data_dir), "cache-dir": str(tmp_path / "cache"), "results-dir": str(tmp_path / "r"),
            "run-name": "liar", "num-server-rounds": 1, "local-steps": 3, "batch-size": 16, "model": "mlp",
-           "partition": "iid", "checkpoint-every": 0, "central-eval": False, "lr": 0.1}
+           "partition": "iid", "checkpoint-every": 0, "central-eval": False, "lr": 0.1, "bounded-influence": True}
     grid = RecordingGrid(5, raw)
     grid.faults[(4, 0, "query")] = lying_handshake
     grid.faults[(4, 1, "train")] = lying_train
@@ -314,7 +314,7 @@ def test_the_lying_handshake_client_no_longer_owns_the_model_or_the_metric(tmp_p
     final = load_file(str(tmp_path / "r" / "liar" / "model.safetensors"))
     liar = grid.models[4]
     others = {k: np.mean([grid.models[p][k] for p in range(4)], axis=0) for k in sent}
-    # capped at the default max-weight-share = 0.4: the global model is 0.4 of the way from the others' mean to
+    # capped at bounded influence's max-weight-share = 0.4: the global model is 0.4 of the way from the others' mean to
     # the liar's (before the cap it was the liar's own model, at distance 1.5e-9; with a 0.5 cap, halfway)
     capped = {k: 0.4 * liar[k] + 0.6 * others[k] for k in sent}
     assert distance(final, capped) <= 1e-4 * distance(liar, others)
@@ -322,3 +322,4 @@ def test_the_lying_handshake_client_no_longer_owns_the_model_or_the_metric(tmp_p
     record = [json.loads(line) for line in (tmp_path / "r" / "liar" / "metrics.jsonl").read_text().splitlines()][-1]
     # the liar reports accuracy 0 on 10^9 test examples: it takes 0.4 of the mean, not all of it (1.7e-8 before)
     assert record["local-test-accuracy"] > 0.05
+    assert record["weight-cap-bound"] == 1  # the round says the cap changed a weight

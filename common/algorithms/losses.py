@@ -46,6 +46,26 @@ def scaffold_client_control(
     }
 
 
+def scaffold_clipped_control_delta(
+    control_delta: Mapping[str, np.ndarray],
+    c_global: Mapping[str, np.ndarray],
+    scale: float,
+) -> Mapping[str, np.ndarray]:
+    """A client's c_i+ - c_i as if its update w_i - w had been `scale` times as long: s (c_i+ - c_i) + (s - 1) c.
+
+    Option II gives c_i+ - c_i = -c + (w - w_i) / (K lr), so the update's part is (c_i+ - c_i) + c; scaling only
+    that part keeps the server's c consistent with the step it took when a bound clipped the update, with no need
+    to know K or lr. scale 1 returns the delta itself.
+    """
+    if scale == 1.0:
+        return control_delta
+    return {
+        name: (scale * control_delta[name].astype(np.float64) + (scale - 1.0) * c_global[name].astype(np.float64))
+        .astype(np.float32)
+        for name in control_delta
+    }
+
+
 def scaffold_server_control(
     c_global: Mapping[str, np.ndarray],
     control_deltas: Sequence[Mapping[str, np.ndarray]],

@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from common.algorithms.aggregation_settings import AggregationSettings
+from common.algorithms.aggregation_settings import AggregationSettings, bounded_influence_values
 from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.cog_settings import CogSettings
 from common.algorithms.decentralized_settings import DecentralizedSettings
@@ -60,6 +60,10 @@ class RunConfig(RunSettings, DataSettings, ModelSettings, LocalTrainingSettings,
             object.__setattr__(self, "model", default_model(self.algorithm))
         if self.fid_features == "auto":  # no server data with partition = node: an extractor that needs none
             object.__setattr__(self, "fid_features", "random" if self.partition == NODE_PARTITION else "classifier")
+        if self.bounded_influence:  # the option's bounds, where their keys are left off (config.json shows them)
+            ratio, share = bounded_influence_values(self.max_update_norm_ratio, self.max_weight_share)
+            object.__setattr__(self, "max_update_norm_ratio", ratio)
+            object.__setattr__(self, "max_weight_share", share)
 
     def as_dict(self) -> dict[str, Any]:
         """The config as run-config keys (dashes), as written to config.json, in `config_fields` order."""

@@ -168,6 +168,25 @@ def decode_reply(content: RecordDict, current: Mapping[str, np.ndarray], spec: C
     return {name: zeros[name] if name in zeros else update[name] for name in current}
 
 
+def measured_update_norm(content: RecordDict, spec: CompressionSpec) -> float | None:
+    """The L2 norm of a qsgd-compressed reply's update as its client measured it before quantising, or None.
+
+    A qsgd payload carries the norm of every vector it quantised (one per tensor, per bucket or for the whole
+    update), and those vectors partition the update, so the update's norm is the root of their squares' sum.
+    The decoded vector's own norm is not it: stochastic rounding to few levels lengthens a vector (a unit update
+    under whole-model qsgd at 17 levels decodes to norm 2 to 4, benchmarks/results/bounded-influence-codec.md),
+    so a bound on that norm would clip quantiser noise. None for other codecs (top-k sends the kept values
+    themselves, and `none` the model): their decoded update is what was measured. Call it after `decode_reply`
+    checked the payload.
+    """
+    record = content.array_records.get(COMPRESSED_UPDATE)
+    if spec.method != "qsgd" or record is None:
+        return None
+    norms = [np.asarray(array.numpy(), dtype=np.float64).ravel() for key, array in record.items()
+             if key.endswith(f"{KEY_SEPARATOR}norm")]
+    return float(np.sqrt(sum(float(np.sum(np.square(n))) for n in norms)))
+
+
 def buffer_names(current: Mapping[str, np.ndarray], parameters: Collection[str] | None) -> list[str]:
     """The global model's arrays that are not trainable parameters, in its order."""
     return [] if parameters is None else [name for name in current if name not in set(parameters)]

@@ -9,6 +9,11 @@ with Flower's own `start()`, which returns Flower's `Result`:
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(net.state_dict()), num_rounds=100,
                             train_config=ConfigRecord({"lr": 0.05}), evaluate_fn=central_evaluate)
 
+Every class runs its paper's aggregation by default (FedAvg: the plain sample-weighted mean). Bounded influence,
+for sites that do not trust each other, is one option: `FedAvg(**BOUNDED_INFLUENCE)` bounds each update to 1.5x
+the round's lower-median update norm and caps any node's weight share at 0.4 (the run config's
+`bounded-influence = true`); each round's train metrics then carry "clipped-updates" and "weight-cap-bound".
+
 A class takes only what its server uses or sends: the round's sampling and checks, the aggregation, the
 settings its nodes' rule reads from the train message's config (the uplink codec, SAM's rho, ...; see
 common/run/client_settings.py; `node_settings` adds your own), and, where the server itself builds the model
@@ -47,10 +52,16 @@ from fedsynth.strategies.centralized import (
 )
 from fedsynth.strategies.decentralized import DFedAvg, OledFL
 from fedsynth.strategies.server_models import DynaFed, FedDDPM, FedDDPMPlus, FedSynSAM
+from common.algorithms.aggregation_settings import BOUNDED_UPDATE_NORM_RATIO, BOUNDED_WEIGHT_SHARE
 from server_app.strategies.base import ReplyContractError, TooManyFailedRounds
 from server_app.strategies.node_table import NodeInfo
 
+# Bounded influence as a class's keyword arguments: what `bounded-influence = true` sets in the run config.
+BOUNDED_INFLUENCE: dict[str, float] = {
+    "max_update_norm_ratio": BOUNDED_UPDATE_NORM_RATIO, "max_weight_share": BOUNDED_WEIGHT_SHARE,
+}
+
 __all__ = [
-    "DFedAvg", "DynaFed", "FedAvg", "FedAvgM", "FedCOG", "FedDDPM", "FedDDPMPlus", "FedLESAM", "FedLESAMD", "FedSAM",
+    "BOUNDED_INFLUENCE", "DFedAvg", "DynaFed", "FedAvg", "FedAvgM", "FedCOG", "FedDDPM", "FedDDPMPlus", "FedLESAM", "FedLESAMD", "FedSAM",
     "FedSMOO", "FedSynSAM", "MoFedSAM", "NodeInfo", "OledFL", "ReplyContractError", "Scaffold", "TooManyFailedRounds",
 ]

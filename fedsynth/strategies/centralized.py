@@ -24,8 +24,10 @@ from server_app.wire import WEIGHTED_BY_KEY
 
 @documented
 class FedAvg(FedAvgStrategy):
-    """FedAvg (McMahan et al., 2017) with fedsynth's reply checks, seeded sampling and bounded influence.
+    """FedAvg (McMahan et al., 2017) with fedsynth's reply checks and seeded sampling.
 
+    The server step is the paper's: w + server_lr * the sample-weighted mean of the updates (`aggregation`).
+    Bounded influence (a weight cap and an update-norm bound) is an option: `FedAvg(**BOUNDED_INFLUENCE)`.
     Nodes train with any rule (`fedsynth.client.train_sgd`, or a Flower template's own train function).
     """
 

@@ -31,10 +31,10 @@ from flwr.serverapp import Grid
 
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
 from common.records import Weights, from_record, message_array_bytes, parameter_names, to_record
-from common.uplink.wire import decode_reply, float32_equivalent_bytes, reply_buffers
+from common.uplink.wire import decode_reply, float32_equivalent_bytes, measured_update_norm, reply_buffers
 from server_app.fid_reference import ClientFeatureReference
-from server_app.influence import bounded_weights
-from server_app.robust import ROBUST_AGGREGATIONS, bounded_updates, combine_updates, update_norm
+from server_app.influence import bounded_weights, cap_binds
+from server_app.robust import ROBUST_AGGREGATIONS, clip_factors, combine_updates, scale_update, update_norm
 from server_app.reply_checks import check_train_metrics
 from server_app.strategies.base import RoundStrategy, weighted_metric
 from server_app.strategies.node_table import NodeInfo, sample_nodes
@@ -136,6 +136,7 @@ class FedAvgStrategy(RoundStrategy):
         self._declared_parameter_names = list(parameter_names) if parameter_names is not None else None
         self._parameter_names: list[str] | None = None  # learnt from the first global model (`parameter_names`)
         self.node_models = NodeModels()  # the nodes' kept models: fedsynth's app gives the run's (registry.py)
+        self.update_scales: dict[int, float] = {}  # the round's clip factor of each partition's update (1: none)
 
     def on_nodes_joined(self) -> None:
         if self.feature_reference is not None:
@@ -290,7 +291,7 @@ class FedAvgStrategy(RoundStrategy):
         except ValueError as err:  # a missing, mis-shaped, mistyped or non-finite model or payload
             return str(err)
         bound = self.max_update_norm
-        if bound > 0 and self.update_norm_action == "refuse" and (norm := update_norm(delta)) > bound:
+        if bound > 0 and self.update_norm_action == "refuse" and (norm := self.update_norm_of(reply, delta)) > bound:
             return f"update norm {norm:.4g} exceeds max-update-norm = {bound:g}"
         return self.check_extra_records(content)
 
@@ -302,6 +303,16 @@ class FedAvgStrategy(RoundStrategy):
         ValueError naming the fault.
         """
         return decode_reply(reply.content, self.current, self.codec, self.parameter_names)
+
+    def update_norm_of(self, reply: Message, delta: Weights) -> float:
+        """The L2 norm of a reply's update as its client measured it: a qsgd payload's own norms (the quantised
+        vector's norm is mostly quantiser noise, common/uplink/wire.py `measured_update_norm`), else `delta`'s."""
+        measured = measured_update_norm(reply.content, self.codec)
+        return update_norm(delta) if measured is None else measured
+
+    def bounds_on(self) -> bool:
+        """Whether bounded influence (an update-norm bound or the weight cap) can change this round's mean."""
+        return self.max_update_norm > 0 or self.max_update_norm_ratio > 0 or self.max_weight_share < 1
 
     def max_reply_bytes(self) -> int:
         """Replies larger than this are refused before being decoded (3x the model, plus 1 MiB)."""
@@ -348,14 +359,26 @@ class FedAvgStrategy(RoundStrategy):
         if self.node_models.keys:  # the uplink is uncompressed: each reply holds the node's model
             for reply in replies:
                 self.node_models.keep(self.partition_of(reply), from_record(reply.content.array_records[MODEL]))
-        # "refuse" dropped the longer ones in check_reply; "clip" scales them; then the round's median bound
-        deltas = bounded_updates(deltas, self.max_update_norm, self.max_update_norm_ratio)
+        # "refuse" dropped the longer ones in check_reply; "clip" scales them; then the round's median bound.
+        # Each factor is kept per partition, so that records that follow the update (SCAFFOLD's control delta)
+        # are scaled with it.
+        norm_bounded = self.max_update_norm > 0 or self.max_update_norm_ratio > 0
+        factors = clip_factors([self.update_norm_of(r, d) if norm_bounded else 0.0 for r, d in zip(replies, deltas)],
+                               self.max_update_norm, self.max_update_norm_ratio)
+        self.update_scales = {self.partition_of(r): f for r, f in zip(replies, factors)}
+        deltas = [scale_update(d, f) for d, f in zip(deltas, factors)]
         if self.aggregation in ROBUST_AGGREGATIONS:
             mean_delta = combine_updates(deltas, self.aggregation, self.trim_fraction, self.byzantine_nodes)
         else:
             mean_delta = weighted_mean(deltas, self.aggregation_weights(replies))
         self.current = self.server_step(mean_delta, replies)
-        return to_record(self.current), aggregate_metrics(replies, self.max_weight_share, self.weighted_by_key)
+        metrics = aggregate_metrics(replies, self.max_weight_share, self.weighted_by_key)
+        if self.bounds_on():  # what bounded influence changed this round (absent when it is off)
+            metrics["clipped-updates"] = sum(1 for f in factors if f < 1.0)
+            metrics["weight-cap-bound"] = int(self.aggregation == "weighted" and cap_binds(
+                [float(r.content.metric_records["metrics"][self.weighted_by_key]) for r in replies],
+                self.max_weight_share))
+        return to_record(self.current), metrics
 
     def summary(self) -> None:
         """Log what this strategy will do."""

@@ -34,7 +34,7 @@ from common.protocol import (
 )
 from common.records import Weights, check_weights, from_record, to_record
 from server_app.perturbation import PerturbationDiagnostic
-from server_app.robust import bounded_record, bounded_updates, record_norm_problem
+from server_app.robust import bounded_record, record_norm_problem, scale_update
 from server_app.strategies.fedavg import FedAvgStrategy
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
@@ -167,8 +167,10 @@ class FedLESAMDStrategy(FedAvgStrategy):
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         ordered = sorted(replies, key=self.partition_of)
-        corrections = [bounded_record(from_record(r.content.array_records[DYNAMIC_CORRECTION]), self.max_record_norm)
-                       for r in ordered]
+        # g_i+ - g_i = -alpha (w_i - w): scaled with the client's update where a bound clipped it (`update_scales`)
+        corrections = [bounded_record(scale_update(from_record(r.content.array_records[DYNAMIC_CORRECTION]),
+                                                   self.update_scales.get(self.partition_of(r), 1.0)),
+                                      self.max_record_norm) for r in ordered]
         for reply, correction in zip(ordered, corrections):
             previous = self.client_gradients.get(self.partition_of(reply))
             self.client_gradients[self.partition_of(reply)] = (
@@ -280,9 +282,9 @@ class FedSMOOStrategy(FedAvgStrategy):
              for r in ordered], self.sam_rho
         )
         alpha = self.dyn_alpha
-        # the updates as the mean took them: clipped to max-update-norm and the round's median bound
-        updates = bounded_updates([self.client_delta(r) for r in ordered], self.max_update_norm,
-                                  self.max_update_norm_ratio)
+        # the updates as the mean took them: scaled by the bounds' factors (`update_scales`)
+        updates = [scale_update(self.client_delta(r), self.update_scales.get(self.partition_of(r), 1.0))
+                   for r in ordered]
         corrections = [{n: -alpha * d[n] for n in self.parameter_names} for d in updates]
         if self.h is None:
             self.h = {name: np.zeros_like(self.current[name]) for name in self.parameter_names}

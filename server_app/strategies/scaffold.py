@@ -15,7 +15,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.common.typing import Scalar
 
 from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
-from common.algorithms.losses import scaffold_server_control
+from common.algorithms.losses import scaffold_clipped_control_delta, scaffold_server_control
 from common.records import Weights, from_record, to_record
 from server_app.robust import bounded_record, record_norm_problem
 from common.records import check_weights
@@ -111,10 +111,13 @@ class ScaffoldStrategy(FedAvgStrategy):
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         ordered = sorted(replies, key=self.partition_of)
-        # each c_i+ - c_i within max-record-norm: one node's control variate cannot drag c (and every client's
-        # correction) away
-        deltas = [bounded_record(from_record(r.content.array_records[SCAFFOLD_CONTROL_DELTA]), self.max_record_norm)
-                  for r in ordered]
+        # c_i+ - c_i as if the update were as long as the bounds left it (`update_scales`), so c stays consistent
+        # with the step the server took; then within max-record-norm, so that one node's control variate cannot
+        # drag c (and every client's correction) away
+        control = self._control()
+        deltas = [bounded_record(scaffold_clipped_control_delta(
+            from_record(r.content.array_records[SCAFFOLD_CONTROL_DELTA]), control,
+            self.update_scales.get(self.partition_of(r), 1.0)), self.max_record_norm) for r in ordered]
         for reply, delta in zip(ordered, deltas):
             previous = self.client_controls.get(self.partition_of(reply))
             self.client_controls[self.partition_of(reply)] = (
