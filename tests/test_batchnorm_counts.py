@@ -26,8 +26,9 @@ from common.records import model_weights
 from common.run.config import parse_run_config
 from common.run.task import ServerTask
 from fedsynth.client import (
-    CogSettings, LocalOptimizer, tensor_batches, train_fedcog, train_fedgamma, train_fedlesam, train_fedlesam_d,
-    train_fedlesam_s, train_fedsam, train_fedsmoo, train_fedsynsam, train_mofedsam, train_sgd, train_steps,
+    CogSettings, LocalOptimizer, fedcog_distillation, tensor_batches, train_fedcog, train_fedgamma, train_fedlesam,
+    train_fedlesam_d, train_fedlesam_s, train_fedsam, train_fedsmoo, train_fedsynsam, train_mofedsam, train_sgd,
+    train_steps,
 )
 from server_app.distillation import DistillSettings, distill, real_oracle
 from server_app.registry import SERVER_STRATEGIES
@@ -98,47 +99,51 @@ def test_frozen_batch_statistics_normalises_by_the_batch_and_writes_nothing() ->
     assert counts(frozen) == [1, 1]
 
 
-def test_frozen_batch_statistics_restores_on_error_and_leaves_other_modules_as_they_were() -> None:
+def test_frozen_batch_statistics_restores_tracking_after_an_error() -> None:
+    model = seeded_model().train()
+    with pytest.raises(RuntimeError), frozen_batch_statistics(model):
+        assert model[1].track_running_stats is False and model[6].track_running_stats is False
+        raise RuntimeError("inside")
+    assert model[1].track_running_stats is True and model[6].track_running_stats is True
+
+
+def test_frozen_batch_statistics_leaves_eval_mode_and_untracked_layers_as_they_were() -> None:
     model = seeded_model().train()
     model[6].eval()                         # a BatchNorm in eval mode: not switched
     model[1].track_running_stats = False    # one that tracks nothing stays so
-    with pytest.raises(RuntimeError), frozen_batch_statistics(model):
+    with frozen_batch_statistics(model):
         assert model[6].track_running_stats is True and model[1].track_running_stats is False
-        raise RuntimeError("inside")
     assert model[1].track_running_stats is False and model[6].track_running_stats is True
-    plain = nn.Sequential(nn.Flatten(), nn.Linear(SIDE * SIDE, CLASSES))
-    with frozen_batch_statistics(plain):   # a model without BatchNorm: nothing to do
-        plain(data(2)[0])
 
 
 # ----- one update per local batch, rule by rule --------------------------------------------------
 
 
-def _synsam(model: nn.Module):
+def _synsam(model: nn.Module, local):
     sx, sy = data(8, seed=7)
-    return train_fedsynsam(model, batches(), synthetic_x=sx, synthetic_y=sy, rho=0.05, beta=0.5,
+    return train_fedsynsam(model, local, synthetic_x=sx, synthetic_y=sy, rho=0.05, beta=0.5,
                            synthetic_batch_size=4, optimizer=OPTIMIZER)
 
 
-def _cog(model: nn.Module):
-    return train_fedcog(model, batches(), label_counts=np.array([10, 0, 5, 5]), previous_model=model_weights(model),
+def _cog(model: nn.Module, local):
+    return train_fedcog(model, local, label_counts=np.array([10, 0, 5, 5]), previous_model=model_weights(model),
                         input_shape=(1, SIDE, SIDE), settings=CogSettings(budget=8, gen_steps=2, batch_size=4),
                         optimizer=OPTIMIZER)
 
 
 RULES = {
-    "sgd": lambda m: train_sgd(m, batches(), optimizer=OPTIMIZER),
-    "fedsam": lambda m: train_fedsam(m, batches(), rho=0.05, optimizer=OPTIMIZER),
-    "mofedsam": lambda m: train_mofedsam(m, batches(), rho=0.05, alpha=0.5, previous_update=small_update(m),
-                                         num_steps=STEPS, optimizer=OPTIMIZER),
-    "fedlesam": lambda m: train_fedlesam(m, batches(), rho=0.05, previous_update=small_update(m), optimizer=OPTIMIZER),
-    "fedlesam-s": lambda m: train_fedlesam_s(m, batches(), rho=0.05, previous_update=small_update(m),
-                                             c_global=small_update(m), optimizer=OPTIMIZER),
-    "fedlesam-d": lambda m: train_fedlesam_d(m, batches(), rho=0.05, alpha=0.1, previous_update=small_update(m),
-                                             optimizer=OPTIMIZER),
-    "fedgamma": lambda m: train_fedgamma(m, batches(), rho=0.05, c_global=small_update(m), optimizer=OPTIMIZER),
-    "fedsmoo": lambda m: train_fedsmoo(m, batches(), rho=0.05, alpha=0.1, global_perturbation=small_update(m),
-                                       optimizer=OPTIMIZER),
+    "sgd": lambda m, b: train_sgd(m, b, optimizer=OPTIMIZER),
+    "fedsam": lambda m, b: train_fedsam(m, b, rho=0.05, optimizer=OPTIMIZER),
+    "mofedsam": lambda m, b: train_mofedsam(m, b, rho=0.05, alpha=0.5, previous_update=small_update(m),
+                                            num_steps=STEPS, optimizer=OPTIMIZER),
+    "fedlesam": lambda m, b: train_fedlesam(m, b, rho=0.05, previous_update=small_update(m), optimizer=OPTIMIZER),
+    "fedlesam-s": lambda m, b: train_fedlesam_s(m, b, rho=0.05, previous_update=small_update(m),
+                                                c_global=small_update(m), optimizer=OPTIMIZER),
+    "fedlesam-d": lambda m, b: train_fedlesam_d(m, b, rho=0.05, alpha=0.1, previous_update=small_update(m),
+                                                optimizer=OPTIMIZER),
+    "fedgamma": lambda m, b: train_fedgamma(m, b, rho=0.05, c_global=small_update(m), optimizer=OPTIMIZER),
+    "fedsmoo": lambda m, b: train_fedsmoo(m, b, rho=0.05, alpha=0.1, global_perturbation=small_update(m),
+                                          optimizer=OPTIMIZER),
     "fedsynsam": _synsam,
     "fedcog": _cog,
 }
@@ -147,7 +152,7 @@ RULES = {
 @pytest.mark.parametrize("rule", list(RULES))
 def test_each_rule_updates_the_batchnorm_statistics_once_per_step(rule: str) -> None:
     model = seeded_model()
-    result = RULES[rule](model)
+    result = RULES[rule](model, batches())
     assert result.num_steps == STEPS
     assert counts(model) == [STEPS, STEPS]
 
@@ -165,32 +170,39 @@ def test_decentralized_sam_rules_update_the_statistics_once_per_step(algorithm: 
     assert result.num_steps == STEPS and counts(job.model) == [STEPS, STEPS]
 
 
-def test_fedsam_moves_the_statistics_in_the_pass_at_w_and_its_parameters_are_as_before() -> None:
-    """The running statistics are those of one forward of each batch at w (davda54/sam); the
-    parameters equal those of the former rule, whose second pass also wrote statistics."""
-    model, reference, before = seeded_model(), seeded_model(), seeded_model()
-    train_fedsam(model, batches(1), rho=0.05, optimizer=OPTIMIZER)
+@pytest.mark.parametrize("rule", ["fedsam", "mofedsam", "fedgamma", "fedsmoo", "fedsynsam", "fedcog"])
+def test_the_statistics_are_those_of_the_local_batch_at_w(rule: str) -> None:
+    """After one step the running statistics are those of one tracked forward of the local batch at
+    w (davda54/sam): not of the pass at w + e, the synthetic batch or the generated one."""
+    model, at_w = seeded_model(), seeded_model()
+    RULES[rule](model, batches(1))
+    (xb, _), = list(batches(1))
+    at_w.train()(xb)
+    got, expected = model_weights(model), model_weights(at_w)
+    for name in got:
+        if "running" in name or "num_batches" in name:
+            np.testing.assert_array_equal(got[name], expected[name], err_msg=name)
+
+
+def test_fedsams_parameters_are_those_of_the_former_rule() -> None:
+    """Freezing the statistics in the pass at w + e changes no parameter: both passes normalise by the
+    batch, so the steps equal those of the former rule, whose second pass also wrote statistics."""
+    model, reference = seeded_model(), seeded_model()
+    train_fedsam(model, batches(), rho=0.05, optimizer=OPTIMIZER)
     params = list(reference.parameters())
 
     def both_passes_write(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         return fedsam_gradients(params, lambda: F.cross_entropy(reference(xb), yb), 0.05)
 
-    train_steps(reference, batches(1), both_passes_write, OPTIMIZER)
-    assert counts(reference) == [2, 2]
-    (xb, _), = list(batches(1))
-    before.train()(xb)  # one tracked forward at w
-    got, first_pass, old = model_weights(model), model_weights(before), model_weights(reference)
-    for name in got:
-        if "running" in name or "num_batches" in name:
-            np.testing.assert_array_equal(got[name], first_pass[name])
-        else:
-            np.testing.assert_array_equal(got[name], old[name])
+    train_steps(reference, batches(), both_passes_write, OPTIMIZER)
+    assert counts(reference) == [2 * STEPS, 2 * STEPS]
+    got, old = model_weights(model), model_weights(reference)
+    for name, _ in model.named_parameters():
+        np.testing.assert_array_equal(got[name], old[name], err_msg=name)
 
 
 def test_fedcog_generation_leaves_the_models_statistics_alone() -> None:
     """Only the real batches count: the generation uses frozen copies in eval mode."""
-    from fedsynth.client import fedcog_distillation
-
     model = seeded_model()
     before = model_weights(model)
     fedcog_distillation(model, np.array([10, 0, 5, 5]), previous_model=before, input_shape=(1, SIDE, SIDE),
