@@ -102,8 +102,8 @@ def fixed_direction_gradients(model: nn.Module, loss_fn: LossFn, direction: list
                               rho: float) -> GradientRule:
     """SAM with an ascent direction fixed for the round (FedLESAM); plain gradients without one or with rho = 0.
 
-    A step makes one forward pass, at w + e, and BatchNorm's running statistics move in it
-    (FedLESAM computes no gradient at w, so this one pass is the step's only one).
+    A step makes one forward pass, at w + e (FedLESAM computes no gradient at w), and
+    BatchNorm's running statistics move in it: once per batch, as in every rule.
     """
     if direction is None or rho == 0:
         return plain_gradients(model, loss_fn)
