@@ -9,7 +9,9 @@ as they are:
    node's own data), labelled by the client's complementary label allocation,
    optimised with Adam so that the frozen global model recognises them while
    the client's previous local model (kept in `Context.state`) disagrees.
-   Copies of the lowest-loss step's inputs and global logits are kept.
+   Copies of the lowest-loss step's inputs and global logits are kept. Both
+   models are frozen copies in eval mode, so the generation leaves the model's
+   BatchNorm statistics alone.
 2. **Train**: the base rule runs as usual; its task loss on each real batch
    passes through a loss plug-in that returns
    `c_real * task loss + c_kd * KL(p_global(x_gen) || p_local(x_gen))` on the
@@ -46,6 +48,7 @@ from client_app.training import (
 )
 from common.run.config import RunConfig
 from common.data.datasets import normalization, run_dataset_info
+from common.algorithms.batch_statistics import frozen_batch_statistics
 from common.algorithms.fedcog import complementary_labels, generation_loss, kd_coefficients, kd_loss
 from common.algorithms.optimizers import Adam
 from common.protocol import CLIENT_STAT_PREFIX, STATE_COG_PREVIOUS_MODEL
@@ -164,6 +167,8 @@ class KnowledgeDistillation:
     KL(p_global || p_local)`, or with `hard_label` the cross-entropy against the
     global model's argmax (Table 5's ablation 3, as the reference code does).
     `disagreement` records whether the generation used the previous local model.
+    The generated batch's forward pass leaves BatchNorm's running statistics alone, so a
+    step moves them once, on the real batch (common/algorithms/batch_statistics.py).
     """
 
     def __init__(self, generated: GeneratedSet, c_real: float, c_kd: float, batch_size: int, seed: int,
@@ -177,7 +182,8 @@ class KnowledgeDistillation:
 
     def __call__(self, model: nn.Module, task_loss: torch.Tensor) -> torch.Tensor:
         index = torch.from_numpy(next(self.batches)).to(self.generated.inputs.device)
-        student = model(self.generated.inputs[index])
+        with frozen_batch_statistics(model):  # only the real batch moves BatchNorm's running statistics
+            student = model(self.generated.inputs[index])
         if self.hard_label:
             extra = F.cross_entropy(student, self.hard_targets[index])
         else:

@@ -43,6 +43,7 @@ from client_app.training import (
     plain_gradients,
     train_steps,
 )
+from common.algorithms.batch_statistics import frozen_batch_statistics
 from common.algorithms.gossip import mix_with_own, neighbour_sum, ole_start
 from common.algorithms.losses import moon_contrastive_loss, proximal_term, scaffold_client_control
 from common.records import Weights, flat_norm, load_weights, model_weights, subtract
@@ -72,19 +73,38 @@ def zero_parameters(model: nn.Module) -> Weights:
     return {name: np.zeros(p.shape, dtype=np.float32) for name, p in model.named_parameters()}
 
 
+def loss_without_statistics(model: nn.Module, loss_fn: LossFn, xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
+    """A further forward pass of the same step: BatchNorm normalises by the batch but keeps its running statistics.
+
+    Every rule moves BatchNorm's running statistics once per local batch, in the step's first
+    forward pass (at w, as davda54/sam's reference SAM does); the step's other passes (SAM's at
+    w + e, FedSynSAM's synthetic batch) go through here. Without BatchNorm this is `loss_fn`.
+    """
+    with frozen_batch_statistics(model):
+        return loss_fn(model, xb, yb)
+
+
 def sam_gradients(model: nn.Module, loss_fn: LossFn, rho: float) -> GradientRule:
-    """FedSAM's gradient: ascent along the local mini-batch gradient, descent along grad L(w + e)."""
+    """FedSAM's gradient: ascent along the local mini-batch gradient, descent along grad L(w + e).
+
+    BatchNorm's running statistics move in the pass at w only (davda54/sam's reference SAM).
+    """
     params = list(model.parameters())
 
     def rule(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
-        return fedsam_gradients(params, lambda: loss_fn(model, xb, yb), rho)
+        return fedsam_gradients(params, lambda: loss_fn(model, xb, yb), rho,
+                                perturbed_loss_fn=lambda: loss_without_statistics(model, loss_fn, xb, yb))
 
     return rule
 
 
 def fixed_direction_gradients(model: nn.Module, loss_fn: LossFn, direction: list[torch.Tensor] | None,
                               rho: float) -> GradientRule:
-    """SAM with an ascent direction fixed for the round (FedLESAM); plain gradients without one or with rho = 0."""
+    """SAM with an ascent direction fixed for the round (FedLESAM); plain gradients without one or with rho = 0.
+
+    A step makes one forward pass, at w + e (FedLESAM computes no gradient at w), and
+    BatchNorm's running statistics move in it: once per batch, as in every rule.
+    """
     if direction is None or rho == 0:
         return plain_gradients(model, loss_fn)
     params = list(model.parameters())
@@ -153,10 +173,11 @@ def train_mofedsam(model: nn.Module, batches: Batches, *, rho: float, alpha: flo
     per_step = [torch.from_numpy(np.asarray(previous_update[name]) / steps).to(device)
                 for name, _ in model.named_parameters()]
     before: list[torch.Tensor] = []
+    sam = sam_gradients(model, loss_fn, rho)
 
     def sam_step(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         before[:] = [p.detach().clone() for p in params]
-        return fedsam_gradients(params, lambda: loss_fn(model, xb, yb), rho)
+        return sam(xb, yb)
 
     @torch.no_grad()
     def mix_moves() -> None:
@@ -204,6 +225,8 @@ def train_fedsynsam(model: nn.Module, batches: Batches, *, synthetic_x: torch.Te
     `synsam-share` and `synsam-cos`. The ratio is a median, not a mean: on a
     one-class client a step where the local gradient is nearly 0 gives a ratio
     orders of magnitude above the others, and a mean is then that one step.
+    BatchNorm's running statistics move once per step, in the local pass at w; the
+    synthetic pass and the pass at w + e leave them alone (as davda54/sam's SAM does).
     """
     params = list(model.parameters())
     device = model_device(model)
@@ -220,12 +243,12 @@ def train_fedsynsam(model: nn.Module, batches: Batches, *, synthetic_x: torch.Te
     def rule(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         index = torch.from_numpy(next(synthetic)).to(device)
         g_local = gradient(loss_fn(model, xb, yb))
-        g_syn = gradient(loss_fn(model, synthetic_x[index], synthetic_y[index]))
+        g_syn = gradient(loss_without_statistics(model, loss_fn, synthetic_x[index], synthetic_y[index]))
         stats["norm-ratio"].append(norm_ratio(g_local, g_syn))
         stats["share"].append(synthetic_share(g_local, g_syn, beta, mix))
         stats["cos"].append(cosine(g_local, g_syn))
         direction = mix_ascent(g_local, g_syn, beta, mix)
-        return perturbed_gradients(params, lambda: loss_fn(model, xb, yb), direction, rho)
+        return perturbed_gradients(params, lambda: loss_without_statistics(model, loss_fn, xb, yb), direction, rho)
 
     result = train_steps(model, batches, rule, optimizer)
     result.metrics.update(step_statistics(stats))
@@ -361,7 +384,8 @@ def train_fedsmoo(model: nn.Module, batches: Batches, *, rho: float, alpha: floa
     """FedSMOO (Sun et al., 2023): SAM along `g - mu_i - s` with FedDyn's regulariser; `mu_i += e - s` per step.
 
     `global_perturbation` is the server's `s` (zeros when None), `mu` and `dyn_gradient`
-    the node's duals from its last round (zeros when None).
+    the node's duals from its last round (zeros when None). BatchNorm's running statistics
+    move in the pass at w only (davda54/sam's reference SAM).
     """
     names = [name for name, _ in model.named_parameters()]
     params = list(model.parameters())
@@ -375,7 +399,7 @@ def train_fedsmoo(model: nn.Module, batches: Batches, *, rho: float, alpha: floa
             p.grad = None
         loss_fn(model, xb, yb).backward()
         direction = [g - m - s for g, m, s in zip(current_gradients(params), mu_tensors, s_global)]
-        loss = perturbed_gradients(params, lambda: loss_fn(model, xb, yb), direction, rho)
+        loss = perturbed_gradients(params, lambda: loss_without_statistics(model, loss_fn, xb, yb), direction, rho)
         perturbation = sam_perturbation(direction, rho)
         for m, e, s in zip(mu_tensors, perturbation, s_global):
             m.add_(e - s)

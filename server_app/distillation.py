@@ -111,10 +111,16 @@ def uniform_labels(num_classes: int, ipc: int) -> np.ndarray:
 
 
 def split_weights(model: nn.Module, weights: Mapping[str, np.ndarray], device: torch.device) -> tuple[Tensors, Tensors]:
-    """(parameters, buffers) of a state dict as tensors on the device, by the model's names."""
+    """(parameters, buffers) of a state dict as tensors on the device, by the model's names: copies, never views.
+
+    The unrolled model runs in train mode, so its BatchNorm layers write their running
+    statistics and `num_batches_tracked` into the buffers they are given. `torch.as_tensor`
+    of a numpy array on the CPU is a view, and those writes landed in the stored trajectory
+    (its `w^0` counted 64 batches after one distillation); a copy keeps the trajectory as it was.
+    """
     names = {name for name, _ in model.named_parameters()}
-    params = {k: torch.as_tensor(np.asarray(v), device=device) for k, v in weights.items() if k in names}
-    buffers = {k: torch.as_tensor(np.asarray(v), device=device) for k, v in weights.items() if k not in names}
+    params = {k: torch.tensor(np.asarray(v), device=device) for k, v in weights.items() if k in names}
+    buffers = {k: torch.tensor(np.asarray(v), device=device) for k, v in weights.items() if k not in names}
     return params, buffers
 
 

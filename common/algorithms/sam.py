@@ -55,9 +55,16 @@ def perturbed_gradients(
     return loss.detach()
 
 
-def fedsam_gradients(params: Sequence[nn.Parameter], loss_fn: Callable[[], torch.Tensor], rho: float) -> torch.Tensor:
-    """FedSAM: ascent along the local gradient, .grad = grad L(w + e)."""
+def fedsam_gradients(params: Sequence[nn.Parameter], loss_fn: Callable[[], torch.Tensor], rho: float,
+                     perturbed_loss_fn: Callable[[], torch.Tensor] | None = None) -> torch.Tensor:
+    """FedSAM: ascent along the local gradient, .grad = grad L(w + e).
+
+    `loss_fn` is evaluated at w, `perturbed_loss_fn` (default: `loss_fn`) at w + e; the
+    client rules pass one that leaves BatchNorm's running statistics alone, so that only the
+    pass at w moves them (common/algorithms/batch_statistics.py).
+    """
     for p in params:
         p.grad = None
     loss_fn().backward()
-    return perturbed_gradients(params, loss_fn, current_gradients(params), rho)
+    second = perturbed_loss_fn if perturbed_loss_fn is not None else loss_fn
+    return perturbed_gradients(params, second, current_gradients(params), rho)
