@@ -106,7 +106,8 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
     ]
     reused = Counter(ledger.entries[spec.key]["reused-from"] for spec in tuning + report
                      if "reused-from" in ledger.entries.get(spec.key, {}))
-    lines += [f"- {count} run(s) reused from `{source}` (same effective run config; `--reuse`)." for source, count in reused.items()]
+    same = "same run config" if study.keyed_by_settings else "same effective run config"  # how it was matched
+    lines += [f"- {count} run(s) reused from `{source}` ({same}; `--reuse`)." for source, count in reused.items()]
     lines.append("")
     if study.notes:
         lines += [study.notes.strip(), ""]
