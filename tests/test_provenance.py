@@ -82,3 +82,16 @@ def test_a_results_folder_holds_the_full_config_and_the_provenance(tmp_path):
     for key in ("fedsynth-version", "commit", "dirty", "python", "flwr", "torch", "device"):
         assert key in record
     assert record["commit"] == git_state()["commit"]
+
+
+def test_a_resumed_run_keeps_its_start_and_adds_each_resume(tmp_path):
+    raw = {"results-dir": str(tmp_path), "run-name": "r"}
+    with RunResults(parse_run_config(raw, SERVER_STRATEGIES)) as results:
+        folder = results.path
+    started = json.loads((folder / PROVENANCE_FILE).read_text())
+    (folder / "checkpoint.safetensors").write_bytes(b"")  # what resume = true looks for; restore_rounds follows it
+    with RunResults(parse_run_config({**raw, "resume": True}, SERVER_STRATEGIES)) as resumed:
+        resumed.restore_rounds([{"round": 1, "central-accuracy": 0.5}])
+    record = json.loads((folder / PROVENANCE_FILE).read_text())
+    assert {k: v for k, v in record.items() if k != "resumed"} == started
+    assert len(record["resumed"]) == 1 and record["resumed"][0]["commit"] == started["commit"]
