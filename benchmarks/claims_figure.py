@@ -1,7 +1,9 @@
 """The README's table of claims and its figure, made from the committed study ledgers.
 
 Every row is one claim of one committed study (`benchmarks/results/studies/<study>/`):
-the paper, the claim, our setting in a few words, the verdict, the paired difference
+the paper, the claim, our setting in a few words, the server rule its runs used (from
+the ledger's effective configs; "not recorded" for a ledger made before provenance,
+unless the row states the rule with its source), the verdict, the paired difference
 with its 95 % interval and the paper's difference, computed by the same code as the
 study reports (`fedsynth.study.figure.claim_bars`), so the README cannot drift from
 them. The figure, `benchmarks/results/claims.png`, shows the same rows, one panel per
@@ -16,6 +18,7 @@ A new study's claim goes into the README by adding a `Row` below and running `--
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 import sys
@@ -41,6 +44,9 @@ class Row:
     paper_note: str = ""  # the paper's result in words, where the study file has no paper numbers for it
     score: str = ""  # which of the claim's scores ("rounds-to:0.85", "consensus-distance"); default its first
     study_file: str = ""  # the study file's name when it is not the study's (a part of a file run with --out)
+    # The server rule of a ledger made before provenance, where it is known from elsewhere (say from where);
+    # a ledger that records its runs' effective configs states its rule itself.
+    rule: str = ""
 
 
 ROWS = [
@@ -90,7 +96,9 @@ ROWS = [
         "Fashion-MNIST NIID-2 (pairs), 20 + 8 rounds, simple CNN"),
     Row("FedCOG", "fedcog-cpu-niid2-defaults", "fedavg+cog > fedavg", "niid2",
         "the same NIID-2 cell with today's defaults (weight cap 0.4, median update bound 1.5)",
-        study_file="fedcog-cpu"),
+        study_file="fedcog-cpu",
+        rule="bounded influence on (max-update-norm-ratio 1.5, max-weight-share 0.4), the defaults of c1435f3 to "
+             "ca6f55a"),
     Row("FedCOG", "fedcog-cpu", "fedavg+cog > fedavg", "niid1",
         "NIID-1 (Dirichlet 0.1), 20 + 8 rounds"),
     Row("FedCOG", "fedcog-cpu", "scaffold+cog > scaffold", "niid1",
@@ -102,20 +110,50 @@ ROWS = [
 ]
 
 
-def row_bars(rows: list[Row] = ROWS) -> list[tuple[Row, object, str]]:
-    """(row, its ClaimBar, its unit) for every row, computed from the committed ledger."""
-    from fedsynth.study.ledger import Ledger
+@functools.lru_cache(maxsize=None)
+def _loaded(study_name: str, study_file: str) -> tuple[object, object]:
+    """A committed study, loaded as `fedsynth study` loads it (the app's defaults), and its ledger."""
+    from fedsynth.app_config import app_defaults
     from fedsynth.study.cli import run_config_check
-    from fedsynth.study.figure import claim_bars
+    from fedsynth.study.ledger import Ledger
     from fedsynth.study.studyfile import load_study
 
-    check = run_config_check(ROOT)
+    study = load_study(ROOT / "studies" / f"{study_file or study_name}.toml", run_config_check(ROOT),
+                       app_defaults(ROOT))
+    return study, Ledger(STUDIES / study_name / "ledger.jsonl")
+
+
+def _study_and_ledger(row: Row) -> tuple[object, object]:
+    return _loaded(row.study, row.study_file)
+
+
+def row_rule(row: Row) -> str:
+    """The server rule of the runs of the row's claim (both arms, in its variant), as their ledger records it.
+
+    A ledger made before provenance records none: the row's own `rule`, marked as stated, or "not recorded".
+    """
+    from fedsynth.study.effective import RULE_NOT_RECORDED
+    from fedsynth.study.plan import rules_by_cell
+    from fedsynth.study.studyfile import CLAIM_PATTERN
+
+    study, ledger = _study_and_ledger(row)
+    better, _, other = CLAIM_PATTERN.match(row.claim).groups()
+    cells = {f"{arm}@{row.variant}" if row.variant else arm for arm in (better, other)}
+    rules = [rule for rule in rules_by_cell(study, ledger, cells) if rule != RULE_NOT_RECORDED]
+    if rules:
+        return "; ".join(rules)
+    return f"{row.rule} (stated; not in its ledger)" if row.rule else "not recorded"
+
+
+def row_bars(rows: list[Row] = ROWS) -> list[tuple[Row, object, str]]:
+    """(row, its ClaimBar, its unit) for every row, computed from the committed ledger."""
+    from fedsynth.study.figure import claim_bars
+
     studies: dict[str, list] = {}
     out = []
     for row in rows:
         if row.study not in studies:
-            study = load_study(ROOT / "studies" / f"{row.study_file or row.study}.toml", check)
-            studies[row.study] = claim_bars(study, Ledger(STUDIES / row.study / "ledger.jsonl"))
+            studies[row.study] = claim_bars(*_study_and_ledger(row))
         label = row.claim + (f" ({row.variant})" if row.variant else "")
         bars = [bar for bar in studies[row.study] if bar.label == label and f" {row.score}" in bar.axis]
         if not bars:
@@ -146,14 +184,14 @@ def _digits(unit_name: str) -> int:
 
 def table_markdown(rows: list[Row] = ROWS) -> str:
     """The README's claims table."""
-    lines = ["| paper | claim (A vs B) | our setting | verdict | A − B [95 % CI] | paper's A − B | report |",
-             "| --- | --- | --- | --- | --- | --- | --- |"]
+    lines = ["| paper | claim (A vs B) | our setting | server rule | verdict | A − B [95 % CI] | paper's A − B | report |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for row, bar, unit_name in row_bars(rows):
         digits = _digits(unit_name)
         claim = f"{row.claim}" + (f" ({row.variant})" if row.variant else "")
         paper = _signed(bar.paper, digits) if bar.paper is not None else (row.paper_note or "–")
         verdict = f"**{bar.verdict}**" if bar.verdict in ("holds", "reversed") else bar.verdict
-        lines.append(f"| {row.paper} | `{claim}` | {row.setting} | {verdict} | {difference_text(bar, digits)} "
+        lines.append(f"| {row.paper} | `{claim}` | {row.setting} | {row_rule(row)} | {verdict} | {difference_text(bar, digits)} "
                      f"{unit_name} | {paper} | [{row.study}](benchmarks/results/studies/{row.study}/report.md) |")
     return "\n".join(lines)
 

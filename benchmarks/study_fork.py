@@ -149,7 +149,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--into", "--checkpoints", dest="checkpoints", type=Path, required=True,
                         help="where the kept checkpoints are (s<seed>/checkpoint.safetensors)")
     args = parser.parse_args(argv)
-    study = load_study(args.study)
+    from fedsynth.app_config import app_defaults
+
+    study = load_study(args.study, app_defaults=app_defaults(REPO_ROOT))  # the keys `fedsynth study` gives its runs
     try:
         if args.mode == "keep":
             keep(study, args.from_arm, args.runs_dir, args.checkpoints)

@@ -23,7 +23,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # run as a script, only benchmarks/ is on sys.path
 
 from fedsynth.study.ledger import Ledger  # noqa: E402
-from fedsynth.study.plan import plan, read_rounds  # noqa: E402
+from fedsynth.study.plan import keyed_for, plan, read_rounds  # noqa: E402
 from fedsynth.study.studyfile import Study, load_study  # noqa: E402
 
 
@@ -52,7 +52,7 @@ def with_ratio(values: dict[str, float | None], ratio: tuple[str, str] | None) -
 def collect(study: Study, ledger: Ledger, keys: Sequence[str],
             ratio: tuple[str, str] | None) -> dict[str, dict[int, dict[str, float | None]]]:
     """{cell: {seed: {column: value}}} of the report runs that finished and whose folder is there."""
-    _, report, _ = plan(study, ledger)
+    _, report, _ = plan(keyed_for(study, ledger), ledger)  # a ledger from before provenance: its keys
     out: dict[str, dict[int, dict[str, float | None]]] = {}
     for spec in report:
         entry = ledger.get(spec.key)

@@ -35,7 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # run as a script, only benchmarks/ is on sys.path
 
 from fedsynth.study.ledger import MAX_CURVE_POINTS, Ledger  # noqa: E402
-from fedsynth.study.plan import plan  # noqa: E402
+from fedsynth.study.plan import keyed_for, plan  # noqa: E402
 from fedsynth.study.verdicts import claim_cells, claim_result  # noqa: E402
 from fedsynth.study.studyfile import Study, load_study  # noqa: E402
 
@@ -62,7 +62,7 @@ def rescore(study: Study, ledger: Ledger, window: int,
     The window is the last `window` evaluations at or before `end_round` (the run's end when None). Returns
     {cell: {seed: (window mean, window sd)}}. `render` passes it a copy.
     """
-    _, report, _ = plan(study, ledger)
+    _, report, _ = plan(keyed_for(study, ledger), ledger)  # a ledger from before provenance: its keys
     by_cell: dict[str, dict[int, tuple[float, float]]] = {}
     for spec in report:
         entry = ledger.get(spec.key)

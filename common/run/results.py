@@ -1,6 +1,8 @@
 """The results folder of a run: config, per-round metrics, summary, plots and final model.
 
-`results/<run-name>/` holds `config.json`, `metrics.jsonl` (one JSON object per
+`results/<run-name>/` holds `config.json` (the full effective config: every
+run-config key, defaults resolved), `provenance.json` (the commit, versions and
+device that made it, common/run/provenance.py), `metrics.jsonl` (one JSON object per
 round, appended and flushed as the round ends, so a crashed run keeps what it
 did), `summary.json`, PNG curves and `model.safetensors`. Plots are made with
 matplotlib's Agg backend, so no display is needed. With `tensorboard = true`
@@ -22,6 +24,7 @@ import numpy as np
 from flwr.common.logger import log
 
 from common.run.config import ConfigError, RunConfig
+from common.run.provenance import gather
 
 
 def results_root(results_dir: str) -> Path:
@@ -58,6 +61,7 @@ def _json_safe(value: Any) -> Any:
 
 LOCK_FILE = ".lock"
 CHECKPOINT_FILE = "checkpoint.safetensors"
+PROVENANCE_FILE = "provenance.json"  # the commit, versions and device of the run (common/run/provenance.py)
 # Files whose presence means the folder holds (part of) a run's results.
 RESULT_FILES = ("config.json", "metrics.jsonl", "summary.json", "model.safetensors", CHECKPOINT_FILE)
 HELD_LOCK_ENV = "FEDSYNTH_HELD_LOCK"  # "<pid>:<lock path>": this process's driver (fedsynth run) holds that lock
@@ -191,6 +195,7 @@ class RunResults:
                 if cfg.overwrite:
                     clear_run_folder(self.path)
                 self._write_config()
+                self._write_provenance(resumed=False)
                 self.metrics_path.write_text("")
                 self._started = True
             if cfg.tensorboard:
@@ -204,6 +209,21 @@ class RunResults:
 
     def _write_config(self) -> None:
         (self.path / "config.json").write_text(json.dumps(self.cfg.as_dict(), indent=2) + "\n")
+
+    def _write_provenance(self, resumed: bool) -> None:
+        """provenance.json: what started the run; each resume appends what resumed it to its "resumed" list."""
+        path = self.path / PROVENANCE_FILE
+        record = gather(self.cfg.device)
+        if resumed:
+            try:
+                previous = json.loads(path.read_text())
+            except (OSError, ValueError):
+                previous = {"commit": "not recorded"}  # a folder from before provenance
+            if not isinstance(previous, dict):
+                previous = {"commit": "not recorded"}
+            previous.setdefault("resumed", []).append(record)
+            record = previous
+        path.write_text(json.dumps(record, indent=2) + "\n")
 
     def close(self) -> None:
         """Release the folder's lock."""
@@ -280,6 +300,7 @@ class RunResults:
         os.replace(tmp, self.metrics_path)
         self.rounds = safe
         self._write_config()
+        self._write_provenance(resumed=True)
         if self.tensorboard is not None:
             self.tensorboard.resume_after(max((int(r["round"]) for r in rounds), default=-1))
         self._started = True

@@ -41,8 +41,9 @@ def add_study_parser(sub: Any) -> None:
     cmd.add_argument("--report-only", action="store_true", help="remake the report from the ledger; run nothing")
     cmd.add_argument("--dry-run", action="store_true", help="list the runs and how many are finished; run nothing")
     cmd.add_argument("--reuse", type=Path, action="append", default=[], metavar="LEDGER",
-                     help="take the runs another study's ledger finished with the same run config instead of running "
-                          "them (repeatable; they are scored again by this study's rules)")
+                     help="take the runs another study's ledger finished with the same effective run config instead "
+                          "of running them (repeatable; they are scored again by this study's rules; runs of the same "
+                          "settings under another effective config are refused by key)")
     cmd.add_argument("--app-dir", type=Path, default=None, help="the Flower app (default: found from cwd)")
 
 
@@ -74,16 +75,17 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     from common.run.results import results_root
     from fedsynth.study.ledger import Ledger
     from fedsynth.study.runner import StudyPaths, run_study, simulation_executor
-    from fedsynth.study.plan import plan, total_runs
+    from fedsynth.study.plan import keyed_for, plan, total_runs
     from fedsynth.study.sharpness import sharpness_measurer
     from fedsynth.study.report import write_report
-    from fedsynth.study.reuse import reusable, reuse_runs
+    from fedsynth.study.reuse import ReuseRefused, reusable, reuse_runs
+    from fedsynth.study.runner import refuse_before_provenance
     from fedsynth.study.studyfile import StudyError, load_study, select
 
     defaults = app_defaults(app_dir)
     check = run_config_check(app_dir)
     try:
-        study = select(load_study(args.file, check), args.arms, args.variants)
+        study = select(load_study(args.file, check, defaults), args.arms, args.variants)
     except StudyError as err:
         print(f"fedsynth study: {err}", file=sys.stderr)
         return 2
@@ -110,16 +112,31 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
         return 2
     sources = [Ledger(path) for path in args.reuse]
     if args.dry_run:
-        tuning, report, chosen = plan(study, ledger)
-        found = reusable(study, tuning + report, ledger, sources)
+        read_as = keyed_for(study, ledger)
+        if read_as.keyed_by_settings:
+            print(f"{paths.ledger} was made before provenance (no effective configs): its runs are listed by the keys "
+                  "of their study settings; `fedsynth study` runs nothing on it (docs/studies.md)")
+        tuning, report, chosen = plan(read_as, ledger)
+        try:
+            found = reusable(read_as, tuning + report, ledger, sources)
+        except ReuseRefused as err:
+            print(f"fedsynth study: {err}", file=sys.stderr)
+            return 2
         for spec in tuning + report:
             state = "done" if spec.key in ledger else "reused" if spec.key in found else "to run"
             print(f"{spec.phase:6} {spec.cell:30} seed {spec.seed:<4} {spec.grid_point or ''} [{state}]")
         pending = len(study.cells()) * len(study.report_seeds) - len(report)
         print(f"{total_runs(study)} runs in all; {pending} report runs wait for tuning")
         return 0
-    if sources:
-        print(f"reused {reuse_runs(study, ledger, sources)} finished run(s) from {', '.join(map(str, args.reuse))}")
+    try:
+        if sources or not args.report_only:
+            refuse_before_provenance(study, ledger)
+        if sources:
+            print(f"reused {reuse_runs(study, ledger, sources)} finished run(s) from "
+                  f"{', '.join(map(str, args.reuse))}")
+    except (StudyError, ReuseRefused) as err:
+        print(f"fedsynth study: {err}", file=sys.stderr)
+        return 2
     if args.report_only:
         write_report(study, ledger, paths.out)
         print(f"report: {paths.out / 'report.md'}")
@@ -143,6 +160,9 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     try:
         ledger = run_study(study, paths, executor, args.jobs, args.max_runs, args.retry_failed, measurer=measurer,
                            reuse=sources)
+    except (StudyError, ReuseRefused) as err:
+        print(f"fedsynth study: {err}", file=sys.stderr)
+        return 2
     except RunInterrupted as err:
         print(f"fedsynth study: interrupted by {signal_name(err.signum)}; the stopped runs kept their checkpoints and "
               "resume on the next call of the same command", file=sys.stderr)

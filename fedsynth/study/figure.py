@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from fedsynth.study.ledger import Ledger
+from fedsynth.study.plan import keyed_for
 from fedsynth.study.statistics import HOLDS, NOT_RESOLVED, NOT_RUN, REVERSED
 from fedsynth.study.studyfile import Claim, Study
 from fedsynth.study.verdicts import claim_cells, claim_format, claim_result
@@ -58,6 +59,7 @@ def paper_difference(study: Study, claim: Claim, variant: str) -> float | None:
 
 def claim_bars(study: Study, ledger: Ledger) -> list[ClaimBar]:
     """The bars of a study's claims, in the order and units of the report's claim lines."""
+    study = keyed_for(study, ledger)  # a ledger made before provenance: by the keys it was made with
     bars = []
     for claim in study.claims:
         for cells in claim_cells(study, claim):

@@ -9,12 +9,18 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from common.run.provenance import commit_label
+from fedsynth.study.effective import differences, server_rule, settings_key
 from fedsynth.study.ledger import Ledger
 from fedsynth.study.scores import lower_is_better
 from fedsynth.study.studyfile import RunSpec, Study, report_runs, tuning_runs
+
+# An entry of a ledger made before provenance: keyed by its study settings, without an effective config.
+EFFECTIVE_CONFIG = "effective-config"
 
 
 def read_rounds(folder: Path) -> list[dict[str, Any]]:
@@ -87,3 +93,88 @@ def plan(study: Study, ledger: Ledger) -> tuple[list[RunSpec], list[RunSpec], di
 def total_runs(study: Study) -> int:
     """How many runs the whole study has: tuning runs plus every cell on every report seed."""
     return len(tuning_runs(study)) + len(study.cells()) * len(study.report_seeds)
+
+
+def every_possible_run(study: Study) -> list[RunSpec]:
+    """Every run the study can make: its tuning runs and each cell on each report seed at each grid point."""
+    runs = tuning_runs(study)
+    for cell, arm, variant in study.cells():
+        for point in study.arms[arm].grid_points():
+            for seed in study.report_seeds:
+                overrides = {**study.cell_overrides(arm, variant), **point, "seed": seed}
+                runs.append(study.run_spec(cell, arm, variant, "report", seed, point, overrides))
+    return runs
+
+
+def is_before_provenance(entry: Mapping[str, Any]) -> bool:
+    """Whether a ledger entry was made before provenance: it records no effective config."""
+    return not isinstance(entry.get(EFFECTIVE_CONFIG), Mapping)
+
+
+def keyed_for(study: Study, ledger: Ledger) -> Study:
+    """The study keyed as its ledger is: by settings when the ledger was made before provenance, else as given.
+
+    A ledger is read by the study's effective-config keys when any of its entries has
+    one of them; else, when entries recorded without an effective config match the
+    study's settings keys (a ledger made before provenance), by those; else as given.
+    """
+    if study.keyed_by_settings or not ledger.entries:
+        return study
+    if any(spec.key in ledger for spec in every_possible_run(study)):
+        return study
+    old = replace(study, keyed_by_settings=True)
+    if any(is_before_provenance(ledger.entries.get(spec.key, {EFFECTIVE_CONFIG: {}}))
+           for spec in every_possible_run(old)):
+        return old
+    return study
+
+
+def runs_under_other_configs(specs: list[RunSpec], ledger: Ledger) -> list[tuple[RunSpec, dict[str, Any]]]:
+    """(spec, entry) for each of `specs` the ledger lacks but holds with the same study settings under another
+    (or an unrecorded) effective config: the same run in the study file, not the same run."""
+    by_settings: dict[str, list[dict[str, Any]]] = {}
+    for entry in ledger.entries.values():
+        by_settings.setdefault(settings_key(entry.get("config", {})), []).append(entry)
+    found = []
+    for spec in specs:
+        if spec.effective is None or spec.key in ledger:
+            continue
+        found += [(spec, entry) for entry in by_settings.get(spec.settings_key, []) if entry["key"] != spec.key]
+    return found
+
+
+def other_config_text(ledger: Ledger, spec: RunSpec, entry: Mapping[str, Any]) -> str:
+    """Why `entry` is not the study's run `spec`, naming both keys and the effective-config keys that differ."""
+    where = f"ledger {ledger.path} entry {entry['key']} ({spec.cell} {spec.phase} seed {spec.seed})"
+    if is_before_provenance(entry):
+        return (f"{where} records no effective config (made before provenance): the defaults it ran under are "
+                f"unknown, so it is not this study's run {spec.key}")
+    return (f"{where} ran under an effective config that differs from this study's {spec.key} in: "
+            + "; ".join(differences(spec.effective or {}, entry[EFFECTIVE_CONFIG])))
+
+
+def planned_entries(study: Study, ledger: Ledger, cells: set[str] | None = None) -> list[tuple[RunSpec, dict[str, Any]]]:
+    """(spec, entry) of every planned run the ledger holds (of `cells` only, when given), read as the ledger is keyed."""
+    study = keyed_for(study, ledger)
+    tuning, report, _ = plan(study, ledger)
+    return [(spec, ledger.entries[spec.key]) for spec in tuning + report
+            if spec.key in ledger and (cells is None or spec.cell in cells)]
+
+
+def rules_by_cell(study: Study, ledger: Ledger, cells: set[str] | None = None) -> dict[str, list[str]]:
+    """{server rule: the cells whose runs used it} over the planned runs the ledger holds (`server_rule`)."""
+    rules: dict[str, list[str]] = {}
+    for spec, entry in planned_entries(study, ledger, cells):
+        names = rules.setdefault(server_rule(entry), [])
+        if spec.cell not in names:
+            names.append(spec.cell)
+    return rules
+
+
+def commits_of(study: Study, ledger: Ledger, cells: set[str] | None = None) -> dict[str, int]:
+    """{commit label: how many of the planned runs the ledger holds came from it} (`commit_label`)."""
+    counts: dict[str, int] = {}
+    for _, entry in planned_entries(study, ledger, cells):
+        label = commit_label(entry.get("provenance"))
+        counts[label] = counts.get(label, 0) + 1
+    return counts

@@ -22,7 +22,8 @@ from typing import Any
 from fedsynth.study.ledger import Ledger
 from fedsynth.study.scores import lower_is_better
 from fedsynth.study.statistics import Interval, t_interval
-from fedsynth.study.plan import choose, plan, total_runs
+from fedsynth.study.plan import (choose, commits_of, every_possible_run, keyed_for, other_config_text,
+                                 planned_entries, plan, rules_by_cell, runs_under_other_configs, total_runs)
 from fedsynth.study.figure import plot_claims
 from fedsynth.study.verdicts import cell_scores, claim_cells, claim_format, claim_result, digits_of, display_scale_of
 from fedsynth.study.studyfile import Study
@@ -42,8 +43,46 @@ def _interval_text(interval: Interval, scale: float, digits: int, sign: bool = F
     return f"[{_fmt(interval.low, scale, digits, sign)}, {_fmt(interval.high, scale, digits, sign)}]"
 
 
+def provenance_lines(study: Study, ledger: Ledger) -> list[str]:
+    """The header's lines on what made the runs: their server rule, commits and versions, and the entries left
+    out because they ran the same settings under another effective config (each named by key)."""
+    study = keyed_for(study, ledger)
+    lines = []
+    if study.keyed_by_settings:
+        lines.append("- **Made before provenance**: the ledger's entries record neither their effective config nor "
+                     "their commit, and their run keys digest the study's settings alone (docs/studies.md).")
+    rules = rules_by_cell(study, ledger)
+    if len(rules) == 1:
+        lines.append(f"- Server rule of every run: {next(iter(rules))}.")
+    elif rules:
+        lines.append("- Server rules (they differ between cells): "
+                     + "; ".join(f"{rule} ({', '.join(cells)})" for rule, cells in rules.items()) + ".")
+    commits = commits_of(study, ledger)
+    if commits:
+        lines.append("- Commit(s) the runs came from: "
+                     + ", ".join(f"{label} ({count} runs)" for label, count in commits.items()) + ".")
+    versions: dict[str, int] = {}
+    for _, entry in planned_entries(study, ledger):
+        record = entry.get("provenance")
+        if isinstance(record, Mapping):
+            text = (f"fedsynth {record.get('fedsynth-version')}, flwr {record.get('flwr')}, torch "
+                    f"{record.get('torch')}, Python {record.get('python')} on {record.get('device')}")
+            versions[text] = versions.get(text, 0) + 1
+    if versions:
+        lines.append("- Versions: " + "; ".join(f"{text} ({count} runs)" for text, count in versions.items()) + ".")
+    if not study.keyed_by_settings:
+        other = runs_under_other_configs(every_possible_run(study), ledger)
+        if other:
+            shown = [other_config_text(ledger, spec, entry) for spec, entry in other[:3]]
+            lines.append(f"- **{len(other)} ledger entr{'y' if len(other) == 1 else 'ies'} ran this study's settings "
+                         "under another effective config (or an unrecorded one) and are left out**, not mixed in: "
+                         + "; ".join(shown) + ("; ..." if len(other) > 3 else "") + ".")
+    return lines
+
+
 def render_markdown(study: Study, ledger: Ledger) -> str:
     """The text of report.md."""
+    study = keyed_for(study, ledger)
     tuning, report, chosen = plan(study, ledger)
     done = sum(1 for spec in tuning + report if spec.key in ledger)
     total = total_runs(study)
@@ -63,10 +102,12 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
         f"tuning seeds {study.tuning_seeds} on `{study.tuning_metric}` (never the official test split).",
         "- Claims: paired difference A − B over report seeds, two-sided 95 % Student-t interval; **holds** when the "
         "interval is on the claimed side of 0, **reversed** on the other side, **not resolved** when it contains 0.",
+        *provenance_lines(study, ledger),
     ]
     reused = Counter(ledger.entries[spec.key]["reused-from"] for spec in tuning + report
                      if "reused-from" in ledger.entries.get(spec.key, {}))
-    lines += [f"- {count} run(s) reused from `{source}` (same run config; `--reuse`)." for source, count in reused.items()]
+    same = "same run config" if study.keyed_by_settings else "same effective run config"  # how it was matched
+    lines += [f"- {count} run(s) reused from `{source}` ({same}; `--reuse`)." for source, count in reused.items()]
     lines.append("")
     if study.notes:
         lines += [study.notes.strip(), ""]
@@ -235,7 +276,11 @@ def plot_curves(study: Study, ledger: Ledger, path: Path) -> None:
 
 
 def write_report(study: Study, ledger: Ledger, out: Path) -> None:
-    """report.md, runs.csv, curves.png and (when the study has claims) claims.png into `out`."""
+    """report.md, runs.csv, curves.png and (when the study has claims) claims.png into `out`.
+
+    A ledger made before provenance is read by the keys it was made with (`keyed_for`).
+    """
+    study = keyed_for(study, ledger)
     out.mkdir(parents=True, exist_ok=True)
     (out / "report.md").write_text(render_markdown(study, ledger))
     write_runs_csv(study, ledger, out / "runs.csv")

@@ -1,7 +1,8 @@
 """`fedsynth study --reuse OTHER/ledger.jsonl`: take another study's finished runs instead of running them again.
 
-A run key is a digest of the run config alone (`RunSpec.key`), so a run that
-another study finished with the same key is the same run: an ablation study
+A run key is a digest of the effective run config (every key, defaults
+resolved: `RunSpec.key`), so a run that another study finished with the same
+key is the same run: an ablation study
 whose base arms equal a main study's, or a study split in two files, need not
 spend hours repeating it. The copy is entered in this study's ledger under this
 study's cell, arm, variant and phase, names where it came from, and is scored
@@ -18,6 +19,11 @@ A thinned run is still scored exactly when its run folder (the entry's
 study scores its own runs from that file, so the copy gets the same scores.
 Seconds-to scores need the rounds' times, which a ledger does not keep: they
 are taken from the other ledger when it scored the same target, else left out.
+
+A run the other ledger holds with the same study settings under another
+effective config (a default changed between them), or without a recorded one
+(a ledger made before provenance), is not the same run: `ReuseRefused` names
+both keys and the keys that differ, and nothing is copied.
 """
 
 from __future__ import annotations
@@ -28,7 +34,7 @@ from typing import Any
 
 from fedsynth.study.ledger import MAX_CURVE_POINTS, Ledger
 from fedsynth.study.scores import score_run
-from fedsynth.study.plan import plan, read_rounds
+from fedsynth.study.plan import other_config_text, plan, read_rounds, runs_under_other_configs
 from fedsynth.study.studyfile import RunSpec, Study
 
 
@@ -83,8 +89,31 @@ def rescore(study: Study, entry: Mapping[str, Any], phase: str = "report") -> di
     return scores
 
 
+class ReuseRefused(ValueError):
+    """`--reuse` of a ledger whose runs ran under another (or an unrecorded) effective config; names the keys."""
+
+
+def refusals(study: Study, specs: Sequence[RunSpec], ledger: Ledger, sources: Sequence[Ledger]) -> list[str]:
+    """Why each run of `specs` that neither this ledger nor any source holds by key is not taken from a source
+    that holds it with the same study settings (another effective config, or none recorded)."""
+    if study.keyed_by_settings:
+        return [f"study {study.name} is read with keys of its settings alone (a ledger made before provenance): "
+                "it takes no runs from other ledgers"]
+    missing = [spec for spec in specs if spec.key not in ledger and not any(spec.key in s for s in sources)]
+    return [other_config_text(source, spec, entry) for source in sources
+            for spec, entry in runs_under_other_configs(missing, source)]
+
+
 def reusable(study: Study, specs: Sequence[RunSpec], ledger: Ledger, sources: Sequence[Ledger]) -> dict[str, dict[str, Any]]:
-    """{run key: the entry to enter} for the runs in `specs` this ledger lacks and a source finished."""
+    """{run key: the entry to enter} for the runs in `specs` this ledger lacks and a source finished.
+
+    Raises ReuseRefused when a source holds one of them under another effective config (`refusals`).
+    """
+    refused = refusals(study, specs, ledger, sources) if sources else []
+    if refused:
+        shown = refused[:5] + ([f"... and {len(refused) - 5} more"] if len(refused) > 5 else [])
+        raise ReuseRefused("--reuse refused: runs of the same study settings under another effective config are "
+                           "not the same runs (docs/studies.md):\n  " + "\n  ".join(shown))
     found: dict[str, dict[str, Any]] = {}
     for spec in specs:
         if spec.key in ledger or spec.key in found:

@@ -29,15 +29,17 @@ from pathlib import Path
 from typing import Any
 
 from common.run.interrupt import STOP, raise_if_stopped
+from common.run.provenance import gather
+from common.run.results import PROVENANCE_FILE
 from fedsynth.app_process import app_process_env
 from fedsynth.study.ledger import Ledger, thin
 from fedsynth.study.claims import Claim, Claims
 from fedsynth.study.scores import curve, score_run
 from fedsynth.study.sharpness import SHARPNESS, Measurer, can_measure, lacks_sharpness, sharpness_scores
-from fedsynth.study.plan import plan, read_rounds, total_runs
+from fedsynth.study.plan import EFFECTIVE_CONFIG, keyed_for, plan, read_rounds, total_runs
 from fedsynth.study.report import write_report
 from fedsynth.study.reuse import reuse_runs
-from fedsynth.study.studyfile import RunSpec, Study
+from fedsynth.study.studyfile import RunSpec, Study, StudyError
 from fedsynth.workers import run_worker
 
 CHECKPOINT_FILE = "checkpoint.safetensors"
@@ -111,17 +113,34 @@ def simulation_executor(app_dir: Path, study: Study, jobs: int, gpus_per_client:
     return execute
 
 
+def run_provenance(folder: Path, device: str) -> dict[str, Any]:
+    """The run folder's provenance.json (what its process recorded), else this process's record of this machine."""
+    try:
+        record = json.loads((folder / PROVENANCE_FILE).read_text())
+    except (OSError, ValueError):
+        record = None
+    if isinstance(record, dict):
+        return record
+    return {**gather(device), "source": "the study process (the run left no provenance.json)"}
+
+
 def ledger_entry(study: Study, spec: RunSpec, folder: Path, outcome: RunOutcome) -> dict[str, Any]:
-    """The ledger line of a finished run: identity, exit code, scores of every metric and thinned curves."""
+    """The ledger line of a finished run: identity, its effective config and provenance, exit code, scores of every
+    metric and thinned curves."""
     rounds = read_rounds(folder)
     scores = score_run(rounds, study.metrics, last_k=study.last_k, targets=study.targets)
     measured = sharpness_scores(folder) if SHARPNESS in study.metrics else None
     if measured is not None:
         scores[SHARPNESS] = measured
     curves = {m: thin([[r, v] for r, v, _ in curve(rounds, m)]) for m in study.metrics}
-    return {
+    identity: dict[str, Any] = {
         "key": spec.key, "cell": spec.cell, "arm": spec.arm, "variant": spec.variant, "phase": spec.phase,
-        "seed": spec.seed, "grid-point": spec.grid_point, "config": spec.overrides,
+        "seed": spec.seed, "grid-point": spec.grid_point, "config": spec.overrides}
+    if spec.effective is not None:
+        identity[EFFECTIVE_CONFIG] = spec.effective
+        identity["provenance"] = run_provenance(folder, str(spec.effective.get("device", "auto")))
+    return {
+        **identity,
         "exit-code": outcome.exit_code, "seconds": round(outcome.seconds, 2),
         "rounds": max((int(r.get("round", 0)) for r in rounds), default=0),
         "scores": scores, "curves": curves, "run-dir": str(folder), "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
@@ -310,6 +329,23 @@ def measure_recorded_runs(study: Study, ledger: Ledger, paths: StudyPaths, measu
     return measured
 
 
+def refuse_before_provenance(study: Study, ledger: Ledger) -> None:
+    """Raise StudyError when the ledger was made before provenance: running on it would mix rules unseen.
+
+    Its entries are keyed by their study settings and record no effective config, so the
+    defaults they ran under are unknown; runs made now would run again under new keys and
+    sit beside them. Their report is remade with `--report-only`; the study runs anew on
+    another `--out` (docs/studies.md).
+    """
+    if study.keyed_by_settings or not keyed_for(study, ledger).keyed_by_settings:
+        return
+    raise StudyError(
+        f"ledger {ledger.path} was made before provenance: its {len(ledger.entries)} entries record no effective "
+        f"config (their run keys digest the study's settings alone, and the defaults they ran under are unknown). "
+        f"Nothing was run. `--report-only` remakes its report from it; to run the study under today's code, give "
+        f"another --out (the runs then get keys that digest their effective config; docs/studies.md)")
+
+
 def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1, max_runs: int | None = None,
               retry_failed: bool = False, write: Callable[[str], None] = print,
               measurer: Measurer | None = None, reuse: Sequence[Ledger] = ()) -> Ledger:
@@ -335,6 +371,7 @@ def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1
         ledger.reload()
     if repaired:
         write(f"ledger {paths.ledger}: {repaired}")
+    refuse_before_provenance(study, ledger)
     tuning, report, _ = plan(study, ledger)
     remaining = total_runs(study) - sum(1 for spec in tuning + report if spec.key in ledger)
     write(f"study {study.name}: {total_runs(study)} runs ({len(tuning)} tuning, "

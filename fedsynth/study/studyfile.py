@@ -12,9 +12,7 @@ before any run starts.
 from __future__ import annotations
 
 import difflib
-import hashlib
 import itertools
-import json
 import math
 import re
 import tomllib
@@ -23,6 +21,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from fedsynth.study.effective import effective_config, effective_key, settings_key
 from fedsynth.study.scores import lower_is_better
 from fedsynth.study.sharpness import SHARPNESS
 
@@ -126,6 +125,10 @@ class Study:
     notes: str = ""
     sharpness_examples: int = 10000  # training examples of the `sharpness` extra metric (0: the whole split)
     part: str = ""  # set by `select`: which arms and variants of the file this study is
+    # The app's default run config ([tool.flwr.app.config]); each run's effective config is these, then its settings.
+    app_defaults: dict[str, Any] = field(default_factory=dict)
+    # True: run keys are digests of the study's settings alone, as in ledgers made before provenance (reading them).
+    keyed_by_settings: bool = False
 
     @property
     def metrics(self) -> list[str]:
@@ -141,6 +144,12 @@ class Study:
         """Base, then the variant, then the arm: the arm wins."""
         return {**self.base, **self.variants.get(variant, {}), **self.arms[arm].overrides}
 
+    def run_spec(self, cell: str, arm: str, variant: str, phase: str, seed: int, grid_point: dict[str, Any],
+                 overrides: dict[str, Any]) -> "RunSpec":
+        """One run, with its effective config (None when keyed by settings: a ledger from before provenance)."""
+        effective = None if self.keyed_by_settings else effective_config(self.app_defaults, overrides)
+        return RunSpec(cell, arm, variant, phase, seed, grid_point, overrides, effective)
+
 
 @dataclass(frozen=True)
 class RunSpec:
@@ -152,13 +161,22 @@ class RunSpec:
     phase: str
     seed: int
     grid_point: dict[str, Any]
-    overrides: dict[str, Any] = field(repr=False)
+    overrides: dict[str, Any] = field(repr=False)  # the study's settings of this run
+    effective: dict[str, Any] | None = field(default=None, repr=False)  # every run-config key, defaults resolved
 
     @property
     def key(self) -> str:
-        """A digest of everything that decides the run: same key, same run."""
-        text = json.dumps(self.overrides, sort_keys=True, default=str)
-        return hashlib.sha256(text.encode()).hexdigest()[:12]
+        """A digest of everything that decides the run (its effective config): same key, same run.
+
+        A spec without an effective config (`Study.keyed_by_settings`) has the key
+        ledgers made before provenance used: a digest of the study's settings alone.
+        """
+        return settings_key(self.overrides) if self.effective is None else effective_key(self.effective)
+
+    @property
+    def settings_key(self) -> str:
+        """The key this run had before provenance (its study settings' digest): how old ledgers name it."""
+        return settings_key(self.overrides)
 
     @property
     def folder_name(self) -> str:
@@ -349,7 +367,7 @@ def parse_study(raw: Mapping[str, Any], path: Path) -> Study:
 def select(study: Study, arms: list[str] | None = None, variants: list[str] | None = None) -> Study:
     """The part of a study on some of its arms and variants, to run a slice of a large study first.
 
-    Run keys are digests of the run config alone, so a run of the part is the same run (same key,
+    Run keys are digests of the effective run config alone, so a run of the part is the same run (same key,
     same ledger entry) as in the whole study: a later call on the whole file skips it. Claims are
     kept when both their arms are selected.
     """
@@ -367,8 +385,13 @@ def select(study: Study, arms: list[str] | None = None, variants: list[str] | No
     return replace(study, arms=kept_arms, variants=kept_variants, claims=claims, part=part)
 
 
-def load_study(path: Path, check_config: Callable[[dict[str, Any]], None] | None = None) -> Study:
-    """Read and check a study file; `check_config` validates every run config it can produce."""
+def load_study(path: Path, check_config: Callable[[dict[str, Any]], None] | None = None,
+               app_defaults: Mapping[str, Any] | None = None) -> Study:
+    """Read and check a study file; `check_config` validates every run config it can produce.
+
+    `app_defaults` (the app's `[tool.flwr.app.config]`) resolve each run's effective config, which its key
+    digests; without them the run config's own defaults do.
+    """
     try:
         with open(path, "rb") as handle:
             raw = tomllib.load(handle)
@@ -377,6 +400,8 @@ def load_study(path: Path, check_config: Callable[[dict[str, Any]], None] | None
     except tomllib.TOMLDecodeError as err:
         raise StudyError(f"study file {path} is not valid TOML: {err}") from None
     study = parse_study(raw, Path(path))
+    if app_defaults is not None:
+        study = replace(study, app_defaults=dict(app_defaults))
     if check_config is not None:
         for cell, arm, variant in study.cells():
             for point in study.arms[arm].grid_points():
@@ -398,7 +423,7 @@ def tuning_runs(study: Study) -> list[RunSpec]:
                 overrides = {**study.cell_overrides(arm, variant), **point, "seed": seed}
                 if not study.tuning_central_eval:
                     overrides["central-eval"] = False  # tuning never reads the official test split
-                runs.append(RunSpec(cell, arm, variant, "tune", seed, point, overrides))
+                runs.append(study.run_spec(cell, arm, variant, "tune", seed, point, overrides))
     return runs
 
 
@@ -409,7 +434,7 @@ def report_runs(study: Study, chosen: Mapping[str, dict[str, Any]]) -> list[RunS
         point = dict(chosen.get(cell, {}))
         for seed in study.report_seeds:
             overrides = {**study.cell_overrides(arm, variant), **point, "seed": seed}
-            runs.append(RunSpec(cell, arm, variant, "report", seed, point, overrides))
+            runs.append(study.run_spec(cell, arm, variant, "report", seed, point, overrides))
     return runs
 
 

@@ -1,0 +1,103 @@
+"""A study run's effective config (every run-config key, defaults resolved), its run key, and its server rule.
+
+A run is decided by every key of its run config, not only the ones the study
+file sets: a changed default (the bounded-influence defaults of issue 51) runs
+another rule under the same study settings. So the run key is a digest of the
+effective config: the app's defaults (`[tool.flwr.app.config]`), then the
+study's settings, parsed by the app's own `parse_run_config` into a `RunConfig`
+and written out with every key (`RunConfig.as_dict`). Keys that say only where
+files go or how a run is resumed (`NOT_IN_KEY`) are left out of the digest, so a
+ledger stays valid on another machine or results folder.
+
+Ledgers made before this (entries without `effective-config`) were keyed by the
+study's settings alone (`settings_key`); docs/studies.md says how they are read.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+from collections.abc import Mapping
+from typing import Any
+
+# Where a run's files go and how it is resumed: not what it computes.
+NOT_IN_KEY = ("results-dir", "run-name", "resume", "overwrite", "accept-unverified-checkpoint", "data-dir",
+              "cache-dir", "tensorboard", "checkpoint-every")
+# The keys of the server's aggregation rule, as a report header states them.
+RULE_KEYS = ("aggregation", "bounded-influence", "max-update-norm", "max-update-norm-ratio", "max-weight-share")
+# What a ledger entry without an effective config says about its rule.
+RULE_NOT_RECORDED = "not recorded (made before provenance)"
+
+
+def digest(config: Mapping[str, Any]) -> str:
+    """12 hex digits of the SHA-256 of the config as sorted JSON."""
+    text = json.dumps(dict(config), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+def settings_key(overrides: Mapping[str, Any]) -> str:
+    """The run key of ledgers made before provenance: a digest of the study's own settings alone."""
+    return digest(overrides)
+
+
+def effective_key(effective: Mapping[str, Any]) -> str:
+    """The run key: a digest of the effective config without the `NOT_IN_KEY` keys."""
+    return digest({k: v for k, v in effective.items() if k not in NOT_IN_KEY})
+
+
+def effective_config(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Every run-config key of the run the app makes of `defaults` then `overrides` (raises ConfigError)."""
+    text = json.dumps([dict(defaults), dict(overrides)], sort_keys=True, default=str)
+    return dict(_parsed(text))
+
+
+@functools.lru_cache(maxsize=4096)
+def _parsed(text: str) -> tuple[tuple[str, Any], ...]:
+    from common.run.config import parse_run_config
+    from server_app.registry import SERVER_STRATEGIES
+
+    defaults, overrides = json.loads(text)
+    return tuple(parse_run_config({**defaults, **overrides}, SERVER_STRATEGIES).as_dict().items())
+
+
+def differences(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]:
+    """"KEY THEIRS vs OURS" for every key (outside `NOT_IN_KEY`) whose values differ; a missing key is "absent"."""
+    keys = sorted((set(ours) | set(theirs)) - set(NOT_IN_KEY))
+    return [f"{key} {json.dumps(theirs.get(key, 'absent'))} vs {json.dumps(ours.get(key, 'absent'))}"
+            for key in keys if json.dumps(ours.get(key)) != json.dumps(theirs.get(key))]
+
+
+def _bounds(config: Mapping[str, Any]) -> tuple[float, float]:
+    """(max-update-norm-ratio, max-weight-share) the run applied: `bounded-influence` fills a key left off."""
+    ratio, share = float(config.get("max-update-norm-ratio", 0.0)), float(config.get("max-weight-share", 1.0))
+    if config.get("bounded-influence"):
+        # the app's own resolution (common/algorithms/aggregation_settings.py), not a copy of it
+        from common.algorithms import aggregation_settings
+
+        ratio, share = aggregation_settings.bounded_influence_values(ratio, share)
+    return ratio, share
+
+
+def server_rule(entry: Mapping[str, Any]) -> str:
+    """The server rule a ledger entry's run used, in words, from its effective config.
+
+    An entry without one (made before provenance) gives `RULE_NOT_RECORDED`, unless its
+    study settings pin aggregation, max-update-norm-ratio and max-weight-share: then the
+    rule is known from them.
+    """
+    config = entry.get("effective-config")
+    if not isinstance(config, Mapping):
+        settings = entry.get("config", {})
+        if not all(k in settings for k in ("aggregation", "max-update-norm-ratio", "max-weight-share")):
+            return RULE_NOT_RECORDED
+        config = settings
+    ratio, share = _bounds(config)
+    parts = [f"aggregation {config.get('aggregation', 'weighted')}"]
+    if float(config.get("max-update-norm", 0.0)) > 0:
+        parts.append(f"max-update-norm {config['max-update-norm']:g} ({config.get('update-norm-action', 'clip')})")
+    if ratio > 0 or share < 1:
+        parts.append(f"bounded influence on (max-update-norm-ratio {ratio:g}, max-weight-share {share:g})")
+    else:
+        parts.append("bounded influence off (plain rule)")
+    return ", ".join(parts)
