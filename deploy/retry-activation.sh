@@ -21,6 +21,7 @@ set -uo pipefail
 wait_s=90 every=2
 die() { echo "retry-activation.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
+    case "$1" in --|-h|--help) ;; -*) [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;; esac
     case "$1" in
         --activation-wait) wait_s="$2"; shift 2 ;;
         --retry-every) every="$2"; shift 2 ;;

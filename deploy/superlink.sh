@@ -23,6 +23,7 @@ certs="" name="superlink" host="0.0.0.0" port="8000" database="" isolation="subp
 secret="" insecure=0 extra=()
 die() { echo "superlink.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
+    case "$1" in --insecure|--|-h|--help) ;; -*) [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;; esac
     case "$1" in
         --certs) certs="$2"; shift 2 ;;
         --name) name="$2"; shift 2 ;;

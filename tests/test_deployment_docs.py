@@ -65,6 +65,9 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> str:
         script("supernode.sh", *node),
         script("supernode.sh", *node, "--ca", str(ca)),
         script("supernode.sh", *node, "--insecure", "--supernodes-per-host", "0"),
+        script("supernode.sh", *node, "--insecure", "--activation-wait"),
+        script("superlink.sh", "--insecure", "--database"),
+        script("retry-activation.sh", "--activation-wait"),
     ]
     if os.geteuid() != 0 or shutil.which("setpriv"):
         out.append(script("superlink.sh", "--insecure", "--database", str(locked / "state.db"), user=True))
@@ -94,6 +97,13 @@ def test_each_quoted_script_message_is_what_the_script_prints(captured: str, quo
 def test_every_script_failure_is_one_line(captured: str):
     errors = [line for line in captured.splitlines() if line and "WARNING" not in line]
     assert all(re.match(r"^(superlink|supernode|retry-activation)\.sh: ", line) for line in errors), errors
+
+
+@pytest.mark.parametrize(("name", "option"), [("supernode.sh", "--activation-wait"), ("superlink.sh", "--database"),
+                                              ("retry-activation.sh", "--activation-wait")])
+def test_an_option_without_its_value_is_a_usage_error_naming_it(captured: str, name: str, option: str):
+    assert f"{name}: {option} needs a value (see --help)" in captured.splitlines()
+    assert "unbound variable" not in captured
 
 
 def test_without_central_evaluation_the_server_reads_no_data(tmp_path, tiny_data_dir):
