@@ -154,3 +154,10 @@ def test_the_systemd_unit_the_docs_show_starts_the_supernode_script_and_stops_re
     assert set(service["RestartPreventExitStatus"].split()) == {"78", "2"}
     assert "exit 78" in (DEPLOY / "retry-activation.sh").read_text()
     assert 'exit 2; }' in (DEPLOY / "supernode.sh").read_text()
+    # What the unit needs exists: the user's writable home (Flower keeps apps in ~/.flwr), made by the page's
+    # useradd line, and the cache folder, which systemd makes for the user (CacheDirectory= under /var/cache).
+    environment = [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("Environment=")]
+    (home,) = [value.split("=", 1)[1] for value in environment if value.startswith("HOME=")]
+    (useradd,) = [line for line in doc.splitlines() if line.startswith("sudo useradd")]
+    assert f"--create-home --home-dir {home} " in useradd and useradd.endswith(f" {service['User']}")
+    assert f"--cache-dir /var/cache/{service['CacheDirectory']}" in service["ExecStart"]
