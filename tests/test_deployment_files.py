@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import shlex
 import signal
 import socket
 import ssl
@@ -427,6 +428,50 @@ def test_sigterm_reaches_the_supernode(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     assert (tmp_path / "stopped").read_text().strip() == "stopped"
+
+
+def stalled_supernode(bin_dir: Path, error_line: str) -> Path:
+    """A stand-in `flower-supernode` that, on its first start, logs `error_line` and then lives on doing nothing
+    (as Flower does after an unretried HTTP error: node deactivated, process alive); started again, it exits 0."""
+    bin_dir.mkdir(exist_ok=True)
+    calls = bin_dir / "calls"
+    script = bin_dir / "flower-supernode"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"echo x >> '{calls}'\n"
+        f"if [ $(wc -l < '{calls}') -eq 1 ]; then\n"
+        "  echo 'INFO :      SuperNode ID: 5'\n"
+        f"  echo {shlex.quote(error_line)}\n"
+        "  echo 'For more information check: https://developer.mozilla.org/en-US/docs/Web/HTTP/Status/500'\n"
+        "  exec sleep 8\n"  # alive, as Flower's Runtime API thread keeps it; exits 0 by itself if not stopped
+        "fi\n"
+        "exit 0\n"
+    )
+    script.chmod(0o755)
+    return calls
+
+
+def test_watchdog_restarts_a_supernode_that_flower_left_offline_while_its_process_lives(tmp_path: Path) -> None:
+    line = ("\x1b[91mERROR \x1b[0m:     Server error '500 Internal Server Error' for url "
+            "'https://127.0.0.1:9092/v1/fleet/pull-messages'")
+    calls = stalled_supernode(tmp_path / "bin", line)
+    start = time.monotonic()
+    result = retry(tmp_path / "bin", "--retry-every", "1")
+    assert result.returncode == 0, result.stderr
+    assert len(calls.read_text().splitlines()) == 2  # stopped and started again
+    assert time.monotonic() - start < 7  # not after the stand-in's 8 s: the watchdog stopped it
+    assert ("retry-activation.sh: the SuperLink answered this SuperNode with an error Flower does not retry, and "
+            "Flower deactivated the node but left its process running") in result.stderr
+    assert line in result.stdout
+
+
+def test_watchdog_leaves_a_supernode_alone_after_an_error_flower_handles(tmp_path: Path) -> None:
+    # a failed push is logged and the node goes on pulling: nothing to restart
+    calls = stalled_supernode(tmp_path / "bin", "ERROR :     Failed to send message 1a2b: Server error '500 Internal "
+                                                "Server Error' for url 'https://127.0.0.1:9092/v1/fleet/push-object'")
+    result = retry(tmp_path / "bin", "--retry-every", "1")
+    assert result.returncode == 0 and len(calls.read_text().splitlines()) == 1
+    assert "retry-activation.sh" not in result.stderr
 
 
 def test_supernode_script_runs_flower_under_the_activation_retry(tmp_path: Path) -> None:
