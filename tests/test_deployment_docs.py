@@ -80,6 +80,17 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> str:
     out.append(subprocess.run([str(DEPLOY / "retry-activation.sh"), "--retry-every", "1", "--activation-wait", "2",
                                "--", "flower-supernode"], capture_output=True, text=True, timeout=60,
                               env={**os.environ, "PATH": f"{refused}{os.pathsep}{os.environ['PATH']}"}).stderr)
+    # A SuperNode that Flower deactivated after an unretried HTTP error but left running: stopped, started again.
+    stalled = tmp / "stalled-bin"
+    stalled.mkdir()
+    (stalled / "flower-supernode").write_text(
+        f"#!/bin/sh\n[ -f {stalled}/ran ] && exit 0\ntouch {stalled}/ran\n"
+        "echo \"ERROR :     Server error '500 Internal Server Error' for url 'https://x:1/v1/fleet/pull-messages'\"\n"
+        "exec sleep 30\n")
+    (stalled / "flower-supernode").chmod(0o755)
+    out.append(subprocess.run([str(DEPLOY / "retry-activation.sh"), "--retry-every", "1", "--", "flower-supernode"],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PATH": f"{stalled}{os.pathsep}{os.environ['PATH']}"}).stderr)
     shutil.rmtree(shared)
     return "\n".join(out)
 
