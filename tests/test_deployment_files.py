@@ -196,7 +196,17 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_superlink_script_starts_tls_and_node_auth_by_default(tmp_path: Path, pki: Path) -> None:
     out = record_argv(tmp_path / "bin", "flower-superlink")
+    # A state file: Flower's SuperLink runs under deploy/superlink-state.py, with a 60 s SQLite busy timeout.
+    launcher = record_argv(tmp_path / "bin", "python3")  # the stand-in flower-superlink's shebang is /bin/sh
     result = run_script("superlink.sh", ["--certs", str(pki), "--database", str(tmp_path / "s.db")], tmp_path / "bin")
+    assert result.returncode == 0, result.stderr
+    argv = launcher.read_text().split("\0")[:-1]
+    assert argv[:4] == [str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "60000", "--"], argv
+    assert argv[argv.index("--database") + 1] == str(tmp_path / "s.db")
+    assert rejected_flags("flower-superlink", argv[4:]) == []
+    # Flower's own wait (5 s) runs flower-superlink itself
+    result = run_script("superlink.sh", ["--certs", str(pki), "--database", str(tmp_path / "s.db"),
+                                         "--busy-timeout", "5"], tmp_path / "bin")
     assert result.returncode == 0, result.stderr
     argv = out.read_text().split("\0")[:-1]
     assert rejected_flags("flower-superlink", argv) == []
@@ -269,7 +279,8 @@ def test_supernode_script_sets_torch_threads_per_node_on_the_host(tmp_path: Path
 
 
 def test_superlink_script_creates_the_database_directory_or_says_which_it_cannot(tmp_path: Path) -> None:
-    out = record_argv(tmp_path / "bin", "flower-superlink")
+    record_argv(tmp_path / "bin", "flower-superlink")
+    record_argv(tmp_path / "bin", "python3")  # a state file: deploy/superlink-state.py runs Flower (stand-ins both)
     database = tmp_path / "new" / "deeper" / "state.db"
     result = run_script("superlink.sh", ["--insecure", "--database", str(database)], tmp_path / "bin")
     assert result.returncode == 0, result.stderr
@@ -428,6 +439,31 @@ def test_sigterm_reaches_the_supernode(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     assert (tmp_path / "stopped").read_text().strip() == "stopped"
+
+
+def test_the_superlink_state_launcher_sets_the_busy_timeout_of_flowers_sqlite_connections(tmp_path: Path) -> None:
+    import importlib.util
+    import flwr.supercore.sql_mixin as sql_mixin
+    from flwr.supercore.object_store.sql_object_store import SqlObjectStore
+    from sqlalchemy import text
+
+    spec = importlib.util.spec_from_file_location("superlink_state", DEPLOY / "superlink-state.py")
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    before = sql_mixin.SQLITE_PRAGMAS
+    try:
+        launcher.set_busy_timeout(60000)
+        store = SqlObjectStore(str(tmp_path / "state.db"))
+        store.initialize()
+        with store.session() as session:
+            assert session.execute(text("PRAGMA busy_timeout")).scalar() == 60000
+            assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"  # Flower's other pragmas stay
+    finally:
+        sql_mixin.SQLITE_PRAGMAS = before
+    # run as deploy/superlink.sh runs it: Flower's own entry point gets the arguments after `--`
+    done = subprocess.run([sys.executable, str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "60000", "--",
+                           "--version"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("Flower version: "), done.stdout + done.stderr
 
 
 def stalled_supernode(bin_dir: Path, error_line: str) -> Path:
