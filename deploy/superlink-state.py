@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""`deploy/superlink-state.py --busy-timeout-ms MS -- FLOWER-SUPERLINK-ARGS`: flower-superlink whose SQLite
+"""`deploy/superlink-state.py --busy-timeout-ms MS -- [flower-superlink] ARGS`: flower-superlink whose SQLite
 state waits longer for its write lock.
 
 With `--database FILE`, Flower 1.42's SuperLink keeps every message's objects (a reply's arrays, in
@@ -10,7 +10,9 @@ sites at once hold the lock longer: a push then fails with `database is locked` 
 SuperNode does not retry, and the round waits out its timeout
 (benchmarks/superlink_state_lock.py measured 4 such failures in 2 rounds at 5 s, slowest push 9.7 s;
 none at 60 s, slowest 17 s). This launcher sets the busy timeout Flower's connections get, then runs
-Flower's own `flower-superlink` entry point with the arguments after `--`; deploy/superlink.sh runs it
+Flower's own `flower-superlink` entry point with the arguments after `--` (and after the word
+`flower-superlink`, when given, as docker-compose.yml's entrypoint passes the service's command);
+deploy/superlink.sh runs it
 (with the Python of `flower-superlink`'s environment) when the state is a file. It imports Flower only,
 so it runs from this folder without the project installed.
 """
@@ -38,6 +40,8 @@ def main(argv: list[str] | None = None) -> None:
     if args.busy_timeout_ms < 1:
         parser.error("--busy-timeout-ms must be a positive number of milliseconds")
     flower_args = args.flower_args[1:] if args.flower_args[:1] == ["--"] else args.flower_args
+    if flower_args[:1] == ["flower-superlink"]:  # the command as written (a Compose entrypoint gets it so)
+        flower_args = flower_args[1:]
     set_busy_timeout(args.busy_timeout_ms)
     from flwr.superlink.cli import flower_superlink
 

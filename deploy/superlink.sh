@@ -82,6 +82,6 @@ if [ -n "$database" ] && [[ "$database" != ":memory:" && "$database" != ":flwr-i
     python="$(head -n 1 "$flower" | sed -n 's|^#! *||p')"
     [[ -n "$python" && "$python" != */sh && "$python" != */bash ]] || python=python3
     exec $python "$(dirname "$0")/superlink-state.py" --busy-timeout-ms "$(( busy_timeout * 1000 ))" -- \
-        "${args[@]}" "${extra[@]}"
+        flower-superlink "${args[@]}" "${extra[@]}"
 fi
 exec flower-superlink "${args[@]}" "${extra[@]}"

@@ -143,6 +143,10 @@ def test_compose_uses_only_accepted_flower_flags_with_tls(scratch: Path, variant
         assert rejected_flags(argv[0], argv[1:]) == [], service
         assert "--insecure" not in argv, f"{service} runs without TLS"
     link = commands["superlink"]
+    # its state file waits 60 s for SQLite's lock, not Flower's 5 s (docs/deployment.md, large models)
+    assert services["superlink"]["entrypoint"] == ["/app/deploy/superlink-state.py", "--busy-timeout-ms", "60000",
+                                                   "--"]
+    assert "--database" in link and (DEPLOY / "superlink-state.py").stat().st_mode & 0o111
     assert {"--enable-supernode-auth", "--ssl-certfile", "--disable-runtime-dependency-installation"} <= set(link)
     for service, argv in commands.items():
         if argv[0] == "flower-supernode":
@@ -201,9 +205,9 @@ def test_superlink_script_starts_tls_and_node_auth_by_default(tmp_path: Path, pk
     result = run_script("superlink.sh", ["--certs", str(pki), "--database", str(tmp_path / "s.db")], tmp_path / "bin")
     assert result.returncode == 0, result.stderr
     argv = launcher.read_text().split("\0")[:-1]
-    assert argv[:4] == [str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "60000", "--"], argv
+    assert argv[:5] == [str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "60000", "--", "flower-superlink"]
     assert argv[argv.index("--database") + 1] == str(tmp_path / "s.db")
-    assert rejected_flags("flower-superlink", argv[4:]) == []
+    assert rejected_flags("flower-superlink", argv[5:]) == []
     # Flower's own wait (5 s) runs flower-superlink itself
     result = run_script("superlink.sh", ["--certs", str(pki), "--database", str(tmp_path / "s.db"),
                                          "--busy-timeout", "5"], tmp_path / "bin")
@@ -462,7 +466,7 @@ def test_the_superlink_state_launcher_sets_the_busy_timeout_of_flowers_sqlite_co
         sql_mixin.SQLITE_PRAGMAS = before
     # run as deploy/superlink.sh runs it: Flower's own entry point gets the arguments after `--`
     done = subprocess.run([sys.executable, str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "60000", "--",
-                           "--version"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+                           "flower-superlink", "--version"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert done.returncode == 0 and done.stdout.startswith("Flower version: "), done.stdout + done.stderr
 
 
