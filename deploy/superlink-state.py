@@ -8,8 +8,8 @@ connections waits at most 5 s for the write lock (`busy_timeout` in flwr/superco
 `SQLITE_PRAGMAS`, not configurable). On a loaded host, resnet18-sized replies (~45 MB) from three
 sites at once hold the lock longer: a push then fails with `database is locked` (HTTP 500), which the
 SuperNode does not retry, and the round waits out its timeout
-(benchmarks/superlink_state_lock.py measured 4 such failures in 2 rounds at 5 s, slowest push 9.7 s;
-none at 60 s, slowest 17 s). This launcher sets the busy timeout Flower's connections get, then runs
+(benchmarks/superlink_state_lock.py measured 4 such failures in 2 rounds at 5 s, twice, slowest 9.7 s;
+none at 60 s, slowest 17 s and 33 s in two tries). This launcher sets the busy timeout Flower's connections get, then runs
 Flower's own `flower-superlink` entry point with the arguments after `--` (and after the word
 `flower-superlink`, when given, as docker-compose.yml's entrypoint passes the service's command);
 deploy/superlink.sh runs it
