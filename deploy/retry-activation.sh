@@ -13,6 +13,13 @@
 # longer than any session is held) after the first one, every --retry-every seconds (default 2);
 # a refusal that outlasts that will not change by waiting: the script says so and exits 78
 # (EX_CONFIG), the status that docs/deployment.md's systemd unit does not restart on.
+# Watchdog: when the SuperLink answers one of the node's requests (a pull, a run or app fetch) with an
+# HTTP error that Flower does not retry (a 500, e.g. from a SuperLink whose state database is busy),
+# flower-supernode logs the error, deactivates the node and stops serving, but its process stays
+# alive (its Runtime API thread runs on), so no supervisor would restart it. The script watches the
+# output for that log line (an `ERROR` line that is the bare HTTP error of a `/v1/fleet/` request, not
+# a handled "Failed to send/receive message"), says so, stops the command (SIGTERM) and starts it
+# again after --retry-every seconds; the node then activates again and answers from a next round.
 # The command's output (stdout and stderr) is copied to stdout. Every other exit is passed on
 # unchanged (a supervisor such as systemd or Compose's `restart:` decides what to do with a crash). SIGTERM and SIGINT are passed to the
 # command, so the script can be a container's PID 1.
@@ -21,6 +28,7 @@ set -uo pipefail
 wait_s=90 every=2
 die() { echo "retry-activation.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
+    case "$1" in --|-h|--help) ;; -*) [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;; esac
     case "$1" in
         --activation-wait) wait_s="$2"; shift 2 ;;
         --retry-every) every="$2"; shift 2 ;;
@@ -33,24 +41,37 @@ done
 [[ "$wait_s" =~ ^[0-9]+$ ]] || die "--activation-wait must be a whole number of seconds"
 [[ "$every" =~ ^[1-9][0-9]*$ ]] || die "--retry-every must be a positive whole number of seconds"
 
-refused="$(mktemp)"
-trap 'rm -f "$refused"' EXIT
+refused="$(mktemp)" deactivated="$(mktemp)"
+trap 'rm -f "$refused" "$deactivated"' EXIT
 child=""
 forward() { [ -n "$child" ] && kill -s "$1" "$child" 2>/dev/null; }
 trap 'forward TERM' TERM INT  # INT too: a background command ignores SIGINT
+trap 'forward TERM' USR1      # from watch(): Flower deactivated the node but its process lives on
 
-# Copy the command's output through unchanged, noting whether the SuperLink refused its activation.
+# ----- watchdog: the line flower-supernode logs when an unretried HTTP error ends its connection
+left_offline() {
+    [[ "$1" == *ERROR* && "$1" != *"Failed to "* \
+       && "$1" =~ (Server|Client)\ error\ \'[0-9]{3}[^\']*\'\ for\ url\ \'[^\']*/v1/fleet/ ]]
+}
+# -----
+
+# Copy the command's output through unchanged, noting whether the SuperLink refused its activation
+# and whether Flower left the node offline (then the script is told to stop the command).
 watch() {
     local line
     while IFS= read -r line; do
         printf '%s\n' "$line"
         [[ "$line" == *"Failed to activate SuperNode"* ]] && echo refused > "$refused"
+        if left_offline "$line" && [ ! -s "$deactivated" ]; then
+            printf '%s\n' "$line" > "$deactivated"
+            kill -s USR1 $$
+        fi
     done
 }
 
 first_refusal=""
 while :; do
-    : > "$refused"
+    : > "$refused"; : > "$deactivated"
     "$@" > >(watch) 2>&1 &
     child=$!
     status=0
@@ -59,6 +80,12 @@ while :; do
         status=0; wait "$child" || status=$?
     done
     child=""
+    if [ -s "$deactivated" ]; then
+        echo "retry-activation.sh: the SuperLink answered this SuperNode with an error Flower does not retry, and Flower deactivated the node but left its process running (it would stay offline); stopped it, starting it again in ${every} s" >&2
+        sleep "$every" &
+        wait $! || exit 143  # stopped while waiting
+        continue
+    fi
     [ "$status" -eq 0 ] && exit 0
     # The refusal is printed just before the command exits; give the copy of its output a moment.
     for _ in $(seq 30); do [ -s "$refused" ] && break; sleep 0.1; done

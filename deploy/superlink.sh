@@ -2,13 +2,18 @@
 # Start a SuperLink with TLS and SuperNode authentication (the default), for the fedsynth app.
 #
 #   deploy/superlink.sh --certs DIR [--name superlink] [--host 0.0.0.0] [--port 8000]
-#                       [--database PATH] [--isolation subprocess|process] [--superexec-secret FILE]
-#                       [--insecure] [-- extra flower-superlink flags]
+#                       [--database PATH [--busy-timeout SECONDS]] [--isolation subprocess|process]
+#                       [--superexec-secret FILE] [--insecure] [-- extra flower-superlink flags]
 #
 # --certs DIR holds ca.crt and NAME.crt/NAME.key (deploy/pki.sh); NAME.crt's subjectAltName must
 # list the addresses SuperNodes and the `flwr` CLI dial. Only SuperNodes whose public key was
 # registered (deploy/register-supernodes.sh) are accepted. The state database (runs, registered
 # keys) persists across restarts when --database is a file; its directory is created if missing.
+# In a file, every reply's arrays pass through SQLite, whose connections Flower lets wait only 5 s
+# for the write lock: large replies (~45 MB, resnet18) from several sites on a loaded host then fail
+# with `database is locked` (HTTP 500, not retried by the SuperNodes). With a file, the SuperLink
+# therefore runs under deploy/superlink-state.py, which sets that wait to --busy-timeout seconds
+# (default 60; 5 runs Flower's own flower-superlink unchanged).
 #
 # Runtime dependency installation is disabled: by default a SuperLink runs `uv sync` for every run
 # and installs the app's dependencies into a fresh environment (torch with CUDA wheels, ~5 GB and
@@ -20,15 +25,17 @@
 set -euo pipefail
 
 certs="" name="superlink" host="0.0.0.0" port="8000" database="" isolation="subprocess"
-secret="" insecure=0 extra=()
+secret="" insecure=0 extra=() busy_timeout="60"
 die() { echo "superlink.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
+    case "$1" in --insecure|--|-h|--help) ;; -*) [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;; esac
     case "$1" in
         --certs) certs="$2"; shift 2 ;;
         --name) name="$2"; shift 2 ;;
         --host) host="$2"; shift 2 ;;
         --port) port="$2"; shift 2 ;;
         --database) database="$2"; shift 2 ;;
+        --busy-timeout) busy_timeout="$2"; shift 2 ;;
         --isolation) isolation="$2"; shift 2 ;;
         --superexec-secret) secret="$2"; shift 2 ;;
         --insecure) insecure=1; shift ;;
@@ -38,6 +45,7 @@ while [ $# -gt 0 ]; do
     esac
 done
 
+[[ "$busy_timeout" =~ ^[1-9][0-9]*$ ]] || die "--busy-timeout must be a positive whole number of seconds"
 if [ -n "$database" ] && [ "$database" != ":memory:" ]; then
     dir="$(dirname -- "$database")"
     mkdir -p -- "$dir" 2>/dev/null || die "cannot create the database directory $dir (for --database $database)"
@@ -67,4 +75,13 @@ else
     fi
 fi
 export FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION=1
+if [ -n "$database" ] && [[ "$database" != ":memory:" && "$database" != ":flwr-in-memory:" ]] \
+    && [ "$busy_timeout" != 5 ]; then
+    # the Python that runs flower-superlink (its shebang): the one with Flower installed
+    flower="$(command -v flower-superlink)" || die "flower-superlink is not on PATH (install deploy/requirements.txt)"
+    python="$(head -n 1 "$flower" | sed -n 's|^#! *||p')"
+    [[ -n "$python" && "$python" != */sh && "$python" != */bash ]] || python=python3
+    exec $python "$(dirname "$0")/superlink-state.py" --busy-timeout-ms "$(( busy_timeout * 1000 ))" -- \
+        flower-superlink "${args[@]}" "${extra[@]}"
+fi
 exec flower-superlink "${args[@]}" "${extra[@]}"

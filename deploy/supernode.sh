@@ -35,6 +35,7 @@ host="127.0.0.1" isolation="subprocess" runtime_certs="" runtime_name="" secret=
 per_host="1" threads="" activation_wait="90"
 die() { echo "supernode.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
+    case "$1" in --insecure|--|-h|--help) ;; -*) [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;; esac
     case "$1" in
         --superlink) superlink="$2"; shift 2 ;;
         --ca) ca="$2"; shift 2 ;;

@@ -10,7 +10,8 @@ fused run config, the same results) but in this process, and its exit code says
 how the run ended (EXIT_* below; `flwr run --stream` exits 0 even when it fails). `fedsynth compare`
 runs several algorithms on the same split and seed and writes one markdown
 table and one plot; `fedsynth study FILE.toml` tests a paper's claims
-(`fedsynth.study.runner`).
+(`fedsynth.study.runner`); `fedsynth status RESULTS_DIR` says how a run ended
+(`fedsynth.status`).
 """
 
 from __future__ import annotations
@@ -30,15 +31,11 @@ from common.run.interrupt import stopped_at as interrupt_state
 from common.run.results import read_metrics, results_root
 from server_app.outcome import STATUS_FAILED_ROUNDS, STATUS_OK
 from fedsynth.app_config import ENGINES, app_defaults
+from fedsynth.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_FAILED_ROUNDS, EXIT_OK
 from fedsynth.simulation import check_resources, find_app_dir, run_simulation
 from fedsynth.study.cli import add_study_parser, study_command
 
 
-# Exit codes of `fedsynth run` and `fedsynth compare` (docs/reliability.md).
-EXIT_OK = 0             # every round aggregated, final model finite, results written
-EXIT_FAILED = 1         # the run failed: no usable model (never aggregated, non-finite), or an error mid-run
-EXIT_BAD_INPUT = 2      # refused before the run: config, data, results folder (in use, would be overwritten), checkpoint
-EXIT_FAILED_ROUNDS = 3  # completed and results written, but some rounds had fewer than min-nodes usable replies
 
 
 
@@ -160,6 +157,10 @@ def _parser() -> argparse.ArgumentParser:
             cmd.add_argument("--algorithms", required=True, help="comma-separated, e.g. fedavg,fedprox,scaffold")
             cmd.add_argument("--name", default="", help="results folder name (default compare-<time>)")
     add_study_parser(sub)
+    status = sub.add_parser("status", help="how a run ended (summary.json): its status, failed rounds, dropped "
+                            "replies; the exit code says it (0 ok, 3 failed rounds, 1 failed, 4 not finished)")
+    status.add_argument("results_dir", type=Path, metavar="RESULTS_DIR",
+                        help="the run's results folder (printed as 'results folder: ...' when the run starts)")
     return parser
 
 
@@ -191,6 +192,12 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "data":
         return _fetch(args.dataset, args.dir)
+    if args.command == "status":
+        from fedsynth.status import run_status
+
+        code, lines = run_status(args.results_dir)
+        print("\n".join(lines), file=sys.stderr if code == EXIT_BAD_INPUT else sys.stdout)
+        return code
     os.environ.setdefault("FLWR_TELEMETRY_ENABLED", "0")
     os.environ.setdefault("RAY_ACCEL_ENV_VAR_OVERRIDE_ON_ZERO", "0")
     # Ray's C++ failure-signal handler takes SIGTERM over and aborts the process (exit 134, no summary); without

@@ -11,7 +11,7 @@ from flwr.serverapp import Grid, ServerApp
 from common.run.config import RunConfig, parse_run_config
 from common.run.interrupt import RunInterrupted
 from common.run.results import RunResults
-from server_app.handshake import HandshakeError, handshake_outcome, rejoined_nodes
+from server_app.handshake import HandshakeError, handshake_outcome, joined_nodes
 from server_app.messaging import polling_grid
 from server_app.recorder import RunRecorder
 from server_app.decentralized_report import warn_if_ole_diverges
@@ -43,7 +43,7 @@ def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
             results.write_nodes(nodes)
         strategy = build_strategy(cfg, nodes)
         warn_if_ole_diverges(cfg, len(nodes))
-        strategy.rejoin = partial(rejoined_nodes, cfg=cfg)  # a site that restarts under a new node id
+        strategy.rejoin = partial(joined_nodes, cfg=cfg)  # a site that restarts under a new id, or joins late
         return run_strategy(grid, cfg, strategy, results)
 
 

@@ -36,10 +36,14 @@ federation's class count here on the server, before any node is asked, and on
 every node as it answers the handshake (`common.run.task.check_task_model`).
 
 A node that restarts mid-run comes back with the same node id when node
-authentication is on, and with a new one otherwise. `rejoined_nodes` asks such
-new ids the same question and maps each to the node-table entry it holds
-(its partition id, or its site's id from its name), so that the strategy sends
-the next rounds to it (`RoundStrategy.rejoin`).
+authentication is on, and with a new one otherwise; a site can also join for
+the first time mid-run. `joined_nodes` asks every node id the table lacks the
+same question: a new id that holds the partition (or site) of a node that is
+gone takes over that node's table entry; one that holds a partition (or site)
+the table lacks gets an entry of its own, and the strategy takes it in from
+its next round where the algorithm allows it (`RoundStrategy.late_join_refusal`;
+the decentralized relay refuses, naming the site). `RoundStrategy.rejoin`
+holds this question.
 """
 
 from __future__ import annotations
@@ -120,23 +124,32 @@ def _ask(grid: Grid, cfg: RunConfig, node_ids: list[int], timeout: float) -> dic
     return answers
 
 
-def rejoined_nodes(grid: Grid, node_ids: list[int], table: list[NodeInfo], away: set[int],
-                   cfg: RunConfig) -> dict[int, NodeInfo]:
-    """{new node id: the table entry it takes over} for nodes that came back under a new id.
+def joined_nodes(grid: Grid, node_ids: list[int], table: list[NodeInfo], away: set[int],
+                 cfg: RunConfig) -> dict[int, NodeInfo]:
+    """{new node id: its entry} for node ids that appeared mid-run, each asked the handshake's question.
 
-    A new id takes over an entry whose node is `away` (no longer connected) and that holds the same
-    partition id. The entry keeps its handshake counts (a restart cannot raise a node's weight); a new
-    id that answers for no such entry, or fails the question, is logged by id and takes no part.
+    A new id that holds the partition id (or site id) of an entry whose node is `away` (no longer
+    connected) takes over that entry, which keeps its handshake counts (a restart cannot raise a node's
+    weight) and its old node id: the caller maps it. A new id that holds a partition (or site) the table
+    lacks gets a new entry under its own id (a site that joins late). A new id that fails the question,
+    or holds a partition a connected node holds, is logged by id (and name) and takes no part.
     """
     taken: dict[int, NodeInfo] = {}
-    for nid, (_, answer, _) in _ask(grid, cfg, node_ids, cfg.round_timeout).items():
-        entry = None if isinstance(answer, str) else next(
-            (n for n in table if n.partition_id == answer.partition_id and n.node_id in away
-             and n.node_id not in {t.node_id for t in taken.values()}), None)
+    held = {n.partition_id for n in table}
+    for nid, (name, answer, _) in _ask(grid, cfg, node_ids, cfg.round_timeout).items():
+        who = f"node {nid}" + (f" ({name!r})" if name else "")
+        if isinstance(answer, str):
+            log(WARNING, "%s joined mid-run and takes no part: %s", who, answer)
+            continue
+        if answer.partition_id not in held:
+            held.add(answer.partition_id)
+            taken[nid] = answer  # its own entry: the strategy decides whether it takes part
+            continue
+        entry = next((n for n in table if n.partition_id == answer.partition_id and n.node_id in away
+                      and n.node_id not in {t.node_id for t in taken.values()}), None)
         if entry is None:
-            reason = answer if isinstance(answer, str) else (
-                f"partition {answer.partition_id} is held by a connected node or is not in the run")
-            log(WARNING, "node %s joined mid-run and takes no part: %s", nid, reason)
+            log(WARNING, "%s joined mid-run and takes no part: partition %s is held by a connected node",
+                who, answer.partition_id)
             continue
         log(INFO, "node %s came back as node %s (partition %s%s)", entry.node_id, nid, entry.partition_id,
             f", {entry.name!r}" if entry.name else "")

@@ -39,10 +39,15 @@ def _failed(record: Mapping[str, Any]) -> bool:
     return bool(record.get("skipped") or record.get("below-min-nodes"))
 
 
+def failed_rounds(rounds: Sequence[Mapping[str, Any]]) -> list[int]:
+    """The rounds that failed (fewer than min-nodes usable replies), in order."""
+    return [r["round"] for r in _trained(rounds) if _failed(r)]
+
+
 def run_outcome(rounds: Sequence[Mapping[str, Any]], weights: Mapping[str, np.ndarray]) -> tuple[str, str]:
     """(status, one-line reason) of a run from its round records and its final model."""
     trained = _trained(rounds)
-    skipped = [r["round"] for r in trained if _failed(r)]
+    skipped = failed_rounds(rounds)
     bad = non_finite_arrays(weights)
     if bad:
         return STATUS_FAILED, (f"the final global model is not finite (NaN or inf in {len(bad)} array(s), e.g. "

@@ -65,6 +65,9 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> str:
         script("supernode.sh", *node),
         script("supernode.sh", *node, "--ca", str(ca)),
         script("supernode.sh", *node, "--insecure", "--supernodes-per-host", "0"),
+        script("supernode.sh", *node, "--insecure", "--activation-wait"),
+        script("superlink.sh", "--insecure", "--database"),
+        script("retry-activation.sh", "--activation-wait"),
     ]
     if os.geteuid() != 0 or shutil.which("setpriv"):
         out.append(script("superlink.sh", "--insecure", "--database", str(locked / "state.db"), user=True))
@@ -77,6 +80,17 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> str:
     out.append(subprocess.run([str(DEPLOY / "retry-activation.sh"), "--retry-every", "1", "--activation-wait", "2",
                                "--", "flower-supernode"], capture_output=True, text=True, timeout=60,
                               env={**os.environ, "PATH": f"{refused}{os.pathsep}{os.environ['PATH']}"}).stderr)
+    # A SuperNode that Flower deactivated after an unretried HTTP error but left running: stopped, started again.
+    stalled = tmp / "stalled-bin"
+    stalled.mkdir()
+    (stalled / "flower-supernode").write_text(
+        f"#!/bin/sh\n[ -f {stalled}/ran ] && exit 0\ntouch {stalled}/ran\n"
+        "echo \"ERROR :     Server error '500 Internal Server Error' for url 'https://x:1/v1/fleet/pull-messages'\"\n"
+        "exec sleep 30\n")
+    (stalled / "flower-supernode").chmod(0o755)
+    out.append(subprocess.run([str(DEPLOY / "retry-activation.sh"), "--retry-every", "1", "--", "flower-supernode"],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "PATH": f"{stalled}{os.pathsep}{os.environ['PATH']}"}).stderr)
     shutil.rmtree(shared)
     return "\n".join(out)
 
@@ -94,6 +108,13 @@ def test_each_quoted_script_message_is_what_the_script_prints(captured: str, quo
 def test_every_script_failure_is_one_line(captured: str):
     errors = [line for line in captured.splitlines() if line and "WARNING" not in line]
     assert all(re.match(r"^(superlink|supernode|retry-activation)\.sh: ", line) for line in errors), errors
+
+
+@pytest.mark.parametrize(("name", "option"), [("supernode.sh", "--activation-wait"), ("superlink.sh", "--database"),
+                                              ("retry-activation.sh", "--activation-wait")])
+def test_an_option_without_its_value_is_a_usage_error_naming_it(captured: str, name: str, option: str):
+    assert f"{name}: {option} needs a value (see --help)" in captured.splitlines()
+    assert "unbound variable" not in captured
 
 
 def test_without_central_evaluation_the_server_reads_no_data(tmp_path, tiny_data_dir):
@@ -144,3 +165,10 @@ def test_the_systemd_unit_the_docs_show_starts_the_supernode_script_and_stops_re
     assert set(service["RestartPreventExitStatus"].split()) == {"78", "2"}
     assert "exit 78" in (DEPLOY / "retry-activation.sh").read_text()
     assert 'exit 2; }' in (DEPLOY / "supernode.sh").read_text()
+    # What the unit needs exists: the user's writable home (Flower keeps apps in ~/.flwr), made by the page's
+    # useradd line, and the cache folder, which systemd makes for the user (CacheDirectory= under /var/cache).
+    environment = [line.split("=", 1)[1] for line in unit.splitlines() if line.startswith("Environment=")]
+    (home,) = [value.split("=", 1)[1] for value in environment if value.startswith("HOME=")]
+    (useradd,) = [line for line in doc.splitlines() if line.startswith("sudo useradd")]
+    assert f"--create-home --home-dir {home} " in useradd and useradd.endswith(f" {service['User']}")
+    assert f"--cache-dir /var/cache/{service['CacheDirectory']}" in service["ExecStart"]

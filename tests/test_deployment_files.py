@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
+import shlex
 import signal
 import socket
 import ssl
@@ -142,6 +143,10 @@ def test_compose_uses_only_accepted_flower_flags_with_tls(scratch: Path, variant
         assert rejected_flags(argv[0], argv[1:]) == [], service
         assert "--insecure" not in argv, f"{service} runs without TLS"
     link = commands["superlink"]
+    # its state file waits 60 s for SQLite's lock, not Flower's 5 s (docs/deployment.md, large models)
+    assert services["superlink"]["entrypoint"] == ["/app/deploy/superlink-state.py", "--busy-timeout-ms", "60000",
+                                                   "--"]
+    assert "--database" in link and (DEPLOY / "superlink-state.py").stat().st_mode & 0o111
     assert {"--enable-supernode-auth", "--ssl-certfile", "--disable-runtime-dependency-installation"} <= set(link)
     for service, argv in commands.items():
         if argv[0] == "flower-supernode":
@@ -195,7 +200,17 @@ def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_superlink_script_starts_tls_and_node_auth_by_default(tmp_path: Path, pki: Path) -> None:
     out = record_argv(tmp_path / "bin", "flower-superlink")
+    # A state file: Flower's SuperLink runs under deploy/superlink-state.py, with a 60 s SQLite busy timeout.
+    launcher = record_argv(tmp_path / "bin", "python3")  # the stand-in flower-superlink's shebang is /bin/sh
     result = run_script("superlink.sh", ["--certs", str(pki), "--database", str(tmp_path / "s.db")], tmp_path / "bin")
+    assert result.returncode == 0, result.stderr
+    argv = launcher.read_text().split("\0")[:-1]
+    assert argv[:5] == [str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "60000", "--", "flower-superlink"]
+    assert argv[argv.index("--database") + 1] == str(tmp_path / "s.db")
+    assert rejected_flags("flower-superlink", argv[5:]) == []
+    # Flower's own wait (5 s) runs flower-superlink itself
+    result = run_script("superlink.sh", ["--certs", str(pki), "--database", str(tmp_path / "s.db"),
+                                         "--busy-timeout", "5"], tmp_path / "bin")
     assert result.returncode == 0, result.stderr
     argv = out.read_text().split("\0")[:-1]
     assert rejected_flags("flower-superlink", argv) == []
@@ -268,7 +283,8 @@ def test_supernode_script_sets_torch_threads_per_node_on_the_host(tmp_path: Path
 
 
 def test_superlink_script_creates_the_database_directory_or_says_which_it_cannot(tmp_path: Path) -> None:
-    out = record_argv(tmp_path / "bin", "flower-superlink")
+    record_argv(tmp_path / "bin", "flower-superlink")
+    record_argv(tmp_path / "bin", "python3")  # a state file: deploy/superlink-state.py runs Flower (stand-ins both)
     database = tmp_path / "new" / "deeper" / "state.db"
     result = run_script("superlink.sh", ["--insecure", "--database", str(database)], tmp_path / "bin")
     assert result.returncode == 0, result.stderr
@@ -427,6 +443,75 @@ def test_sigterm_reaches_the_supernode(tmp_path: Path) -> None:
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     assert (tmp_path / "stopped").read_text().strip() == "stopped"
+
+
+def test_the_superlink_state_launcher_sets_the_busy_timeout_of_flowers_sqlite_connections(tmp_path: Path) -> None:
+    import importlib.util
+    import flwr.supercore.sql_mixin as sql_mixin
+    from flwr.supercore.object_store.sql_object_store import SqlObjectStore
+    from sqlalchemy import text
+
+    spec = importlib.util.spec_from_file_location("superlink_state", DEPLOY / "superlink-state.py")
+    launcher = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(launcher)
+    before = sql_mixin.SQLITE_PRAGMAS
+    try:
+        launcher.set_busy_timeout(60000)
+        store = SqlObjectStore(str(tmp_path / "state.db"))
+        store.initialize()
+        with store.session() as session:
+            assert session.execute(text("PRAGMA busy_timeout")).scalar() == 60000
+            assert session.execute(text("PRAGMA journal_mode")).scalar() == "wal"  # Flower's other pragmas stay
+    finally:
+        sql_mixin.SQLITE_PRAGMAS = before
+    # run as deploy/superlink.sh runs it: Flower's own entry point gets the arguments after `--`
+    done = subprocess.run([sys.executable, str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "60000", "--",
+                           "flower-superlink", "--version"], capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert done.returncode == 0 and done.stdout.startswith("Flower version: "), done.stdout + done.stderr
+
+
+def stalled_supernode(bin_dir: Path, error_line: str) -> Path:
+    """A stand-in `flower-supernode` that, on its first start, logs `error_line` and then lives on doing nothing
+    (as Flower does after an unretried HTTP error: node deactivated, process alive); started again, it exits 0."""
+    bin_dir.mkdir(exist_ok=True)
+    calls = bin_dir / "calls"
+    script = bin_dir / "flower-supernode"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"echo x >> '{calls}'\n"
+        f"if [ $(wc -l < '{calls}') -eq 1 ]; then\n"
+        "  echo 'INFO :      SuperNode ID: 5'\n"
+        f"  echo {shlex.quote(error_line)}\n"
+        "  echo 'For more information check: https://developer.mozilla.org/en-US/docs/Web/HTTP/Status/500'\n"
+        "  exec sleep 8\n"  # alive, as Flower's Runtime API thread keeps it; exits 0 by itself if not stopped
+        "fi\n"
+        "exit 0\n"
+    )
+    script.chmod(0o755)
+    return calls
+
+
+def test_watchdog_restarts_a_supernode_that_flower_left_offline_while_its_process_lives(tmp_path: Path) -> None:
+    line = ("\x1b[91mERROR \x1b[0m:     Server error '500 Internal Server Error' for url "
+            "'https://127.0.0.1:9092/v1/fleet/pull-messages'")
+    calls = stalled_supernode(tmp_path / "bin", line)
+    start = time.monotonic()
+    result = retry(tmp_path / "bin", "--retry-every", "1")
+    assert result.returncode == 0, result.stderr
+    assert len(calls.read_text().splitlines()) == 2  # stopped and started again
+    assert time.monotonic() - start < 7  # not after the stand-in's 8 s: the watchdog stopped it
+    assert ("retry-activation.sh: the SuperLink answered this SuperNode with an error Flower does not retry, and "
+            "Flower deactivated the node but left its process running") in result.stderr
+    assert line in result.stdout
+
+
+def test_watchdog_leaves_a_supernode_alone_after_an_error_flower_handles(tmp_path: Path) -> None:
+    # a failed push is logged and the node goes on pulling: nothing to restart
+    calls = stalled_supernode(tmp_path / "bin", "ERROR :     Failed to send message 1a2b: Server error '500 Internal "
+                                                "Server Error' for url 'https://127.0.0.1:9092/v1/fleet/push-object'")
+    result = retry(tmp_path / "bin", "--retry-every", "1")
+    assert result.returncode == 0 and len(calls.read_text().splitlines()) == 1
+    assert "retry-activation.sh" not in result.stderr
 
 
 def test_supernode_script_runs_flower_under_the_activation_retry(tmp_path: Path) -> None:

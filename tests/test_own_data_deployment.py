@@ -235,6 +235,13 @@ def test_the_walk_through_as_written_with_a_site_restarted_mid_run_and_no_data_o
                 short = [r for r, record in rounds.items() if len(record["answered-nodes"]) < 3]
                 assert 3 in short and summary["status"] == "completed-with-failed-rounds", summary
                 assert summary["failed-rounds"] == len(short) and f"rounds {short}" in summary["status-reason"]
+                # 6. What `flwr ls` hides (it says finished:completed), `fedsynth status` shows, and exits 3.
+                (check,) = commands(replaced(steps[6], {
+                    "/srv/fedsynth/results/fedavg-own-node-20261127-101500": str(folder)}))
+                shown = fed.run(f'{check} || echo "exit $?"').splitlines()
+                assert shown[0].startswith("status: completed-with-failed-rounds") and shown[-1] == "exit 3", shown
+                assert f"failed rounds (fewer than min-nodes usable replies): {', '.join(map(str, short))}" in shown
+                assert any(line.startswith(f"dropped replies: round 3: {RESTARTED}: error: ") for line in shown), shown
             else:
                 assert summary["status"] == "ok", summary
             assert summary["accuracy-source"] == "local-test"

@@ -20,6 +20,7 @@ import pytest
 from common.run.config import parse_run_config
 from common.run.results import ResultsFolderError, RunResults, reserve_run_folder
 from fedsynth.inprocess import InProcessGrid, run_federation
+from fedsynth.cli import main as cli_main
 from server_app.checkpoint import CheckpointError
 from server_app.outcome import STATUS_FAILED, STATUS_FAILED_ROUNDS, STATUS_OK, RunFailed, run_outcome
 from server_app.registry import SERVER_STRATEGIES
@@ -75,7 +76,7 @@ def test_run_stopped_by_failed_rounds_leaves_a_failed_summary(tmp_path, tiny_dat
     assert summary["status"] == STATUS_FAILED and "TooManyFailedRounds" in summary["status-reason"]
 
 
-def test_run_with_a_failed_round_completes_with_that_status(tmp_path, tiny_data_dir):
+def test_run_with_a_failed_round_completes_with_that_status(tmp_path, tiny_data_dir, capsys):
     raw = config(tmp_path, tiny_data_dir, **{"num-server-rounds": 3, "round-timeout": 5.0})
     grid = InProcessGrid(2, raw)
     grid.faults[(0, 2, "train")] = grid.faults[(1, 2, "train")] = "timeout"
@@ -83,6 +84,27 @@ def test_run_with_a_failed_round_completes_with_that_status(tmp_path, tiny_data_
     assert summary["status"] == STATUS_FAILED_ROUNDS and summary["failed-rounds"] == 1
     assert "rounds [2]" in summary["status-reason"]
     assert (tmp_path / "results" / "run" / "model.safetensors").is_file()
+    # `fedsynth status` shows what `flwr ls` hides (it says finished:completed): the status and the lost round
+    code = cli_main(["status", str(tmp_path / "results" / "run")])
+    out = capsys.readouterr().out.splitlines()
+    assert code == 3 and out[0].startswith("status: completed-with-failed-rounds (1 of 3 round(s) failed")
+    assert "failed rounds (fewer than min-nodes usable replies): 2" in out
+    assert [line for line in out if line.startswith("dropped replies: round 2: ")] and "round 1" not in " ".join(out)
+
+
+def test_fedsynth_status_exit_codes_say_how_a_run_ended(tmp_path, tiny_data_dir, capsys):
+    raw = config(tmp_path, tiny_data_dir, **{"num-server-rounds": 1})
+    run_federation(raw, InProcessGrid(2, raw))
+    folder = tmp_path / "results" / "run"
+    assert cli_main(["status", str(folder)]) == 0
+    assert capsys.readouterr().out.splitlines()[:2] == ["status: ok", "rounds recorded: 1"]
+    (folder / "summary.json").rename(folder / "summary.json.bak")  # as while the run is still going
+    assert cli_main(["status", str(folder)]) == 4
+    assert "not finished (no summary.json yet; last round recorded: 1)" in capsys.readouterr().out
+    (folder / "summary.json").write_text(json.dumps({"status": "interrupted", "status-reason": "SIGTERM"}))
+    assert cli_main(["status", str(folder)]) == 1
+    assert cli_main(["status", str(tmp_path / "nowhere")]) == 2
+    assert "is not a run's results folder" in capsys.readouterr().err
 
 
 # ----- results are never lost ----------------------------------------------------------------------

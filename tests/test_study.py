@@ -356,6 +356,22 @@ def test_a_bad_study_file_exits_2_in_seconds(tmp_path):
     assert time.monotonic() - start < 30
 
 
+def test_a_ledger_path_that_is_a_directory_is_an_error_naming_it(tmp_path):
+    from fedsynth.study.ledger import LedgerError
+
+    (tmp_path / "out" / "ledger.jsonl").mkdir(parents=True)
+    with pytest.raises(LedgerError, match=f"the ledger path {tmp_path / 'out' / 'ledger.jsonl'} is a directory"):
+        Ledger(tmp_path / "out" / "ledger.jsonl")
+    path = tmp_path / "s.toml"
+    path.write_text('[study]\nreport-seeds = [0]\n[arms.x]\nalgorithm = "fedavg"\n')
+    done = subprocess.run([sys.executable, "-m", "fedsynth.cli", "study", str(path), "--out", str(tmp_path / "out"),
+                           "--dry-run"], capture_output=True, text=True, cwd=ROOT)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.strip() == (f"fedsynth study: the ledger path {tmp_path / 'out' / 'ledger.jsonl'} is a "
+                                   "directory; a study's ledger is a JSON-lines file (ledger.jsonl): move what is "
+                                   "there, or pass another --out")
+
+
 @pytest.mark.slow
 def test_a_tiny_study_runs_end_to_end_in_the_simulation_engine(tmp_path, tiny_data_dir):
     path = tmp_path / "tiny.toml"

@@ -73,7 +73,7 @@ def run_config_check(app_dir: Path) -> Callable[[dict[str, Any]], None]:
 def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     """Exit codes: 0 the study (or the part asked for) finished, 2 the study file is wrong, 1 runs failed."""
     from common.run.results import results_root
-    from fedsynth.study.ledger import Ledger
+    from fedsynth.study.ledger import Ledger, LedgerError
     from fedsynth.study.runner import StudyPaths, run_study, simulation_executor
     from fedsynth.study.plan import keyed_for, plan, total_runs
     from fedsynth.study.sharpness import sharpness_measurer
@@ -103,14 +103,18 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
         return 2
     home = results_root(str(defaults.get("results-dir", "results"))) / "studies" / study.name
     paths = StudyPaths(out=(args.out or home).resolve(), runs=(args.runs_dir or home / "runs").resolve())
-    ledger = Ledger(paths.ledger)
+    try:
+        ledger = Ledger(paths.ledger)
+        sources = [Ledger(path) for path in args.reuse if path.exists()]
+    except LedgerError as err:
+        print(f"fedsynth study: {err}", file=sys.stderr)
+        return 2
     for problem in ledger.malformed:  # left out: the report is made without it, and its run runs again
         print(f"fedsynth study: {paths.ledger} {problem}; that entry is ignored", file=sys.stderr)
     missing = [str(path) for path in args.reuse if not path.is_file()]
     if missing:
         print(f"fedsynth study: --reuse: no ledger at {', '.join(missing)}", file=sys.stderr)
         return 2
-    sources = [Ledger(path) for path in args.reuse]
     if args.dry_run:
         read_as = keyed_for(study, ledger)
         if read_as.keyed_by_settings:

@@ -42,8 +42,17 @@ def thin(points: list[list[float]], limit: int = MAX_CURVE_POINTS) -> list[list[
     return [*picked, points[-1]]
 
 
+class LedgerError(ValueError):
+    """The ledger's path holds something that is not a ledger file (a directory, a device): named, not read as empty."""
+
+
 class Ledger:
-    """An append-only JSON-lines file of finished runs, keyed by run key (the last entry of a key wins)."""
+    """An append-only JSON-lines file of finished runs, keyed by run key (the last entry of a key wins).
+
+    A path that does not exist yet is an empty ledger; a path that exists but is
+    not a regular file raises LedgerError naming it (reading it as empty would
+    run the whole study again and append to nothing).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
@@ -63,6 +72,10 @@ class Ledger:
         """Read the file again: the entries other processes appended since."""
         self.entries = {}
         self.malformed = []
+        if self.path.exists() and not self.path.is_file():
+            kind = "a directory" if self.path.is_dir() else "not a regular file"
+            raise LedgerError(f"the ledger path {self.path} is {kind}; a study's ledger is a JSON-lines file "
+                              "(ledger.jsonl): move what is there, or pass another --out")
         if self.path.is_file():
             for entry in self._read():
                 self.entries[entry["key"]] = entry

@@ -174,9 +174,9 @@ class RoundStrategy(Strategy):
         self.nodes: list[NodeInfo] = sorted(nodes or [], key=lambda n: n.partition_id)
         self.handshake_nodes = bool(nodes)  # counts and partition ids to check replies against
         # the app's question for node ids that appear mid-run in a handshake's table (server_app/handshake.py
-        # `rejoined_nodes`): {new id: the entry it takes over}; None: such ids take no part
+        # `joined_nodes`): {new id: the entry it takes over, or its own new entry}; None: such ids take no part
         self.rejoin: Callable[[Grid, list[int], list[NodeInfo], set[int]], dict[int, NodeInfo]] | None = None
-        self._strangers: set[int] = set()  # new ids the rejoin question mapped to no entry: not asked again
+        self._strangers: set[int] = set()  # new ids that take no part (refused or unanswered): not asked again
         self.completed_rounds = 0  # rounds a checkpoint restored: start() skips them
         self.failed_in_a_row = 0
         self.round_report: dict[str, Any] | None = None
@@ -278,7 +278,7 @@ class RoundStrategy(Strategy):
         gone is sampled and recorded as a timeout, which is how its results account for lost nodes.
         """
         if self.handshake_nodes:  # no wait either: a run whose nodes all left ends by max_failed_rounds
-            self.take_back_rejoined(grid)
+            self.take_in_joined(grid)
             return list(self.nodes)
         node_ids = wait_for_nodes(grid, self.min_available_nodes)
         grown = with_new_nodes(self.nodes, node_ids)
@@ -290,24 +290,42 @@ class RoundStrategy(Strategy):
         connected = set(node_ids)
         return [n for n in self.nodes if n.node_id in connected]
 
-    def take_back_rejoined(self, grid: Grid) -> None:
-        """A handshake's table: hand the entries of nodes that came back under a new node id to that id.
+    def take_in_joined(self, grid: Grid) -> None:
+        """A handshake's table and node ids it lacks: ask them the handshake (`rejoin`), then take them in.
 
-        Asked only when the grid shows an id the table lacks while one of the table's nodes is away;
-        the entry keeps its partition, its counts and its place in the sampling.
+        A node that came back under a new node id gets its old entry (its partition, its counts, its place in
+        the sampling). A site that joins late gets an entry of its own and takes part from the next round,
+        unless `late_join_refusal` says why this algorithm cannot take it: then one log line names it.
         """
         if self.rejoin is None:
             return
+        known = {n.node_id for n in self.nodes}
         connected = {int(i) for i in grid.get_node_ids()}
-        away = {n.node_id for n in self.nodes} - connected
-        unknown = sorted(connected - {n.node_id for n in self.nodes} - self._strangers)
-        if not away or not unknown:
+        unknown = sorted(connected - known - self._strangers)
+        if not unknown:
             return
-        taken = self.rejoin(grid, unknown, self.nodes, away)
-        self._strangers.update(set(unknown) - set(taken))
-        by_old_id = {entry.node_id: new_id for new_id, entry in taken.items()}
+        answered = self.rejoin(grid, unknown, self.nodes, known - connected)
+        self._strangers.update(set(unknown) - set(answered))
+        by_old_id = {entry.node_id: new_id for new_id, entry in answered.items() if entry.node_id in known}
         self.nodes = [replace(n, node_id=by_old_id[n.node_id]) if n.node_id in by_old_id else n
                       for n in self.nodes]
+        newcomers = [entry for new_id, entry in answered.items() if entry.node_id == new_id]
+        refusal = self.late_join_refusal() if newcomers else None
+        for node in newcomers:
+            who = f"node {node.node_id}" + (f" ({node.name!r})" if node.name else "")
+            if refusal is not None:
+                log(WARNING, "%s joined mid-run and takes no part: %s", who, refusal)
+                self._strangers.add(node.node_id)
+            else:
+                log(INFO, "%s joined mid-run (partition %s, %d training examples): it takes part from round %d",
+                    who, node.partition_id, node.num_train_examples, self.last_round + 1)
+        if refusal is None and newcomers:
+            self.nodes = sorted([*self.nodes, *newcomers], key=lambda n: n.partition_id)
+            self.on_nodes_joined()
+
+    def late_join_refusal(self) -> str | None:
+        """Why a site that joins mid-run cannot take part in this algorithm, or None (it takes part)."""
+        return None
 
     def on_nodes_joined(self) -> None:
         """Called when the node table grew (a strategy with per-node state sizes it here)."""

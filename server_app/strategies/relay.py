@@ -140,6 +140,13 @@ class DecentralizedRelay(RoundStrategy):
         if self.nodes:
             self._size_node_state()
 
+    def late_join_refusal(self) -> str | None:
+        """A handshake's sites are the relay's graph for the whole run: a site that joins later is refused."""
+        if not self.handshake_nodes:
+            return None
+        return (f"the decentralized relay keeps the topology of the {len(self.nodes)} nodes of the start "
+                f"(topology = {self.topology!r}) for the whole run; the site takes part in the next run")
+
     def on_nodes_joined(self) -> None:
         """Size the per-node state for the grown table; a node that joined starts from the average model x-bar.
 
