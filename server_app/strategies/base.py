@@ -242,7 +242,12 @@ class RoundStrategy(Strategy):
         """What a good train reply carries, in words, for the error that ends a first round of broken replies."""
         return ('reply RecordDict({"arrays": ArrayRecord(the local model, the same names, shapes and dtypes as '
                 'the global one), "metrics": MetricRecord({"num-examples": int > 0, "train-loss" (or Flower\'s '
-                '"train_loss"): float})})')
+                '"train_loss"): float})}); fedsynth.client.train_reply(msg, model, result, num_examples=n) builds it')
+
+    def dp_obstacle(self, side: str) -> str | None:
+        """Why Flower's `side` ("server-side" or "client-side") DP clipping cannot protect what this strategy's
+        nodes send, or None (server_app/strategies/flower_wrappers.py)."""
+        return None
 
     def stop_requested(self) -> bool:
         """True once the algorithm has finished before the last round (FedDDPM+ after its correction)."""

@@ -81,6 +81,7 @@ from common.records import Weights, check_weights, from_record, load_weights, me
 from common.run.task import ServerTask, make_model
 from server_app.influence import capped_counts
 from server_app.messaging import match_replies
+from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.reply_checks import check_train_metrics
 from server_app.wire import with_fedsynth_metric_names
 from server_app.strategies.fedavg import FedAvgStrategy
@@ -192,9 +193,15 @@ class FedDDPMStrategy(FedAvgStrategy):
     def load_state_meta(self, meta: Mapping[str, Any]) -> None:
         self.aux_counts = {int(pid): int(n) for pid, n in meta.get("aux-counts", {}).items()}
 
+    def dp_obstacle(self, side: str) -> str | None:
+        """The warm models reach the server in the warm-up, outside the rounds a DP wrapper sees."""
+        return ("its nodes upload their warm models in the warm-up, outside the rounds the wrapper clips and noises, "
+                "and the server samples its auxiliary set from them")
+
     # ----- the run ---------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Before the first round of a run (not of a resumed one): the warm-up phase (`warmup`), then round 1."""
+        refuse_unsupported_wrapper(self)  # before the warm-up sends anything
         if self.round_is_active(server_round) and not self.warmed_up and self.completed_rounds == 0:
             self.warmup(grid, arrays)
         return super().configure_train(server_round, arrays, config, grid)
