@@ -45,6 +45,17 @@ def with_fedsynth_metric_names(metrics: MetricRecord) -> MetricRecord:
     return MetricRecord({**dict(metrics), **{ours: metrics[flower] for ours, flower in missing.items()}})
 
 
+def with_flower_metric_names(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Aggregated metrics with Flower's template name added beside each fedsynth name they carry
+    (`train-loss` -> `train_loss`, `local-test-accuracy` -> `eval_acc`, `local-test-loss` -> `eval_loss`), so a
+    `Result` and fedsynth's metrics.jsonl can be read in either convention."""
+    out = dict(values)
+    for flower, ours in FLOWER_METRIC_NAMES.items():
+        if ours in out:
+            out[flower] = out[ours]
+    return out
+
+
 def is_transient(reason: str) -> bool:
     """Whether a dropped reply's reason may pass in a later round (a node error or a timeout), not a contract break."""
     return reason.startswith("error:") or reason == "timeout"

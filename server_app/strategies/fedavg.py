@@ -41,7 +41,7 @@ from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo, sample_nodes
 from server_app.strategies.node_models import NodeModels
 from server_app.strategies.parameters import DEFAULTS, documented
-from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text
+from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text, with_flower_metric_names
 from common.run.client_settings import codec_settings, uplink_codec
 
 
@@ -404,7 +404,7 @@ def reply_metric_means(metrics: list[Mapping[str, Any]], max_share: float,
     if tested:
         out["local-test-accuracy"] = weighted_metric([m["local-test-accuracy"] for m in tested],
                                                      [m["num-test-examples"] for m in tested], max_share)
-    return out
+    return with_flower_metric_names(out)
 
 
 def aggregate_metrics(replies: list[Message], max_share: float, weighted_by_key: str = WEIGHTED_BY_KEY) -> MetricRecord:

@@ -72,7 +72,7 @@ from flwr.common.typing import Scalar
 from flwr.serverapp import Grid
 
 from common.models.diffusion import (
-    SamplerSpec, image_shape, linear_schedule, num_timesteps, sample, seeded_generator, train_on_images,
+    UNET_PRESETS, SamplerSpec, image_shape, linear_schedule, num_timesteps, sample, seeded_generator, train_on_images,
 )
 from common.metrics.evaluation import resolve_device
 from common.run.interrupt import raise_if_stopped
@@ -156,6 +156,10 @@ class FedDDPMStrategy(FedAvgStrategy):
                          qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        if task.model not in UNET_PRESETS:
+            raise ValueError(f"{type(self).__name__}'s model must be one of the U-Net presets {', '.join(UNET_PRESETS)} "
+                             f"(its server samples and corrects through diffusers' UNet2DModel), not {task.model!r}: "
+                             "a 'package.module:factory' model is not supported for the diffusion strategies")
         self.task = task
         self.device = resolve_device(device)
         self.aux_sampler = SamplerSpec(aux_sampler, num_timesteps(task), ddim_steps)
@@ -281,7 +285,10 @@ class FedDDPMStrategy(FedAvgStrategy):
             log(WARNING, "warmup: dropped node %s (partition %s): %s", failure["node"], failure["partition"], failure["reason"])
         if len(warm) < self.min_nodes:
             raise WarmupFailed(f"only {len(warm)} node(s) returned a warm model, fewer than min-nodes="
-                               f"{self.min_nodes}; failures: {failures[:3]}")
+                               f"{self.min_nodes}; failures: {failures[:3]}. A node answers the warm-up (a train "
+                               "message whose config has phase = 'warmup') with RecordDict({'arrays': its warm model, "
+                               "'metrics': {'num-examples': m_i, 'train-loss': float}}); "
+                               "fedsynth.client.warmup_reply(msg, model, num_examples=m_i, train_loss=l) builds it")
         warm.sort(key=lambda item: item[0])
         start = self._warmup_started
         train_time = time.monotonic() - start
