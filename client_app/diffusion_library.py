@@ -49,7 +49,7 @@ def train_ddpm(model: nn.Module, batches: Batches, *, timesteps: int, optimizer:
     mean ||eps - eps_w(x_t, t)||^2, with eps and t drawn from a generator seeded by `seed` (e.g. `(round,
     partition)`), over the linear beta schedule of `timesteps` steps (the U-Net's T).
 
-    `batches` yields `(images, labels)` (labels are ignored) or images alone, the images in [-1, 1] of the
+    `batches` yields `(images, labels)` (labels are ignored), `(images,)` (a `TensorDataset` of images) or images, the images in [-1, 1] of the
     model's shape. The rule fedsynth's own nodes run for FedDDPM's rounds and its warm-up.
     """
     parts = seed if isinstance(seed, tuple) else (seed,)
@@ -61,8 +61,11 @@ def train_ddpm(model: nn.Module, batches: Batches, *, timesteps: int, optimizer:
         return loss
 
     # images alone get placeholder labels: the loop moves (inputs, labels) pairs to the model's device
-    pairs = (tuple(batch[:2]) if isinstance(batch, (tuple, list)) else (batch, torch.zeros(len(batch), dtype=torch.long))
-             for batch in batches)
+    def images_and_labels(batch):
+        images = batch[0] if isinstance(batch, (tuple, list)) else batch  # (images, labels), (images,) or images
+        return images, torch.zeros(len(images), dtype=torch.long)
+
+    pairs = (images_and_labels(batch) for batch in batches)
     return train_steps(model, pairs, rule, optimizer)
 
 
