@@ -58,7 +58,7 @@ def train_ddpm(model: nn.Module, batches: Batches, *, timesteps: int, optimizer:
     def rule(xb: torch.Tensor, yb: torch.Tensor) -> torch.Tensor:
         loss = loss_fn(model, xb, yb)
         loss.backward()
-        return loss
+        return loss.detach()
 
     # images alone get placeholder labels: the loop moves (inputs, labels) pairs to the model's device
     def images_and_labels(batch):
