@@ -5,7 +5,7 @@ from flwr.app import Array, ArrayRecord, Context, Message, MetricRecord, RecordD
 from flwr.clientapp import ClientApp
 
 from fedsynth.client import (
-    CogSettings, LocalOptimizer, config_value, epochs, evaluate_model, scaffold_reply, train_fedcog,
+    CogSettings, LocalOptimizer, config_value, evaluate_model, scaffold_reply, train_fedcog,
     train_fedlesam, train_fedlesam_d, train_fedsam, train_fedsmoo, train_fedsynsam, train_mofedsam, train_reply,
     train_scaffold, train_sgd,
 )
@@ -28,7 +28,7 @@ def train(msg: Message, context: Context) -> Message:
     net = make_net()
     net.load_state_dict(msg.content["arrays"].to_torch_state_dict())
     loader = load_data(int(context.node_config["partition-id"]))
-    batches = epochs(loader, count=1) if context.run_config.get("epochs") else loader  # one pass by default
+    batches = loader  # one pass over the node's data; epochs(loader, count=E) for E passes
     optimizer = LocalOptimizer(lr=float(config["lr"]), momentum=0.9)
     strategy = str(context.run_config["strategy"])  # which server this app runs with (its run config)
     n = len(loader.dataset)
