@@ -127,3 +127,12 @@ def test_every_call_the_page_writes_names_real_parameters():
             if word and word.group(1) not in parameters:
                 problems.append(f"{name}({args}): no parameter {word.group(1)!r}")
     assert problems == []
+
+
+@pytest.mark.parametrize("public", [strategies.FedDDPM, strategies.FedDDPMPlus])
+def test_the_diffusion_strategies_refuse_a_factory_model_in_one_sentence(public):
+    """Issue 53: `model="pkg.mod:factory"` raised a bare KeyError; the page says the U-Net presets only."""
+    with pytest.raises(ValueError, match=r"^Fed\w+'s model must be one of the U-Net presets unet-small, .* not "
+                                         r"'library_app.task:make_net': a 'package.module:factory' model is not "
+                                         r"supported for the diffusion strategies$"):
+        public(model="library_app.task:make_net")
