@@ -32,9 +32,9 @@ ServerApp hands `start()` a `PollingGrid`, server_app/messaging.py):
   or Flower's "train_loss"), drops bad and missing replies into the record's
   failures and samples A.
   `warmup` drives the pair, with `warmup-timeout`, from the first active
-  `configure_train`: the one hook that Flower's `start()`, a Flower wrapper
-  strategy (DifferentialPrivacyServerSide*) and a hand-written round loop all
-  call, so it runs once per run, after `start()`'s round-0 `evaluate_fn` and
+  `configure_train`: the one hook that Flower's `start()`, a wrapper strategy
+  (Flower's DP wrappers are refused: flower_wrappers.py) and a hand-written
+  round loop all call, so it runs once per run, after `start()`'s round-0 `evaluate_fn` and
   before round 1 samples its nodes. A resumed run (`completed_rounds > 0`)
   skips it and has A from the checkpoint.
 - FedDDPM+'s `quicktest-reference = "clients"`: the `fid_stats` query,
@@ -220,7 +220,7 @@ class FedDDPMStrategy(FedAvgStrategy):
         """The whole warm-up phase: `configure_warmup`, one `grid.send_and_receive`, `aggregate_warmup`.
 
         The first active `configure_train` calls it (the one hook that Flower's `start()`, a wrapper strategy
-        such as Flower's DifferentialPrivacyServerSide* and a hand-written round loop all call), so the warm-up
+        (Flower's DP wrappers are refused: flower_wrappers.py) and a hand-written round loop all call), so the warm-up
         comes after `start()`'s round-0 `evaluate_fn` and before round 1's node sampling, once per run. The
         exchange goes through the grid's own `send_and_receive`, as a round's does, with `warmup-timeout`.
         Returns the warm-up's record (see `aggregate_warmup`).
