@@ -24,6 +24,12 @@ in `Context.state` (for example `context.state["c_i"] = ArrayRecord(...)`).
 Weights are dicts of numpy arrays keyed by parameter name, as
 `{k: v.numpy() for k, v in record.to_torch_state_dict().items()}` gives.
 
+Replies: `train_reply(msg, model, result, num_examples=n)` builds the reply
+every centralized strategy reads (the model, or with an uplink codec on the
+compressed update of the parameters and the buffers as they are, the metrics
+and the rule's extra record); `scaffold_reply` is SCAFFOLD's; `warmup_reply`
+and `feature_sums_reply` answer FedDDPM's two phases outside the rounds.
+
 docs/library.md lists every function with its parameters, what it needs from
 the server and what its reply should carry, and walks through the example app
 in examples/fedcog-app/.
@@ -60,6 +66,21 @@ from client_app.rules import (
     train_scaffold,
     train_sgd,
 )
+from client_app.diffusion_library import (
+    build_unet,
+    feature_sums_reply,
+    is_warmup,
+    train_ddpm,
+    warmup_length,
+    warmup_reply,
+)
+from client_app.replies import (
+    CompressedUpdate,
+    compressed_update_records,
+    result_records,
+    scaffold_reply,
+    train_reply,
+)
 from client_app.training import (
     LocalOptimizer,
     TrainResult,
@@ -76,7 +97,8 @@ from common.uplink.payloads import decode_update
 from common.uplink.spec import CompressionSpec
 from common.metrics.evaluation import evaluate_model
 from common.algorithms.fedcog import complementary_labels, kd_coefficients
-from common.protocol import COMPRESSED_UPDATE
+from common.protocol import COMPRESSED_UPDATE, DYNAMIC_CORRECTION, PERTURBATION_DUAL, SCAFFOLD_CONTROL_DELTA
+from common.uplink.wire import MODEL_BUFFERS
 
 __all__ = [
     # the local training loop and its inputs
@@ -129,4 +151,21 @@ __all__ = [
     "decode_update",
     "CompressionSpec",
     "COMPRESSED_UPDATE",
+    "MODEL_BUFFERS",
+    # the train replies, per strategy family (plain, compressed, SCAFFOLD's and the dynamic rules')
+    "train_reply",
+    "scaffold_reply",
+    "compressed_update_records",
+    "CompressedUpdate",
+    "result_records",
+    "SCAFFOLD_CONTROL_DELTA",
+    "DYNAMIC_CORRECTION",
+    "PERTURBATION_DUAL",
+    # FedDDPM / FedDDPM+: the U-Net, the DDPM step and the phases' replies
+    "build_unet",
+    "train_ddpm",
+    "is_warmup",
+    "warmup_length",
+    "warmup_reply",
+    "feature_sums_reply",
 ]

@@ -45,9 +45,43 @@ def with_fedsynth_metric_names(metrics: MetricRecord) -> MetricRecord:
     return MetricRecord({**dict(metrics), **{ours: metrics[flower] for ours, flower in missing.items()}})
 
 
+def with_flower_metric_names(values: Mapping[str, Any]) -> dict[str, Any]:
+    """Aggregated metrics with Flower's template name added beside each fedsynth name they carry
+    (`train-loss` -> `train_loss`, `local-test-accuracy` -> `eval_acc`, `local-test-loss` -> `eval_loss`), so a
+    `Result` and fedsynth's metrics.jsonl can be read in either convention."""
+    out = dict(values)
+    for flower, ours in FLOWER_METRIC_NAMES.items():
+        if ours in out:
+            out[flower] = out[ours]
+    return out
+
+
 def is_transient(reason: str) -> bool:
     """Whether a dropped reply's reason may pass in a later round (a node error or a timeout), not a contract break."""
     return reason.startswith("error:") or reason == "timeout"
+
+
+BUILDER = "fedsynth.client.train_reply(msg, model, result, num_examples=n)"
+
+
+def reply_contract_text(compression: str, records: Mapping[str, str] | None = None,
+                        metrics: Mapping[str, str] | None = None) -> str:
+    """What a good train reply of a centralized strategy carries, and the `fedsynth.client` call that builds it.
+
+    `compression` is the strategy's codec method; `records` the algorithm's extra reply records (name ->
+    what it holds and which call adds it); `metrics` its extra reply metrics (name -> meaning).
+    """
+    loss = '"train-loss" (or Flower\'s "train_loss"): float'
+    if compression == "none":
+        model = ('"arrays": ArrayRecord(the local model, the same names, shapes and dtypes as the global one)')
+    else:
+        model = (f'"compressed-update": the {compression} codec\'s payload of the trainable parameters\' update '
+                 'w_i - w (the codec the strategy sent in the config), "model-buffers": the model\'s buffers '
+                 '(BatchNorm\'s running statistics and num_batches_tracked) as they are, and no "arrays"')
+    text = f'reply RecordDict({{{model}, "metrics": MetricRecord({{"num-examples": int > 0, {loss}'
+    text += "".join(f', "{name}": {meaning}' for name, meaning in (metrics or {}).items()) + "})"
+    text += "".join(f', "{name}": {what}' for name, what in (records or {}).items()) + "})"
+    return f"{text}; {BUILDER} builds exactly this from the message and the trained model"
 
 
 def contract_violation_error(strategy_name: str, failures: Sequence[Mapping[str, Any]], contract: str) -> str | None:

@@ -2,7 +2,7 @@
 
 - from the outside: a Flower developer's own ClientApp functions (no fedsynth client code) answer the warm-up's
   train message; `start()` runs the warm-up once, before round 1, through one `grid.send_and_receive` with
-  `warmup_timeout`, and the auxiliary set comes from their warm models; so does a Flower DP wrapper's `start()`;
+  `warmup_timeout`, and the auxiliary set comes from their warm models; so does a wrapper's `start()`;
 - `configure_warmup`'s messages carry what the docs say (the initial model, `server-round` 0, `phase` "warmup");
 - `aggregate_warmup` reads Flower's template metric names, drops an error reply, a reply without the model, a mis-shaped model and a node that did not
   answer, each with its reason, and raises WarmupFailed below `min_nodes`;
@@ -122,14 +122,13 @@ def test_a_developers_clientapp_answers_the_warmup_under_start() -> None:
 
 
 def test_a_flower_wrapper_runs_the_warmup_too() -> None:
-    """Flower's DP wrapper's start() calls only the inner configure_train: that is where the warm-up runs."""
-    from flwr.serverapp.strategy import DifferentialPrivacyServerSideFixedClipping
+    """A wrapper's start() calls only the inner configure_train: that is where the warm-up runs. Flower's DP
+    wrappers are refused (the warm models would escape their clipping: tests/test_flower_wrappers.py)."""
+    from tests.library_grid import passthrough_wrapper
 
     grid = DeveloperGrid(2)
     inner = strategies.FedDDPM(**TINY, fraction_evaluate=0.0)
-    wrapper = DifferentialPrivacyServerSideFixedClipping(inner, noise_multiplier=0.0, clipping_norm=1e6,
-                                                         num_sampled_clients=2)
-    wrapper.start(grid, to_record(initial_model()), num_rounds=1, timeout=30)
+    passthrough_wrapper(inner).start(grid, to_record(initial_model()), num_rounds=1, timeout=30)
     assert [[phase_of(m) for m in messages] for messages, _ in grid.sends()] == [["warmup"] * 2, [None] * 2]
     assert inner.phase_records[0]["answered"] == 2 and inner.auxiliary is not None
 

@@ -49,7 +49,9 @@ from server_app.influence import bounded_weights
 from server_app.messaging import send_and_receive
 from server_app.reply_checks import check_evaluate_metrics
 from server_app.strategies.node_table import NodeInfo, sample_nodes, wait_for_nodes, with_new_nodes
-from server_app.wire import WEIGHTED_BY_KEY, contract_violation_error, with_fedsynth_metric_names
+from server_app.wire import (
+    WEIGHTED_BY_KEY, contract_violation_error, with_fedsynth_metric_names, with_flower_metric_names,
+)
 
 
 class TooManyFailedRounds(RuntimeError):
@@ -70,12 +72,12 @@ def local_test_summary(metrics: list[Any], max_share: float, weighted_by_key: st
     """Test-count weighted local accuracy and loss of evaluate replies, with their min and max accuracy."""
     counts = [m[weighted_by_key] for m in metrics]
     accuracy = [m["local-test-accuracy"] for m in metrics]
-    return {
+    return with_flower_metric_names({
         "local-test-accuracy": weighted_metric(accuracy, counts, max_share),
         "local-test-loss": weighted_metric([m["local-test-loss"] for m in metrics], counts, max_share),
         "local-test-accuracy-min": float(min(accuracy)),
         "local-test-accuracy-max": float(max(accuracy)),
-    }
+    })
 
 
 def checked_evaluate_metrics(nodes: list[NodeInfo], replies: Iterable[Message], known_partitions: bool = True) -> list[MetricRecord]:
@@ -242,7 +244,12 @@ class RoundStrategy(Strategy):
         """What a good train reply carries, in words, for the error that ends a first round of broken replies."""
         return ('reply RecordDict({"arrays": ArrayRecord(the local model, the same names, shapes and dtypes as '
                 'the global one), "metrics": MetricRecord({"num-examples": int > 0, "train-loss" (or Flower\'s '
-                '"train_loss"): float})})')
+                '"train_loss"): float})}); fedsynth.client.train_reply(msg, model, result, num_examples=n) builds it')
+
+    def dp_obstacle(self, side: str) -> str | None:
+        """Why Flower's `side` ("server-side" or "client-side") DP clipping cannot protect what this strategy's
+        nodes send, or None (server_app/strategies/flower_wrappers.py)."""
+        return None
 
     def stop_requested(self) -> bool:
         """True once the algorithm has finished before the last round (FedDDPM+ after its correction)."""

@@ -37,10 +37,11 @@ from server_app.influence import bounded_weights, cap_binds
 from server_app.robust import ROBUST_AGGREGATIONS, clip_factors, combine_updates, scale_update, update_norm
 from server_app.reply_checks import check_train_metrics
 from server_app.strategies.base import RoundStrategy, weighted_metric
+from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo, sample_nodes
 from server_app.strategies.node_models import NodeModels
 from server_app.strategies.parameters import DEFAULTS, documented
-from server_app.wire import WEIGHTED_BY_KEY
+from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text, with_flower_metric_names
 from common.run.client_settings import codec_settings, uplink_codec
 
 
@@ -175,6 +176,36 @@ class FedAvgStrategy(RoundStrategy):
         return aggregate_buffers(values, self.aggregation_weights(ordered))
 
     # ----- hooks for subclasses -------------------------------------------------
+    # The algorithm's extra train-reply records and metrics (name -> what it holds, and which call sends it),
+    # named by the error that ends a first round of broken replies (`reply_contract`).
+    reply_records: dict[str, str] = {}
+    reply_metrics: dict[str, str] = {}
+
+    def reply_contract(self) -> str:
+        """What a good train reply carries with this strategy's codec and records, and the call that builds it."""
+        return reply_contract_text(self.codec.method, self.reply_records, self.reply_metrics)
+
+    def sends_own_records(self) -> bool:
+        """Whether train messages carry records besides the model and the config (SCAFFOLD's c, ...)."""
+        return type(self).downlink_records is not FedAvgStrategy.downlink_records
+
+    def dp_obstacle(self, side: str) -> str | None:
+        """Flower's DP clipping works on a reply that is the uncompressed model and nothing else (client-side:
+        also on a train message that is the model and the config)."""
+        if self.codec.method != "none":
+            return (f"its nodes reply with the {self.codec.method} codec's payload ('compressed-update'), not the "
+                    f"model, which Flower's {side} clipping cannot clip; build it with compression='none'")
+        if self.reply_records:
+            names = ", ".join(f"'{name}'" for name in self.reply_records)
+            if side == "server-side":
+                return (f"Flower's server-side clipping clips every array record of a reply as the model and would "
+                        f"corrupt {names}")
+            return f"Flower's client-side clipping mod refuses a reply with more array records than the model ({names})"
+        if side == "client-side" and self.sends_own_records():
+            return ("Flower's client-side clipping mod refuses a train message with more array records than the model, "
+                    "and this strategy sends its own")
+        return None
+
     def client_config(self) -> dict[str, Any]:
         """The settings the nodes' rule needs, sent in every train message's config (as FedProx sends
         `proximal-mu`): the uplink codec and `node_settings` (common/run/client_settings.py); a subclass adds
@@ -243,6 +274,7 @@ class FedAvgStrategy(RoundStrategy):
     # ----- Strategy API -----------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """One message per sampled node: the global model, the round's config and extra records."""
+        refuse_unsupported_wrapper(self)
         if not self.round_is_active(server_round):
             return self.skip_round()
         available = self.refresh_nodes(grid)
@@ -395,7 +427,7 @@ def reply_metric_means(metrics: list[Mapping[str, Any]], max_share: float,
     if tested:
         out["local-test-accuracy"] = weighted_metric([m["local-test-accuracy"] for m in tested],
                                                      [m["num-test-examples"] for m in tested], max_share)
-    return out
+    return with_flower_metric_names(out)
 
 
 def aggregate_metrics(replies: list[Message], max_share: float, weighted_by_key: str = WEIGHTED_BY_KEY) -> MetricRecord:

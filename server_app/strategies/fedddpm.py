@@ -32,9 +32,9 @@ ServerApp hands `start()` a `PollingGrid`, server_app/messaging.py):
   or Flower's "train_loss"), drops bad and missing replies into the record's
   failures and samples A.
   `warmup` drives the pair, with `warmup-timeout`, from the first active
-  `configure_train`: the one hook that Flower's `start()`, a Flower wrapper
-  strategy (DifferentialPrivacyServerSide*) and a hand-written round loop all
-  call, so it runs once per run, after `start()`'s round-0 `evaluate_fn` and
+  `configure_train`: the one hook that Flower's `start()`, a wrapper strategy
+  (Flower's DP wrappers are refused: flower_wrappers.py) and a hand-written
+  round loop all call, so it runs once per run, after `start()`'s round-0 `evaluate_fn` and
   before round 1 samples its nodes. A resumed run (`completed_rounds > 0`)
   skips it and has A from the checkpoint.
 - FedDDPM+'s `quicktest-reference = "clients"`: the `fid_stats` query,
@@ -72,7 +72,7 @@ from flwr.common.typing import Scalar
 from flwr.serverapp import Grid
 
 from common.models.diffusion import (
-    SamplerSpec, image_shape, linear_schedule, num_timesteps, sample, seeded_generator, train_on_images,
+    UNET_PRESETS, SamplerSpec, image_shape, linear_schedule, num_timesteps, sample, seeded_generator, train_on_images,
 )
 from common.metrics.evaluation import resolve_device
 from common.run.interrupt import raise_if_stopped
@@ -81,6 +81,7 @@ from common.records import Weights, check_weights, from_record, load_weights, me
 from common.run.task import ServerTask, make_model
 from server_app.influence import capped_counts
 from server_app.messaging import match_replies
+from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.reply_checks import check_train_metrics
 from server_app.wire import with_fedsynth_metric_names
 from server_app.strategies.fedavg import FedAvgStrategy
@@ -155,6 +156,10 @@ class FedDDPMStrategy(FedAvgStrategy):
                          qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        if task.model not in UNET_PRESETS:
+            raise ValueError(f"{type(self).__name__}'s model must be one of the U-Net presets {', '.join(UNET_PRESETS)} "
+                             f"(its server samples and corrects through diffusers' UNet2DModel), not {task.model!r}: "
+                             "a 'package.module:factory' model is not supported for the diffusion strategies")
         self.task = task
         self.device = resolve_device(device)
         self.aux_sampler = SamplerSpec(aux_sampler, num_timesteps(task), ddim_steps)
@@ -192,9 +197,15 @@ class FedDDPMStrategy(FedAvgStrategy):
     def load_state_meta(self, meta: Mapping[str, Any]) -> None:
         self.aux_counts = {int(pid): int(n) for pid, n in meta.get("aux-counts", {}).items()}
 
+    def dp_obstacle(self, side: str) -> str | None:
+        """The warm models reach the server in the warm-up, outside the rounds a DP wrapper sees."""
+        return ("its nodes upload their warm models in the warm-up, outside the rounds the wrapper clips and noises, "
+                "and the server samples its auxiliary set from them")
+
     # ----- the run ---------------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Before the first round of a run (not of a resumed one): the warm-up phase (`warmup`), then round 1."""
+        refuse_unsupported_wrapper(self)  # before the warm-up sends anything
         if self.round_is_active(server_round) and not self.warmed_up and self.completed_rounds == 0:
             self.warmup(grid, arrays)
         return super().configure_train(server_round, arrays, config, grid)
@@ -209,7 +220,7 @@ class FedDDPMStrategy(FedAvgStrategy):
         """The whole warm-up phase: `configure_warmup`, one `grid.send_and_receive`, `aggregate_warmup`.
 
         The first active `configure_train` calls it (the one hook that Flower's `start()`, a wrapper strategy
-        such as Flower's DifferentialPrivacyServerSide* and a hand-written round loop all call), so the warm-up
+        (Flower's DP wrappers are refused: flower_wrappers.py) and a hand-written round loop all call), so the warm-up
         comes after `start()`'s round-0 `evaluate_fn` and before round 1's node sampling, once per run. The
         exchange goes through the grid's own `send_and_receive`, as a round's does, with `warmup-timeout`.
         Returns the warm-up's record (see `aggregate_warmup`).
@@ -274,7 +285,10 @@ class FedDDPMStrategy(FedAvgStrategy):
             log(WARNING, "warmup: dropped node %s (partition %s): %s", failure["node"], failure["partition"], failure["reason"])
         if len(warm) < self.min_nodes:
             raise WarmupFailed(f"only {len(warm)} node(s) returned a warm model, fewer than min-nodes="
-                               f"{self.min_nodes}; failures: {failures[:3]}")
+                               f"{self.min_nodes}; failures: {failures[:3]}. A node answers the warm-up (a train "
+                               "message whose config has phase = 'warmup') with RecordDict({'arrays': its warm model, "
+                               "'metrics': {'num-examples': m_i, 'train-loss': float}}); "
+                               "fedsynth.client.warmup_reply(msg, model, num_examples=m_i, train_loss=l) builds it")
         warm.sort(key=lambda item: item[0])
         start = self._warmup_started
         train_time = time.monotonic() - start

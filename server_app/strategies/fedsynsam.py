@@ -220,6 +220,16 @@ class TrajectoryStrategy(FedAvgStrategy):
 class FedSynSAMStrategy(TrajectoryStrategy):
     """FedSynSAM: FedAvg of (compressed) updates; D_syn distilled after round R and sent once to every node."""
 
+    reply_metrics = {"synthetic-examples": ("int >= 0, how many synthetic examples the node holds (optional; "
+                                            "the server re-sends 'synthetic-data' until it is > 0)")}
+
+    def dp_obstacle(self, side: str) -> str | None:
+        """Client-side clipping's mod also refuses the train message that carries 'synthetic-data'."""
+        if side == "client-side" and self.codec.method == "none":
+            return ("Flower's client-side clipping mod refuses a train message with more array records than the model, "
+                    "and this strategy sends 'synthetic-data' with it")
+        return super().dp_obstacle(side)
+
     def __init__(self, *, trajectory_rounds: int = DEFAULTS.trajectory_rounds,
                           synthetic_ipc: int = DEFAULTS.synthetic_ipc,
                           distill_iterations: int = DEFAULTS.distill_iterations,

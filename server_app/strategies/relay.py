@@ -58,6 +58,7 @@ from server_app.checkpoint import CheckpointError
 from server_app.reply_checks import check_train_metrics
 from server_app.robust import clip_update, update_norm
 from server_app.strategies.base import RoundStrategy
+from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedavg import reply_metric_means
 from server_app.strategies.parameters import DEFAULTS, documented
@@ -302,9 +303,15 @@ class DecentralizedRelay(RoundStrategy):
         step = clip_update(subtract(model, self.models[i]), bound)
         return {name: (self.models[i][name] + step[name]).astype(model[name].dtype) for name in model}
 
+    def dp_obstacle(self, side: str) -> str | None:
+        """The nodes keep and exchange their own models, which a DP wrapper neither clips nor noises."""
+        return ("its nodes keep their own models and receive their neighbours' models from the relay, which "
+                f"Flower's {side} clipping and noise never touch (only the average the relay returns is noised)")
+
     # ----- Strategy API -----------------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Each node its own message: its row of W_t and its neighbours' last models (x^0 = `arrays` before)."""
+        refuse_unsupported_wrapper(self)
         if not self.round_is_active(server_round):
             return self.skip_round()
         self.refresh_nodes(grid)  # all nodes of the table train each round; a node that left times out

@@ -101,6 +101,10 @@ def feddyn_server_state(h: Weights, corrections: list[Mapping[str, np.ndarray]],
 class FedLESAMDStrategy(FedAvgStrategy):
     """FedLESAM-D's server: FedDyn's `h` correction, and the previous global update sent down."""
 
+    reply_records = {DYNAMIC_CORRECTION: ("ArrayRecord(g_i+ - g_i over the trainable parameters: train_fedlesam_d's "
+                                          "result.correction), which fedsynth.client.train_reply(msg, model, "
+                                          "result, num_examples=n) adds")}
+
     def __init__(self, *, dyn_alpha: float = DEFAULTS.dyn_alpha,
                           max_record_norm: float = DEFAULTS.max_record_norm,
                           fraction_train: float = DEFAULTS.fraction_train,
@@ -214,6 +218,10 @@ def smoo_global_perturbation(duals: list[Mapping[str, np.ndarray]], rho: float) 
 @documented
 class FedSMOOStrategy(FedAvgStrategy):
     """FedSMOO's server: FedDyn's `h` from the updates, and the global perturbation `s` sent down."""
+
+    reply_records = {PERTURBATION_DUAL: ("ArrayRecord(mu_i - e_i over the trainable parameters: train_fedsmoo's "
+                                         "result.perturbation_dual), which fedsynth.client.train_reply(msg, model, "
+                                         "result, num_examples=n) adds")}
 
     def __init__(self, *, dyn_alpha: float = DEFAULTS.dyn_alpha,
                           sam_rho: float = DEFAULTS.sam_rho,

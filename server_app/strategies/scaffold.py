@@ -87,9 +87,9 @@ class ScaffoldStrategy(FedAvgStrategy):
         control = self.client_controls.get(partition_id)
         return {STATE_SCAFFOLD_CONTROL: to_record(control)} if control is not None else {}
 
-    def reply_contract(self) -> str:
-        return (f"{super().reply_contract()}, plus the record '{SCAFFOLD_CONTROL_DELTA}' (c_i+ - c_i, the arrays of "
-                f"'{SCAFFOLD_CONTROL}'; fedsynth.client.train_scaffold returns it as `control_delta`)")
+    reply_records = {SCAFFOLD_CONTROL_DELTA: (f"ArrayRecord(c_i+ - c_i, the arrays of '{SCAFFOLD_CONTROL}'), which "
+                                              "fedsynth.client.scaffold_reply(msg, model, train_scaffold(...), "
+                                              "num_examples=n) adds")}
 
     def _control(self) -> Weights:
         if self.control is None:
