@@ -80,7 +80,7 @@ from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
 from common.run.task import ServerTask, make_model
 from server_app.influence import capped_counts
-from server_app.messaging import match_replies
+from server_app.messaging import match_replies, misaddressed_replies, sender_mismatch
 from server_app.reply_checks import check_train_metrics
 from server_app.wire import with_fedsynth_metric_names
 from server_app.strategies.fedavg import FedAvgStrategy
@@ -263,6 +263,8 @@ class FedDDPMStrategy(FedAvgStrategy):
                 # a reply in Flower's template names (train_loss) is read in fedsynth's, as a round's is
                 reply.content["metrics"] = with_fedsynth_metric_names(reply.content.metric_records["metrics"])
             reason, weights = self._check_warm_reply(reply, self._warmup_initial)
+            mismatch = sender_mismatch(message, reply)  # another node's reply is not this node's warm model
+            reason = f"{mismatch}: dropped" if mismatch is not None else reason
             if reason is not None:
                 failures.append({"node": node_id, "partition": partition_of_node.get(node_id), "reason": reason})
                 continue
@@ -270,6 +272,9 @@ class FedDDPMStrategy(FedAvgStrategy):
             warm.append((partition_of_node[node_id], int(metrics["num-examples"]), weights, float(metrics["train-loss"])))
         failures += [{"node": m.metadata.dst_node_id, "partition": partition_of_node.get(m.metadata.dst_node_id),
                       "reason": "timeout"} for m in unanswered]
+        failures += [{"node": r.metadata.src_node_id, "partition": partition_of_node.get(r.metadata.src_node_id),
+                      "reason": f"{sender_mismatch(m, r)}, which that node answered itself: dropped"}
+                     for m, r in misaddressed_replies(self._warmup_sent, replies, pairs)]
         for failure in failures:
             log(WARNING, "warmup: dropped node %s (partition %s): %s", failure["node"], failure["partition"], failure["reason"])
         if len(warm) < self.min_nodes:
