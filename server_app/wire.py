@@ -50,8 +50,12 @@ def is_transient(reason: str) -> bool:
     return reason.startswith("error:") or reason == "timeout"
 
 
-def contract_violation_error(strategy_name: str, failures: Sequence[Mapping[str, Any]], contract: str) -> str | None:
+def contract_violation_error(strategy_name: str, failures: Sequence[Mapping[str, Any]], contract: str,
+                             restored: str | None = None, model_note: str = "") -> str | None:
     """The message that ends a first round in which every reply broke the contract, or None.
+
+    After a resume (`restored` names the checkpoint or state the run continued from) the message names that
+    state, not the ClientApp, and `model_note` says what is odd about the model it holds (its largest weight).
 
     None when any reply was usable, when there were none, or when some failure may be transient
     (an error reply, a timeout): those are the business of `min_nodes` and `max_failed_rounds`.
@@ -59,6 +63,10 @@ def contract_violation_error(strategy_name: str, failures: Sequence[Mapping[str,
     if not failures or any(is_transient(str(f["reason"])) for f in failures):
         return None
     reasons = sorted({str(f["reason"]) for f in failures})
+    if restored is not None:  # these nodes' replies were usable before the state was saved: the state is the suspect
+        return (f"{strategy_name}: every reply of the first round after resuming from {restored} was dropped: "
+                f"{'; '.join(reasons[:3])}. The nodes' replies were usable before that state was saved, so it is the "
+                f"likely fault{model_note}: resume from an earlier checkpoint, or start the run over.")
     return (f"{strategy_name}: every reply of the first round broke the reply contract, so no later round can "
             f"succeed: {'; '.join(reasons[:3])}. Change the ClientApp's reply: {contract} "
             "(docs/library.md, 'The reply contract').")

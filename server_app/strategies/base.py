@@ -120,6 +120,20 @@ def pair_replies(sent: Sequence[Message], replies: Iterable[Message]) -> tuple[l
     return pairs, unanswered
 
 
+def largest_weight_note(sent: Sequence[Message]) -> str:
+    """", whose largest weight is |w| = ... in 'name'" for the model the first of `sent` carried ("" if none)."""
+    record = sent[0].content.array_records.get("arrays") if sent else None
+    if record is None:
+        return ""
+    largest, where = 0.0, ""
+    for name, array in record.items():
+        values = np.abs(array.numpy().astype(np.float64, copy=False))
+        top = float(np.nanmax(values)) if values.size else 0.0
+        if top > largest or not where:
+            largest, where = top, name
+    return f" (its model's largest weight is |w| = {largest:.3g}, in '{where}')" if where else ""
+
+
 @dataclass
 class RoundOutcome:
     """The replies of one round, sorted into usable ones and failures."""
@@ -178,6 +192,7 @@ class RoundStrategy(Strategy):
         self.rejoin: Callable[[Grid, list[int], list[NodeInfo], set[int]], dict[int, NodeInfo]] | None = None
         self._strangers: set[int] = set()  # new ids the rejoin question mapped to no entry: not asked again
         self.completed_rounds = 0  # rounds a checkpoint restored: start() skips them
+        self.restored_from = ""    # what they were restored from, for messages (fedsynth's app: the checkpoint's folder)
         self.failed_in_a_row = 0
         self.round_report: dict[str, Any] | None = None
         self.phase_records: list[dict[str, Any]] = []  # steps that are not rounds (FedDDPM's warm-up), for the results
@@ -389,7 +404,11 @@ class RoundStrategy(Strategy):
         self.round_report = report
         self.rounds_collected += 1
         if self.rounds_collected == 1 and not outcome.good:
-            message = contract_violation_error(type(self).__name__, outcome.failures, self.reply_contract())
+            restored = None
+            if self.completed_rounds > 0:
+                restored = f"{self.restored_from or 'the state given to load_state_dict'} (round {self.completed_rounds})"
+            message = contract_violation_error(type(self).__name__, outcome.failures, self.reply_contract(),
+                                               restored, largest_weight_note(self._sent))
             if message is not None:
                 raise ReplyContractError(message)
         return outcome
