@@ -71,6 +71,7 @@ from flwr.common.logger import log
 from flwr.common.typing import Scalar
 from flwr.serverapp import Grid
 
+from common.run.progress import Progress
 from common.models.diffusion import (
     SamplerSpec, image_shape, linear_schedule, num_timesteps, sample, seeded_generator, train_on_images,
 )
@@ -329,12 +330,14 @@ class FedDDPMStrategy(FedAvgStrategy):
         # |A_i| scales with the count node i claims: no node's count above max-weight-share of the total,
         # so one node's claim cannot make the server sample without end (server_app/influence.py)
         claims = capped_counts([num_examples for _, num_examples, _ in warm], self.max_weight_share)
-        for (partition_id, _, weights), claim in zip(warm, claims):
-            count = auxiliary_count(int(claim), self.aux_fraction)
+        counts = [auxiliary_count(int(claim), self.aux_fraction) for claim in claims]
+        progress = Progress("auxiliary set", sum(counts), "images")
+        progress.start(f" to sample from {len(warm)} warm models ({spec.label}; per node: {counts})")
+        for (partition_id, _, weights), count in zip(warm, counts):
             load_weights(model, weights)
             model.to(self.device)
             parts.append(sample(model, spec, count, shape, seeded_generator(self.seed, partition_id, 0, _AUX_STREAM),
-                                self.device))
+                                self.device, on_batch=progress.advance))
             self.aux_counts[partition_id] = count
         return np.concatenate(parts).astype(np.float32)
 
