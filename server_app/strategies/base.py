@@ -106,8 +106,8 @@ def pair_replies(sent: Sequence[Message], replies: Iterable[Message]) -> tuple[l
 
     A reply is matched by its `reply_to_message_id` (the grid sets message ids when it pushes), so a
     SuperLink's error reply for a lost node counts for that node, and a reply from another node is paired to be
-    dropped, never counted as the node's own (server_app/messaging.py `match_replies`). Messages that were never pushed (an
-    `aggregate_train` called by hand) are paired by node id instead.
+    dropped, never counted as the node's own (server_app/messaging.py `match_replies`). Messages that were never
+    pushed (an `aggregate_train` called by hand) are paired by node id instead.
     """
     replies = list(replies)
     if all(message.metadata.message_id for message in sent):
@@ -192,7 +192,7 @@ class RoundStrategy(Strategy):
         self.rejoin: Callable[[Grid, list[int], list[NodeInfo], set[int]], dict[int, NodeInfo]] | None = None
         self._strangers: set[int] = set()  # new ids the rejoin question mapped to no entry: not asked again
         self.completed_rounds = 0  # rounds a checkpoint restored: start() skips them
-        self.restored_from = ""    # what they were restored from, for messages (fedsynth's app: the checkpoint's folder)
+        self.restored_from = ""    # what they were restored from, for messages (the app: its checkpoint's folder)
         self.failed_in_a_row = 0
         self.round_report: dict[str, Any] | None = None
         self.phase_records: list[dict[str, Any]] = []  # steps that are not rounds (FedDDPM's warm-up), for the results
@@ -406,7 +406,8 @@ class RoundStrategy(Strategy):
         if self.rounds_collected == 1 and not outcome.good:
             restored = None
             if self.completed_rounds > 0:
-                restored = f"{self.restored_from or 'the state given to load_state_dict'} (round {self.completed_rounds})"
+                source = self.restored_from or "the state given to load_state_dict"
+                restored = f"{source} (round {self.completed_rounds})"
             message = contract_violation_error(type(self).__name__, outcome.failures, self.reply_contract(),
                                                restored, largest_weight_note(self._sent))
             if message is not None:

@@ -46,8 +46,8 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
                    "`train_config` decides.",
     "nodes": "A node table (node ids with partition ids and example counts, as fedsynth's handshake learns it);\n"
              "None numbers the grid's nodes in node-id order, and every round adds the nodes that joined since.",
-    "weighted_by_key": "The reply metric that weighs each reply in the averages, as in Flower's strategies. A reply\n"
-                       "that also carries \"num-examples\" must give both the same value, or it is dropped (a failure).",
+    "weighted_by_key": "The reply metric that weighs each reply in the averages, as in Flower's strategies. A\n"
+                       "reply that also carries \"num-examples\" must give both the same value, or it is dropped.",
     "node_settings": "Your own settings for the nodes, added to every train message's config (as FedProx sends\n"
                      "\"proximal-mu\"); fedsynth's app sends a rule's run-config keys here (\"proximal-mu\", \"moon-mu\", ...).",
     "parameter_names": "The names of the model's trainable arrays (`[n for n, _ in net.named_parameters()]`): what the\n"
