@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flwr.app import MetricRecord
+import numpy as np
+from flwr.app import Message, MetricRecord
 
 WEIGHTED_BY_KEY = "num-examples"  # Flower's default weighting key, and the count every fedsynth reply carries
 
@@ -70,3 +71,17 @@ def contract_violation_error(strategy_name: str, failures: Sequence[Mapping[str,
     return (f"{strategy_name}: every reply of the first round broke the reply contract, so no later round can "
             f"succeed: {'; '.join(reasons[:3])}. Change the ClientApp's reply: {contract} "
             "(docs/library.md, 'The reply contract').")
+
+
+def largest_weight_note(sent: Sequence[Message]) -> str:
+    """", whose largest weight is |w| = ... in 'name'" for the model the first of `sent` carried ("" if none)."""
+    record = sent[0].content.array_records.get("arrays") if sent else None
+    if record is None:
+        return ""
+    largest, where = 0.0, ""
+    for name, array in record.items():
+        values = np.abs(array.numpy().astype(np.float64, copy=False))
+        top = float(np.nanmax(values)) if values.size else 0.0
+        if top > largest or not where:
+            largest, where = top, name
+    return f" (its model's largest weight is |w| = {largest:.3g}, in '{where}')" if where else ""

@@ -49,7 +49,7 @@ from server_app.influence import bounded_weights
 from server_app.messaging import match_replies, misaddressed_replies, send_and_receive, sender_mismatch
 from server_app.reply_checks import check_evaluate_metrics
 from server_app.strategies.node_table import NodeInfo, sample_nodes, wait_for_nodes, with_new_nodes
-from server_app.wire import WEIGHTED_BY_KEY, contract_violation_error, with_fedsynth_metric_names
+from server_app.wire import WEIGHTED_BY_KEY, contract_violation_error, largest_weight_note, with_fedsynth_metric_names
 
 
 class TooManyFailedRounds(RuntimeError):
@@ -118,20 +118,6 @@ def pair_replies(sent: Sequence[Message], replies: Iterable[Message]) -> tuple[l
     pairs = [(m, by_node[m.metadata.dst_node_id]) for m in sent if m.metadata.dst_node_id in by_node]
     unanswered = [m for m in sent if m.metadata.dst_node_id not in by_node]
     return pairs, unanswered
-
-
-def largest_weight_note(sent: Sequence[Message]) -> str:
-    """", whose largest weight is |w| = ... in 'name'" for the model the first of `sent` carried ("" if none)."""
-    record = sent[0].content.array_records.get("arrays") if sent else None
-    if record is None:
-        return ""
-    largest, where = 0.0, ""
-    for name, array in record.items():
-        values = np.abs(array.numpy().astype(np.float64, copy=False))
-        top = float(np.nanmax(values)) if values.size else 0.0
-        if top > largest or not where:
-            largest, where = top, name
-    return f" (its model's largest weight is |w| = {largest:.3g}, in '{where}')" if where else ""
 
 
 @dataclass
