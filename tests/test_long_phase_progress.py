@@ -78,3 +78,35 @@ def test_sampling_reports_each_batch_and_draws_the_same_images():
     plain = sample(ZeroNoise(), spec, 10, shape, torch.Generator().manual_seed(0), torch.device("cpu"), batch_size=4)
     assert seen == [4, 4, 2]
     np.testing.assert_array_equal(with_progress, plain)
+
+
+def test_the_distillation_says_its_size_and_logs_its_progress():
+    import logging
+
+    from server_app.distillation import DistillSettings, distill
+
+    class Lines(logging.Handler):
+        def __init__(self) -> None:
+            super().__init__(logging.INFO)
+            self.lines: list[str] = []
+
+        def emit(self, record: logging.LogRecord) -> None:
+            self.lines.append(record.getMessage())
+
+    def small() -> nn.Module:
+        torch.manual_seed(0)
+        return nn.Sequential(nn.Flatten(), nn.Linear(16, 4))
+
+    start = {k: v.detach().numpy().copy() for k, v in small().state_dict().items()}
+    trajectory = [{k: v + np.float32(0.01 * i) for k, v in start.items()} for i in range(3)]
+    handler, logger = Lines(), logging.getLogger("flwr")
+    logger.addHandler(handler)
+    try:
+        distill(small(), trajectory, 4, (1, 4, 4), DistillSettings(ipc=2, iterations=20, inner_steps=1),
+                torch.device("cpu"))
+    finally:
+        logger.removeHandler(handler)
+    progress = [line for line in handler.lines if line.startswith("distillation: ") and "/20" in line]
+    assert "distillation: 20 iterations of 1 unrolled steps each, learning 8 synthetic images (2 per class)" in \
+        handler.lines
+    assert [line.split(" (")[0] for line in progress] == [f"distillation: {n}/20 iterations" for n in range(2, 21, 2)]
