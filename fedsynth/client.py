@@ -7,7 +7,7 @@ parameters as numbers, and a `LocalOptimizer` (SGD with momentum, or Adam).
 No run config, no Flower records, no `Context`: your ClientApp reads its
 message, calls the function, and builds its reply. fedsynth's ClientApp calls
 these same functions (client_app/updates.py, sam_family.py, decentralized.py,
-fedcog.py, uplink.py adapt its run config and records to them), so a rule
+fedcog.py and train_reply.py adapt its run config and records to them), so a rule
 here is exactly the rule fedsynth's experiments run.
 
 The settings a rule needs (rho, beta, the uplink codec, FedCOG's start round,

@@ -13,7 +13,8 @@ histogram (the classifier that labels samples is trained on the server's images)
 samples every round, so the curve compares with itself and the study runner's
 mean of the last evaluations is fair.
 
-The final model is scored once more on `final-fid-samples` (5,000) samples:
+The final model is scored once more on `final-fid-samples` (5,000) samples, at most 500 per round of the run
+(`final_fid_count`: a 2-round run draws 1,000; the count is in summary.json's `final-fid-samples`):
 `final-fid`, `final-kid` (with the std over KID's subsets) and the histogram
 of the classes the feature classifier predicts for them (mode coverage:
 `final-class-histogram`, `final-classes-covered`, `final-class-entropy`).
@@ -48,6 +49,8 @@ from common.metrics.fid_features import (
     train_reference_stats,
 )
 from common.records import Weights, load_weights
+from common.models.diffusion_settings import final_fid_count
+from common.run.progress import Progress
 from common.run.task import make_model
 
 if TYPE_CHECKING:
@@ -169,11 +172,15 @@ class DiffusionEvaluator:
         load_weights(self.model, weights)
         self.model.to(self.device)
         count = max(self.cfg.fid_samples, GRID_IMAGES) if self.cfg.central_eval else GRID_IMAGES
+        final_count = final_fid_count(self.cfg.final_fid_samples, self.cfg.fid_samples, self.cfg.num_server_rounds)
         if final and self.cfg.central_eval:
-            count = max(count, self.cfg.final_fid_samples)
-        # the first fid-samples images are the round's sample; the final score takes all final-fid-samples
+            count = max(count, final_count)
+        # the first fid-samples images are the round's sample; the final score takes all final_count
+        progress = Progress(f"[round {server_round}] {'final ' if final else ''}FID sampling", count, "images")
+        progress.start(f" from the global model ({self.sampler.label})")
         images = sample(self.model, self.sampler, count, self.shape,
-                        seeded_generator(self.cfg.seed, server_round, 0, _FID_STREAM), self.device)
+                        seeded_generator(self.cfg.seed, server_round, 0, _FID_STREAM), self.device,
+                        on_batch=progress.advance)
         record: dict[str, Any] = {"sample-time": time.monotonic() - start}
         grid = save_image_grid(images[:GRID_IMAGES], self.results.path / f"samples-round-{server_round:04d}.png")
         self.results.log_image("samples", grid, server_round)
@@ -187,8 +194,8 @@ class DiffusionEvaluator:
             log(INFO, "[round %d] FID %.3f%s (%s features, %d samples, %s; reference: %s)", server_round, record["fid"],
                 f", KID {record['kid']:.4f}" if "kid" in record else "", self.extractor().name, self.cfg.fid_samples,
                 self.sampler.label, self.reference_label())
-            if final and self.cfg.final_fid_samples:
-                final_images = images[:self.cfg.final_fid_samples]
+            if final and final_count:
+                final_images = images[:final_count]
                 final_scores = self.scores(final_images, seed=server_round)
                 record.update({f"final-{key}": value for key, value in final_scores.items()})
                 record["final-fid-samples"] = len(final_images)

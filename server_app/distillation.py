@@ -43,6 +43,7 @@ from flwr.common.logger import log
 from torch import nn
 from torch.func import functional_call
 
+from common.run.progress import Progress
 from common.run.config import RunConfig
 from common.data.datasets import run_dataset_info
 from common.records import Weights, load_weights, model_weights
@@ -198,6 +199,9 @@ def distill(
     starts = segment_starts(len(tensors), steps)
     rng = np.random.default_rng([settings.seed, 4])
 
+    progress = Progress("distillation", settings.iterations, "iterations")
+    progress.start(f" of {steps} unrolled steps each, learning {len(y_np)} synthetic images "
+                   f"({settings.ipc} per class)")
     start_loss = mean_matching_loss(model, tensors, x.detach(), y, alpha, steps, settings.normalized)
     losses = []
     for _ in range(settings.iterations):
@@ -211,6 +215,7 @@ def distill(
         x_opt.step()
         alpha_opt.step()
         losses.append(float(loss.detach()))
+        progress.advance(1)
     end_loss = mean_matching_loss(model, tensors, x.detach(), y, alpha, steps, settings.normalized)
     log(INFO, "distillation: %d iterations, %d segments of %d steps, matching loss %.4f -> %.4f, alpha %.5f",
         settings.iterations, len(starts), steps, start_loss, end_loss, float(alpha.detach()))

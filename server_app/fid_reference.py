@@ -47,7 +47,7 @@ from common.metrics.fid_features import TRAVELLING_EXTRACTORS, FeatureExtractor,
 from common.protocol import FID_EXTRACTOR, FID_STATS, FID_SUMS
 from common.records import Weights, from_record, message_array_bytes, to_record
 from common.run.interrupt import raise_if_stopped
-from server_app.messaging import match_replies
+from server_app.messaging import match_replies, sender_mismatch
 from server_app.reply_checks import is_int
 
 GROUP = "fid-reference"  # the checkpoint group
@@ -161,7 +161,9 @@ class ClientFeatureReference:
         for message, reply in match_replies(messages, replies)[0]:
             node = node_of[message.metadata.dst_node_id]
             try:
-                problem, sums, n = check_feature_sums(reply, dim, node.num_train_examples)
+                problem = sender_mismatch(message, reply)
+                if problem is None:
+                    problem, sums, n = check_feature_sums(reply, dim, node.num_train_examples)
             except Exception as err:  # noqa: BLE001 - a reply must never crash the server
                 problem, sums, n = f"malformed reply ({type(err).__name__}: {err})", {}, 0
             if problem is not None:

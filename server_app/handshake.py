@@ -63,7 +63,7 @@ from common.run.config import RunConfig
 from common.run.interrupt import raise_if_stopped
 from common.protocol import HANDSHAKE
 from common.run.task import check_task_model
-from server_app.messaging import match_replies, send_and_receive
+from server_app.messaging import match_replies, send_and_receive, sender_mismatch
 from server_app.reply_checks import check_handshake_metrics, check_node_name
 from server_app.strategies.node_table import NodeInfo
 
@@ -106,6 +106,10 @@ def _ask(grid: Grid, cfg: RunConfig, node_ids: list[int], timeout: float) -> dic
     answers: dict[int, _Answer] = {}
     for message, reply in match_replies(messages, replies)[0]:
         nid = message.metadata.dst_node_id  # the SuperLink answers for a node that went away
+        mismatch = sender_mismatch(message, reply)
+        if mismatch is not None:
+            answers[nid] = _Answer("", mismatch)
+            continue
         if reply.has_error():
             answers[nid] = _Answer("", reply.error.reason)
             continue

@@ -58,18 +58,39 @@ def send_and_receive(grid: Grid, messages: Iterable[Message], timeout: float | N
 
 
 
+def sender_mismatch(message: Message, reply: Message) -> str | None:
+    """Why `reply` cannot speak for the node `message` went to, or None.
+
+    A reply that is not an error must come from that node: a node that answers another node's message id
+    (a faulty or hostile ClientApp, or a grid that is not Flower's) is not that node. An error reply may come
+    from elsewhere: the SuperLink answers for a lost node from node id 1 (module docstring).
+    """
+    source, destination = reply.metadata.src_node_id, message.metadata.dst_node_id
+    if reply.has_error() or source == destination:
+        return None
+    return f"reply from node {source} answers the message sent to node {destination}"
+
+
 def match_replies(sent: Sequence[Message], replies: Iterable[Message]) -> tuple[list[tuple[Message, Message]], list[Message]]:
     """Pair replies with the sent messages they answer; returns ([(sent, reply)...] in `sent` order, unanswered sent).
 
-    A reply is matched by its `reply_to_message_id`; replies answering none of
-    `sent`, and any second reply to the same message, are left out.
+    A reply is matched by its `reply_to_message_id`. Of several replies to one message, the first from the
+    node it went to wins, then the first error reply, then the first from another node (which its caller drops
+    with `sender_mismatch`'s reason); replies answering none of `sent` and the other replies to a message are
+    left out (`misaddressed_replies` lists those that came from another node).
     """
     ids = [message.metadata.message_id for message in sent]
     if "" in ids or len(set(ids)) != len(ids):
         raise ValueError("every sent message needs its own message id (set when the grid pushes it)")
+    by_id = {message.metadata.message_id: message for message in sent}
     reply_to: dict[str, Message] = {}
     for reply in replies:
-        reply_to.setdefault(reply.metadata.reply_to_message_id, reply)
+        message = by_id.get(reply.metadata.reply_to_message_id)
+        if message is None:
+            continue
+        held = reply_to.get(message.metadata.message_id)
+        if held is None or _rank(message, reply) < _rank(message, held):
+            reply_to[message.metadata.message_id] = reply
     pairs: list[tuple[Message, Message]] = []
     unanswered: list[Message] = []
     for message in sent:
@@ -79,6 +100,29 @@ def match_replies(sent: Sequence[Message], replies: Iterable[Message]) -> tuple[
         else:
             pairs.append((message, reply))
     return pairs, unanswered
+
+
+def _rank(message: Message, reply: Message) -> int:
+    """0: from the node the message went to; 1: an error reply (the SuperLink's for a lost node); 2: another node's."""
+    if sender_mismatch(message, reply) is not None:
+        return 2
+    return 1 if reply.has_error() and reply.metadata.src_node_id != message.metadata.dst_node_id else 0
+
+
+def misaddressed_replies(sent: Sequence[Message], replies: Iterable[Message],
+                         pairs: Sequence[tuple[Message, Message]]) -> list[tuple[Message, Message]]:
+    """(message, reply) for each reply from another node to one of `sent` that `pairs` left out: a caller
+    records each as dropped, so the node that sent it cannot hide another node's reply without a trace."""
+    if not all(message.metadata.message_id for message in sent):  # never pushed: paired by node id
+        return []
+    by_id = {message.metadata.message_id: message for message in sent}
+    chosen = {id(reply) for _, reply in pairs}
+    out = []
+    for reply in replies:
+        message = by_id.get(reply.metadata.reply_to_message_id)
+        if message is not None and id(reply) not in chosen and sender_mismatch(message, reply) is not None:
+            out.append((message, reply))
+    return out
 
 
 class PollingGrid(Grid):

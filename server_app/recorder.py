@@ -91,6 +91,7 @@ class RunRecorder:
         try:  # the strategy's own protocol: its server state and the rounds it finished (start() skips them)
             strategy.load_state_dict({"arrays": ckpt.state_arrays, "meta": ckpt.state_meta,
                                       "completed-rounds": ckpt.server_round})
+            strategy.restored_from = f"the checkpoint in {results.path}"
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as err:  # nothing is written yet: refuse cleanly

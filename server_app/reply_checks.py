@@ -114,6 +114,23 @@ def check_train_metrics(metrics: Mapping[str, Any] | None, partition_id: int | N
     return None
 
 
+def check_weight_key(metrics: Mapping[str, Any], weighted_by_key: str) -> str | None:
+    """Why a reply's weight (its `weighted_by_key` metric) cannot be used, or None.
+
+    The weight must be a positive finite number and, when the reply also carries `num-examples` under another
+    name, equal to it: `num-examples` is what the handshake's counts bound (`check_train_metrics`), so a weight
+    that disagrees with it would let a node weigh more than the examples it has.
+    """
+    weight = metrics.get(weighted_by_key)
+    if not is_number(weight) or weight <= 0:
+        return f"reply metric '{weighted_by_key}' (weighted_by_key) = {weight!r} is not a positive number"
+    count = metrics.get("num-examples")
+    if weighted_by_key != "num-examples" and count is not None and weight != count:
+        return (f"reply metric '{weighted_by_key}' (weighted_by_key) = {weight!r} disagrees with 'num-examples' = "
+                f"{count!r}")
+    return None
+
+
 def check_evaluate_metrics(metrics: Mapping[str, Any] | None, partition_id: int | None = None,
                            max_examples: int | None = None, partition_required: bool = True) -> str | None:
     """Why an evaluate reply's metrics are unusable, or None (`num-examples` may be 0: no local test split)."""

@@ -21,7 +21,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from flwr.app import MetricRecord
+import numpy as np
+from flwr.app import Message, MetricRecord
 
 WEIGHTED_BY_KEY = "num-examples"  # Flower's default weighting key, and the count every fedsynth reply carries
 
@@ -84,8 +85,12 @@ def reply_contract_text(compression: str, records: Mapping[str, str] | None = No
     return f"{text}; {BUILDER} builds exactly this from the message and the trained model"
 
 
-def contract_violation_error(strategy_name: str, failures: Sequence[Mapping[str, Any]], contract: str) -> str | None:
+def contract_violation_error(strategy_name: str, failures: Sequence[Mapping[str, Any]], contract: str,
+                             restored: str | None = None, model_note: str = "") -> str | None:
     """The message that ends a first round in which every reply broke the contract, or None.
+
+    After a resume (`restored` names the checkpoint or state the run continued from) the message names that
+    state, not the ClientApp, and `model_note` says what is odd about the model it holds (its largest weight).
 
     None when any reply was usable, when there were none, or when some failure may be transient
     (an error reply, a timeout): those are the business of `min_nodes` and `max_failed_rounds`.
@@ -93,6 +98,24 @@ def contract_violation_error(strategy_name: str, failures: Sequence[Mapping[str,
     if not failures or any(is_transient(str(f["reason"])) for f in failures):
         return None
     reasons = sorted({str(f["reason"]) for f in failures})
+    if restored is not None:  # these nodes' replies were usable before the state was saved: the state is the suspect
+        return (f"{strategy_name}: every reply of the first round after resuming from {restored} was dropped: "
+                f"{'; '.join(reasons[:3])}. The nodes' replies were usable before that state was saved, so it is the "
+                f"likely fault{model_note}: resume from an earlier checkpoint, or start the run over.")
     return (f"{strategy_name}: every reply of the first round broke the reply contract, so no later round can "
             f"succeed: {'; '.join(reasons[:3])}. Change the ClientApp's reply: {contract} "
             "(docs/library.md, 'The reply contract').")
+
+
+def largest_weight_note(sent: Sequence[Message]) -> str:
+    """", whose largest weight is |w| = ... in 'name'" for the model the first of `sent` carried ("" if none)."""
+    record = sent[0].content.array_records.get("arrays") if sent else None
+    if record is None:
+        return ""
+    largest, where = 0.0, ""
+    for name, array in record.items():
+        values = np.abs(array.numpy().astype(np.float64, copy=False))
+        top = float(np.nanmax(values)) if values.size else 0.0
+        if top > largest or not where:
+            largest, where = top, name
+    return f" (its model's largest weight is |w| = {largest:.3g}, in '{where}')" if where else ""

@@ -159,3 +159,19 @@ def test_a_checkpoint_without_a_checksum_is_resumed_only_when_the_run_config_acc
     run_federation({**raw, "accept-unverified-checkpoint": True}, InProcessGrid(2, raw))
     rounds = [json.loads(line)["round"] for line in (folder / "metrics.jsonl").read_text().splitlines()]
     assert rounds == [0, 1, 2, 3, 4]
+
+
+def test_a_checkpoint_whose_model_breaks_every_reply_is_named_not_the_clientapp(run_copy):
+    """A huge finite weight passes the checks of a checkpoint; the round after the resume names the checkpoint."""
+    from server_app.strategies.base import TooManyFailedRounds
+
+    raw, folder = run_copy
+    meta, tensors = read(folder / CHECKPOINT_FILE)
+    huge = {k: np.full_like(v, 3e38) if k.startswith("model/") and v.dtype == np.float32 else v
+            for k, v in tensors.items()}
+    rewrite(folder / CHECKPOINT_FILE, meta, huge)
+    with pytest.raises(TooManyFailedRounds) as ended:
+        run_federation({**raw, "num-server-rounds": 4}, InProcessGrid(2, raw))
+    message = str(ended.value)
+    assert f"first round after resuming from the checkpoint in {folder} (round 3)" in message, message
+    assert "|w| = 3e+38" in message and "Change the ClientApp's reply" not in message

@@ -101,13 +101,25 @@ def test_a_template_clientapp_runs_with_fedsynths_fedavg():
 def test_weighted_by_key_names_the_weighing_metric():
     def train(message: Message, pid: int) -> RecordDict:
         content = template_train(message, pid)
-        content["metrics"] = MetricRecord({**dict(content["metrics"]), "batches": 3 - pid})  # 3 and 2
+        content["metrics"] = MetricRecord({**dict(content["metrics"]), "examples": 10 * (pid + 1)})  # 10 and 20
         return content
 
-    strategy = strategies.FedAvg(weighted_by_key="batches", max_weight_share=1.0, max_update_norm_ratio=0.0)
+    strategy = strategies.FedAvg(weighted_by_key="examples", max_weight_share=1.0, max_update_norm_ratio=0.0)
     result = strategy.start(FunctionGrid(2, train=train), initial(), num_rounds=1, timeout=10)
-    np.testing.assert_allclose(weights(result.arrays), np.full(3, (0.1 * 3 + 0.2 * 2) / 5), rtol=1e-6)
-    assert result.train_metrics_clientapp[1]["train-loss"] == pytest.approx((1.0 * 3 + 0.5 * 2) / 5)
+    np.testing.assert_allclose(weights(result.arrays), np.full(3, (0.1 * 10 + 0.2 * 20) / 30), rtol=1e-6)
+    assert result.train_metrics_clientapp[1]["train-loss"] == pytest.approx((1.0 * 10 + 0.5 * 20) / 30)
+
+
+def test_a_weight_that_disagrees_with_num_examples_is_a_broken_reply():
+    def train(message: Message, pid: int) -> RecordDict:  # the weighing metric is not the example count
+        content = template_train(message, pid)
+        content["metrics"] = MetricRecord({**dict(content["metrics"]), "batches": 3 - pid})
+        return content
+
+    with pytest.raises(strategies.ReplyContractError, match="'batches' .weighted_by_key. = 3 disagrees with "
+                                                            "'num-examples' = 10"):
+        strategies.FedAvg(weighted_by_key="batches").start(FunctionGrid(2, train=train), initial(), num_rounds=1,
+                                                           timeout=10)
 
 
 @pytest.mark.parametrize(("strategy", "expected"), [
@@ -352,3 +364,20 @@ def test_state_dict_continues_a_run_as_if_it_never_stopped():
     forgetful.load_state_dict({**state, "arrays": {}})  # without the velocity the last step is another one
     assert not np.array_equal(weights(forgetful.start(FunctionGrid(2), part.arrays, num_rounds=3).arrays),
                               weights(whole.arrays))
+
+
+def test_a_resumed_state_whose_model_breaks_every_reply_is_named_not_the_clientapp():
+    def train(message: Message, pid: int) -> RecordDict:  # a node training from a huge model overflows
+        with np.errstate(over="ignore"):
+            model = {k: v.numpy() * np.float32(10) for k, v in message.content["arrays"].items()}
+        return RecordDict({"arrays": record(model), "metrics": MetricRecord({"train_loss": 1.0, "num-examples": 10})})
+
+    strategy = strategies.FedAvg()
+    strategy.load_state_dict({"arrays": {}, "meta": {}, "completed-rounds": 2})
+    huge = record({"w": np.full(3, 3e38, dtype=np.float32)})  # finite, but x10 is not
+    with pytest.raises(strategies.ReplyContractError) as ended:
+        strategy.start(FunctionGrid(2, train=train), huge, num_rounds=4, timeout=10)
+    message = str(ended.value)
+    assert "first round after resuming from the state given to load_state_dict (round 2)" in message
+    assert "largest weight is |w| = 3e+38, in 'w'" in message
+    assert "Change the ClientApp's reply" not in message

@@ -1,7 +1,9 @@
 """The uplink codec keys: how a client compresses its update before sending it (SPEC 3.5).
 
 One part of the run config (common/run/config.py's `RunConfig` composes the parts), read by the
-codec (common/algorithms/compression.py, common/run/uplink.py) on every centralized algorithm. That
+codec (common/uplink/: the spec from these keys in common/run/client_settings.py, the client's encoding in
+client_app/train_reply.py, the server's decoding in server_app/strategies/fedavg.py) on every centralized
+algorithm. That
 a decentralized run sends full models spans parts: `RunConfig` checks it.
 """
 

@@ -2,7 +2,8 @@
 
 One part of the run config (common/run/config.py's `RunConfig` composes the parts), read by the
 topologies and gossip of this floor (common/algorithms/topology.py, common/algorithms/gossip.py) and
-the decentralized driver (server_app/decentralized.py). What a decentralized run cannot combine with
+the decentralized relay (server_app/strategies/relay.py) and the nodes' gossip step
+(client_app/decentralized.py). What a decentralized run cannot combine with
 (compression, a robust server mean) spans parts: `RunConfig` checks it.
 """
 

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 
-import networkx as nx
 import numpy as np
 
 TOPOLOGIES: tuple[str, ...] = ("random", "random-draws", "random-pull", "ring", "grid", "exponential", "full")
@@ -146,6 +145,8 @@ def _random_regular(num_nodes: int, peers: int, seed: int, round_num: int) -> np
     # Steger-Wormald pairs stubs and retries on collisions; for dense graphs draw the sparse complement
     dense = peers > (num_nodes - 1) // 2
     degree = num_nodes - 1 - peers if dense else peers
+    import networkx as nx  # here, not at import: 1-2 s that `import fedsynth.strategies` need not pay
+
     graph = nx.random_regular_graph(degree, num_nodes, seed=graph_seed)
     adj = nx.to_numpy_array(graph, nodelist=range(num_nodes), dtype=bool)
     return full & ~adj if dense else adj

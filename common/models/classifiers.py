@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -202,6 +203,10 @@ def build_user_model(name: str, info: DatasetInfo) -> nn.Module:
         raise ValueError(f"model {name!r}: the factory returned {type(model).__name__}, not a torch.nn.Module")
     key = (name, info.num_classes, info.channels, info.height, info.width)
     if key not in _FITTING_USER_MODELS:
+        problem = initial_weights_problem(model) or same_architecture_problem(model, lambda: factory(
+            num_classes=info.num_classes, channels=info.channels, image_size=info.height))
+        if problem:
+            raise ValueError(f"model {name!r}: the factory {problem}")
         problem = output_width_problem(model, info)
         if problem:
             raise ValueError(f"model {name!r}: {problem}; its factory is called with num_classes="
@@ -212,6 +217,45 @@ def build_user_model(name: str, info: DatasetInfo) -> nn.Module:
 
 # (name, classes, channels, height, width) of the user models whose output width this process has checked
 _FITTING_USER_MODELS: set[tuple[str, int, int, int, int]] = set()
+
+
+def initial_weights_problem(model: nn.Module) -> str | None:
+    """Why a factory's fresh model cannot start a run, or None: every initial weight must be finite.
+
+    A NaN or an infinity at round 0 stays in the global model whatever the lr, so the run would end
+    blaming the optimiser; said here, it names the factory.
+    """
+    for array_name, value in model.state_dict().items():
+        if value.is_floating_point() and not bool(torch.isfinite(value).all()):
+            return (f"returns a model whose initial weights hold a NaN or an infinity (in '{array_name}'): "
+                    "fix its initialisation")
+    return None
+
+
+def same_architecture_problem(model: nn.Module, build_again: Callable[[], object]) -> str | None:
+    """Why a factory cannot be used, or None: a second call must give the same arrays (names, shapes, dtypes).
+
+    The server and every node build the model with the factory, and a node loads the server's arrays into
+    its own; a factory that builds another architecture on each call would otherwise fail there with
+    torch's "size mismatch ... from checkpoint", though no checkpoint is involved. The second call runs
+    under a forked RNG, so the run's random draws stay as they were.
+    """
+    with torch.random.fork_rng(devices=[]):
+        other = build_again()
+    if not isinstance(other, nn.Module):
+        return f"returned {type(other).__name__} on its second call, not a torch.nn.Module"
+    first = {k: (tuple(v.shape), v.dtype) for k, v in model.state_dict().items()}
+    second = {k: (tuple(v.shape), v.dtype) for k, v in other.state_dict().items()}
+    if first == second:
+        return None
+    where = next(k for k in [*first, *second] if first.get(k) != second.get(k))  # the first, in the model's order
+    return (f"builds a different architecture on each call (array '{where}': {_shape_of(first, where)} on one call, "
+            f"{_shape_of(second, where)} on the next); it must build the same model every time, since the server "
+            "and every node build it and exchange its arrays")
+
+
+def _shape_of(arrays: dict[str, tuple[tuple[int, ...], Any]], name: str) -> str:
+    return f"shape {arrays[name][0]}, {str(arrays[name][1]).replace('torch.', '')}" if name in arrays else "absent"
 
 
 def output_width_problem(model: nn.Module, info: DatasetInfo) -> str | None:

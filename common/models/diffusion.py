@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import Callable, Protocol
 
 import numpy as np
 import torch
@@ -344,8 +344,12 @@ def _sample_batch(model: nn.Module, schedule: Schedule, spec: SamplerSpec, shape
 
 
 def sample(model: nn.Module, spec: SamplerSpec, count: int, image: tuple[int, int, int], generator: torch.Generator,
-           device: torch.device, batch_size: int = 256) -> np.ndarray:
-    """`count` images in [-1, 1] as float32 (count, C, H, W), drawn in batches from a seeded generator."""
+           device: torch.device, batch_size: int = 256, on_batch: Callable[[int], None] | None = None) -> np.ndarray:
+    """`count` images in [-1, 1] as float32 (count, C, H, W), drawn in batches from a seeded generator.
+
+    `on_batch(n)` is called after each batch of n images (a `Progress.advance`, common/run/progress.py); the
+    images are the same with it or without.
+    """
     schedule = linear_schedule(spec.timesteps)
     was_training = model.training
     model.eval()
@@ -354,6 +358,8 @@ def sample(model: nn.Module, spec: SamplerSpec, count: int, image: tuple[int, in
         for start in range(0, count, batch_size):
             n = min(batch_size, count - start)
             out.append(_sample_batch(model, schedule, spec, (n, *image), generator, device).cpu().numpy())
+            if on_batch is not None:
+                on_batch(n)
     finally:
         model.train(was_training)
     return np.concatenate(out) if out else np.zeros((0, *image), dtype=np.float32)

@@ -182,6 +182,29 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     return value
 
 
+def check_parameters(owner: str, values: Mapping[str, Any]) -> None:
+    """Refuse keyword parameters named like run-config keys as `parse_run_config` refuses those keys.
+
+    A strategy's parameter mirrors the run-config key of the same name (`max_weight_share` <->
+    `max-weight-share`, server_app/strategies/parameters.py), so the values it is given pass the same
+    checks, worded the same: the key's type (a number, finite; an integer; true or false; text) as
+    `_coerce` checks it, then the `check` of every part that declares one of the given keys. The
+    ConfigError names `owner` (the class) first. Names that are not run-config keys are left alone.
+    """
+    fields = {f.name: f for f in config_fields()}
+    given = {name: value for name, value in values.items() if name in fields}
+    if not given:
+        return
+    try:
+        typed = {name: _coerce(key_name(name), value, fields[name].default) for name, value in given.items()}
+        settings = RunConfig(**typed)
+        for part in PARTS:
+            if any(f.name in typed for f in dataclasses.fields(part)):
+                part.check(settings)
+    except ConfigError as err:
+        raise ConfigError(f"{owner}: {err}") from None
+
+
 def parse_run_config(raw: Mapping[str, Any], known_algorithms: Iterable[str]) -> RunConfig:
     """Build and validate a RunConfig from Flower's run config.
 

@@ -41,7 +41,10 @@ model. An evaluate reply carries "num-examples" and "local-test-accuracy"/"local
 "eval_acc"/"eval_loss". Replies that errored, came late, or fail a check (a missing or mis-shaped array, a
 non-finite value, a bad metric) are dropped in `aggregate_train` and listed in
 `strategy.round_report["failures"]`; a first round in which every reply broke the contract raises
-`ReplyContractError` saying what to change. docs/library.md lists, per strategy, the client function in
+`ReplyContractError` saying what to change. The exceptions a run can end with are importable from here:
+`TooManyFailedRounds` (max_failed_rounds short rounds in a row), `ReplyContractError`, `WarmupFailed` (FedDDPM's
+warm-up returned fewer than min_nodes warm models) and `NoFeatureSums` (no node sent usable feature sums for
+FID's reference). docs/library.md lists, per strategy, the client function in
 `fedsynth.client`, what the message carries and what the reply must carry.
 """
 
@@ -53,7 +56,9 @@ from fedsynth.strategies.centralized import (
 from fedsynth.strategies.decentralized import DFedAvg, OledFL
 from fedsynth.strategies.server_models import DynaFed, FedDDPM, FedDDPMPlus, FedSynSAM
 from common.algorithms.aggregation_settings import BOUNDED_UPDATE_NORM_RATIO, BOUNDED_WEIGHT_SHARE
+from server_app.fid_reference import NoFeatureSums
 from server_app.strategies.base import ReplyContractError, TooManyFailedRounds
+from server_app.strategies.fedddpm import WarmupFailed
 from server_app.strategies.node_table import NodeInfo
 
 # Bounded influence as a class's keyword arguments: what `bounded-influence = true` sets in the run config.
@@ -62,6 +67,7 @@ BOUNDED_INFLUENCE: dict[str, float] = {
 }
 
 __all__ = [
-    "BOUNDED_INFLUENCE", "DFedAvg", "DynaFed", "FedAvg", "FedAvgM", "FedCOG", "FedDDPM", "FedDDPMPlus", "FedLESAM", "FedLESAMD", "FedSAM",
-    "FedSMOO", "FedSynSAM", "MoFedSAM", "NodeInfo", "OledFL", "ReplyContractError", "Scaffold", "TooManyFailedRounds",
+    "BOUNDED_INFLUENCE", "DFedAvg", "DynaFed", "FedAvg", "FedAvgM", "FedCOG", "FedDDPM", "FedDDPMPlus", "FedLESAM",
+    "FedLESAMD", "FedSAM", "FedSMOO", "FedSynSAM", "MoFedSAM", "NodeInfo", "NoFeatureSums", "OledFL",
+    "ReplyContractError", "Scaffold", "TooManyFailedRounds", "WarmupFailed",
 ]

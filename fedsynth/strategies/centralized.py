@@ -140,7 +140,8 @@ class FedAvgM(FedAvgMStrategy):
 @documented
 class Scaffold(ScaffoldStrategy):
     """SCAFFOLD (Karimireddy et al., 2020): the server sends its control variate `c` beside the model; nodes
-    train with `fedsynth.client.train_scaffold` and reply with `c_i+ - c_i` in the record "scaffold-control-delta".
+    train with `fedsynth.client.train_scaffold` and reply with `c_i+ - c_i` in the record "scaffold-delta-c"
+    (the server sends `c` as "scaffold-c").
     """
 
 

@@ -46,11 +46,12 @@ from flwr.serverapp.strategy import Strategy
 
 from common.records import message_array_bytes
 from server_app.influence import bounded_weights
-from server_app.messaging import send_and_receive
+from server_app.messaging import match_replies, misaddressed_replies, send_and_receive, sender_mismatch
 from server_app.reply_checks import check_evaluate_metrics
 from server_app.strategies.node_table import NodeInfo, sample_nodes, wait_for_nodes, with_new_nodes
 from server_app.wire import (
-    WEIGHTED_BY_KEY, contract_violation_error, with_fedsynth_metric_names, with_flower_metric_names,
+    WEIGHTED_BY_KEY, contract_violation_error, largest_weight_note, with_fedsynth_metric_names,
+    with_flower_metric_names,
 )
 
 
@@ -107,11 +108,10 @@ def pair_replies(sent: Sequence[Message], replies: Iterable[Message]) -> tuple[l
     """Pair replies with the sent messages they answer; returns (pairs in `sent` order, unanswered sent messages).
 
     A reply is matched by its `reply_to_message_id` (the grid sets message ids when it pushes), so a
-    SuperLink's error reply for a lost node counts for that node. Messages that were never pushed (an
-    `aggregate_train` called by hand) are paired by node id instead.
+    SuperLink's error reply for a lost node counts for that node, and a reply from another node is paired to be
+    dropped, never counted as the node's own (server_app/messaging.py `match_replies`). Messages that were never
+    pushed (an `aggregate_train` called by hand) are paired by node id instead.
     """
-    from server_app.messaging import match_replies
-
     replies = list(replies)
     if all(message.metadata.message_id for message in sent):
         return match_replies(sent, replies)
@@ -153,7 +153,8 @@ class RoundStrategy(Strategy):
         The node table of a handshake; None takes the grid's nodes, and every round adds the nodes that joined
         since (a node that joins or re-joins mid-run takes part from its next round).
     weighted_by_key : str (default: "num-examples")
-        The reply metric that weighs each reply in the averages, as in Flower's strategies.
+        The reply metric that weighs each reply in the averages, as in Flower's strategies; a reply that also
+        carries "num-examples" must give both the same value, or it is dropped.
     min_available_nodes : int (default: 1)
         Each round waits until the grid has at least this many nodes, as Flower's strategies do.
     """
@@ -180,6 +181,7 @@ class RoundStrategy(Strategy):
         self.rejoin: Callable[[Grid, list[int], list[NodeInfo], set[int]], dict[int, NodeInfo]] | None = None
         self._strangers: set[int] = set()  # new ids that take no part (refused or unanswered): not asked again
         self.completed_rounds = 0  # rounds a checkpoint restored: start() skips them
+        self.restored_from = ""    # what they were restored from, for messages (the app: its checkpoint's folder)
         self.failed_in_a_row = 0
         self.round_report: dict[str, Any] | None = None
         self.phase_records: list[dict[str, Any]] = []  # steps that are not rounds (FedDDPM's warm-up), for the results
@@ -371,9 +373,11 @@ class RoundStrategy(Strategy):
         self.aggregation_started_at = time.monotonic()
         index_of = {n.node_id: i for i, n in enumerate(self.nodes)}
         outcome = RoundOutcome()
+        replies = list(replies)
         pairs, unanswered = pair_replies(self._sent, replies)
         for message, reply in pairs:
             node_id = message.metadata.dst_node_id  # not the reply's source: the SuperLink answers for lost nodes
+            mismatch = sender_mismatch(message, reply)  # another node's reply is not this node's
             if not reply.has_error() and "metrics" in reply.content.metric_records:
                 # a reply in Flower's template names (train_loss) is read in fedsynth's (server_app/wire.py)
                 reply.content["metrics"] = with_fedsynth_metric_names(reply.content.metric_records["metrics"])
@@ -381,7 +385,9 @@ class RoundStrategy(Strategy):
             if float32_bytes is not None:
                 outcome.uplink_float32_bytes += float32_bytes(reply)
             index = index_of.get(node_id)
-            if reply.has_error():
+            if mismatch is not None:
+                reason = f"{mismatch}: dropped"
+            elif reply.has_error():
                 reason = f"error: {reply.error.reason}"
             elif index is None:
                 reason = "reply from a node that is not in the node table"
@@ -395,6 +401,9 @@ class RoundStrategy(Strategy):
             else:
                 outcome.failures.append(self._failure(node_id, reason))
         outcome.failures += [self._failure(m.metadata.dst_node_id, "timeout") for m in unanswered]
+        outcome.failures += [self._failure(reply.metadata.src_node_id, f"{sender_mismatch(message, reply)}, which "
+                                           "that node answered itself: dropped")
+                             for message, reply in misaddressed_replies(self._sent, replies, pairs)]
         for failure in outcome.failures:
             log(WARNING, "dropped reply of node %s (partition %s): %s", failure["node"], failure["partition"],
                 failure["reason"])
@@ -407,7 +416,12 @@ class RoundStrategy(Strategy):
         self.round_report = report
         self.rounds_collected += 1
         if self.rounds_collected == 1 and not outcome.good:
-            message = contract_violation_error(type(self).__name__, outcome.failures, self.reply_contract())
+            restored = None
+            if self.completed_rounds > 0:
+                source = self.restored_from or "the state given to load_state_dict"
+                restored = f"{source} (round {self.completed_rounds})"
+            message = contract_violation_error(type(self).__name__, outcome.failures, self.reply_contract(),
+                                               restored, largest_weight_note(self._sent))
             if message is not None:
                 raise ReplyContractError(message)
         return outcome

@@ -35,7 +35,7 @@ from common.uplink.wire import decode_reply, float32_equivalent_bytes, measured_
 from server_app.fid_reference import ClientFeatureReference
 from server_app.influence import bounded_weights, cap_binds
 from server_app.robust import ROBUST_AGGREGATIONS, clip_factors, combine_updates, scale_update, update_norm
-from server_app.reply_checks import check_train_metrics
+from server_app.reply_checks import check_train_metrics, check_weight_key
 from server_app.strategies.base import RoundStrategy, weighted_metric
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo, sample_nodes
@@ -315,9 +315,9 @@ class FedAvgStrategy(RoundStrategy):
         num_examples = content.metric_records["metrics"].get("num-examples")
         if not isinstance(num_examples, int) or num_examples <= 0:
             return f"reply metric 'num-examples' = {num_examples!r} is not a positive integer"
-        weight = content.metric_records["metrics"].get(self.weighted_by_key)
-        if not isinstance(weight, (int, float)) or isinstance(weight, bool) or not 0 < weight < float("inf"):
-            return f"reply metric '{self.weighted_by_key}' (weighted_by_key) = {weight!r} is not a positive number"
+        reason = check_weight_key(content.metric_records["metrics"], self.weighted_by_key)
+        if reason is not None:
+            return reason
         try:
             delta = self.client_delta(reply)
         except ValueError as err:  # a missing, mis-shaped, mistyped or non-finite model or payload

@@ -71,6 +71,7 @@ from flwr.common.logger import log
 from flwr.common.typing import Scalar
 from flwr.serverapp import Grid
 
+from common.run.progress import Progress
 from common.models.diffusion import (
     UNET_PRESETS, SamplerSpec, image_shape, linear_schedule, num_timesteps, sample, seeded_generator, train_on_images,
 )
@@ -80,7 +81,7 @@ from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
 from common.run.task import ServerTask, make_model
 from server_app.influence import capped_counts
-from server_app.messaging import match_replies
+from server_app.messaging import match_replies, misaddressed_replies, sender_mismatch
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.reply_checks import check_train_metrics
 from server_app.wire import with_fedsynth_metric_names
@@ -274,6 +275,8 @@ class FedDDPMStrategy(FedAvgStrategy):
                 # a reply in Flower's template names (train_loss) is read in fedsynth's, as a round's is
                 reply.content["metrics"] = with_fedsynth_metric_names(reply.content.metric_records["metrics"])
             reason, weights = self._check_warm_reply(reply, self._warmup_initial)
+            mismatch = sender_mismatch(message, reply)  # another node's reply is not this node's warm model
+            reason = f"{mismatch}: dropped" if mismatch is not None else reason
             if reason is not None:
                 failures.append({"node": node_id, "partition": partition_of_node.get(node_id), "reason": reason})
                 continue
@@ -281,6 +284,9 @@ class FedDDPMStrategy(FedAvgStrategy):
             warm.append((partition_of_node[node_id], int(metrics["num-examples"]), weights, float(metrics["train-loss"])))
         failures += [{"node": m.metadata.dst_node_id, "partition": partition_of_node.get(m.metadata.dst_node_id),
                       "reason": "timeout"} for m in unanswered]
+        failures += [{"node": r.metadata.src_node_id, "partition": partition_of_node.get(r.metadata.src_node_id),
+                      "reason": f"{sender_mismatch(m, r)}, which that node answered itself: dropped"}
+                     for m, r in misaddressed_replies(self._warmup_sent, replies, pairs)]
         for failure in failures:
             log(WARNING, "warmup: dropped node %s (partition %s): %s", failure["node"], failure["partition"], failure["reason"])
         if len(warm) < self.min_nodes:
@@ -338,12 +344,14 @@ class FedDDPMStrategy(FedAvgStrategy):
         # |A_i| scales with the count node i claims: no node's count above max-weight-share of the total,
         # so one node's claim cannot make the server sample without end (server_app/influence.py)
         claims = capped_counts([num_examples for _, num_examples, _ in warm], self.max_weight_share)
-        for (partition_id, _, weights), claim in zip(warm, claims):
-            count = auxiliary_count(int(claim), self.aux_fraction)
+        counts = [auxiliary_count(int(claim), self.aux_fraction) for claim in claims]
+        progress = Progress("auxiliary set", sum(counts), "images")
+        progress.start(f" to sample from {len(warm)} warm models ({spec.label}; per node: {counts})")
+        for (partition_id, _, weights), count in zip(warm, counts):
             load_weights(model, weights)
             model.to(self.device)
             parts.append(sample(model, spec, count, shape, seeded_generator(self.seed, partition_id, 0, _AUX_STREAM),
-                                self.device))
+                                self.device, on_batch=progress.advance))
             self.aux_counts[partition_id] = count
         return np.concatenate(parts).astype(np.float32)
 

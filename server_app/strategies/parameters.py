@@ -6,6 +6,11 @@ key it mirrors (`sam_rho` <-> `sam-rho`), so fedsynth's app builds a strategy fr
 each of the class's parameters under its own name (server_app/registry.py `build_strategy`), and its default
 is the run config's (`DEFAULTS`): a public class and `fedsynth run` start from the same numbers.
 
+`documented` also makes the class's constructor check what it is given (`checked_init`): a parameter that
+is a run-config key is refused as the run config refuses the key, with the same message
+(common/run/config.py `check_parameters`), so `FedAvg(max_weight_share=0)` fails where `max-weight-share = 0`
+fails; the few others are checked by `OWN_PARAMETER_CHECKS`.
+
 `documented` appends a class's "Parameters" section to its docstring, so `help(FedSynSAM)` lists every
 parameter with its type, default and meaning. A parameter that is a run-config key means what the key means:
 its text is the key's in the run config's part (common/data/settings.py, common/algorithms/*_settings.py, ...),
@@ -14,14 +19,17 @@ with the name it travels under when the nodes read it; the few others are descri
 
 from __future__ import annotations
 
-import inspect
-import textwrap
-
 import dataclasses
+import functools
+import inspect
+import math
+import textwrap
+from typing import Any, Callable
 
 from common.algorithm_table import ALGORITHMS
 from common.run.client_settings import CODEC_KEYS
-from common.run.config import RunConfig
+from common.errors import ConfigError
+from common.run.config import RunConfig, check_parameters
 
 DEFAULTS = RunConfig()  # the run config's defaults (docs/configuration.md): every strategy parameter's default
 
@@ -38,7 +46,8 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
                    "`train_config` decides.",
     "nodes": "A node table (node ids with partition ids and example counts, as fedsynth's handshake learns it);\n"
              "None numbers the grid's nodes in node-id order, and every round adds the nodes that joined since.",
-    "weighted_by_key": "The reply metric that weighs each reply in the averages, as in Flower's strategies.",
+    "weighted_by_key": "The reply metric that weighs each reply in the averages, as in Flower's strategies. A\n"
+                       "reply that also carries \"num-examples\" must give both the same value, or it is dropped.",
     "node_settings": "Your own settings for the nodes, added to every train message's config (as FedProx sends\n"
                      "\"proximal-mu\"); fedsynth's app sends a rule's run-config keys here (\"proximal-mu\", \"moon-mu\", ...).",
     "parameter_names": "The names of the model's trainable arrays (`[n for n, _ in net.named_parameters()]`): what the\n"
@@ -48,6 +57,49 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
     "task": "The model the server builds itself and the data's shape (common.run.task.ServerTask).",
     "sam": "False: OledFL-SGD; True: OledFL-SAM (the nodes read \"sam-rho\" from the config).",
 }
+
+
+def _number_in(low: float, high: float) -> Callable[[Any], bool]:
+    return lambda v: (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+                      and low <= v <= high)
+
+
+# The parameters that are not run-config keys, checked as strictly: (accepted values, check)
+OWN_PARAMETER_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "fraction_evaluate": ("a number in [0, 1]", _number_in(0.0, 1.0)),
+    "min_available_nodes": ("an integer >= 0",
+                            lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
+    "weighted_by_key": ("a metric name (non-empty text)", lambda v: isinstance(v, str) and v != ""),
+}
+
+
+def check_given(owner: str, values: dict[str, Any]) -> None:
+    """Raise ConfigError for a parameter value the run config (or `OWN_PARAMETER_CHECKS`) refuses."""
+    for name, value in values.items():
+        if name in OWN_PARAMETER_CHECKS:
+            accepted, ok = OWN_PARAMETER_CHECKS[name]
+            if not ok(value):
+                raise ConfigError(f"{owner}: parameter {name} = {value!r} is invalid; accepted: {accepted}")
+    check_parameters(owner, values)
+
+
+def checked_init(init: Callable[..., None]) -> Callable[..., None]:
+    """`init` (a strategy's `__init__`) that first checks the values it was given (`check_given`).
+
+    A value that is the parameter's own default is not checked again (the run config's defaults pass, and a
+    default of None means "not given").
+    """
+    signature = inspect.signature(init)
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        bound = signature.bind(self, *args, **kwargs)
+        given = {name: value for name, value in list(bound.arguments.items())[1:]
+                 if name in signature.parameters and value is not signature.parameters[name].default}
+        check_given(type(self).__name__, given)
+        init(self, *args, **kwargs)
+
+    return __init__
 
 
 def parameter_meaning(name: str) -> str:
@@ -74,7 +126,10 @@ def parameter_section(cls: type) -> str:
 
 
 def documented(cls: type) -> type:
-    """Append the class's parameter section to its docstring, so that `help(cls)` lists every parameter."""
+    """Append the class's parameter section to its docstring, so that `help(cls)` lists every parameter, and
+    make its own constructor check what it is given (`checked_init`)."""
+    if "__init__" in cls.__dict__:
+        cls.__init__ = checked_init(cls.__dict__["__init__"])  # type: ignore[misc]
     section = "\n".join("    " + line if line else "" for line in parameter_section(cls).splitlines())
     cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n" + section + "\n"
     return cls

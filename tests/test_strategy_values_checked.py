@@ -1,0 +1,76 @@
+"""A public strategy's constructor refuses what the run config refuses, with the run config's message (issue 54/52)."""
+
+from __future__ import annotations
+
+import inspect
+import math
+
+import pytest
+
+import fedsynth.strategies as public
+from common.errors import ConfigError
+from common.run.config import parse_run_config
+
+# (parameter, value): the issue's list of bad calls, and a few more kinds (a choice, a bool, a family's own key)
+BAD_CALLS = [
+    ("aggregation", "weigthed"),
+    *[("max_weight_share", v) for v in (0, -1, 1.5, 2, math.nan, "0.5")],
+    ("min_nodes", 0),
+    *[("max_update_norm_ratio", v) for v in (-1, math.nan, 1e-9, "1.5")],
+    ("fraction_train", 0), ("fraction_train", math.inf), ("update_norm_action", "drop"),
+    ("error_feedback", 1), ("compression", "zip"), ("bits", 2.5), ("seed", -1),
+]
+
+STRATEGIES = [getattr(public, name) for name in public.__all__
+              if isinstance(getattr(public, name), type) and hasattr(getattr(public, name), "start")]
+
+
+def run_config_message(parameter: str, value: object) -> str:
+    with pytest.raises(ConfigError) as refused:
+        parse_run_config({parameter.replace("_", "-"): value}, ["fedavg"])
+    return str(refused.value)
+
+
+@pytest.mark.parametrize(("parameter", "value"), BAD_CALLS, ids=[f"{p}={v!r}" for p, v in BAD_CALLS])
+def test_fedavg_refuses_a_bad_value_with_the_run_configs_message(parameter, value):
+    with pytest.raises(ConfigError) as refused:
+        public.FedAvg(**{parameter: value})
+    assert str(refused.value) == f"FedAvg: {run_config_message(parameter, value)}"
+
+
+@pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda c: c.__name__)
+def test_every_public_strategy_checks_each_run_config_parameter_it_takes(strategy):
+    parameters = inspect.signature(strategy).parameters
+    refused = 0
+    for parameter, value in BAD_CALLS:
+        if parameter not in parameters:
+            continue
+        with pytest.raises(ConfigError, match=f"^{strategy.__name__}: run config key"):
+            strategy(**{parameter: value})
+        refused += 1
+    assert refused >= 5  # every public class takes the round, weight-share and seed keys
+
+
+def test_a_familys_own_parameter_is_checked_too():
+    message = run_config_message("sam_rho", -0.1)
+    with pytest.raises(ConfigError) as refused:
+        public.FedSAM(sam_rho=-0.1)
+    assert str(refused.value) == f"FedSAM: {message}"
+    with pytest.raises(ConfigError, match="'synthetic-ipc'"):
+        public.FedSynSAM(synthetic_ipc=0)
+    with pytest.raises(ConfigError, match="'ole-beta'"):
+        public.OledFL(ole_beta=math.nan)
+
+
+@pytest.mark.parametrize(("parameter", "value"), [("fraction_evaluate", 1.5), ("fraction_evaluate", math.nan),
+                                                  ("min_available_nodes", -1), ("weighted_by_key", "")])
+def test_parameters_that_are_not_run_config_keys_are_checked(parameter, value):
+    with pytest.raises(ConfigError, match=f"FedAvg: parameter {parameter} = .* is invalid"):
+        public.FedAvg(**{parameter: value})
+
+
+def test_good_values_build_and_are_kept():
+    strategy = public.FedAvg(max_weight_share=0.5, max_update_norm_ratio=2, min_nodes=2, aggregation="uniform")
+    assert (strategy.max_weight_share, strategy.max_update_norm_ratio, strategy.min_nodes) == (0.5, 2, 2)
+    assert public.FedSAM(sam_rho=0.1).sam_rho == 0.1
+    assert "sam_rho" in inspect.signature(public.FedSAM).parameters  # the check keeps help()'s signature
