@@ -59,6 +59,7 @@ from common.algorithms.aggregation_settings import BOUNDED_UPDATE_NORM_RATIO, BO
 from server_app.fid_reference import NoFeatureSums
 from server_app.strategies.base import ReplyContractError, TooManyFailedRounds
 from server_app.strategies.fedddpm import WarmupFailed
+from server_app.strategies.flower_wrappers import WrapperRefused
 from server_app.strategies.node_table import NodeInfo
 
 # Bounded influence as a class's keyword arguments: what `bounded-influence = true` sets in the run config.
@@ -69,5 +70,5 @@ BOUNDED_INFLUENCE: dict[str, float] = {
 __all__ = [
     "BOUNDED_INFLUENCE", "DFedAvg", "DynaFed", "FedAvg", "FedAvgM", "FedCOG", "FedDDPM", "FedDDPMPlus", "FedLESAM",
     "FedLESAMD", "FedSAM", "FedSMOO", "FedSynSAM", "MoFedSAM", "NodeInfo", "NoFeatureSums", "OledFL",
-    "ReplyContractError", "Scaffold", "TooManyFailedRounds", "WarmupFailed",
+    "ReplyContractError", "Scaffold", "TooManyFailedRounds", "WarmupFailed", "WrapperRefused",
 ]

@@ -38,20 +38,19 @@ from dataclasses import dataclass, field, replace
 from logging import INFO, WARNING
 from typing import Any, Callable
 
-import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from common.records import message_array_bytes
-from server_app.influence import bounded_weights
 from server_app.messaging import match_replies, misaddressed_replies, send_and_receive, sender_mismatch
-from server_app.reply_checks import check_evaluate_metrics
 from server_app.strategies.node_table import NodeInfo, sample_nodes, wait_for_nodes, with_new_nodes
+from server_app.strategies.metric_means import (  # noqa: F401 - weighted_metric: re-exported for the strategies
+    checked_evaluate_metrics, local_test_summary, weighted_metric,
+)
 from server_app.wire import (
     WEIGHTED_BY_KEY, contract_violation_error, largest_weight_note, with_fedsynth_metric_names,
-    with_flower_metric_names,
 )
 
 
@@ -61,47 +60,6 @@ class TooManyFailedRounds(RuntimeError):
 
 class ReplyContractError(TooManyFailedRounds):
     """Every reply of the first round broke the reply contract: the ClientApp must change, retrying cannot help."""
-
-
-def weighted_metric(values: Iterable[float], counts: Iterable[float], max_share: float) -> float:
-    """The count-weighted mean of a reported metric, no node's share above `max_share` (server_app/influence.py)."""
-    weights = np.array(bounded_weights(list(counts), max_share), dtype=np.float64)
-    return float(np.sum(np.array(list(values), dtype=np.float64) * weights) / weights.sum())
-
-
-def local_test_summary(metrics: list[Any], max_share: float, weighted_by_key: str = WEIGHTED_BY_KEY) -> dict[str, float]:
-    """Test-count weighted local accuracy and loss of evaluate replies, with their min and max accuracy."""
-    counts = [m[weighted_by_key] for m in metrics]
-    accuracy = [m["local-test-accuracy"] for m in metrics]
-    return with_flower_metric_names({
-        "local-test-accuracy": weighted_metric(accuracy, counts, max_share),
-        "local-test-loss": weighted_metric([m["local-test-loss"] for m in metrics], counts, max_share),
-        "local-test-accuracy-min": float(min(accuracy)),
-        "local-test-accuracy-max": float(max(accuracy)),
-    })
-
-
-def checked_evaluate_metrics(nodes: list[NodeInfo], replies: Iterable[Message], known_partitions: bool = True) -> list[MetricRecord]:
-    """The metrics of the evaluate replies whose every field checks out and that have test examples.
-
-    One reply per known node; a malformed one is logged and left out (server_app/reply_checks.py).
-    """
-    node_of = {n.node_id: n for n in nodes}
-    good: dict[int, MetricRecord] = {}
-    for reply in replies:
-        node = node_of.get(reply.metadata.src_node_id)
-        if node is None or node.node_id in good or reply.has_error():
-            continue
-        metrics = reply.content.metric_records.get("metrics")
-        metrics = with_fedsynth_metric_names(metrics) if metrics is not None else None
-        reason = check_evaluate_metrics(metrics, node.partition_id if known_partitions else None,
-                                        node.num_test_examples, partition_required=known_partitions)
-        if reason is not None:
-            log(WARNING, "evaluation: dropped the reply of node %s (partition %s): %s",
-                node.node_id, node.partition_id, reason)
-        elif metrics["num-examples"] > 0:
-            good[node.node_id] = metrics
-    return list(good.values())
 
 
 def pair_replies(sent: Sequence[Message], replies: Iterable[Message]) -> tuple[list[tuple[Message, Message]], list[Message]]:
