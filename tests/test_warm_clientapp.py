@@ -233,3 +233,43 @@ def test_the_default_preload_initialises_no_cuda_and_imports_no_app_module():
             "if m.split('.')[0] in ('common', 'client_app', 'server_app', 'fedsynth')))")
     result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert result.stdout.split() == ["False", "[]"], result.stderr
+
+
+def fake_supernode(bin_dir: Path) -> Path:
+    """A `flower-supernode` on PATH that writes the PATH it was started with and exits 0."""
+    bin_dir.mkdir()
+    out = bin_dir / "path.txt"
+    (bin_dir / "flower-supernode").write_text(f"#!/bin/sh\nprintf '%s' \"$PATH\" > '{out}'\n")
+    (bin_dir / "flower-supernode").chmod(0o755)
+    return out
+
+
+@pytest.mark.parametrize("switch, warm", [(None, True), ("1", True), ("0", False), ("off", False)])
+def test_supernode_script_puts_the_launcher_first_on_path_unless_switched_off(tmp_path, switch, warm):
+    out = fake_supernode(tmp_path / "bin")
+    env = {k: v for k, v in os.environ.items() if k != "FEDSYNTH_WARM_CLIENTAPP"}
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    if switch is not None:
+        env["FEDSYNTH_WARM_CLIENTAPP"] = switch
+    result = subprocess.run([str(ROOT / "deploy" / "supernode.sh"), "--superlink", "127.0.0.1:8000", "--insecure",
+                             "--partition-id", "0", "--num-partitions", "1"], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    first = out.read_text().split(os.pathsep)[0]
+    assert (Path(first).resolve() == SHIM_DIR.resolve()) is warm
+    assert ("warm ClientApp processes on" in result.stdout) is warm
+
+
+def test_compose_clientapp_executors_run_warm_by_default_with_a_switch(tmp_path):
+    import yaml
+
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert "ENV PATH=/app/deploy/warm-clientapp:$PATH" in dockerfile  # the image's flwr-clientapp is the shim
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    executors = [s for name, s in services.items() if name.startswith("clientapp-")]
+    assert len(executors) == 2
+    for service in executors:
+        assert service["command"][0] == "flower-superexec"
+        assert service["environment"]["FEDSYNTH_WARM_CLIENTAPP"] == "${FEDSYNTH_WARM_CLIENTAPP:-1}"
+    script = (ROOT / "deploy" / "compose-nodes.sh").read_text()
+    assert script.count("FEDSYNTH_WARM_CLIENTAPP: \\${FEDSYNTH_WARM_CLIENTAPP:-1}") == 1
