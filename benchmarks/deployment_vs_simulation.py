@@ -9,10 +9,13 @@ deployed ClientApp uses the host's cores / `supernodes-per-host` threads, and a 
 and `num-server-rounds` = 3:
 
 - a loopback deployment (`fedsynth.loopback`: SuperLink + 2 SuperNodes, node config
-  `supernodes-per-host=2`, so default threads), and
+  `supernodes-per-host=2`, so default threads), every ClientApp message a new process,
+- the same loopback deployment with warm ClientApp processes (`deploy/warm-clientapp` first on the
+  SuperNodes' PATH, the default of deploy/supernode.sh; issue 55), whose final model must be bitwise
+  the cold deployment's (the script fails otherwise), and
 - Flower's simulation engine with 2 SuperNodes (`fedsynth run --num-supernodes 2`),
 
-both without `OMP_NUM_THREADS` in the environment, and reports each round's time, the server's
+all without `OMP_NUM_THREADS` in the environment, and reports each round's time, the server's
 share of it (central evaluation, aggregation) and the threads the ClientApps reported. Target:
 deployed within 3x of simulated.
 """
