@@ -38,7 +38,7 @@ import traceback
 
 LOG_PREFIX = "fedsynth warm-clientapp:"
 ENTRY = "flwr.supernode.cli:flwr_clientapp"
-PRELOAD = "numpy,torch,flwr.supernode.cli,flwr.supernode.runtime.run_clientapp,flwr.clientapp"
+PRELOAD = "numpy,networkx,torch,flwr.supernode.cli,flwr.supernode.runtime.run_clientapp,flwr.clientapp"
 PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 REQUEST_TIMEOUT_S = 10.0
