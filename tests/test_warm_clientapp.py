@@ -182,6 +182,8 @@ def test_a_killed_shim_takes_its_task_with_it(host):
     proc.kill()
     proc.wait()
     host.wait_for(lambda: not alive(task_pid), timeout=10)
+    after = host.shim("ok")  # the server reaped the killed task and serves the next one
+    assert after.returncode == 0 and "warm=True" in after.stdout, after.stderr
 
 
 def test_a_killed_server_falls_back_to_a_cold_task_and_is_started_again(host):

@@ -177,6 +177,7 @@ class WarmServer:
         self.selector.register(self.owner_fd, selectors.EVENT_READ, ("owner", None))
         self.kept_fds = kept_fds  # e.g. the lock file: the children must not hold it
         self.tasks: dict[int, tuple[socket.socket, int]] = {}  # pid -> (shim connection, pidfd)
+        self.gone_shims: set[socket.socket] = set()  # connections of killed shims whose tasks are not reaped yet
         self.stopping = False
 
     def server_fds(self) -> list[int]:
@@ -213,7 +214,10 @@ class WarmServer:
         conn, pidfd = self.tasks.pop(pid)
         _, status = os.waitpid(pid, 0)
         self.selector.unregister(pidfd)
-        self.selector.unregister(conn)
+        if conn in self.gone_shims:  # shim_gone unregistered it already
+            self.gone_shims.discard(conn)
+        else:
+            self.selector.unregister(conn)
         os.close(pidfd)
         try:
             conn.sendall(status_line(status).encode())
@@ -230,6 +234,7 @@ class WarmServer:
         except OSError:
             pass
         self.selector.unregister(conn)
+        self.gone_shims.add(conn)
         os.kill(pid, signal.SIGKILL)
 
     def stop_accepting(self, why: str) -> None:
