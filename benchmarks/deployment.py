@@ -81,7 +81,9 @@ class ClientAppWatcher(threading.Thread):
                     cmdline = Path(entry.path, "cmdline").read_bytes()
                 except OSError:
                     continue
-                if b"flwr-clientapp" in cmdline and b"flower-superexec" not in cmdline:
+                # a cold task, or a warm task's shim (which lives as long as its task); not the warm server
+                if (b"flwr-clientapp" in cmdline and b"flower-superexec" not in cmdline
+                        and b"warm_clientapp/server.py" not in cmdline):
                     self.seen.setdefault(int(entry.name), [now, now])[1] = now
             time.sleep(self.period)
 
@@ -89,9 +91,21 @@ class ClientAppWatcher(threading.Thread):
         return [last - first for first, last in self.seen.values()]
 
 
-def deployment_rounds(rounds: int, poll_interval: float | None, workdir: Path) -> tuple[list[dict], list[float]]:
+SHORT_PULL_SLEEP = """\
+# benchmarks/deployment.py: measure what Flower's hard-coded 3 s sleep after an empty pull costs, by
+# making it 0.1 s in flower-supernode processes only (a measurement, never a deployment setting)
+import sys, time
+if sys.argv and sys.argv[0].endswith("flower-supernode"):
+    _sleep = time.sleep
+    time.sleep = lambda seconds: _sleep(0.1 if seconds == 3 else seconds)
+"""
+
+
+def deployment_rounds(rounds: int, poll_interval: float | None, workdir: Path, warm: bool = False,
+                      short_pull_sleep: bool = False) -> tuple[list[dict], list[float]]:
     """Per-round metrics of a trivial FedAvg run on a loopback SuperLink with 2 SuperNodes, and the
-    lifetimes of its ClientApp processes."""
+    lifetimes of its ClientApp processes (cold, or `warm` ClientApp processes; `short_pull_sleep`: the
+    SuperNodes' 3 s sleep after an empty pull made 0.1 s, through a sitecustomize)."""
     results = workdir / "results"
     config = " ".join([
         'model="mlp"', f"num-server-rounds={rounds}", "local-steps=1", "batch-size=8", "central-eval=false",
@@ -99,8 +113,12 @@ def deployment_rounds(rounds: int, poll_interval: float | None, workdir: Path) -
         f'results-dir="{results}"', 'run-name="run"', "node-wait-timeout=120.0",
     ])
     extra = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(poll_interval)} if poll_interval else {}
+    if short_pull_sleep:
+        (workdir / "site").mkdir()
+        (workdir / "site" / "sitecustomize.py").write_text(SHORT_PULL_SLEEP)
+        extra["PYTHONPATH"] = os.pathsep.join(p for p in (str(workdir / "site"), os.environ.get("PYTHONPATH")) if p)
     watcher = ClientAppWatcher()
-    with LoopbackFederation(workdir, num_nodes=2, extra_env=extra) as federation:
+    with LoopbackFederation(workdir, num_nodes=2, extra_env=extra, warm_clientapp=warm) as federation:
         watcher.start()
         run = federation.run(REPO_ROOT, config, timeout=900)
         watcher.done.set()
@@ -112,6 +130,13 @@ def deployment_rounds(rounds: int, poll_interval: float | None, workdir: Path) -
     return rounds_metrics, watcher.lifetimes()
 
 
+VARIANTS = {  # name -> deployment_rounds keyword arguments
+    "cold (a new `flwr-clientapp` process per message)": {},
+    "warm (`deploy/warm-clientapp`: forked from a warm server)": {"warm": True},
+    "warm, SuperNode pull sleep 3 s -> 0.1 s (measurement only)": {"warm": True, "short_pull_sleep": True},
+}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=8)
@@ -121,45 +146,53 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks/results/deployment.md")
     args = parser.parse_args(argv)
 
+    load_before = os.getloadavg()[0]
     floor = command_time("import torch", args.repeats)
     imports = command_time("from flwr.supernode.cli import flwr_clientapp; import client_app.app", args.repeats)
-    with tempfile.TemporaryDirectory() as tmp:
-        rounds, lifetimes = deployment_rounds(args.rounds, args.poll_interval, Path(tmp))
-    # the first round also pays the nodes' first contact and the partition cache build
-    steady = rounds[1:]
-    message = statistics.median(r["round-time"] - r["server-time"] for r in steady)
-    # the handshake's and the first round's messages (the latter build the partition cache); in start order
-    process = statistics.median(lifetimes[4:] or lifetimes) if lifetimes else float("nan")
+    measured = {}
+    for name, options in VARIANTS.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            rounds, lifetimes = deployment_rounds(args.rounds, args.poll_interval, Path(tmp), **options)
+        # the first round also pays the nodes' first contact, the partition cache build and (warm) the
+        # warm server's start; lifetimes in start order: skip the handshake's and the first round's
+        steady = rounds[1:]
+        message = statistics.median(r["round-time"] - r["server-time"] for r in steady)
+        process = statistics.median(lifetimes[4:] or lifetimes) if lifetimes else float("nan")
+        measured[name] = (rounds, lifetimes, message, process)
     poll = f"{args.poll_interval:g} s" if args.poll_interval else "Flower's default (1 s)"
     lines = [
-        f"# Deployment overhead per ClientApp message ({time.strftime('%Y-%m-%d')}, load average "
-        f"{os.getloadavg()[0]:.1f} at the end)",
+        f"# Deployment overhead per ClientApp message ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
+        f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} at the end)",
         "",
         f"Command: `.venv/bin/python benchmarks/deployment.py --rounds {args.rounds}"
         + (f" --poll-interval {args.poll_interval:g}" if args.poll_interval else "") + "`; "
         f"loopback SuperLink + 2 SuperNodes, trivial FedAvg rounds (mlp, 1 local step), SuperExec task poll "
-        f"interval {poll}.",
+        f"interval {poll}; the three deployments one after another in this run.",
         "",
-        "| measure | seconds | ratio to `import torch` |",
-        "| --- | --- | --- |",
-        f"| `python -c 'import torch'` (the floor, median of {args.repeats}) | {floor:.2f} | 1.00 |",
-        f"| a ClientApp process's imports: `flwr-clientapp`'s and `client_app.app` (median of {args.repeats}) | "
-        f"{imports:.2f} | {imports / floor:.2f} |",
-        f"| one ClientApp message in the deployment (median of rounds 2-{args.rounds}: round time - server time) | "
-        f"{message:.2f} | {message / floor:.2f} |",
-        f"| a `flwr-clientapp` process's lifetime (median of rounds 2-{args.rounds}, sampled every 50 ms) | "
-        f"{process:.2f} | {process / floor:.2f} |",
+        f"- `python -c 'import torch'` (the floor, median of {args.repeats}): {floor:.2f} s",
+        f"- a cold ClientApp process's imports: `flwr-clientapp`'s and `client_app.app` (median of {args.repeats}): "
+        f"{imports:.2f} s ({imports / floor:.2f}x the floor)",
         "",
-        f"- of a message, the imports beyond torch: {imports - floor:.2f} s; the process's work after its imports "
-        f"(pull, the app, push): {process - imports:.2f} s; outside the process (Flower's components between the "
-        f"server's push and the reply's arrival): {message - process:.2f} s. Most of it is one fixed wait: after "
-        "pushing a reply a SuperNode pulls again, finds nothing (the server is still collecting the round) and "
-        "sleeps 3 s (`time.sleep(3)`, hard-coded in flwr 1.41 and 1.42's `start_client_internal.py`), so in lockstep rounds "
-        "the next message always waits out that sleep; the SuperExec's task poll (`--poll-interval`) and the "
-        "0.5 s reply poll add fractions of a second",
-        f"- ClientApp process lifetimes (s): {', '.join(format(t, '.2f') for t in lifetimes)}",
-        f"- round times (s): {', '.join(format(r['round-time'], '.2f') for r in rounds)}",
+        f"| ClientApp processes | one message (median of rounds 2-{args.rounds}: round time - server time) (s) | "
+        f"a task process's life (median after round 1, sampled every 50 ms) (s) | outside the process (s) | "
+        "process life / floor |",
+        "| --- | --- | --- | --- | --- |",
     ]
+    for name, (_, _, message, process) in measured.items():
+        lines.append(f"| {name} | {message:.2f} | {process:.2f} | {message - process:.2f} | {process / floor:.2f} |")
+    lines += [
+        "",
+        "A task process's life: from its start to its exit (for a warm task, its `flwr-clientapp` shim, which "
+        "lives as long as the forked task). Outside the process: Flower's components between the server's push "
+        "and the reply's arrival; most of it is one fixed wait: after pushing a reply a SuperNode pulls again, "
+        "finds nothing (the server is still collecting the round) and sleeps 3 s (`time.sleep(3)`, hard-coded "
+        "in flwr 1.42's `start_client_internal.py`), so in lockstep rounds the next message waits out that "
+        "sleep; the third row makes that sleep 0.1 s to show its cost.",
+        "",
+    ]
+    for name, (rounds, lifetimes, _, _) in measured.items():
+        lines += [f"- {name}: round times (s) {', '.join(format(r['round-time'], '.2f') for r in rounds)}; "
+                  f"task process lives (s) {', '.join(format(t, '.2f') for t in lifetimes)}"]
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -63,6 +63,8 @@ done
     user: "\${FEDSYNTH_UID:-1000}:\${FEDSYNTH_GID:-1000}"
     restart: unless-stopped
     networks: [federation]
+    environment:
+      FEDSYNTH_WARM_CLIENTAPP: \${FEDSYNTH_WARM_CLIENTAPP:-1}
     command:
       - flower-superexec
       - --runtime-api-address

@@ -99,6 +99,17 @@ else
     [ -f "$key" ] || die "--key must name this node's private key (deploy/pki.sh node-key)"
     args+=(--root-certificates "$ca" --auth-supernode-private-key "$key")
 fi
+# --- warm ClientApp processes (fedsynth/warm_clientapp, docs/deployment.md) -------------------------
+# On by default: deploy/warm-clientapp goes first on PATH, so the ClientApp tasks that Flower starts by
+# name (`flwr-clientapp`) are forked from a warm process that has torch and Flower imported already.
+# FEDSYNTH_WARM_CLIENTAPP=0 turns it off (every task a new process, as plain Flower does). With
+# --isolation process, start the separate flower-superexec with this PATH (and switch) instead.
+warm_clientapp="${FEDSYNTH_WARM_CLIENTAPP:-1}"
+if [[ ! "${warm_clientapp,,}" =~ ^(0|false|no|off)$ ]]; then
+    export PATH="$(cd "$(dirname "$0")" && pwd)/warm-clientapp:$PATH"
+    echo "supernode.sh: warm ClientApp processes on (FEDSYNTH_WARM_CLIENTAPP=0 turns them off)"
+fi
+# --- end of warm ClientApp processes ---------------------------------------------------------------
 echo "supernode.sh: node config: $node_config"
 exec "$(dirname "$0")/retry-activation.sh" --activation-wait "$activation_wait" -- \
     flower-supernode "${args[@]}" "${extra[@]}"

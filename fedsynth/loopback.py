@@ -10,6 +10,9 @@ fresh environment). Every process runs in its own session so that stopping it
 also stops the `flower-superexec` children it starts; leaving the `with` block
 stops them all.
 
+`warm_clientapp=True` puts `deploy/warm-clientapp` first on the SuperNodes' `PATH`: their ClientApp
+tasks are then forked from a warm server (fedsynth/warm_clientapp), as `deploy/supernode.sh` runs them.
+
 `app_copy` gives `flwr run` the app as it ships (pyproject.toml and its
 packages): in a checkout that holds the `.venv`, `flwr build` walks the whole
 virtualenv before excluding it, which took 29 s per run on a loaded 2-core
@@ -30,6 +33,7 @@ from pathlib import Path
 from types import TracebackType
 
 BIN = Path(sys.executable).parent
+WARM_CLIENTAPP_DIR = Path(__file__).resolve().parent.parent / "deploy" / "warm-clientapp"
 CONNECTION = "loopback"
 
 
@@ -95,7 +99,7 @@ class LoopbackFederation:
     """
 
     def __init__(self, workdir: Path, num_nodes: int, extra_env: dict[str, str] | None = None,
-                 node_config: str = "", node_configs: list[str] | None = None) -> None:
+                 node_config: str = "", node_configs: list[str] | None = None, warm_clientapp: bool = False) -> None:
         self.workdir = Path(workdir)
         self.num_nodes = len(node_configs) if node_configs is not None else num_nodes
         num_nodes = self.num_nodes
@@ -109,6 +113,8 @@ class LoopbackFederation:
             "FLWR_TELEMETRY_ENABLED": "0", "FLWR_DISABLE_UPDATE_CHECK": "1", "FLWR_LOG_LEVEL": "WARNING",
             "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", **(extra_env or {}),
         }
+        if warm_clientapp:
+            self.env["PATH"] = f"{WARM_CLIENTAPP_DIR}{os.pathsep}{self.env['PATH']}"
         self.processes: list[subprocess.Popen] = []
         self.nodes: list[subprocess.Popen] = []  # SuperNode i is self.nodes[i]
 

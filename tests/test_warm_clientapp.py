@@ -1,0 +1,277 @@
+"""Warm ClientApp processes (fedsynth/warm_clientapp): every task ends as it would without the launcher.
+
+The launcher is exercised as a SuperNode uses it: `deploy/warm-clientapp/flwr-clientapp` first on `PATH`,
+started per task. The task is a fake `flwr-clientapp` (a small module, `fake_task`, whose behaviour the
+argv picks), run both cold (the real command) and warm (through the shim) and compared. The warm server
+preloads a marker module instead of torch and Flower, so these tests take seconds; the real entry point
+runs in tests/test_warm_clientapp_deployment.py.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SHIM_DIR = ROOT / "deploy" / "warm-clientapp"
+sys.path.insert(0, str(ROOT))
+
+FAKE_TASK = textwrap.dedent('''
+    import os, signal, sys, time
+
+    def main():
+        print(f"task pid={os.getpid()} warm={'fake_preload' in sys.modules} cwd={os.getcwd()} "
+              f"x={os.environ.get('FAKE_X')} argv={sys.argv[1:]}", flush=True)
+        mode, *rest = sys.argv[1:]
+        if mode == "raise":
+            raise RuntimeError("boom")
+        if mode == "exit":
+            sys.exit(int(rest[0]))
+        if mode == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "app":
+            sys.path.insert(0, rest[0])
+            import fake_app
+            print(f"app version={fake_app.VERSION}", flush=True)
+        if mode == "wait":
+            signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
+            print("ready", flush=True)
+            time.sleep(60)
+        return 0
+''')
+
+
+class Host:
+    """A fake SuperNode host: the fake real command, the shim first on PATH, an owner process."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        (tmp / "lib").mkdir()
+        (tmp / "lib" / "fake_task.py").write_text(FAKE_TASK)
+        (tmp / "lib" / "fake_preload.py").write_text("LOADED = True\n")
+        (tmp / "bin").mkdir()
+        self.real = tmp / "bin" / "flwr-clientapp"
+        self.real.write_text(f"#!{sys.executable}\nimport sys\nfrom fake_task import main\nsys.exit(main())\n")
+        self.real.chmod(0o755)
+        self.sockets = Path(tempfile.mkdtemp(prefix="wc-"))  # short: unix socket paths are limited
+        self.owner = subprocess.Popen(["sleep", "300"])
+        self.log = open(tmp / "server.log", "w+")  # noqa: SIM115 - the first cold task's stderr (and the server's)
+        self.env = {
+            **os.environ, "PATH": f"{SHIM_DIR}{os.pathsep}{tmp / 'bin'}{os.pathsep}{os.environ['PATH']}",
+            "PYTHONPATH": str(tmp / "lib"), "FEDSYNTH_WARM_CLIENTAPP_DIR": str(self.sockets),
+            "FEDSYNTH_WARM_CLIENTAPP_OWNER_PID": str(self.owner.pid),
+            "FEDSYNTH_WARM_CLIENTAPP_PRELOAD": "fake_preload", "FEDSYNTH_WARM_CLIENTAPP_ENTRY": "fake_task:main",
+            "FAKE_X": "seven",
+        }
+
+    def cold(self, *args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([str(self.real), *args], env=self.env, cwd=self.tmp, capture_output=True, text=True,
+                              timeout=60)
+
+    def shim(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        return subprocess.run(["flwr-clientapp", *args], env=env or self.env, cwd=self.tmp, capture_output=True,
+                              text=True, timeout=60)
+
+    def socket_files(self) -> list[Path]:
+        return sorted(self.sockets.glob("*.sock"))
+
+    def start_warm(self) -> None:
+        """The first task runs cold and starts the server (its stderr: our log); wait until it listens."""
+        first = subprocess.run(["flwr-clientapp", "ok"], env=self.env, cwd=self.tmp, stdout=subprocess.PIPE,
+                               stderr=self.log, text=True, timeout=60)
+        assert first.returncode == 0 and "warm=False" in first.stdout
+        self.wait_for(lambda: self.socket_files())
+
+    def server_pids(self) -> list[int]:
+        self.log.seek(0)
+        return [int(line.split("warm server ")[1].split()[0]) for line in self.log.read().splitlines()
+                if " ready in " in line]
+
+    @staticmethod
+    def wait_for(condition, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while not condition():
+            assert time.monotonic() < deadline, "timed out"
+            time.sleep(0.05)
+
+    def close(self) -> None:
+        self.owner.kill()
+        self.owner.wait()
+        for pid in self.server_pids():
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.log.close()
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    with open(f"/proc/{pid}/stat") as stat:  # a zombie has ended
+        return stat.read().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+@pytest.fixture
+def host(tmp_path):
+    fake_host = Host(tmp_path)
+    yield fake_host
+    fake_host.close()
+
+
+def task_lines(output: str) -> list[str]:
+    """The task's own output: the shim's log lines and the pid (differs per process) left out."""
+    return [" ".join(w for w in line.split() if not w.startswith("pid=")) for line in output.splitlines()
+            if not line.startswith("fedsynth warm-clientapp:")]
+
+
+def test_the_first_task_runs_cold_and_starts_the_server_the_next_run_warm(host):
+    host.start_warm()
+    host.log.seek(0)
+    assert "no warm server" in host.log.read()  # the one log line of the fallback
+    assert len(host.server_pids()) == 1
+    second = host.shim("ok")
+    assert second.returncode == 0, second.stderr
+    assert "warm=True" in second.stdout and second.stderr == ""
+
+
+@pytest.mark.parametrize("args, status", [(("ok",), 0), (("raise",), 1), (("exit", "3"), 3),
+                                          (("sigkill",), -signal.SIGKILL)])
+def test_a_warm_task_ends_with_the_cold_tasks_status_and_output(host, args, status):
+    host.start_warm()
+    cold, warm = host.cold(*args), host.shim(*args)
+    assert cold.returncode == warm.returncode == status
+    assert task_lines(warm.stdout) == [line.replace("warm=False", "warm=True") for line in task_lines(cold.stdout)]
+    assert "warm=True" in warm.stdout  # argv, working folder and environment reached the task
+    if args == ("raise",):
+        assert "RuntimeError: boom" in cold.stderr and "RuntimeError: boom" in warm.stderr
+
+
+def test_the_next_task_after_a_crash_is_unaffected(host):
+    host.start_warm()
+    assert host.shim("sigkill").returncode == -signal.SIGKILL
+    assert host.shim("raise").returncode == 1
+    after = host.shim("ok")
+    assert after.returncode == 0 and "warm=True" in after.stdout
+
+
+def test_a_signal_to_the_shim_reaches_the_task(host):
+    host.start_warm()
+    for command in ([str(host.real)], ["flwr-clientapp"]):
+        proc = subprocess.Popen([*command, "wait"], env=host.env, cwd=host.tmp, stdout=subprocess.PIPE, text=True)
+        assert proc.stdout.readline().startswith("task") and proc.stdout.readline() == "ready\n"
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 3  # the task's own SIGTERM handler ran, once
+
+
+def test_a_killed_shim_takes_its_task_with_it(host):
+    host.start_warm()
+    proc = subprocess.Popen(["flwr-clientapp", "wait"], env=host.env, cwd=host.tmp, stdout=subprocess.PIPE, text=True)
+    task_pid = int(proc.stdout.readline().split("pid=")[1].split()[0])
+    assert proc.stdout.readline() == "ready\n" and task_pid != proc.pid
+    proc.kill()
+    proc.wait()
+    host.wait_for(lambda: not alive(task_pid), timeout=10)
+    after = host.shim("ok")  # the server reaped the killed task and serves the next one
+    assert after.returncode == 0 and "warm=True" in after.stdout, after.stderr
+
+
+def test_a_killed_server_falls_back_to_a_cold_task_and_is_started_again(host):
+    host.start_warm()
+    (first_server,) = host.server_pids()
+    os.kill(first_server, signal.SIGKILL)
+    host.wait_for(lambda: not alive(first_server))
+    fallback = subprocess.run(["flwr-clientapp", "exit", "4"], env=host.env, cwd=host.tmp, stdout=subprocess.PIPE,
+                              stderr=host.log, text=True, timeout=60)
+    assert fallback.returncode == 4 and "warm=False" in fallback.stdout
+    host.wait_for(lambda: len(host.server_pids()) == 2 and alive(host.server_pids()[1]))
+    host.wait_for(lambda: host.shim("ok").stdout.count("warm=True") == 1, timeout=30)
+
+
+def test_a_changed_app_and_another_app_are_imported_fresh(host, tmp_path):
+    host.start_warm()
+    for name, version in (("app-a", "1"), ("app-a", "2"), ("app-b", "3")):
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "fake_app.py").write_text(f"VERSION = {version}\n")
+        warm = host.shim("app", str(tmp_path / name))
+        assert warm.returncode == 0 and "warm=True" in warm.stdout
+        assert f"app version={version}" in warm.stdout
+
+
+def test_a_supernode_restart_ends_the_server_and_the_new_owner_gets_a_new_one(host):
+    host.start_warm()
+    (first_server,) = host.server_pids()
+    host.owner.kill()  # the SuperExec that owned the server is gone (SuperNode stopped)
+    host.owner.wait()
+    host.wait_for(lambda: not alive(first_server) and not host.socket_files())
+    host.owner = subprocess.Popen(["sleep", "300"])  # the restarted SuperNode's SuperExec
+    host.env["FEDSYNTH_WARM_CLIENTAPP_OWNER_PID"] = str(host.owner.pid)
+    host.start_warm()
+    assert len(host.server_pids()) == 2
+    assert "warm=True" in host.shim("ok").stdout
+
+
+def test_off_switch_runs_the_real_command_and_starts_no_server(host):
+    off = host.shim("exit", "5", env={**host.env, "FEDSYNTH_WARM_CLIENTAPP": "0"})
+    assert off.returncode == 5 and "warm=False" in off.stdout and off.stderr == ""
+    time.sleep(0.5)
+    assert host.socket_files() == []
+
+
+def test_the_default_preload_initialises_no_cuda_and_imports_no_app_module():
+    code = ("import sys; sys.path.insert(0, 'fedsynth/warm_clientapp'); import server; "
+            "server.preload(server.PRELOAD.split(',')); import torch; "
+            "print(torch.cuda.is_initialized(), sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('common', 'client_app', 'server_app', 'fedsynth')))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.stdout.split() == ["False", "[]"], result.stderr
+
+
+def fake_supernode(bin_dir: Path) -> Path:
+    """A `flower-supernode` on PATH that writes the PATH it was started with and exits 0."""
+    bin_dir.mkdir()
+    out = bin_dir / "path.txt"
+    (bin_dir / "flower-supernode").write_text(f"#!/bin/sh\nprintf '%s' \"$PATH\" > '{out}'\n")
+    (bin_dir / "flower-supernode").chmod(0o755)
+    return out
+
+
+@pytest.mark.parametrize("switch, warm", [(None, True), ("1", True), ("0", False), ("off", False)])
+def test_supernode_script_puts_the_launcher_first_on_path_unless_switched_off(tmp_path, switch, warm):
+    out = fake_supernode(tmp_path / "bin")
+    env = {k: v for k, v in os.environ.items() if k != "FEDSYNTH_WARM_CLIENTAPP"}
+    env["PATH"] = f"{tmp_path / 'bin'}{os.pathsep}{env['PATH']}"
+    if switch is not None:
+        env["FEDSYNTH_WARM_CLIENTAPP"] = switch
+    result = subprocess.run([str(ROOT / "deploy" / "supernode.sh"), "--superlink", "127.0.0.1:8000", "--insecure",
+                             "--partition-id", "0", "--num-partitions", "1"], env=env, capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 0, result.stderr
+    first = out.read_text().split(os.pathsep)[0]
+    assert (Path(first).resolve() == SHIM_DIR.resolve()) is warm
+    assert ("warm ClientApp processes on" in result.stdout) is warm
+
+
+def test_compose_clientapp_executors_run_warm_by_default_with_a_switch(tmp_path):
+    import yaml
+
+    dockerfile = (ROOT / "deploy" / "Dockerfile").read_text()
+    assert "ENV PATH=/app/deploy/warm-clientapp:$PATH" in dockerfile  # the image's flwr-clientapp is the shim
+    services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    executors = [s for name, s in services.items() if name.startswith("clientapp-")]
+    assert len(executors) == 2
+    for service in executors:
+        assert service["command"][0] == "flower-superexec"
+        assert service["environment"]["FEDSYNTH_WARM_CLIENTAPP"] == "${FEDSYNTH_WARM_CLIENTAPP:-1}"
+    script = (ROOT / "deploy" / "compose-nodes.sh").read_text()
+    assert script.count("FEDSYNTH_WARM_CLIENTAPP: \\${FEDSYNTH_WARM_CLIENTAPP:-1}") == 1
