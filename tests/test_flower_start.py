@@ -62,7 +62,8 @@ PUBLIC_CASES = [
 def test_the_cases_cover_every_strategy_class() -> None:
     assert {SERVER_STRATEGIES[name] for name in CLASS_CASES} == set(SERVER_STRATEGIES.values())
     assert {case[0].__name__ for case in PUBLIC_CASES} == set(strategies.__all__) - {
-        "NodeInfo", "NoFeatureSums", "ReplyContractError", "TooManyFailedRounds", "WarmupFailed", "run_config"}
+        "BOUNDED_INFLUENCE", "NodeInfo", "NoFeatureSums", "ReplyContractError", "TooManyFailedRounds", "WarmupFailed",
+        "WrapperRefused", "run_config"}
 
 
 def public_arguments(public: type, raw: dict) -> dict:

@@ -182,6 +182,16 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
     return value
 
 
+# The keys that give the data's shape without a dataset (partition = node).
+SHAPE_KEYS = ("image_channels", "image_size", "num_classes", "class_names")
+
+
+def own_data_partition(image_channels: int, image_size: int, num_classes: int = 0) -> str:
+    """The partition a strategy class's `ServerTask` describes: "node" when it is given the data's shape (the
+    developer's own data: the shape comes from those keys alone), else the default split of a public dataset."""
+    return NODE_PARTITION if (image_channels or image_size or num_classes) else RunConfig.partition
+
+
 def check_parameters(owner: str, values: Mapping[str, Any]) -> None:
     """Refuse keyword parameters named like run-config keys as `parse_run_config` refuses those keys.
 
@@ -197,6 +207,10 @@ def check_parameters(owner: str, values: Mapping[str, Any]) -> None:
         return
     try:
         typed = {name: _coerce(key_name(name), value, fields[name].default) for name, value in given.items()}
+        if "partition" not in values and any(typed.get(name) for name in SHAPE_KEYS):
+            # a class with no partition of its own that is told its data's shape describes a developer's own
+            # data, as a site's: the shape comes from these keys (`own_data_partition`)
+            typed["partition"] = NODE_PARTITION
         settings = RunConfig(**typed)
         for part in PARTS:
             if any(f.name in typed for f in dataclasses.fields(part)):

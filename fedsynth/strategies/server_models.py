@@ -11,6 +11,7 @@ from typing import Callable
 
 from flwr.common.typing import Scalar
 
+from common.run.config import own_data_partition
 from common.run.task import ServerTask
 from server_app.strategies.dynafed import DynaFedStrategy
 from server_app.strategies.fedddpm import FedDDPMStrategy
@@ -80,7 +81,9 @@ class FedSynSAM(FedSynSAMStrategy):
                          distill_alpha_init=distill_alpha_init, distill_alpha_lr=distill_alpha_lr,
                          matching_loss=matching_loss, device=device, sam_rho=sam_rho, synsam_beta=synsam_beta,
                          synsam_mix=synsam_mix, task=ServerTask(model=model, dataset=dataset, data_dir=data_dir,
-                         image_channels=image_channels, image_size=image_size, num_classes=num_classes, seed=seed),
+                         image_channels=image_channels, image_size=image_size,
+                         partition=own_data_partition(image_channels, image_size, num_classes),
+                         num_classes=num_classes, seed=seed),
                          fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
                          max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
                          trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
@@ -151,6 +154,7 @@ class DynaFed(DynaFedStrategy):
                          matching_loss=matching_loss, device=device, dynafed_lr=dynafed_lr,
                          dynafed_epochs=dynafed_epochs, batch_size=batch_size, task=ServerTask(model=model,
                          dataset=dataset, data_dir=data_dir, image_channels=image_channels, image_size=image_size,
+                         partition=own_data_partition(image_channels, image_size, num_classes),
                          num_classes=num_classes, seed=seed), fraction_train=fraction_train,
                          fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
                          max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
@@ -219,6 +223,7 @@ class FedDDPM(FedDDPMStrategy):
                          correction_epochs=correction_epochs, correction_lr=correction_lr,
                          task=ServerTask(model=model, dataset=dataset, data_dir=data_dir,
                          image_channels=image_channels, image_size=image_size,
+                         partition=own_data_partition(image_channels, image_size),
                          diffusion_timesteps=diffusion_timesteps, seed=seed), fraction_train=fraction_train,
                          fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
                          max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
@@ -297,6 +302,7 @@ class FedDDPMPlus(FedDDPMPlusStrategy):
                          sampler=sampler, fid_features=fid_features, cache_dir=cache_dir,
                          oneshot_epochs=oneshot_epochs, oneshot_lr=oneshot_lr, task=ServerTask(model=model,
                          dataset=dataset, data_dir=data_dir, image_channels=image_channels, image_size=image_size,
+                         partition=own_data_partition(image_channels, image_size),
                          diffusion_timesteps=diffusion_timesteps, seed=seed), fraction_train=fraction_train,
                          fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
                          max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
