@@ -40,7 +40,7 @@ run: install
 	$(VENV)/bin/fedsynth run --num-supernodes $(NUM_SUPERNODES) --run-config "$(RUN_CONFIG)"
 
 test: install
-	$(PY) -m pytest -q -ra -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
+	$(PY) -m pytest -q -ra --durations=25 -n $(PYTEST_WORKERS) --dist loadscope --no-loadscope-reorder $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache
