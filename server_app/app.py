@@ -12,6 +12,7 @@ from common.run.config import RunConfig, parse_run_config
 from common.run.interrupt import RunInterrupted
 from common.run.results import RunResults
 from server_app.handshake import HandshakeError, handshake_outcome, joined_nodes
+from server_app.wire import is_transient
 from server_app.messaging import polling_grid
 from server_app.recorder import RunRecorder
 from server_app.decentralized_report import warn_if_ole_diverges
@@ -44,6 +45,10 @@ def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         strategy = build_strategy(cfg, nodes)
         warn_if_ole_diverges(cfg, len(nodes))
         strategy.rejoin = partial(joined_nodes, cfg=cfg)  # a site that restarts under a new id, or joins late
+        # a node refused at the handshake for what it claimed stays refused; one that was lost (an error, a
+        # timeout) may still join late
+        strategy.refuse_nodes(int(f["node"]) for f in failures
+                              if isinstance(f.get("node"), int) and not is_transient(str(f.get("reason", ""))))
         return run_strategy(grid, cfg, strategy, results)
 
 

@@ -67,7 +67,7 @@ def test_three_sites_with_45_mb_replies_complete_two_rounds_with_the_state_in_a_
                 "model": "'sitemodels.nets:large'"}
         (command,) = commands(replaced(steps[5], {
             "flwr run . fed --stream": "flwr run . fed --format json",
-            "num-server-rounds=20\"": "num-server-rounds=2 " + " ".join(f"{k}={v}" for k, v in keys.items()) + '"'}))
+            "num-server-rounds=20 bounded-influence=true\"": "num-server-rounds=2 bounded-influence=true " + " ".join(f"{k}={v}" for k, v in keys.items()) + '"'}))
         start = time.monotonic()
         run_id = int(json.loads(fed.run(command, cwd=app))["run-id"])
         status = fed.wait_until_finished(run_id, results / "large" / "summary.json", timeout=1500)

@@ -191,7 +191,7 @@ def test_the_walk_through_as_written_with_a_site_restarted_mid_run_and_no_data_o
                     "checkpoint-every": "0", "node-wait-timeout": "180.0", "round-timeout": "300.0", **extra}
             (command,) = commands(replaced(steps[5], {
                 "flwr run . fed --stream": "flwr run . fed --format json",
-                "num-server-rounds=20\"": f"num-server-rounds={rounds} "
+                "num-server-rounds=20 bounded-influence=true\"": f"num-server-rounds={rounds} bounded-influence=true "
                                          + " ".join(f"{k}={v}" for k, v in keys.items()) + '"'}))
             return int(json.loads(fed.run(command, cwd=app))["run-id"])
 
@@ -291,7 +291,8 @@ def test_sites_with_a_foreign_label_and_an_empty_folder_are_refused_at_once_nami
     # every node's ClientApp process); the whole run, Flower's start-up included, is far below the wait.
     # On an idle machine it takes seconds; on this 2-core CI host shared with other suites (load ~17, where
     # importing the ClientApp alone takes 14 s and the three nodes' ClientApp processes start at once) it
-    # took 43 s, so the bound is a fifth of the 300 s node-wait-timeout: a wait for the timeout fails it.
+    # took 43 s, and 65 s in a fresh-clone CI run beside a Docker base build, so the bound is half the 300 s
+    # node-wait-timeout: a wait for the timeout still fails it.
     handshake = summary_file.stat().st_mtime - (results / "bad" / "config.json").stat().st_mtime
-    assert handshake < 60, f"the handshake took {handshake:.1f}s"
+    assert handshake < 150, f"the handshake took {handshake:.1f}s"
     assert refused_after < 300, f"refused after {refused_after:.1f}s, not before node-wait-timeout"

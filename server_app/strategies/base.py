@@ -290,6 +290,10 @@ class RoundStrategy(Strategy):
             self.nodes = sorted([*self.nodes, *newcomers], key=lambda n: n.partition_id)
             self.on_nodes_joined()
 
+    def refuse_nodes(self, node_ids: Iterable[int]) -> None:
+        """Node ids that take no part in this run and are not asked the handshake again (refused at its start)."""
+        self._strangers.update(node_ids)
+
     def late_join_refusal(self) -> str | None:
         """Why a site that joins mid-run cannot take part in this algorithm, or None (it takes part)."""
         return None
