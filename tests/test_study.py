@@ -317,6 +317,24 @@ def test_a_killed_study_finishes_without_rerunning_finished_runs(tmp_path, tiny_
     assert third == []
 
 
+def test_report_runs_go_seed_by_seed_so_a_stopped_study_holds_whole_pairs(tmp_path):
+    raw = {"study": {"name": "order", "report-seeds": [3, 1, 2], "tuning-seeds": []}, "base": {"model": "mlp"},
+           "arms": {"a": {"algorithm": "fedavg"}, "b": {"algorithm": "fedprox"}, "c": {"algorithm": "fedsam"}},
+           "claims": ["a > b"]}
+    study = parse_study(raw, tmp_path / "order.toml")
+    started: list[tuple[str, int]] = []
+
+    def record(spec, overrides, log_path):
+        started.append((spec.arm, spec.seed))
+        return RunOutcome(1, 0.0)  # a failed run: recorded, nothing to score
+
+    run_study(study, StudyPaths(out=tmp_path / "out", runs=tmp_path / "runs"), record, max_runs=4,
+              write=lambda line: None)
+    # every arm on the first report seed before any arm on the next (the arm-by-arm order of the study file
+    # would have stopped with a, a, a, b: no pair for b's or c's claims)
+    assert started == [("a", 3), ("b", 3), ("c", 3), ("a", 1)]
+
+
 def test_tuning_never_reads_the_test_split(tmp_path, tiny_data_dir):
     """A study whose official test split is poisoned (labels shifted, images noise) chooses the same values."""
     poisoned = tmp_path / "poisoned"

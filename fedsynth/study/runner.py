@@ -205,6 +205,15 @@ def _unrecorded(exit_code: int) -> str:
     return f"exit {exit_code} before any round finished"
 
 
+def seed_by_seed(study: Study, report: Sequence[RunSpec]) -> list[RunSpec]:
+    """The report runs in the order they are run: every cell on the first report seed, then on the next, ...
+
+    Why: a study stopped part-way (a session's end, `--max-runs`) then holds whole seeds, so every claim
+    has as many pairs as the runs allow, where an arm-by-arm order would leave the last arms with none.
+    """
+    return sorted(report, key=lambda spec: study.report_seeds.index(spec.seed))
+
+
 def execute_runs(study: Study, specs: Sequence[RunSpec], ledger: Ledger, paths: StudyPaths, executor: Executor,
                  jobs: int, progress: Progress, max_runs: int | None = None, retry_failed: bool = False,
                  measurer: Measurer | None = None) -> int:
@@ -390,7 +399,8 @@ def run_study(study: Study, paths: StudyPaths, executor: Executor, jobs: int = 1
     for cell, point in chosen.items():
         write(f"tuned {cell}: {json.dumps(point)}")
     if budget is None or budget > 0:
-        execute_runs(study, report, ledger, paths, executor, jobs, progress, budget, retry_failed, measurer)
+        execute_runs(study, seed_by_seed(study, report), ledger, paths, executor, jobs, progress, budget,
+                     retry_failed, measurer)
     if measurer is not None:
         measure_recorded_runs(study, ledger, paths, measurer, jobs, write)
     with ledger.locked():  # the last process to finish writes last, from the whole ledger
