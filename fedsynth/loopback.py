@@ -10,8 +10,10 @@ fresh environment). Every process runs in its own session so that stopping it
 also stops the `flower-superexec` children it starts; leaving the `with` block
 stops them all.
 
-`warm_clientapp=True` puts `deploy/warm-clientapp` first on the SuperNodes' `PATH`: their ClientApp
-tasks are then forked from a warm server (fedsynth/warm_clientapp), as `deploy/supernode.sh` runs them.
+By default (`warm_clientapp=True`) `deploy/warm-clientapp` comes first on the SuperNodes' `PATH`: their
+ClientApp tasks are forked from a warm server (fedsynth/warm_clientapp), as `deploy/supernode.sh` and the
+compose services run them. `warm_clientapp=False` starts every task as a new `flwr-clientapp` process, Flower's
+own way (the benchmarks compare the two).
 
 `app_copy` gives `flwr run` the app as it ships (pyproject.toml and its
 packages): in a checkout that holds the `.venv`, `flwr build` walks the whole
@@ -99,7 +101,7 @@ class LoopbackFederation:
     """
 
     def __init__(self, workdir: Path, num_nodes: int, extra_env: dict[str, str] | None = None,
-                 node_config: str = "", node_configs: list[str] | None = None, warm_clientapp: bool = False) -> None:
+                 node_config: str = "", node_configs: list[str] | None = None, warm_clientapp: bool = True) -> None:
         self.workdir = Path(workdir)
         self.num_nodes = len(node_configs) if node_configs is not None else num_nodes
         num_nodes = self.num_nodes
