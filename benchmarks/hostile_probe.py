@@ -15,7 +15,9 @@ Each outcome is one of: handled (refused or recorded with a message naming the p
 behaviour), silently wrong (accepted or run on to a wrong, NaN or garbage result without a word, outside a documented
 opt-in), unclear (refused, but the message names no part at fault or comes from deep inside) and hang (the timeout).
 
-    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/hostile_probe.py --out benchmarks/results/hostile-probe.md
+    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/hostile_probe.py --out /tmp/hostile-probe.md --json /tmp/probe.json
+
+benchmarks/results/hostile-probe.md sets such a run beside one on the code before issue 54's fixes.
 """
 
 from __future__ import annotations
@@ -128,7 +130,7 @@ def report(results: list[tuple[Case, str, str, float]], seconds: float, before: 
              "`benchmarks/hostile_probe.py`: each case a bad input judged from the docs' words (README.md, docs/library.md,",
              "docs/configuration.md, docs/own-data.md, docs/deployment.md, docs/reliability.md); each run in a forked",
              "child with its own timeout. Reproduce (about " + f"{seconds / 60:.0f} min on one core):", "",
-             "    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/hostile_probe.py --out benchmarks/results/hostile-probe.md",
+             "    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/hostile_probe.py --out /tmp/hostile-probe.md",
              "", f"{len(results)} cases: {total[HANDLED]} handled, {total[WRONG]} silently wrong, "
                  f"{total[UNCLEAR]} unclear, {total[HANG]} hangs.", ""]
     if before:

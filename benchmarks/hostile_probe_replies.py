@@ -286,7 +286,7 @@ def reply_cases() -> list[Case]:
         ("reply from another node (900)", from_node(900), "drop"),
         ("reply from an unknown node (77)", from_node(77), "drop"),
         ("reply to an unknown message id", unknown_reply_to, "drop"),
-        ("node 900's reply twice", twice, "drop"),
+        ("a second reply to its message", twice, "drop"),
         ("error reply", error_reply, "drop"),
         ("no reply (timeout)", lambda msg, reply: None, "drop"),
     ]
