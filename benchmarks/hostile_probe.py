@@ -127,20 +127,24 @@ def report(results: list[tuple[Case, str, str, float]], seconds: float, before: 
     families = list(dict.fromkeys(case.family for case, *_ in results))
     total = Counter(outcome for _, outcome, _, _ in results)
     lines = ["# Hostile probe", "",
-             "`benchmarks/hostile_probe.py`: each case a bad input judged from the docs' words (README.md, docs/library.md,",
-             "docs/configuration.md, docs/own-data.md, docs/deployment.md, docs/reliability.md); each run in a forked",
-             "child with its own timeout. Reproduce (about " + f"{seconds / 60:.0f} min on one core):", "",
+             "`benchmarks/hostile_probe.py`: each case a bad input judged from the docs' words (README.md,",
+             "docs/library.md, docs/configuration.md, docs/own-data.md, docs/deployment.md, docs/reliability.md);",
+             "each run in a forked child with its own timeout. Reproduce (about "
+             f"{seconds / 60:.0f} min on one core):",
+             "",
              "    OMP_NUM_THREADS=1 PYTHONPATH=. python benchmarks/hostile_probe.py --out /tmp/hostile-probe.md",
              "", f"{len(results)} cases: {total[HANDLED]} handled, {total[WRONG]} silently wrong, "
                  f"{total[UNCLEAR]} unclear, {total[HANG]} hangs.", ""]
     if before:
         lines += [before, ""]
-    lines += ["| family | cases | handled | silently wrong | unclear | hangs |", "| --- | --- | --- | --- | --- | --- |"]
+    lines += ["| family | cases | handled | silently wrong | unclear | hangs |",
+              "| --- | --- | --- | --- | --- | --- |"]
     for family in families:
         counts = Counter(outcome for case, outcome, _, _ in results if case.family == family)
         lines.append(f"| {family} | {sum(counts.values())} | " + " | ".join(str(counts[o]) for o in OUTCOMES) + " |")
     lines.append(f"| all | {len(results)} | " + " | ".join(str(total[o]) for o in OUTCOMES) + " |")
-    lines += ["", "## Every case not handled", "", "| family | case | outcome | what happened |", "| --- | --- | --- | --- |"]
+    lines += ["", "## Every case not handled", "", "| family | case | outcome | what happened |",
+              "| --- | --- | --- | --- |"]
     for case, outcome, detail, _ in results:
         if outcome != HANDLED:
             cell = detail.replace("|", "\\|")

@@ -124,7 +124,8 @@ def judge(make: Callable, mutate: Mutate | None = None, evaluate_mutate: Mutate 
     failures = (strategy.round_report or {}).get("failures", [])
     said = "; ".join(str(f.get("reason")) for f in failures)[:300] or "no failure recorded"
     finite = all(np.isfinite(v).all() for v in final.values())
-    gap = max(float(np.max(np.abs(final[k].astype(np.float64) - reference[k]))) for k in reference) if finite else math.inf
+    gap = (max(float(np.max(np.abs(final[k].astype(np.float64) - reference[k]))) for k in reference)
+           if finite else math.inf)
     if evaluate_mutate is not None:
         metrics = result.evaluate_metrics_clientapp.get(1, {})
         accuracy = next((float(v) for k, v in metrics.items() if "acc" in k), None)
@@ -331,7 +332,8 @@ def reply_cases() -> list[Case]:
     evaluations = [
         ("eval_acc 5.0", set_metric("eval_acc", 5.0)), ("eval_acc NaN", set_metric("eval_acc", math.nan)),
         ("eval_acc -1", set_metric("eval_acc", -1.0)), ("eval_loss inf", set_metric("eval_loss", math.inf)),
-        ("num-examples -10", set_metric("num-examples", -10)), ("num-examples 10**15", set_metric("num-examples", 10**15)),
+        ("num-examples -10", set_metric("num-examples", -10)),
+        ("num-examples 10**15", set_metric("num-examples", 10**15)),
         ("eval_acc as text", set_metric("eval_acc", [0.5])), ("metrics empty", lambda m: {}),
     ]
     cases += [Case("replies", f"FedAvg evaluate reply: {name}",

@@ -94,7 +94,8 @@ BAD_CONFIGS = [
     ({"algorithm": "fedddpm", "aux-fraction": 1e300}, "aux-fraction"),
     ({"algorithm": "fedddpm", "diffusion-timesteps": 10**12}, "diffusion-timesteps"),
     ({"algorithm": "fedddpm", "image-size": 10**12}, "image-size"),
-    ({"partition": "node", "dataset": "own", "image-channels": 1, "image-size": 16, "num-classes": 10**12}, "num-classes"),
+    ({"partition": "node", "dataset": "own", "image-channels": 1, "image-size": 16, "num-classes": 10**12},
+     "num-classes"),
     ({"class-names": "cat,dog,cat"}, "class-names"),
 ]
 
