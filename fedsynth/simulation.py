@@ -31,6 +31,9 @@ def find_app_dir(start: Path | None = None) -> Path:
             pyproject = folder / "pyproject.toml"
             if pyproject.is_file() and "[tool.flwr.app]" in pyproject.read_text():
                 return folder
+    if start:  # the folder the user named: say which, rather than ask for the option they gave
+        raise SystemExit(f"fedsynth: --app-dir {start}: no Flower app there or in a folder above it (a "
+                         "pyproject.toml with [tool.flwr.app])")
     raise SystemExit("fedsynth: no Flower app found (a pyproject.toml with [tool.flwr.app]); use --app-dir")
 
 

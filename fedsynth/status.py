@@ -57,7 +57,13 @@ def run_status(folder: Path) -> tuple[int, list[str]]:
         return EXIT_NOT_FINISHED, [f"status: not finished (no summary.json yet; last round recorded: "
                                    f"{max(trained, default=0)}): the run is still running, or its process was "
                                    "killed (resume it with resume=true)"]
-    summary = json.loads(summary_path.read_text())
+    try:
+        summary = json.loads(summary_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        summary = f"{type(err).__name__}: {err}"
+    if not isinstance(summary, dict):  # a summary is written atomically: this one was damaged or replaced
+        return EXIT_NO_RUN, [f"fedsynth status: {summary_path} is not a run summary (a JSON object): "
+                             f"{summary if isinstance(summary, str) else type(summary).__name__}"]
     status = str(summary.get("status", STATUS_OK))
     reason = str(summary.get("status-reason", ""))
     lines = [f"status: {status}" + (f" ({reason})" if reason else ""), f"rounds recorded: {len(trained)}"]

@@ -109,6 +109,29 @@ def _rank(message: Message, reply: Message) -> int:
     return 1 if reply.has_error() and reply.metadata.src_node_id != message.metadata.dst_node_id else 0
 
 
+def surplus_replies(sent: Sequence[Message], replies: Iterable[Message],
+                    pairs: Sequence[tuple[Message, Message]]) -> list[tuple[int, str]]:
+    """(sender's node id, reason) for each reply `pairs` left out that `misaddressed_replies` does not list: a second
+    reply of the node a message went to, and a reply that answers none of `sent`. A caller records each as dropped,
+    so a node that answers twice or out of turn leaves a trace (the first reply of the addressed node still counts)."""
+    if not all(message.metadata.message_id for message in sent):  # never pushed: paired by node id
+        return []
+    by_id = {message.metadata.message_id: message for message in sent}
+    chosen = {id(reply) for _, reply in pairs}
+    out = []
+    for reply in replies:
+        if id(reply) in chosen:
+            continue
+        source = reply.metadata.src_node_id
+        message = by_id.get(reply.metadata.reply_to_message_id)
+        if message is None:
+            out.append((source, "reply to no message of this round: dropped"))
+        elif sender_mismatch(message, reply) is None:
+            out.append((source, f"a second reply to the message sent to node {message.metadata.dst_node_id}: "
+                                "dropped (the first counts)"))
+    return out
+
+
 def misaddressed_replies(sent: Sequence[Message], replies: Iterable[Message],
                          pairs: Sequence[tuple[Message, Message]]) -> list[tuple[Message, Message]]:
     """(message, reply) for each reply from another node to one of `sent` that `pairs` left out: a caller

@@ -88,3 +88,11 @@ def test_second_run_with_the_same_name_is_refused_at_once_and_the_first_is_intac
     assert [json.loads(line)["round"] for line in (folder / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2]
     assert json.loads((folder / "summary.json").read_text())["status"] == "ok"
     assert (folder / "model.safetensors").is_file()
+
+
+def test_an_app_dir_without_an_app_is_named(tmp_path):
+    """The hostile probe's find: `--app-dir /nowhere` exited 1 saying "use --app-dir", the option just given."""
+    with pytest.raises(SystemExit) as stop:
+        main(["run", "--engine", "inprocess", "--app-dir", str(tmp_path / "nowhere")])
+    assert str(stop.value.code) == (f"fedsynth: --app-dir {tmp_path / 'nowhere'}: no Flower app there or in a folder "
+                                    "above it (a pyproject.toml with [tool.flwr.app])")

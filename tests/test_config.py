@@ -90,6 +90,13 @@ BAD_CONFIGS = [
     ({"gn-groups": 0}, "gn-groups"),
     ({"matching-loss": "unnormalized"}, "matching-loss"),
     ({"topology": "random-push"}, "topology"),
+    # the hostile probe's finds (benchmarks/results/hostile-probe.md): accepted before, then built or sized from
+    ({"algorithm": "fedddpm", "aux-fraction": 1e300}, "aux-fraction"),
+    ({"algorithm": "fedddpm", "diffusion-timesteps": 10**12}, "diffusion-timesteps"),
+    ({"algorithm": "fedddpm", "image-size": 10**12}, "image-size"),
+    ({"partition": "node", "dataset": "own", "image-channels": 1, "image-size": 16, "num-classes": 10**12},
+     "num-classes"),
+    ({"class-names": "cat,dog,cat"}, "class-names"),
 ]
 
 

@@ -100,3 +100,16 @@ def test_a_weight_equal_to_num_examples_is_used():
     outcome = collect_replies(strategy, sent, replies)
     assert len(outcome.good) == 2 and outcome.failures == []
     assert strategy.aggregation_weights(outcome.good) == [10.0, 30.0]  # no cap: the plain weights
+
+
+def test_a_second_reply_of_a_node_and_a_reply_to_no_message_are_dropped_with_a_record():
+    """The hostile probe's find: a node's second reply to its message was left out without a trace."""
+    strategy, sent = library_strategy(), sent_to([11, 12])
+    first, second = reply(sent[0], 1.0), reply(sent[0], 100.0)
+    stray = reply(sent[1], 5.0)
+    stray.metadata.__dict__["_reply_to_message_id"] = "no-such-message"
+    outcome = collect_replies(strategy, sent, [first, second, reply(sent[1], 2.0), stray])
+    assert [r.metadata.src_node_id for r in outcome.good] == [11, 12] and second not in outcome.good
+    assert [(f["node"], f["reason"]) for f in outcome.failures] == [
+        (11, "a second reply to the message sent to node 11: dropped (the first counts)"),
+        (12, "reply to no message of this round: dropped")]

@@ -107,6 +107,18 @@ def test_fedsynth_status_exit_codes_say_how_a_run_ended(tmp_path, tiny_data_dir,
     assert "is not a run's results folder" in capsys.readouterr().err
 
 
+def test_fedsynth_status_names_a_damaged_summary_instead_of_a_traceback(tmp_path, capsys):
+    """The hostile probe's find: a summary.json that is not JSON ended `fedsynth status` with a JSONDecodeError."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    for text, why in (("{not json", "JSONDecodeError"), ("[1, 2]", "list")):
+        (folder / "summary.json").write_text(text)
+        assert cli_main(["status", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith(f"fedsynth status: {folder / 'summary.json'} is not a run summary (a JSON object): ")
+        assert why in err
+
+
 # ----- results are never lost ----------------------------------------------------------------------
 
 def test_reusing_a_run_name_without_resume_is_refused_and_leaves_the_results(tmp_path, tiny_data_dir):

@@ -74,3 +74,26 @@ def test_good_values_build_and_are_kept():
     assert (strategy.max_weight_share, strategy.max_update_norm_ratio, strategy.min_nodes) == (0.5, 2, 2)
     assert public.FedSAM(sam_rho=0.1).sam_rho == 0.1
     assert "sam_rho" in inspect.signature(public.FedSAM).parameters  # the check keeps help()'s signature
+
+
+@pytest.mark.parametrize(("parameter", "value"), [
+    ("node_settings", "lr=1"), ("node_settings", {"lr": math.nan}), ("node_settings", {"lr": object()}),
+    ("lr_schedule", 0.1), ("nodes", "all"), ("nodes", [1, 2]), ("parameter_names", "w"), ("parameter_names", [1, 2]),
+])
+def test_the_parameters_without_a_plain_default_are_checked_by_name(parameter, value):
+    """The hostile probe's finds (benchmarks/results/hostile-probe.md): accepted, or an AttributeError from inside."""
+    with pytest.raises(ConfigError, match=f"^FedAvg: parameter {parameter} = .* is invalid; accepted: "):
+        public.FedAvg(**{parameter: value})
+
+
+def test_oledfl_s_sam_switch_takes_a_bool_only():
+    with pytest.raises(ConfigError, match="OledFL: parameter sam = 1 is invalid; accepted: true or false"):
+        public.OledFL(sam=1)
+    public.OledFL(sam=True)
+
+
+def test_node_settings_cannot_override_a_setting_the_class_sends_from_its_own_parameter():
+    with pytest.raises(ConfigError, match="node_settings key 'bits' = 8 overrides what the strategy sends its nodes "
+                                          "from its parameter bits = 4; set bits instead"):
+        public.FedAvg(compression="qsgd", bits=4, node_settings={"bits": 8})
+    public.FedSAM(sam_rho=0.1, node_settings={"sam-rho": 0.1, "my-setting": [1, 2]})  # the same value, and your own

@@ -390,6 +390,19 @@ def test_a_ledger_path_that_is_a_directory_is_an_error_naming_it(tmp_path):
                                    "there, or pass another --out")
 
 
+def test_a_ledger_line_that_is_not_an_entry_is_recorded_not_skipped_without_a_word(tmp_path):
+    """The hostile probe's finds: garbage, binary junk and JSON that is no entry read as an empty ledger (the study
+    would run every run again without saying why), or a UnicodeDecodeError naming nothing."""
+    path = tmp_path / "ledger.jsonl"
+    entry = json.dumps({"key": "run-a", "seed": 0})
+    path.write_bytes(b"this is not json\n" + entry.encode() + b"\n\x80\xff\n[1, 2]\n{\"key\": 5}\n{\"key\": \"cut")
+    ledger = Ledger(path)
+    assert list(ledger.entries) == ["run-a"]
+    assert ledger.malformed == ["line 1: not JSON", "line 3: not UTF-8 text",
+                                "line 4: not a ledger entry (a JSON object with a text 'key')",
+                                "line 5: not a ledger entry (a JSON object with a text 'key')"]  # line 6: a kill's tail
+
+
 @pytest.mark.slow
 def test_a_tiny_study_runs_end_to_end_in_the_simulation_engine(tmp_path, tiny_data_dir):
     path = tmp_path / "tiny.toml"

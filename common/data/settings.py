@@ -19,6 +19,10 @@ from common.keys import check_choice, check_text, key, require
 PARTITIONS = ("iid", "dirichlet", "shard", "pathological", "pairs", "node")
 NODE_PARTITION = "node"  # every node trains on its own data (common/data/site_data.py)
 OWN_DATASET = "own"  # partition = node with no named dataset: the shape keys give the shape facts
+# Bounds far above any image task's (ImageNet-21k: 21,841 classes; a radiograph at 2048 px): the model is sized from
+# these numbers, and 10^12 of either was accepted and built (benchmarks/results/hostile-probe.md).
+MAX_NUM_CLASSES = 100_000
+MAX_IMAGE_SIZE = 4096
 
 
 @dataclass(frozen=True)
@@ -113,7 +117,14 @@ class DataSettings:
                     f"'{self.dataset}'")
         require(0 <= self.local_test_fraction < 1, "local-test-fraction", self.local_test_fraction,
                 "a number in [0, 1)")
-        require(self.image_size >= 0, "image-size", self.image_size, "an integer >= 0 (0: the dataset's own)")
+        require(0 <= self.image_size <= MAX_IMAGE_SIZE, "image-size", self.image_size,
+                f"an integer in 0..{MAX_IMAGE_SIZE} (0: the dataset's own)")
+        require(self.num_classes <= MAX_NUM_CLASSES, "num-classes", self.num_classes,
+                f"at most {MAX_NUM_CLASSES} classes")
+        names = [name.strip() for name in self.class_names.split(",") if name.strip()]
+        repeated = sorted({name for name in names if names.count(name) > 1})
+        require(not repeated, "class-names", self.class_names,
+                "distinct names, one per class id (repeated: " + ", ".join(repeated) + ")")
 
     def _check_node_values(self) -> None:
         """partition = node: the shape keys that replace a dataset (what needs data on the server: RunConfig)."""

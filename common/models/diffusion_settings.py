@@ -29,6 +29,11 @@ def final_fid_count(final_fid_samples: int, fid_samples: int, num_server_rounds:
     return min(final_fid_samples, max(fid_samples, FINAL_FID_SAMPLES_PER_ROUND * num_server_rounds))
 
 
+# A bound on T far above the papers' 500 and 1000: the noise schedule holds T numbers, and a T of 10^12 made
+# the strategy's constructor ask torch for 4 TB (benchmarks/results/hostile-probe.md).
+MAX_DIFFUSION_TIMESTEPS = 100_000
+
+
 @dataclass(frozen=True)
 class DiffusionSettings:
     """The diffusion task: DDPM steps and samplers, FID, and FedDDPM(+)'s warmup, auxiliary set and QuickTest."""
@@ -105,8 +110,9 @@ class DiffusionSettings:
     def check(self) -> None:
         """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
         check_text(self, DiffusionSettings)
-        require(self.diffusion_timesteps == 0 or self.diffusion_timesteps >= 2, "diffusion-timesteps",
-                self.diffusion_timesteps, "0 (the U-Net preset's) or an integer >= 2")
+        require(self.diffusion_timesteps == 0 or 2 <= self.diffusion_timesteps <= MAX_DIFFUSION_TIMESTEPS,
+                "diffusion-timesteps", self.diffusion_timesteps,
+                f"0 (the U-Net preset's) or an integer in 2..{MAX_DIFFUSION_TIMESTEPS}")
         check_choice("sampler", self.sampler, SAMPLERS)
         check_choice("aux-sampler", self.aux_sampler, SAMPLERS)
         require(self.ddim_steps >= 1, "ddim-steps", self.ddim_steps, "an integer >= 1")
@@ -118,7 +124,7 @@ class DiffusionSettings:
         require(self.warmup_epochs >= 1, "warmup-epochs", self.warmup_epochs, "an integer >= 1")
         require(self.warmup_steps >= 0, "warmup-steps", self.warmup_steps, "an integer >= 0 (0: use warmup-epochs)")
         require(self.warmup_timeout > 0, "warmup-timeout", self.warmup_timeout, "seconds > 0")
-        require(self.aux_fraction > 0, "aux-fraction", self.aux_fraction, "a number > 0")
+        require(0 < self.aux_fraction <= 1, "aux-fraction", self.aux_fraction, "a fraction in (0, 1]")
         require(self.correction_epochs >= 0, "correction-epochs", self.correction_epochs, "an integer >= 0")
         require(self.correction_lr > 0, "correction-lr", self.correction_lr, "a number > 0")
         require(self.oneshot_epochs >= 0, "oneshot-epochs", self.oneshot_epochs, "an integer >= 0")

@@ -119,12 +119,25 @@ class Ledger:
         return f"a line cut short by a kill ({len(tail)} bytes) was moved to {self.torn_path}"
 
     def _read(self) -> Iterator[dict[str, Any]]:
-        for number, line in enumerate(self.path.read_text().splitlines(), start=1):
+        """The file's entries; every line that is not one is recorded in `malformed` (line number and why), except a
+        last line without its newline that is not JSON: the tail of a write cut by a kill (`repair` moves it)."""
+        data = self.path.read_bytes()
+        lines = data.splitlines()
+        for number, raw in enumerate(lines, start=1):
+            if not raw.strip():
+                continue
             try:
-                entry = json.loads(line)
+                entry = json.loads(raw.decode("utf-8"))
+            except UnicodeDecodeError:
+                self.malformed.append(f"line {number}: not UTF-8 text")
+                continue
             except json.JSONDecodeError:
-                continue  # the tail of a line cut by a kill
+                if number == len(lines) and not data.endswith(b"\n"):
+                    continue  # the tail of a line cut by a kill
+                self.malformed.append(f"line {number}: not JSON")
+                continue
             if not (isinstance(entry, dict) and isinstance(entry.get("key"), str)):
+                self.malformed.append(f"line {number}: not a ledger entry (a JSON object with a text 'key')")
                 continue
             reason = malformed_reason(entry)
             if reason is not None:

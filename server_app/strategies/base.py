@@ -44,7 +44,9 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from common.records import message_array_bytes
-from server_app.messaging import match_replies, misaddressed_replies, send_and_receive, sender_mismatch
+from server_app.messaging import (
+    match_replies, misaddressed_replies, send_and_receive, sender_mismatch, surplus_replies,
+)
 from server_app.strategies.node_table import NodeInfo, sample_nodes, wait_for_nodes, with_new_nodes
 from server_app.strategies.metric_means import (  # noqa: F401 - weighted_metric: re-exported for the strategies
     checked_evaluate_metrics, local_test_summary, weighted_metric,
@@ -366,6 +368,7 @@ class RoundStrategy(Strategy):
         outcome.failures += [self._failure(reply.metadata.src_node_id, f"{sender_mismatch(message, reply)}, which "
                                            "that node answered itself: dropped")
                              for message, reply in misaddressed_replies(self._sent, replies, pairs)]
+        outcome.failures += [self._failure(node, reason) for node, reason in surplus_replies(self._sent, replies, pairs)]
         for failure in outcome.failures:
             log(WARNING, "dropped reply of node %s (partition %s): %s", failure["node"], failure["partition"],
                 failure["reason"])

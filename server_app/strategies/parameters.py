@@ -64,12 +64,43 @@ def _number_in(low: float, high: float) -> Callable[[Any], bool]:
                       and low <= v <= high)
 
 
+def _config_scalar(value: Any) -> bool:
+    """A value a Flower ConfigRecord carries to the nodes: text, bytes, a bool, an int or a finite float."""
+    return isinstance(value, (str, bytes, bool, int)) or (isinstance(value, float) and math.isfinite(value))
+
+
+def _config_value(value: Any) -> bool:
+    """A ConfigRecord value: a scalar (`_config_scalar`) or a list of scalars of one kind."""
+    if isinstance(value, list):
+        return all(_config_scalar(v) for v in value) and len({type(v) for v in value}) <= 1
+    return _config_scalar(value)
+
+
+def _node_settings(value: Any) -> bool:
+    return value is None or (isinstance(value, dict) and all(isinstance(k, str) and k != "" and _config_value(v)
+                                                             for k, v in value.items()))
+
+
+def _node_table(value: Any) -> bool:
+    from server_app.strategies.node_table import NodeInfo
+
+    return value is None or (isinstance(value, list) and all(isinstance(n, NodeInfo) for n in value))
+
+
 # The parameters that are not run-config keys, checked as strictly: (accepted values, check)
 OWN_PARAMETER_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "fraction_evaluate": ("a number in [0, 1]", _number_in(0.0, 1.0)),
     "min_available_nodes": ("an integer >= 0",
                             lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
     "weighted_by_key": ("a metric name (non-empty text)", lambda v: isinstance(v, str) and v != ""),
+    "sam": ("true or false", lambda v: isinstance(v, bool)),
+    "node_settings": ("None or a dict of setting names (text) to values a Flower ConfigRecord carries (text, bytes, "
+                      "a bool, an int, a finite float, or a list of one of these)", _node_settings),
+    "lr_schedule": ("None or a function of the server round returning the round's lr",
+                    lambda v: v is None or callable(v)),
+    "nodes": ("None or a list of fedsynth.strategies.NodeInfo", _node_table),
+    "parameter_names": ("None or a list of the model's parameter names (text)",
+                        lambda v: v is None or (isinstance(v, (list, tuple)) and all(isinstance(n, str) for n in v))),
 }
 
 
@@ -81,6 +112,17 @@ def check_given(owner: str, values: dict[str, Any]) -> None:
             if not ok(value):
                 raise ConfigError(f"{owner}: parameter {name} = {value!r} is invalid; accepted: {accepted}")
     check_parameters(owner, values)
+
+
+def check_node_settings_keys(owner: str, arguments: dict[str, Any]) -> None:
+    """Refuse a `node_settings` entry that would override, with another value, a setting the class sends its nodes
+    from one of its own parameters (`FedAvg(bits=4, node_settings={"bits": 8})`: the nodes would encode with 8 bits
+    and the server decode with 4)."""
+    for key, value in (arguments.get("node_settings") or {}).items():
+        name = key.replace("-", "_")
+        if key in _SENT and name in arguments and arguments[name] != value:
+            raise ConfigError(f"{owner}: node_settings key {key!r} = {value!r} overrides what the strategy sends "
+                              f"its nodes from its parameter {name} = {arguments[name]!r}; set {name} instead")
 
 
 def checked_init(init: Callable[..., None]) -> Callable[..., None]:
@@ -97,6 +139,8 @@ def checked_init(init: Callable[..., None]) -> Callable[..., None]:
         given = {name: value for name, value in list(bound.arguments.items())[1:]
                  if name in signature.parameters and value is not signature.parameters[name].default}
         check_given(type(self).__name__, given)
+        bound.apply_defaults()
+        check_node_settings_keys(type(self).__name__, dict(list(bound.arguments.items())[1:]))
         init(self, *args, **kwargs)
 
     return __init__

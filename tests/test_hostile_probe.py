@@ -1,0 +1,47 @@
+"""The hostile probe's harness (benchmarks/hostile_probe.py): a case that hangs is killed and counted, a case that
+dies is counted, and a refusal is judged by whether its message names the part at fault."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+import time
+
+from tests.conftest import BENCHMARKS
+
+
+def load_probe():
+    """benchmarks/hostile_probe.py as the module `hostile_probe` (its dataclass and its family modules look it up)."""
+    spec = importlib.util.spec_from_file_location("hostile_probe", BENCHMARKS / "hostile_probe.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["hostile_probe"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+probe = load_probe()
+
+
+def test_a_hanging_case_is_killed_at_its_timeout_and_counted_as_a_hang():
+    started = time.monotonic()
+    outcome, detail, _ = probe.run_isolated(probe.Case("t", "sleeps", lambda: time.sleep(60), timeout=0.5))
+    assert outcome == probe.HANG and detail.startswith("no verdict within")
+    assert time.monotonic() - started < 10
+
+
+def test_a_case_that_dies_without_a_verdict_is_unclear():
+    outcome, detail, _ = probe.run_isolated(probe.Case("t", "dies", lambda: os._exit(3), timeout=10))
+    assert outcome == probe.UNCLEAR and "died without a verdict" in detail
+
+
+def test_a_refusal_is_handled_only_when_it_names_the_part_at_fault():
+    def refuse(text):
+        raise ValueError(text)
+
+    assert probe.refused_naming(lambda: refuse("run config key 'lr' is nan"), ("lr",))[0] == probe.HANDLED
+    assert probe.refused_naming(lambda: refuse("'str' object has no attribute 'x'"), ("nodes",))[0] == probe.UNCLEAR
+    assert probe.refused_naming(lambda: 5, ("lr",))[0] == probe.WRONG
+    assert probe.refused_naming(lambda: 5, ("lr",), accepted_ok=True)[0] == probe.HANDLED
+    verdict = probe.run_isolated(probe.Case("t", "verdict", lambda: (probe.WRONG, "accepted")))
+    assert verdict[:2] == (probe.WRONG, "accepted")
