@@ -214,6 +214,8 @@ class PollingGrid(Grid):
         messages = list(messages)
         if not messages:  # a round phase with nothing to send (Flower's start() still calls it)
             return []
+        if self.returns.return_wait > 0:  # the nodes connected now: only a node id that connects later ends a wait
+            self.get_node_ids()
         return send_and_receive(self.grid, messages, timeout, self.poll_interval, self.returns)
 
 

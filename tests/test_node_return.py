@@ -165,3 +165,10 @@ def test_a_run_without_a_lost_node_sends_each_message_once():
     returns = quick(5.0)
     replies = send_and_receive(grid, messages_to([11, 12, 13]), timeout=5.0, poll_interval=0.01, returns=returns)
     assert len(replies) == 3 and len(grid.pushes) == 3 and returns.resent == 0
+
+
+def test_a_connected_node_that_was_not_sampled_does_not_end_the_wait():
+    grid = PollingGrid(RestartingGrid([11, 12, 13], offline={12: (0.0, 0.2)}), poll_interval=0.01)
+    grid.returns.check_interval = 0.02
+    replies = list(grid.send_and_receive(messages_to([11, 12]), timeout=5.0))  # 13 is connected, not asked
+    assert len(replies) == 2 and not any(r.has_error() for r in replies) and grid.returns.resent == 1
