@@ -115,38 +115,38 @@ def test_the_reply_to_the_message_sent_again_counts_for_its_node_in_the_round():
 
 
 def test_a_node_that_stays_away_keeps_the_superlinks_answer_and_is_not_waited_for_again_until_it_answers():
-    grid = RestartingGrid([11, 12], offline={12: (0.0, 1.2)})
-    returns = quick(0.3)
+    grid = RestartingGrid([11, 12], offline={12: (0.0, 2.5)})
+    returns = quick(1.0)
     started = time.monotonic()
     replies = send_and_receive(grid, messages_to([11, 12]), timeout=5.0, poll_interval=0.01, returns=returns)
     first = time.monotonic() - started
     (lost,) = [r for r in replies if r.has_error()]
     assert is_node_unavailable(lost) and "Node Unavailable" in lost.error.reason
     assert lost.metadata.reply_to_message_id == "m12"
-    assert 0.3 <= first < 0.3 + 0.5 and returns.given_up == {12}
+    assert 1.0 <= first < 1.0 + 0.8 and returns.given_up == {12}
     started = time.monotonic()  # the next round: 12 is still away, and answered at once
     replies = send_and_receive(grid, messages_to([11, 12]), timeout=5.0, poll_interval=0.01, returns=returns)
-    assert time.monotonic() - started < 0.25 and sum(r.has_error() for r in replies) == 1
-    while grid.clock() < 1.2:
+    assert time.monotonic() - started < 0.6 and sum(r.has_error() for r in replies) == 1
+    while grid.clock() < 2.5:
         time.sleep(0.05)
     replies = send_and_receive(grid, messages_to([11, 12]), timeout=5.0, poll_interval=0.01, returns=returns)
     assert not any(r.has_error() for r in replies) and returns.given_up == set()  # back: waited for again
 
 
 def test_without_a_return_wait_the_superlinks_answer_is_the_reply_at_once():
-    grid = RestartingGrid([11, 12], offline={12: (0.0, 0.3)})
+    grid = RestartingGrid([11, 12], offline={12: (0.0, 60.0)})
     started = time.monotonic()
     for returns in (None, quick(0.0)):
         replies = send_and_receive(grid, messages_to([11, 12]), timeout=5.0, poll_interval=0.01, returns=returns)
         assert sum(is_node_unavailable(r) for r in replies) == 1 and len(replies) == 2
-    assert time.monotonic() - started < 0.25 and len(grid.pushes) == 4
+    assert time.monotonic() - started < 1.5 and len(grid.pushes) == 4  # waiting would take the 5 s timeout
 
 
 def test_the_wait_ends_at_the_rounds_timeout():
     grid = RestartingGrid([11, 12], offline={12: (0.0, 60.0)})
     started = time.monotonic()
     replies = send_and_receive(grid, messages_to([11, 12]), timeout=0.3, poll_interval=0.01, returns=quick(30.0))
-    assert 0.3 <= time.monotonic() - started < 0.3 + 0.5
+    assert 0.3 <= time.monotonic() - started < 0.3 + 1.0
     assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m11", "m12"]
     assert sum(is_node_unavailable(r) for r in replies) == 1
 
@@ -156,7 +156,7 @@ def test_a_node_id_never_seen_before_ends_the_wait():
     grid = RestartingGrid([11, 12], offline={12: (0.0, 60.0)}, joins={77: 0.2})
     started = time.monotonic()
     replies = send_and_receive(grid, messages_to([11, 12]), timeout=5.0, poll_interval=0.01, returns=quick(30.0))
-    assert 0.2 <= time.monotonic() - started < 0.2 + 0.5
+    assert 0.2 <= time.monotonic() - started < 0.2 + 1.5  # not the 5 s timeout
     assert sum(is_node_unavailable(r) for r in replies) == 1 and len(replies) == 2
 
 
