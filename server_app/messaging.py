@@ -97,7 +97,9 @@ def send_and_receive(grid: Grid, messages: Iterable[Message], timeout: float | N
                 break
             wait = min(wait, remaining)
         time.sleep(wait)
-    return replies + [h.answer for h in held]  # at the timeout a node still away keeps the SuperLink's answer
+    if held:  # the timeout ended the wait: a node still away keeps the SuperLink's answer
+        replies += returns.timed_out(held)
+    return replies
 
 
 def _push(grid: Grid, messages: list[Message], returns: NodeReturnWait | None) -> set[str]:

@@ -128,6 +128,13 @@ class NodeReturnWait:
         self.resent += len(returned)
         return returned, stranger
 
+    def timed_out(self, held: list[Held]) -> list[Message]:
+        """The SuperLink's answers of the messages still held when the call's timeout ends, each recorded."""
+        now = time.monotonic()
+        for h in held:
+            self._event(h, now, "round-timeout reached")
+        return [h.answer for h in held]
+
     def _event(self, held: Held, now: float, outcome: str) -> None:
         self.events.append({"node": held.message.metadata.dst_node_id, "waited": round(now - held.since, 3),
                             "outcome": outcome})

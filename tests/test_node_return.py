@@ -94,6 +94,8 @@ def test_a_node_reported_unavailable_gets_its_message_again_when_it_is_back_and_
     assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m11", "m12", "m13"]
     assert not any(r.has_error() for r in replies)  # 12's own reply, not the SuperLink's answer
     assert [node for node, _ in grid.pushes].count(12) == 2 and returns.resent == 1
+    (event,) = returns.take_events()  # what the round's record lists as node-returns
+    assert event["node"] == 12 and event["outcome"] == "back: message sent again" and 0.3 <= event["waited"] < 1.3
     assert 0.3 <= elapsed < 0.3 + 1.0  # sent again within a check of its return, not at the timeout
 
 
@@ -145,8 +147,10 @@ def test_without_a_return_wait_the_superlinks_answer_is_the_reply_at_once():
 def test_the_wait_ends_at_the_rounds_timeout():
     grid = RestartingGrid([11, 12], offline={12: (0.0, 60.0)})
     started = time.monotonic()
-    replies = send_and_receive(grid, messages_to([11, 12]), timeout=0.3, poll_interval=0.01, returns=quick(30.0))
+    returns = quick(30.0)
+    replies = send_and_receive(grid, messages_to([11, 12]), timeout=0.3, poll_interval=0.01, returns=returns)
     assert 0.3 <= time.monotonic() - started < 0.3 + 1.0
+    assert [(e["node"], e["outcome"]) for e in returns.take_events()] == [(12, "round-timeout reached")]
     assert sorted(r.metadata.reply_to_message_id for r in replies) == ["m11", "m12"]
     assert sum(is_node_unavailable(r) for r in replies) == 1
 
