@@ -244,6 +244,8 @@ def test_the_walk_through_as_written_with_a_site_restarted_mid_run_and_no_data_o
                     "/srv/fedsynth/results/fedavg-own-node-20261127-101500": str(folder)}))
                 shown = fed.run(f'{check} || echo "exit $?"').splitlines()
                 assert shown[0].startswith("status: ok") and not shown[-1].startswith("exit"), shown
+                assert any(line.startswith("waited for a node to come back: round ") and
+                           f"{RESTARTED}: " in line and "back: message sent again" in line for line in shown), shown
             assert summary["accuracy-source"] == "local-test"
             nodes_json = {row["name"]: row for row in json.loads((folder / "nodes.json").read_text())}
             for site in sites:
