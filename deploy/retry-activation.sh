@@ -8,9 +8,10 @@
 # its previous session until that session's heartbeats expire, 2 heartbeat intervals of 30 s in
 # Flower 1.42 (HEARTBEAT_PATIENCE x HEARTBEAT_DEFAULT_INTERVAL), so up to 60 s after the last
 # heartbeat. Started again after that, it activates (with SuperNode authentication, under the same
-# node id) and takes part from the run's next round. Flower tells the node the same thing when its
-# key was never registered, so the refusal is retried for --activation-wait seconds (default 90,
-# longer than any session is held) after the first one, every --retry-every seconds (default 2);
+# node id) and answers the round that lost it (the server waits for it: docs/deployment.md).
+# Flower tells the node the same thing when its key was never registered, so the refusal is
+# retried for --activation-wait seconds (default 90, longer than any session is held) after the
+# first one, every --retry-every seconds (default 2);
 # a refusal that outlasts that will not change by waiting: the script says so and exits 78
 # (EX_CONFIG), the status that docs/deployment.md's systemd unit does not restart on.
 # Watchdog: when the SuperLink answers one of the node's requests (a pull, a run or app fetch) with an

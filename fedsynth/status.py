@@ -3,8 +3,8 @@
 Flower's `flwr ls` reports a run `finished:completed` when its ServerApp returned,
 also when some of its rounds were skipped (fewer than `min-nodes` usable replies):
 only fedsynth's own `summary.json` says `completed-with-failed-rounds`. This
-command prints the run's status, why, which rounds failed and which rounds
-dropped whose replies, and exits with the code `fedsynth run` would have
+command prints the run's status, why, which rounds failed, which rounds
+dropped whose replies and which waited for a node to come back, and exits with the code `fedsynth run` would have
 (EXIT_* in fedsynth/cli.py), so a script or an operator can act on it.
 """
 
@@ -44,6 +44,18 @@ def _dropped(rounds: list[dict[str, Any]], names: dict[Any, str]) -> list[str]:
     return lines
 
 
+def _waits(rounds: list[dict[str, Any]], names: dict[Any, str]) -> list[str]:
+    """'round R: who: N s, outcome' for each wait of a round for a node the SuperLink reported unavailable."""
+    lines = []
+    for record in rounds:
+        waits = record.get("node-returns") or []
+        if isinstance(record.get("round"), int) and waits:
+            who = "; ".join(f"{names.get(w.get('node'), 'node ' + str(w.get('node')))}: {w.get('waited')} s, "
+                            f"{w.get('outcome')}" for w in waits if isinstance(w, dict))
+            lines.append(f"round {record['round']}: {who}")
+    return lines
+
+
 def run_status(folder: Path) -> tuple[int, list[str]]:
     """(exit code, lines to print) for the run whose results are in `folder`."""
     summary_path, metrics_path = folder / "summary.json", folder / "metrics.jsonl"
@@ -70,7 +82,9 @@ def run_status(folder: Path) -> tuple[int, list[str]]:
     failed = failed_rounds(rounds)
     if failed or status == STATUS_FAILED_ROUNDS:
         lines.append(f"failed rounds (fewer than min-nodes usable replies): {', '.join(map(str, failed)) or '?'}")
-    lines += [f"dropped replies: {line}" for line in _dropped(rounds, _site_names(folder))]
+    names = _site_names(folder)
+    lines += [f"dropped replies: {line}" for line in _dropped(rounds, names)]
+    lines += [f"waited for a node to come back: {line}" for line in _waits(rounds, names)]
     for key in ("final-central-accuracy", "final-local-test-accuracy", "final-fid"):
         if key in summary:
             lines.append(f"{key}: {summary[key]}")

@@ -54,7 +54,7 @@ def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
 
 def run_strategy(grid: Grid, cfg: RunConfig, strategy: RoundStrategy, results: RunResults) -> dict[str, Any]:
     """`strategy.start()` with the run's recorder as its evaluate_fn, then the final evaluation and summary."""
-    grid = polling_grid(grid, cfg.reply_poll_interval)
+    grid = polling_grid(grid, cfg.reply_poll_interval, cfg.node_return_wait)
     recorder = RunRecorder(cfg, strategy, results, grid)
     initial_arrays = recorder.initial_arrays()
     try:

@@ -68,8 +68,8 @@ class Checkpoint:
 # rounds in all (to extend a run). Every other key changes what the run computes, so it must match.
 RESUME_MAY_CHANGE = frozenset({
     "resume", "overwrite", "accept-unverified-checkpoint", "run-name", "results-dir", "data-dir", "cache-dir",
-    "device", "round-timeout", "reply-poll-interval", "node-wait-timeout", "warmup-timeout", "checkpoint-every",
-    "save-model", "num-server-rounds", "max-failed-rounds", "max-missing-nodes", "eval-every",
+    "device", "round-timeout", "reply-poll-interval", "node-wait-timeout", "node-return-wait", "warmup-timeout",
+    "checkpoint-every", "save-model", "num-server-rounds", "max-failed-rounds", "max-missing-nodes", "eval-every",
     "perturbation-diagnostic",
 })
 
@@ -88,6 +88,26 @@ def config_differences(saved: dict[str, Any], cfg: RunConfig) -> dict[str, tuple
 def node_table(nodes: Any) -> list[list[int]]:
     """[partition id, training examples] of each node (NodeInfo), as a checkpoint records them."""
     return sorted([int(n.partition_id), int(n.num_train_examples)] for n in nodes)
+
+
+def node_table_problem(saved: list[list[int]], nodes: list[list[int]], late_joins: bool) -> str | None:
+    """Why a run with `nodes` cannot continue a checkpoint written with `saved` ([partition id, examples] each).
+
+    The same partitions with the same counts always can. Where the algorithm takes in sites that join mid-run
+    (`late_joins`), the node tables may also differ by whole partitions, as they did during the run: a
+    partition of the checkpoint that is not connected at the resumed start (a site that had joined late, or
+    is away) joins again when it connects, and a partition the checkpoint lacks (a site that joined after the
+    checkpoint was written) is taken in as a site that joined late. Either keeps its partition id, so its
+    place in the seeded sampling. A partition whose training-example count changed is never the same site.
+    """
+    before, now = dict(map(tuple, saved)), dict(map(tuple, nodes))
+    changed = sorted(p for p in before.keys() & now.keys() if before[p] != now[p])
+    if not changed and (before.keys() == now.keys() or late_joins):
+        return None
+    return (f"was written with nodes (partition, examples) {sorted(map(list, saved))} but this run has "
+            f"{sorted(map(list, nodes))}" + (f" (partitions {changed} changed their training examples)" if changed
+                                              else " and this algorithm's node set is fixed at the start")
+            + "; resume with the same SuperNodes and partitioning")
 
 
 def _check_metrics(metrics: Any) -> None:
@@ -204,10 +224,12 @@ def _accept_unverified(path: Path, cfg: RunConfig) -> None:
         path)
 
 
-def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights, nodes: list[list[int]] | None = None) -> Checkpoint:
+def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights, nodes: list[list[int]] | None = None,
+                    late_joins: bool = False) -> Checkpoint:
     """Read and check a checkpoint against this run's config, nodes and model shapes; all values finite.
 
-    Raises CheckpointError before anything in the folder is touched.
+    `late_joins`: the algorithm takes in sites that join mid-run (`node_table_problem`). Raises CheckpointError
+    before anything in the folder is touched.
     """
     from safetensors import safe_open
 
@@ -250,11 +272,9 @@ def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights, nodes: list
             f"(its config.json), or start a new run under another 'run-name' (differing keys: "
             f"{', '.join(mismatched)})"
         )
-    if saved_nodes is not None and nodes is not None and sorted(map(list, saved_nodes)) != sorted(map(list, nodes)):
-        raise CheckpointError(
-            f"checkpoint {path} was written with nodes (partition, examples) {saved_nodes} but this run has "
-            f"{nodes}; resume with the same SuperNodes and partitioning"
-        )
+    problem = None if saved_nodes is None or nodes is None else node_table_problem(saved_nodes, nodes, late_joins)
+    if problem is not None:
+        raise CheckpointError(f"checkpoint {path} {problem}")
     bad = [key for key, value in tensors.items() if key != _RNG and value.dtype.kind in "fc" and not np.all(np.isfinite(value))]
     if bad:
         raise CheckpointError(

@@ -9,6 +9,10 @@ small request to the SuperLink (or a lookup in simulation's in-memory state).
 Grids that are not Flower's (the in-process harness of tests and presets)
 deliver synchronously and keep their own `send_and_receive`.
 
+A message whose node the SuperLink answers for as unavailable (a SuperNode
+that died or restarts) is held and sent again once that node is back, within
+the round's timeout (server_app/node_return.py says what Flower does there).
+
 `match_replies` pairs each reply with the message it answers through
 `reply_to_message_id`. A reply's `src_node_id` is not the node it speaks for:
 when a node stops reporting heartbeats the SuperLink itself answers its
@@ -19,6 +23,7 @@ and count the lost one twice (once for the error, once as a timeout).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Iterable, Sequence
 
@@ -26,36 +31,82 @@ from flwr.app import Message
 from flwr.serverapp import Grid
 
 from common.run.interrupt import raise_if_stopped
+from server_app.node_return import Held, NodeReturnWait
 
 
 def send_and_receive(grid: Grid, messages: Iterable[Message], timeout: float | None,
-                     poll_interval: float) -> list[Message]:
+                     poll_interval: float, returns: NodeReturnWait | None = None) -> list[Message]:
     """Push `messages`, then pull replies every `poll_interval` s until all arrived or `timeout` s passed.
 
-    Raises RunInterrupted at the next poll once a stop was requested (SIGINT/SIGTERM, common/run/interrupt.py).
+    With `returns`, a message whose node the SuperLink answers for as unavailable is held and sent again when
+    its node is back, within `timeout` (server_app/node_return.py); if the node stays away, that answer is its
+    reply. Raises RunInterrupted at the next poll once a stop was requested (SIGINT/SIGTERM,
+    common/run/interrupt.py).
     """
     raise_if_stopped()
     if not isinstance(grid, Grid):
         return list(grid.send_and_receive(messages, timeout=timeout))
-    pending = set(grid.push_messages(messages))
+    messages = list(messages)
+    pending = _push(grid, messages, returns)
+    by_id = {message.metadata.message_id: message for message in messages}
     deadline = None if timeout is None else time.monotonic() + timeout
     replies: list[Message] = []
-    while pending:
-        pulled = list(grid.pull_messages(pending))
-        replies.extend(pulled)
+    held: list[Held] = []  # messages whose node is unavailable, waiting for it (only with `returns`)
+    last_check = -math.inf
+    while pending or held:
+        pulled = list(grid.pull_messages(pending)) if pending else []
+        for reply in pulled:
+            answered = reply.metadata.reply_to_message_id
+            kept = None
+            if returns is not None and answered in pending:
+                kept = returns.hold(by_id.get(answered), reply, time.monotonic())
+            if kept is None:
+                replies.append(reply)
+            else:
+                held.append(kept)
         pending.difference_update(reply.metadata.reply_to_message_id for reply in pulled)
-        if not pending:
+        now = time.monotonic()
+        if returns is not None and held:
+            still_away = []
+            for h in held:
+                if returns.expired(h, now):  # it had its node-return-wait: the SuperLink's answer is its reply
+                    replies.append(h.answer)
+                else:
+                    still_away.append(h)
+            held = still_away
+            if held and now - last_check >= returns.check_interval:
+                last_check = now
+                returned, stranger = returns.back(held, [int(i) for i in grid.get_node_ids()])
+                if returned:
+                    again = [h.message for h in returned]
+                    pending.update(_push(grid, again, returns))
+                    by_id.update({message.metadata.message_id: message for message in again})
+                resent = {id(h) for h in returned}
+                waiting = [h for h in held if id(h) not in resent]
+                if stranger:  # a node back under a new id: the old ids will not return (node_return.py)
+                    replies += [h.answer for h in waiting]
+                    waiting = []
+                held = waiting
+        if not pending and not held:
             break
         raise_if_stopped()
-        wait = poll_interval
+        wait = poll_interval if pending or returns is None else returns.check_interval
         if deadline is not None:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 break
             wait = min(wait, remaining)
         time.sleep(wait)
+    if held:  # the timeout ended the wait: a node still away keeps the SuperLink's answer
+        replies += returns.timed_out(held)
     return replies
 
+
+def _push(grid: Grid, messages: list[Message], returns: NodeReturnWait | None) -> set[str]:
+    """Push `messages`; the ids of those the grid took."""
+    if returns is not None:
+        returns.note_sent(messages)
+    return {message_id for message_id in grid.push_messages(messages) if message_id}
 
 
 def sender_mismatch(message: Message, reply: Message) -> str | None:
@@ -149,16 +200,19 @@ def misaddressed_replies(sent: Sequence[Message], replies: Iterable[Message],
 
 
 class PollingGrid(Grid):
-    """A Grid that notices replies within `poll_interval` s; every other call goes to the wrapped grid.
+    """A Grid that notices replies within `poll_interval` s and waits for nodes that restart; the rest is the grid's.
 
     Flower's `Strategy.start()` calls `grid.send_and_receive`, which polls every 3 s in deployment. Handing
     `start()` this wrapper keeps fedsynth's round latency (module docstring) under Flower's own loop; any
-    Flower user can do the same: `strategy.start(grid=PollingGrid(grid), ...)`.
+    Flower user can do the same: `strategy.start(grid=PollingGrid(grid), ...)`. A message whose node the
+    SuperLink reports unavailable is sent again when that node is back, within the call's timeout and at most
+    `node_return_wait` s after that report (0: never; server_app/node_return.py).
     """
 
-    def __init__(self, grid: Grid, poll_interval: float = 0.05) -> None:
+    def __init__(self, grid: Grid, poll_interval: float = 0.05, node_return_wait: float = 120.0) -> None:
         self.grid = grid
         self.poll_interval = poll_interval
+        self.returns = NodeReturnWait(node_return_wait)
 
     def set_run(self, run_id):  # type: ignore[no-untyped-def]
         return self.grid.set_run(run_id)
@@ -171,7 +225,9 @@ class PollingGrid(Grid):
         return self.grid.create_message(*args, **kwargs)
 
     def get_node_ids(self) -> Iterable[int]:
-        return self.grid.get_node_ids()
+        node_ids = list(self.grid.get_node_ids())
+        self.returns.note_node_ids([int(i) for i in node_ids])  # known ids do not end a wait for a return
+        return node_ids
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         return self.grid.push_messages(messages)
@@ -183,9 +239,11 @@ class PollingGrid(Grid):
         messages = list(messages)
         if not messages:  # a round phase with nothing to send (Flower's start() still calls it)
             return []
-        return send_and_receive(self.grid, messages, timeout, self.poll_interval)
+        if self.returns.return_wait > 0:  # the nodes connected now: only a node id that connects later ends a wait
+            self.get_node_ids()
+        return send_and_receive(self.grid, messages, timeout, self.poll_interval, self.returns)
 
 
-def polling_grid(grid: Grid, poll_interval: float) -> Grid:
+def polling_grid(grid: Grid, poll_interval: float, node_return_wait: float = 120.0) -> Grid:
     """`grid` wrapped in a PollingGrid, or unchanged when it is not Flower's (a test's in-process grid)."""
-    return PollingGrid(grid, poll_interval) if isinstance(grid, Grid) else grid
+    return PollingGrid(grid, poll_interval, node_return_wait) if isinstance(grid, Grid) else grid

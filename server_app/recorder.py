@@ -61,6 +61,7 @@ class RunRecorder:
         self.cfg = cfg
         self.strategy = strategy
         self.results = results
+        self.grid = grid
         self.evaluator = central_evaluator(cfg)
         self.diffusion: DiffusionEvaluator | None = None  # FID and sample grids
         if is_diffusion(cfg):  # FID's reference without server data: the nodes' feature sums, asked once
@@ -87,7 +88,9 @@ class RunRecorder:
     def _resume(self, template: Weights) -> tuple[Weights, int]:
         """Restore model, strategy state, RNG and metrics from the run's checkpoint; returns (weights, its round)."""
         strategy, results = self.strategy, self.results
-        ckpt = load_checkpoint(results.path, self.cfg, template, node_table(strategy.nodes))
+        late_joins = strategy.late_join_refusal() is None  # then a resume may differ by whole sites, as the run did
+        ckpt = load_checkpoint(results.path, self.cfg, template, node_table(strategy.nodes), late_joins)
+        self._log_node_changes(ckpt.nodes, node_table(strategy.nodes))
         try:  # the strategy's own protocol: its server state and the rounds it finished (start() skips them)
             strategy.load_state_dict({"arrays": ckpt.state_arrays, "meta": ckpt.state_meta,
                                       "completed-rounds": ckpt.server_round})
@@ -106,6 +109,19 @@ class RunRecorder:
         log(INFO, "resumed from the checkpoint of round %d in %s", ckpt.server_round, results.path)
         return ckpt.weights, ckpt.server_round
 
+    @staticmethod
+    def _log_node_changes(saved: list[list[int]] | None, now: list[list[int]]) -> None:
+        """One line for partitions of the checkpoint not connected now, and one for those it lacks."""
+        if saved is None:
+            return
+        before, current = {p for p, _ in saved}, {p for p, _ in now}
+        if before - current:
+            log(INFO, "resumed without partition(s) %s of the checkpoint: each takes part again once it connects "
+                "(as a site that joins late)", sorted(before - current))
+        if current - before:
+            log(INFO, "partition(s) %s joined after the checkpoint was written: they take part as sites that "
+                "joined late", sorted(current - before))
+
     # ----- start()'s evaluate_fn --------------------------------------------------------
     def __call__(self, server_round: int, arrays: ArrayRecord) -> MetricRecord | None:
         """Record round `server_round` (0: the initial model); returns the central metrics, if any."""
@@ -116,7 +132,7 @@ class RunRecorder:
         if report is None or report.get("round") != server_round:  # a round that sent nothing: restored or stopped
             return None
         self.weights = from_record(arrays)
-        record: dict[str, Any] = dict(report)
+        record: dict[str, Any] = {**report, **self._node_returns()}
         is_last = server_round == self.cfg.num_server_rounds
         central: dict[str, float] = {}
         if self.evaluator is not None and (is_last or (self.cfg.eval_every and server_round % self.cfg.eval_every == 0)):
@@ -175,7 +191,16 @@ class RunRecorder:
         """Record the round that ended the run (too few nodes too many times)."""
         self._record_phases()
         if self.strategy.round_report is not None:
-            self.results.log_round(dict(self.strategy.round_report))
+            self.results.log_round({**self.strategy.round_report, **self._node_returns()})
+
+    def _node_returns(self) -> dict[str, Any]:
+        """`node-returns`: the round's waits for nodes the SuperLink reported unavailable (server_app/node_return.py)."""
+        returns = getattr(self.grid, "returns", None)
+        events = returns.take_events() if returns is not None else []
+        for event in events:
+            node = self.strategy.node_of(event["node"])
+            event["partition"] = None if node is None else node.partition_id
+        return {"node-returns": events} if events else {}
 
     # ----- after start() --------------------------------------------------------------
     def finish(self, grid: Grid, result: Result) -> dict[str, Any]:

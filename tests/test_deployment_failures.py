@@ -36,6 +36,7 @@ def rounds(tmp_path_factory: pytest.TempPathFactory, tiny_data_dir: Path, flower
         "num-server-rounds=2", "local-steps=5", "batch-size=16", f'data-dir="{tiny_data_dir}"',
         f'cache-dir="{work / "cache"}"', f'results-dir="{results}"', 'run-name="run"', "round-timeout=240.0",
         "node-wait-timeout=120.0", "checkpoint-every=0",
+        "node-return-wait=5.0",  # the killed node never comes back: its round waits 5 s for it, not 120
     ])
     metrics = results / "run" / "metrics.jsonl"
     with LoopbackFederation(work, num_nodes=3, node_config=f"torch-threads={THREADS}") as federation:

@@ -11,13 +11,16 @@ from pathlib import Path
 import pytest
 from flwr.app import Context, RecordDict
 
+from common.run import interrupt
+from common.run.interrupt import RunInterrupted
+
 from fedsynth.inprocess import InProcessGrid, run_federation
 
 LATE = 1002  # the node id of partition 2, which connects after round 1
 
 
-def late_grid(tmp_path: Path, data_dir: Path, **extra) -> tuple[InProcessGrid, dict]:
-    """Three partitions; partition 2 ('late-site') is not connected at the handshake and joins during round 1."""
+def late_grid(tmp_path: Path, data_dir: Path, join_in_round: int = 1, **extra) -> tuple[InProcessGrid, dict]:
+    """Three partitions; partition 2 ('late-site') is not connected at the handshake and joins during a round."""
     raw = {"data-dir": str(data_dir), "cache-dir": str(tmp_path / "cache"), "results-dir": str(tmp_path / "r"),
            "run-name": "run", "num-server-rounds": 2, "local-steps": 1, "batch-size": 16, "model": "mlp",
            "node-wait-timeout": 0.5, "max-missing-nodes": 1, "min-nodes": 2, "central-eval": False, **extra}
@@ -31,7 +34,7 @@ def late_grid(tmp_path: Path, data_dir: Path, **extra) -> tuple[InProcessGrid, d
                                       run_config=dict(raw))
         return reply
 
-    grid.faults[(0, 1, "train")] = connect_the_late_site
+    grid.faults[(0, join_in_round, "train")] = connect_the_late_site
     return grid, raw
 
 
@@ -70,3 +73,81 @@ def test_the_decentralized_relay_refuses_a_late_site_with_one_line_naming_it(tmp
     (line,) = [r.getMessage() for r in flower_log.records if "joined mid-run" in r.getMessage()]
     assert line.startswith("node 1002 ('late-site') joined mid-run and takes no part: the decentralized relay keeps "
                            "the topology of the 2 nodes of the start"), line
+
+
+# ----- a run with a late site, interrupted and resumed: the site keeps its place -------------------------------
+
+
+def stop_in_round(grid: InProcessGrid, number: int) -> InProcessGrid:
+    """`grid` requests a stop (as SIGTERM's handler does) once round `number`'s train replies are in."""
+    send_and_receive = grid.send_and_receive
+
+    def stopping(messages, *, timeout=None):
+        messages = list(messages)
+        replies = send_and_receive(messages, timeout=timeout)
+        if messages and messages[0].metadata.message_type == "train" and grid._round_of(messages[0]) == number:
+            interrupt.request_stop(15)
+            interrupt.raise_if_stopped()
+        return replies
+
+    grid.send_and_receive = stopping
+    return grid
+
+
+@pytest.fixture
+def no_stop_left_over():
+    interrupt.reset()
+    yield
+    interrupt.reset()
+
+
+def test_a_resumed_run_takes_its_late_site_back_in_its_place_when_it_joins_late_again(tmp_path, tiny_data_dir,
+                                                                                    flower_log, no_stop_left_over):
+    extra = {"num-server-rounds": 4, "checkpoint-every": 1}
+    grid, raw = late_grid(tmp_path, tiny_data_dir, **extra)
+    with pytest.raises(RunInterrupted):
+        run_federation(raw, stop_in_round(grid, 3))  # checkpoint of round 2, which late-site trained in
+    interrupt.reset()
+    # the resumed start lacks late-site again (max-missing-nodes = 1); before: refused, "written with nodes ..."
+    grid, resumed = late_grid(tmp_path, tiny_data_dir, join_in_round=3, resume=True, **extra)
+    assert run_federation(resumed, grid)["status"] == "ok"
+    answered = {number: sorted(record["answered-nodes"]) for number, record in rounds(tmp_path).items()}
+    everyone = ["late-site", "site-0", "site-1"]
+    assert answered == {1: ["site-0", "site-1"], 2: everyone, 3: ["site-0", "site-1"], 4: everyone}
+    lines = [r.getMessage() for r in flower_log.records]
+    assert "resumed without partition(s) [2] of the checkpoint: each takes part again once it connects (as a site " \
+           "that joins late)" in lines
+    assert any(re.fullmatch(r"node 1002 \('late-site'\) joined mid-run \(partition 2, \d+ training examples\): it "
+                            r"takes part from round 4", line) for line in lines), lines
+
+
+def test_a_site_that_joined_after_the_checkpoint_takes_part_when_the_run_resumes(tmp_path, tiny_data_dir,
+                                                                                 flower_log, no_stop_left_over):
+    from fedsynth.inprocess import InProcessGrid
+
+    extra = {"num-server-rounds": 3, "checkpoint-every": 1}
+    grid, raw = late_grid(tmp_path, tiny_data_dir, **extra)
+    with pytest.raises(RunInterrupted):
+        run_federation(raw, stop_in_round(grid, 2))  # checkpoint of round 1, before late-site took part
+    interrupt.reset()
+    resumed = {**raw, "resume": True}
+    names = {pid: {"partition-id": pid, "num-partitions": 3, "name": "late-site" if pid == 2 else f"site-{pid}"}
+             for pid in range(3)}
+    assert run_federation(resumed, InProcessGrid(3, resumed, node_config=lambda pid: names[pid]))["status"] == "ok"
+    answered = {number: sorted(record["answered-nodes"]) for number, record in rounds(tmp_path).items()}
+    assert answered == {1: ["site-0", "site-1"], 2: ["late-site", "site-0", "site-1"],
+                        3: ["late-site", "site-0", "site-1"]}
+    assert "partition(s) [2] joined after the checkpoint was written: they take part as sites that joined late" in [
+        r.getMessage() for r in flower_log.records]
+
+
+def test_which_node_tables_may_continue_a_checkpoint():
+    from server_app.checkpoint import node_table_problem
+
+    saved = [[0, 100], [1, 120], [2, 80]]
+    assert node_table_problem(saved, [[1, 120], [0, 100], [2, 80]], late_joins=False) is None
+    for fewer_or_more in ([[0, 100], [1, 120]], [*saved, [3, 50]]):  # a site away at the start, or joined since
+        assert node_table_problem(saved, fewer_or_more, late_joins=True) is None
+        assert "node set is fixed at the start" in node_table_problem(saved, fewer_or_more, late_joins=False)
+    changed = node_table_problem(saved, [[0, 100], [1, 121]], late_joins=True)  # another site under partition 1
+    assert "partitions [1] changed their training examples" in changed and "resume with the same" in changed

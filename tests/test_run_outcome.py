@@ -119,6 +119,23 @@ def test_fedsynth_status_names_a_damaged_summary_instead_of_a_traceback(tmp_path
         assert why in err
 
 
+def test_fedsynth_status_names_the_sites_a_round_waited_for(tmp_path):
+    from fedsynth.status import run_status
+
+    folder = tmp_path / "run"
+    folder.mkdir()
+    (folder / "summary.json").write_text(json.dumps({"status": "ok"}))
+    (folder / "nodes.json").write_text(json.dumps([{"name": "site-b", "partition-id": 1, "node-id": 77}]))
+    waits = [{"node": 77, "partition": 1, "waited": 39.2, "outcome": "back: message sent again"},
+             {"node": 5, "partition": None, "waited": 120.0, "outcome": "not back within node-return-wait"}]
+    (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in [
+        {"round": 1, "failures": []}, {"round": 2, "failures": [], "node-returns": waits}]) + "\n")
+    code, lines = run_status(folder)
+    assert code == 0 and lines[0] == "status: ok"
+    assert ("waited for a node to come back: round 2: site-b: 39.2 s, back: message sent again; node 5: 120.0 s, "
+            "not back within node-return-wait") in lines
+
+
 # ----- results are never lost ----------------------------------------------------------------------
 
 def test_reusing_a_run_name_without_resume_is_refused_and_leaves_the_results(tmp_path, tiny_data_dir):

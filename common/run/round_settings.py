@@ -35,6 +35,12 @@ class RoundSettings:
     node_wait_timeout: float = key(
         120.0, "Seconds to wait at start for all partitions' nodes to connect."
     )
+    node_return_wait: float = key(
+        120.0, "Seconds a round waits for a node that the SuperLink reports unavailable (its heartbeats stopped: "
+        "a SuperNode that died or restarts) to be back, to send it its message again, within round-timeout; a node "
+        "that stays away is not waited for again until it answers; 0: not waited for (its reply is the SuperLink's "
+        "'Node Unavailable')."
+    )
 
     def check(self) -> None:
         """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
@@ -47,3 +53,4 @@ class RoundSettings:
         require(0 < self.reply_poll_interval <= 10, "reply-poll-interval", self.reply_poll_interval,
                 "seconds in (0, 10]")
         require(self.node_wait_timeout > 0, "node-wait-timeout", self.node_wait_timeout, "seconds > 0")
+        require(self.node_return_wait >= 0, "node-return-wait", self.node_return_wait, "seconds >= 0")
