@@ -18,7 +18,7 @@ from common.records import from_record, to_record
 from server_app.registry import SERVER_STRATEGIES, build_strategy
 from common.records import check_weights
 from server_app.strategies.node_table import sample_nodes
-from server_app.strategies.fedavg import FedAvgStrategy, weighted_mean
+from server_app.strategies.fedavg import FedAvg, weighted_mean
 from server_app.strategies.node_table import NodeInfo
 
 
@@ -43,11 +43,11 @@ def arr(*values: float) -> np.ndarray:
     return np.array(values, dtype=np.float32)
 
 
-def start_round(strategy: FedAvgStrategy, weights: dict, server_round: int = 1) -> list[Message]:
+def start_round(strategy: FedAvg, weights: dict, server_round: int = 1) -> list[Message]:
     return list(strategy.configure_train(server_round, to_record(weights), ConfigRecord({"x": 1}), None))
 
 
-def node_of(strategy: FedAvgStrategy, msg: Message) -> NodeInfo:
+def node_of(strategy: FedAvg, msg: Message) -> NodeInfo:
     return next(n for n in strategy.nodes if n.node_id == msg.metadata.dst_node_id)
 
 
@@ -171,7 +171,7 @@ def test_check_weights_reports_problem_with_array_name(received: dict, words: li
 W0 = {"w": arr(1, 1), "b": arr(0)}
 
 
-def fedavg_round(strategy: FedAvgStrategy, updates: dict[int, tuple[dict, int]], server_round: int = 1):
+def fedavg_round(strategy: FedAvg, updates: dict[int, tuple[dict, int]], server_round: int = 1):
     """Start a round and answer it: {partition id: (local weights, num-examples)}."""
     messages = start_round(strategy, strategy.current or W0, server_round)
     replies = []

@@ -32,8 +32,8 @@ from fedsynth.client import (
 )
 from server_app.distillation import DistillSettings, distill, real_oracle
 from server_app.registry import SERVER_STRATEGIES
-from server_app.strategies.dynafed import DynaFedStrategy
-from server_app.strategies.fedsynsam import FedSynSAMStrategy
+from server_app.strategies.dynafed import DynaFed
+from server_app.strategies.fedsynsam import FedSynSAM
 
 STEPS = 3
 CLASSES = 4
@@ -257,7 +257,7 @@ TASK = ServerTask(model="tests.test_batchnorm_counts:tiny_bn_cnn", dataset="mnis
 
 
 def test_fedsynsams_distillation_keeps_its_stored_trajectory_and_initial_model() -> None:
-    strategy = FedSynSAMStrategy(task=TASK, trajectory_rounds=2, synthetic_ipc=1, distill_iterations=2,
+    strategy = FedSynSAM(task=TASK, trajectory_rounds=2, synthetic_ipc=1, distill_iterations=2,
                                  distill_inner_steps=1)
     strategy.trajectory = bn_trajectory()
     kept = copy.deepcopy(strategy.trajectory)
@@ -269,7 +269,7 @@ def test_fedsynsams_distillation_keeps_its_stored_trajectory_and_initial_model()
 
 
 def test_dynafeds_server_training_counts_its_own_batches_and_leaves_its_input_alone() -> None:
-    strategy = DynaFedStrategy(task=TASK, trajectory_rounds=2, dynafed_epochs=2, dynafed_lr=1e-3, batch_size=3)
+    strategy = DynaFed(task=TASK, trajectory_rounds=2, dynafed_epochs=2, dynafed_lr=1e-3, batch_size=3)
     strategy.trajectory = bn_trajectory()
     kept = copy.deepcopy(strategy.trajectory)
     x, y = data(8, seed=3)

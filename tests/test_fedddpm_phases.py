@@ -30,6 +30,7 @@ from server_app.diffusion_eval import run_extractor
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedddpm import WarmupFailed, auxiliary_count
+from common.run.task import ServerTask
 from tests.diffusion_tiny import TINY_DIFFUSION
 
 torch.set_num_threads(1)
@@ -37,6 +38,10 @@ torch.set_num_threads(1)
 # the server side of a tiny FedDDPM: the DDPM it samples the auxiliary set from and corrects on A
 TINY = {"model": "unet-small", "image_size": 8, "diffusion_timesteps": 20, "aux_sampler": "ddim", "ddim_steps": 5,
         "aux_fraction": 0.05, "correction_epochs": 1, "batch_size": 16, "warmup_timeout": 77.0}
+# the same as the class's parameters: the model and the data's shape are its task
+TASK_KEYS = ("model", "image_size", "diffusion_timesteps")
+SERVER = {"task": ServerTask(**{key: TINY[key] for key in TASK_KEYS}),
+          **{key: value for key, value in TINY.items() if key not in TASK_KEYS}}
 
 Answer = Callable[[Message, int], RecordDict]
 
@@ -96,7 +101,7 @@ def phase_of(message: Message) -> str | None:
 
 def test_a_developers_clientapp_answers_the_warmup_under_start() -> None:
     grid = DeveloperGrid(3)
-    strategy = strategies.FedDDPM(**TINY, fraction_evaluate=0.0, max_weight_share=1.0)
+    strategy = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0)
     initial = initial_model()
     result = strategy.start(grid, to_record(initial), num_rounds=2, timeout=30)
 
@@ -127,7 +132,7 @@ def test_a_flower_wrapper_runs_the_warmup_too() -> None:
     from tests.library_grid import passthrough_wrapper
 
     grid = DeveloperGrid(2)
-    inner = strategies.FedDDPM(**TINY, fraction_evaluate=0.0)
+    inner = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0)
     passthrough_wrapper(inner).start(grid, to_record(initial_model()), num_rounds=1, timeout=30)
     assert [[phase_of(m) for m in messages] for messages, _ in grid.sends()] == [["warmup"] * 2, [None] * 2]
     assert inner.phase_records[0]["answered"] == 2 and inner.auxiliary is not None
@@ -135,9 +140,9 @@ def test_a_flower_wrapper_runs_the_warmup_too() -> None:
 
 def test_a_restored_strategy_skips_the_warmup() -> None:
     grid = DeveloperGrid(2)
-    first = strategies.FedDDPM(**TINY, fraction_evaluate=0.0)
+    first = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0)
     result = first.start(grid, to_record(initial_model()), num_rounds=1, timeout=30)
-    resumed = strategies.FedDDPM(**TINY, fraction_evaluate=0.0)
+    resumed = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0)
     resumed.load_state_dict(first.state_dict())
     again = DeveloperGrid(2)
     resumed.start(again, result.arrays, num_rounds=2, timeout=30)
@@ -154,7 +159,7 @@ def warm_reply(message: Message, model: dict[str, np.ndarray] | None, metrics: d
 
 def test_configure_warmup_and_aggregate_warmup_by_hand() -> None:
     grid = DeveloperGrid(5)
-    strategy = strategies.FedDDPM(**TINY, fraction_evaluate=0.0, min_nodes=2, max_weight_share=1.0)
+    strategy = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0, min_nodes=2)
     initial = initial_model()
     messages = list(strategy.configure_warmup(to_record(initial), grid))
     assert [m.metadata.dst_node_id for m in messages] == sorted(grid.pids)  # one per node of the table
@@ -190,7 +195,7 @@ def test_configure_warmup_and_aggregate_warmup_by_hand() -> None:
 
 def test_a_node_that_never_answers_the_warmup_is_a_timeout() -> None:
     grid = DeveloperGrid(2)
-    strategy = strategies.FedDDPM(**TINY, fraction_evaluate=0.0)
+    strategy = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0)
     messages = list(strategy.configure_warmup(to_record(initial_model()), grid))
     for message in messages:
         message.metadata.__dict__["_message_id"] = uuid4().hex

@@ -15,7 +15,7 @@ from common.run.task import make_model
 from server_app.influence import capped_counts
 from server_app.registry import SERVER_STRATEGIES, build_strategy
 from server_app.strategies.fedddpm import auxiliary_count
-from server_app.strategies.fedddpm_plus import FedDDPMPlusStrategy, quicktest, quicktest_due
+from server_app.strategies.fedddpm_plus import FedDDPMPlus, quicktest, quicktest_due
 from tests.diffusion_tiny import TINY_DIFFUSION
 from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
@@ -282,7 +282,7 @@ def test_fedddpm_plus_quicktests_at_rounds_1_and_3_with_every_2(tmp_path, tiny_d
     assert tested == [1, 3] and summary["stopped-at-round"] == 3 and summary["stop-reason"] == "quicktest"
 
 
-def _plus_strategy(tmp_path, tiny_data_dir, **extra) -> tuple[FedDDPMPlusStrategy, RunConfig]:
+def _plus_strategy(tmp_path, tiny_data_dir, **extra) -> tuple[FedDDPMPlus, RunConfig]:
     cfg = parse_run_config(diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm+", **{
         "num-server-rounds": 2, "quicktest-every": 0, "oneshot-epochs": 1, **extra}), SERVER_STRATEGIES)
     strategy = build_strategy(cfg, [])

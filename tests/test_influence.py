@@ -74,8 +74,8 @@ def test_capped_counts_lower_only_the_largest():
 
 # ----- one hostile reply among honest ones, every algorithm ---------------------------------------------
 
-CENTRALIZED = [a for a, cls in SERVER_STRATEGIES.items() if cls is not DecentralizedRelay]
-DECENTRALIZED = [a for a, cls in SERVER_STRATEGIES.items() if cls is DecentralizedRelay]
+CENTRALIZED = [a for a, cls in SERVER_STRATEGIES.items() if not issubclass(cls, DecentralizedRelay)]
+DECENTRALIZED = [a for a, cls in SERVER_STRATEGIES.items() if issubclass(cls, DecentralizedRelay)]
 UPDATE_BOUND, RECORD_BOUND, HONEST, SHARE = 0.5, 0.25, 2, 0.4
 EXTRA_RECORDS = (SCAFFOLD_CONTROL_DELTA, DYNAMIC_CORRECTION, PERTURBATION_DUAL)
 

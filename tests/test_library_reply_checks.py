@@ -94,7 +94,7 @@ def test_a_weight_that_disagrees_with_num_examples_is_dropped_with_a_record():
 
 
 def test_a_weight_equal_to_num_examples_is_used():
-    strategy, sent = library_strategy(weighted_by_key="weight", max_weight_share=1.0), sent_to([11, 12])
+    strategy, sent = library_strategy(weighted_by_key="weight"), sent_to([11, 12])
     replies = [reply(sent[0], 1.0, {"num-examples": 10, "weight": 10.0, "train-loss": 0.5}),
                reply(sent[1], 3.0, {"num-examples": 30, "weight": 30, "train-loss": 0.5})]
     outcome = collect_replies(strategy, sent, replies)

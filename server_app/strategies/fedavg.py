@@ -42,7 +42,9 @@ from server_app.strategies.node_table import NodeInfo, sample_nodes
 from server_app.strategies.node_models import NodeModels
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text, with_flower_metric_names
-from common.run.client_settings import codec_settings, uplink_codec
+from common.run.aggregation import Aggregation, BoundedInfluence, aggregation_rule, bounds
+from common.run.client_settings import codec_settings
+from common.run.codecs import Codec, codec_spec
 
 
 def weighted_mean(values: list[Weights], weights: list[float]) -> Weights:
@@ -79,13 +81,15 @@ def aggregate_buffers(values: list[Weights], weights: list[float]) -> Weights:
 
 
 @documented
-class FedAvgStrategy(RoundStrategy):
-    """FedAvg (McMahan et al., 2017): the sampled nodes' models averaged on the server.
+class FedAvg(RoundStrategy):
+    """FedAvg (McMahan et al., 2017) with fedsynth's reply checks and seeded sampling.
 
-    Built from typed keyword parameters only (server_app/strategies/parameters.py says what each means; the
-    class docstring lists them). fedsynth's app builds it from its run config (server_app/registry.py
-    `build_strategy`) with `fraction_evaluate = 0` (its clients evaluate the received model inside each train
-    reply, and every node evaluates the final model once, server_app/recorder.py); Flower's default is 1.0.
+    The server step is the paper's: w + server_lr * the sample-weighted mean of the updates (`aggregation`).
+    Bounded influence (a weight cap and an update-norm bound) is an option:
+    `FedAvg(bounded_influence=BOUNDED_INFLUENCE)`. Nodes train with any rule (`fedsynth.client.train_sgd`, or
+    a Flower template's own train function). fedsynth's app builds it from its run config
+    (server_app/registry.py `build_strategy`) with `fraction_evaluate = 0` (its clients evaluate the received
+    model inside each train reply); Flower's default is 1.0.
     """
 
     # FID's reference from the nodes' feature sums: fedsynth's app attaches one (server_app/registry.py)
@@ -97,39 +101,29 @@ class FedAvgStrategy(RoundStrategy):
                  max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                  seed: int = DEFAULTS.seed,
                  server_lr: float = DEFAULTS.server_lr,
-                 aggregation: str = DEFAULTS.aggregation,
-                 trim_fraction: float = DEFAULTS.trim_fraction,
-                 byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                 max_weight_share: float = DEFAULTS.max_weight_share,
-                 max_update_norm: float = DEFAULTS.max_update_norm,
-                 max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                 update_norm_action: str = DEFAULTS.update_norm_action,
-                 compression: str = DEFAULTS.compression,
-                 bits: int = DEFAULTS.bits,
-                 levels: int = DEFAULTS.levels,
-                 qsgd_scope: str = DEFAULTS.qsgd_scope,
-                 qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                 topk_ratio: float = DEFAULTS.topk_ratio,
-                 error_feedback: bool = DEFAULTS.error_feedback,
+                 aggregation: Aggregation = DEFAULTS.aggregation,
+                 bounded_influence: BoundedInfluence | None = None,
+                 codec: Codec | None = None,
                  node_settings: dict[str, Scalar] | None = None,
                  parameter_names: list[str] | None = None,
                  lr_schedule: Callable[[int], float] | None = None,
                  nodes: list[NodeInfo] | None = None,
                  weighted_by_key: str = WEIGHTED_BY_KEY,
                  min_available_nodes: int = 1) -> None:
+        limits = bounds(bounded_influence)
         super().__init__(min_nodes=min_nodes, max_failed_rounds=max_failed_rounds, fraction_evaluate=fraction_evaluate,
-                         max_weight_share=max_weight_share, seed=seed, nodes=nodes, weighted_by_key=weighted_by_key,
+                         max_weight_share=limits.weight_share, seed=seed, nodes=nodes, weighted_by_key=weighted_by_key,
                          min_available_nodes=min_available_nodes)
         self.fraction_train = fraction_train
         self.server_lr = server_lr
-        self.aggregation = aggregation
-        self.trim_fraction = trim_fraction
-        self.byzantine_nodes = byzantine_nodes
-        self.max_update_norm = max_update_norm
-        self.max_update_norm_ratio = max_update_norm_ratio
-        self.update_norm_action = update_norm_action
-        self.codec = uplink_codec(compression, bits, levels, qsgd_scope, qsgd_bucket, topk_ratio)
-        self.error_feedback = error_feedback
+        rule = aggregation_rule(aggregation)
+        self.aggregation, self.trim_fraction, self.byzantine_nodes = rule.name, rule.trim_fraction, rule.byzantine_nodes
+        self.bounded_influence = bounded_influence
+        self.max_update_norm = limits.update_norm
+        self.max_update_norm_ratio = limits.update_norm_ratio
+        self.update_norm_action = limits.action
+        self.codec = codec_spec(codec)  # what the server decodes with; `codec` is what the nodes are asked for
+        self.error_feedback = bool(codec is not None and codec.error_feedback)
         self.node_settings = dict(node_settings or {})
         self.lr_schedule = lr_schedule
         self.current: Weights = {}
@@ -187,14 +181,14 @@ class FedAvgStrategy(RoundStrategy):
 
     def sends_own_records(self) -> bool:
         """Whether train messages carry records besides the model and the config (SCAFFOLD's c, ...)."""
-        return type(self).downlink_records is not FedAvgStrategy.downlink_records
+        return type(self).downlink_records is not FedAvg.downlink_records
 
     def dp_obstacle(self, side: str) -> str | None:
         """Flower's DP clipping works on a reply that is the uncompressed model and nothing else (client-side:
         also on a train message that is the model and the config)."""
         if self.codec.method != "none":
             return (f"its nodes reply with the {self.codec.method} codec's payload ('compressed-update'), not the "
-                    f"model, which Flower's {side} clipping cannot clip; build it with compression='none'")
+                    f"model, which Flower's {side} clipping cannot clip; build it with codec=None")
         if self.reply_records:
             names = ", ".join(f"'{name}'" for name in self.reply_records)
             if side == "server-side":

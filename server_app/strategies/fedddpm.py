@@ -80,12 +80,14 @@ from common.run.interrupt import raise_if_stopped
 from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
 from common.run.task import ServerTask, make_model
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
 from server_app.influence import capped_counts
 from server_app.messaging import match_replies, misaddressed_replies, sender_mismatch
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.reply_checks import check_train_metrics
 from server_app.wire import with_fedsynth_metric_names
-from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
@@ -107,8 +109,11 @@ def auxiliary_count(num_examples: int, fraction: float) -> int:
 
 
 @documented
-class FedDDPMStrategy(FedAvgStrategy):
-    """FedDDPM: FedAvg of DDPMs plus `correction-epochs` on the server's auxiliary set after every aggregation."""
+class FedDDPM(FedAvg):
+    """FedDDPM (Peng et al.): each node first trains its own DDPM and uploads it once (the warm-up); the server
+    samples an auxiliary set from those models, then runs FedAvg rounds and, after each aggregation,
+    `correction_epochs` epochs on the auxiliary set. The server builds `task`'s model (a U-Net) for both.
+    """
 
     def __init__(self, *, task: ServerTask = ServerTask(model="unet-paper-mnist"),
                           device: str = DEFAULTS.device,
@@ -128,20 +133,9 @@ class FedDDPMStrategy(FedAvgStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -149,12 +143,7 @@ class FedDDPMStrategy(FedAvgStrategy):
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         if task.model not in UNET_PRESETS:

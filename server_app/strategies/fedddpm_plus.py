@@ -28,9 +28,11 @@ from common.metrics.fid_features import FeatureExtractor, make_extractor
 from common.models.diffusion import SamplerSpec, image_shape, num_timesteps, sample, seeded_generator
 from common.records import Weights, load_weights
 from common.run.task import ServerTask, make_model
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
 from server_app.fid_reference import ClientFeatureReference
 from server_app.strategies.node_table import NodeInfo
-from server_app.strategies.fedddpm import FedDDPMStrategy
+from server_app.strategies.fedddpm import FedDDPM
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 
@@ -52,8 +54,11 @@ def quicktest_due(server_round: int, every: int) -> bool:
 
 
 @documented
-class FedDDPMPlusStrategy(FedDDPMStrategy):
-    """FedDDPM+: FedAvg rounds, QuickTest at t = 0, 10, 20, ..., one-shot correction on A at the clients' rate, stop."""
+class FedDDPMPlus(FedDDPM):
+    """FedDDPM+ (Peng et al.): the warm-up and auxiliary set of FedDDPM, plain FedAvg rounds, QuickTest every
+    `quicktest_every` rounds, and one correction of `oneshot_epochs` on the auxiliary set (at the clients' rate)
+    when QuickTest fires (or after `start()`'s last round), after which the run stops.
+    """
 
     def __init__(self, *, task: ServerTask = ServerTask(model="unet-paper-mnist"),
                           device: str = DEFAULTS.device,
@@ -81,20 +86,9 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -105,12 +99,7 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
                          batch_size=batch_size, local_optimizer=local_optimizer, warmup_epochs=warmup_epochs,
                          warmup_steps=warmup_steps, warmup_timeout=warmup_timeout, aux_fraction=aux_fraction,
                          fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.quicktest_every = quicktest_every

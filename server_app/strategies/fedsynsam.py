@@ -8,7 +8,7 @@ training images per class, read by the server from the training split. Rounds wh
 aggregation was skipped add nothing, so the trajectory always holds R + 1
 consecutive global models.
 
-`FedSynSAMStrategy` sends D_syn once to every node: the first message a node
+`FedSynSAM` sends D_syn once to every node: the first message a node
 gets after the distillation carries it, and the server keeps sending it until
 a reply from that partition reports `synthetic-examples` > 0, so a node that
 missed a round, timed out, or restarted with empty state (a resumed run) gets
@@ -40,9 +40,11 @@ from common.metrics.evaluation import as_tensors, resolve_device
 from common.protocol import SYNTHETIC_DATA
 from common.records import Weights, to_record
 from common.run.task import ServerTask, make_model
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
 from server_app.distillation import DistillSettings, distill, oracle_indices, real_oracle
 from server_app.perturbation import PerturbationDiagnostic
-from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
@@ -51,7 +53,7 @@ _TRAJECTORY = "trajectory-"
 
 
 @documented
-class TrajectoryStrategy(FedAvgStrategy):
+class TrajectoryStrategy(FedAvg):
     """FedAvg that records the global trajectory and distils a synthetic set after R aggregations."""
 
     # the app's perturbation diagnostic (simulation only), attached by server_app/registry.py when it is on
@@ -75,20 +77,9 @@ class TrajectoryStrategy(FedAvgStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -96,12 +87,7 @@ class TrajectoryStrategy(FedAvgStrategy):
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.trajectory_rounds = trajectory_rounds
@@ -217,8 +203,12 @@ class TrajectoryStrategy(FedAvgStrategy):
 
 
 @documented
-class FedSynSAMStrategy(TrajectoryStrategy):
-    """FedSynSAM: FedAvg of (compressed) updates; D_syn distilled after round R and sent once to every node."""
+class FedSynSAM(TrajectoryStrategy):
+    """FedSynSAM: FedAvg of (compressed) updates; after `trajectory_rounds` aggregations the server distils a
+    synthetic set from the global models' trajectory and sends it once to every node (record "synthetic-data");
+    nodes then perturb along a mix of their local and the synthetic gradient (`fedsynth.client.train_fedsynsam`),
+    reading "sam-rho", "synsam-beta" and "synsam-mix". The server builds `task`'s model for the distillation.
+    """
 
     reply_metrics = {"synthetic-examples": ("int >= 0, how many synthetic examples the node holds (optional; "
                                             "the server re-sends 'synthetic-data' until it is > 0)")}
@@ -251,20 +241,9 @@ class FedSynSAMStrategy(TrajectoryStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -277,12 +256,7 @@ class FedSynSAMStrategy(TrajectoryStrategy):
                          distill_alpha_init=distill_alpha_init, distill_alpha_lr=distill_alpha_lr,
                          matching_loss=matching_loss, synthetic_source=synthetic_source, task=task, device=device,
                          fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.sam_rho = sam_rho

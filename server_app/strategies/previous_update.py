@@ -11,11 +11,11 @@ from flwr.app import ArrayRecord, Message
 from common.protocol import PREVIOUS_UPDATE
 from common.records import Weights, to_record
 from server_app.strategies.parameters import documented
-from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.fedavg import FedAvg
 
 
 @documented
-class PreviousUpdateStrategy(FedAvgStrategy):
+class PreviousUpdateStrategy(FedAvg):
     """FedAvg that remembers and sends the last global update."""
 
     previous_update: Weights | None = None

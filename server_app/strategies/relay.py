@@ -54,6 +54,7 @@ from common.protocol import (
 from common.records import Weights, check_weights, from_record, subtract, to_record
 from common.algorithms.mixing_spectrum import disagreement_factor, spectral_psi
 from common.algorithms.topology import DIRECTED_TOPOLOGIES, RANDOM_TOPOLOGIES, check_topology, mixing_matrix
+from common.run.aggregation import BoundedInfluence, bounds
 from server_app.checkpoint import CheckpointError
 from server_app.reply_checks import check_train_metrics
 from server_app.robust import clip_update, update_norm
@@ -113,23 +114,23 @@ class DecentralizedRelay(RoundStrategy):
                           min_nodes: int = DEFAULTS.min_nodes,
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
+                          bounded_influence: BoundedInfluence | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
                           nodes: list[NodeInfo] | None = None,
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
+        limits = bounds(bounded_influence)  # the relay has no round mean: `update_norm_ratio` does not apply
         super().__init__(min_nodes=min_nodes, max_failed_rounds=max_failed_rounds, fraction_evaluate=fraction_evaluate,
-                         max_weight_share=max_weight_share, seed=seed, nodes=nodes, weighted_by_key=weighted_by_key,
+                         max_weight_share=limits.weight_share, seed=seed, nodes=nodes, weighted_by_key=weighted_by_key,
                          min_available_nodes=min_available_nodes)
+        self.bounded_influence = bounded_influence
         self.topology = topology
         self.peers = peers
         self.mixing = mixing
         self.relay_mixing = relay_mixing
-        self.max_update_norm = max_update_norm
-        self.update_norm_action = update_norm_action
+        self.max_update_norm = limits.update_norm
+        self.update_norm_action = limits.action
         self.node_settings = dict(node_settings or {})
         self.lr_schedule = lr_schedule
         self.models: list[Weights] = []              # z_i, the last model node i sent (x^0 before)
@@ -309,6 +310,11 @@ class DecentralizedRelay(RoundStrategy):
                 f"Flower's {side} clipping and noise never touch (only the average the relay returns is noised)")
 
     # ----- Strategy API -----------------------------------------------------------------
+    def client_config(self) -> dict[str, Scalar]:
+        """The settings the nodes' rule reads, sent in every train message's config: `node_settings`; an
+        algorithm's class adds its own (DFedSAM's "sam-rho", OledFL's "ole-beta")."""
+        return dict(self.node_settings)
+
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Each node its own message: its row of W_t and its neighbours' last models (x^0 = `arrays` before)."""
         refuse_unsupported_wrapper(self)
@@ -319,7 +325,7 @@ class DecentralizedRelay(RoundStrategy):
             self.models = [from_record(arrays)] * len(self.nodes)
         base, w = self.round_mixing(server_round)
         self._base = base
-        round_config = {**self.node_settings, **config, "server-round": server_round}
+        round_config = {**self.client_config(), **config, "server-round": server_round}
         if self.lr_schedule is not None:
             round_config["lr"] = self.lr_schedule(server_round)
         sent = self.messages(server_round, w, ConfigRecord(round_config))

@@ -33,22 +33,53 @@ from common.protocol import (
     DYNAMIC_CORRECTION, GLOBAL_PERTURBATION, PERTURBATION_DUAL, PREVIOUS_UPDATE, STATE_DYN_GRADIENT,
 )
 from common.records import Weights, check_weights, from_record, to_record
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.robust import bounded_record, record_norm_problem, scale_update
-from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.strategies.previous_update import PreviousUpdateStrategy
-from server_app.strategies.scaffold import ScaffoldStrategy
+from server_app.strategies.scaffold import Scaffold
 from server_app.wire import WEIGHTED_BY_KEY
 
 
 @documented
-class FedLESAMStrategy(PreviousUpdateStrategy):
-    """FedLESAM's server: FedAvg that sends `w^t - w^{t-1}`; logs the perturbation diagnostic when on."""
+class FedLESAM(PreviousUpdateStrategy):
+    """FedLESAM (Fan et al., 2024): the server sends the previous global update `w^t - w^{t-1}`; nodes perturb
+    along it (a locally estimated global ascent) with radius "sam-rho". Logs the perturbation diagnostic when on.
+    """
 
     # the app's perturbation diagnostic (simulation only), attached by server_app/registry.py when it is on
     diagnostic: PerturbationDiagnostic | None = None
+
+    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         bounded_influence=bounded_influence, codec=codec, node_settings=node_settings,
+                         parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
+                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.sam_rho = sam_rho
+
+    def client_config(self) -> dict[str, Scalar]:
+        """FedAvg's settings and SAM's radius, "sam-rho"."""
+        return {**super().client_config(), "sam-rho": self.sam_rho}
 
     def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
@@ -62,10 +93,41 @@ class FedLESAMStrategy(PreviousUpdateStrategy):
 
 
 @documented
-class FedLESAMSStrategy(ScaffoldStrategy):
-    """FedLESAM-S's server: SCAFFOLD that also sends the previous global update."""
+class FedLESAMS(Scaffold):
+    """FedLESAM-S: SCAFFOLD's server that also sends the previous global update; nodes perturb along it with
+    radius "sam-rho" and reply with SCAFFOLD's "scaffold-delta-c".
+    """
 
     previous_update: Weights | None = None
+
+    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
+                          max_record_norm: float = DEFAULTS.max_record_norm,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(max_record_norm=max_record_norm, fraction_train=fraction_train,
+                         fraction_evaluate=fraction_evaluate, min_nodes=min_nodes, max_failed_rounds=max_failed_rounds,
+                         seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence,
+                         codec=codec, node_settings=node_settings, parameter_names=parameter_names,
+                         lr_schedule=lr_schedule, nodes=nodes, weighted_by_key=weighted_by_key,
+                         min_available_nodes=min_available_nodes)
+        self.sam_rho = sam_rho
+
+    def client_config(self) -> dict[str, Scalar]:
+        """SCAFFOLD's settings and SAM's radius, "sam-rho"."""
+        return {**super().client_config(), "sam-rho": self.sam_rho}
 
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         records = super().downlink_records(server_round)
@@ -98,14 +160,17 @@ def feddyn_server_state(h: Weights, corrections: list[Mapping[str, np.ndarray]],
 
 
 @documented
-class FedLESAMDStrategy(FedAvgStrategy):
-    """FedLESAM-D's server: FedDyn's `h` correction, and the previous global update sent down."""
+class FedLESAMD(FedAvg):
+    """FedLESAM-D: FedLESAM with FedDyn's dynamic regulariser; the server keeps FedDyn's `h` and sends the previous
+    global update; nodes reply with their correction `g_i+ - g_i` in the record "dynamic-correction".
+    """
 
     reply_records = {DYNAMIC_CORRECTION: ("ArrayRecord(g_i+ - g_i over the trainable parameters: train_fedlesam_d's "
                                           "result.correction), which fedsynth.client.train_reply(msg, model, "
                                           "result, num_examples=n) adds")}
 
-    def __init__(self, *, dyn_alpha: float = DEFAULTS.dyn_alpha,
+    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
+                          dyn_alpha: float = DEFAULTS.dyn_alpha,
                           max_record_norm: float = DEFAULTS.max_record_norm,
                           fraction_train: float = DEFAULTS.fraction_train,
                           fraction_evaluate: float = 1.0,
@@ -113,20 +178,9 @@ class FedLESAMDStrategy(FedAvgStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -134,14 +188,10 @@ class FedLESAMDStrategy(FedAvgStrategy):
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.sam_rho = sam_rho
         self.dyn_alpha = dyn_alpha
         self.max_record_norm = max_record_norm
         self.h: Weights | None = None
@@ -150,8 +200,8 @@ class FedLESAMDStrategy(FedAvgStrategy):
         self.client_gradients: dict[int, Weights] = {}
 
     def client_config(self) -> dict[str, Scalar]:
-        """The codec's and the node settings, and FedDyn's alpha of the nodes' penalty ("dyn-alpha")."""
-        return {**super().client_config(), "dyn-alpha": self.dyn_alpha}
+        """The codec's and the node settings, SAM's radius ("sam-rho") and FedDyn's alpha ("dyn-alpha")."""
+        return {**super().client_config(), "sam-rho": self.sam_rho, "dyn-alpha": self.dyn_alpha}
 
     def _h(self) -> Weights:
         if self.h is None:
@@ -216,8 +266,10 @@ def smoo_global_perturbation(duals: list[Mapping[str, np.ndarray]], rho: float) 
 
 
 @documented
-class FedSMOOStrategy(FedAvgStrategy):
-    """FedSMOO's server: FedDyn's `h` from the updates, and the global perturbation `s` sent down."""
+class FedSMOO(FedAvg):
+    """FedSMOO (Sun et al., 2023): FedDyn's server (`h` from the updates) with a global perturbation `s` sent down;
+    nodes reply with their perturbation correction in the record "perturbation-dual".
+    """
 
     reply_records = {PERTURBATION_DUAL: ("ArrayRecord(mu_i - e_i over the trainable parameters: train_fedsmoo's "
                                          "result.perturbation_dual), which fedsynth.client.train_reply(msg, model, "
@@ -232,20 +284,9 @@ class FedSMOOStrategy(FedAvgStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -253,12 +294,7 @@ class FedSMOOStrategy(FedAvgStrategy):
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.dyn_alpha = dyn_alpha

@@ -17,17 +17,22 @@ from flwr.common.typing import Scalar
 from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
 from common.algorithms.losses import scaffold_clipped_control_delta, scaffold_server_control
 from common.records import Weights, from_record, to_record
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
 from server_app.robust import bounded_record, record_norm_problem
 from common.records import check_weights
-from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 
 
 @documented
-class ScaffoldStrategy(FedAvgStrategy):
-    """FedAvg of the models plus the server control-variate update."""
+class Scaffold(FedAvg):
+    """SCAFFOLD (Karimireddy et al., 2020): the server sends its control variate `c` beside the model; nodes
+    train with `fedsynth.client.train_scaffold` and reply with `c_i+ - c_i` in the record "scaffold-delta-c"
+    (the server sends `c` as "scaffold-c").
+    """
 
     control: Weights | None = None
 
@@ -38,20 +43,9 @@ class ScaffoldStrategy(FedAvgStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -59,12 +53,7 @@ class ScaffoldStrategy(FedAvgStrategy):
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.max_record_norm = max_record_norm
