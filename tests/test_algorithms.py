@@ -48,7 +48,7 @@ def test_the_client_keys_are_run_config_keys_and_travel_in_the_train_config() ->
         assert set(client_keys(name, algorithm.decentralized)) == expected
         cfg = parse_run_config({"algorithm": name, "model": "unet-small" if "ddpm" in name else "cnn"}, ALGORITHMS)
         strategy = build_strategy(cfg, [])
-        assert set(strategy.client_config()) == expected, name
+        assert set(strategy._client_config()) == expected, name
 
 
 def test_the_class_the_app_builds_is_the_class_fedsynth_strategies_exports() -> None:

@@ -163,7 +163,7 @@ def test_fedddpm_plus_corrects_at_the_last_round_of_start(tmp_path, tiny_data_di
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=3, timeout=120,
                             train_config=ConfigRecord({"lr": 0.003}))
     assert (strategy.stopped_at, strategy.stop_reason) == (3, "last-round")
-    assert strategy.oneshot_rate() == 0.003  # the one-shot correction trains at start()'s lr
+    assert strategy._oneshot_rate() == 0.003  # the one-shot correction trains at start()'s lr
     assert set(result.train_metrics_clientapp) == {1, 2, 3}
 
 

@@ -61,12 +61,12 @@ def test_the_cases_cover_every_public_strategy():
 def test_each_strategy_says_which_clipping_side_can_protect_it(name, arguments, protected):
     strategy = getattr(strategies, name)(**arguments)
     for side in (SERVER, CLIENT):
-        reason = strategy.dp_obstacle(side)
+        reason = strategy._dp_obstacle(side)
         assert (reason is None) == (side in protected), (name, side, reason)
         assert reason is None or ". " not in reason  # one clause of the one-sentence refusal
     compressed = getattr(strategies, name)(**arguments, codec=strategies.QSGD(bits=4)) if protected else None
     if compressed is not None:  # every centralized strategy: compression makes the replies unclippable
-        assert "'compressed-update'" in compressed.dp_obstacle(SERVER)
+        assert "'compressed-update'" in compressed._dp_obstacle(SERVER)
 
 
 def dp(wrapper, strategy, clients: int = 2):

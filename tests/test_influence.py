@@ -185,7 +185,7 @@ def run_round(algorithm: str, share: float, hostile: dict | None):
         extra = to_record({k: np.full_like(v, hostile["record-scale"]) for k, v in records.weights.items()})
         replies.append(make_reply(sent[HONEST], records.shifted(hostile["scale"]), extra, metrics, hostile["drop-record"]))
     outcome = collect_replies(strategy, sent, replies)
-    arrays, round_metrics = strategy.aggregate_good(1, outcome.good)
+    arrays, round_metrics = strategy._aggregate_good(1, outcome.good)
     return from_record(arrays), dict(round_metrics), strategy, outcome.failures
 
 

@@ -99,4 +99,4 @@ def test_a_weight_equal_to_num_examples_is_used():
                reply(sent[1], 3.0, {"num-examples": 30, "weight": 30, "train-loss": 0.5})]
     outcome = collect_replies(strategy, sent, replies)
     assert len(outcome.good) == 2 and outcome.failures == []
-    assert strategy.aggregation_weights(outcome.good) == [10.0, 30.0]  # no cap: the plain weights
+    assert strategy._aggregation_weights(outcome.good) == [10.0, 30.0]  # no cap: the plain weights

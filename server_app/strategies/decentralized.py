@@ -65,9 +65,9 @@ class DFedSAM(DecentralizedRelay):
                          min_available_nodes=min_available_nodes)
         self.sam_rho = sam_rho
 
-    def client_config(self) -> dict[str, Scalar]:
+    def _client_config(self) -> dict[str, Scalar]:
         """The relay's node settings and SAM's radius, "sam-rho"."""
-        return {**super().client_config(), "sam-rho": self.sam_rho}
+        return {**super()._client_config(), "sam-rho": self.sam_rho}
 
 
 @documented
@@ -101,6 +101,6 @@ class OledFL(DecentralizedRelay):
                          min_available_nodes=min_available_nodes)
         self.sam, self.ole_beta, self.sam_rho = sam, ole_beta, sam_rho
 
-    def client_config(self) -> dict[str, Scalar]:
+    def _client_config(self) -> dict[str, Scalar]:
         """The relay's node settings, "ole-beta" and (OledFL-SAM) "sam-rho"."""
-        return {**super().client_config(), "ole-beta": self.ole_beta, **({"sam-rho": self.sam_rho} if self.sam else {})}
+        return {**super()._client_config(), "ole-beta": self.ole_beta, **({"sam-rho": self.sam_rho} if self.sam else {})}

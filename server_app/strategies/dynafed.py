@@ -77,7 +77,7 @@ class DynaFed(TrajectoryStrategy):
         self.batch_size = batch_size
 
 
-    def after_aggregation(self, new: Weights) -> Weights:
+    def _after_aggregation(self, new: Weights) -> Weights:
         if self.synthetic is None or self.dynafed_epochs == 0:
             return new
         x, y = self.synthetic

@@ -122,20 +122,20 @@ class FedDDPMPlus(FedDDPM):
         self._grid = grid  # the nodes' feature sums are asked for at the first QuickTest
         return super().configure_train(server_round, arrays, config, grid)
 
-    def state_meta(self) -> dict[str, Any]:
-        return {**super().state_meta(), "quicktest-average": self.quicktest_average, "stopped-at": self.stopped_at,
+    def _state_meta(self) -> dict[str, Any]:
+        return {**super()._state_meta(), "quicktest-average": self.quicktest_average, "stopped-at": self.stopped_at,
                 "stop-reason": self.stop_reason}
 
-    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
-        super().load_state_meta(meta)
+    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
+        super()._load_state_meta(meta)
         self.quicktest_average = meta.get("quicktest-average")
         self.stopped_at = meta.get("stopped-at")
         self.stop_reason = str(meta.get("stop-reason", ""))
 
-    def stop_requested(self) -> bool:
+    def _stop_requested(self) -> bool:
         return self.stopped_at is not None
 
-    def oneshot_rate(self) -> float:
+    def _oneshot_rate(self) -> float:
         """The one-shot correction's rate: `oneshot_lr`, else the clients' lr of `start()`'s `train_config`, else
         the config's `lr` (Algorithm 2 trains it at the clients' zeta)."""
         if self.oneshot_lr:
@@ -144,7 +144,7 @@ class FedDDPMPlus(FedDDPM):
             return float(self.train_config["lr"])
         return self.lr_schedule(1) if self.lr_schedule is not None else DEFAULTS.lr  # fedsynth's app: the run's lr
 
-    def reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:
+    def _reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:
         """QuickTest's reference: A's features, or the nodes' pooled features (`quicktest-reference`), asked once."""
         if self.quicktest_reference == "clients":
             if self.feature_reference is None:  # built without fedsynth's app: its own, with start()'s timeout
@@ -156,7 +156,7 @@ class FedDDPMPlus(FedDDPM):
             self._aux_stats = extractor.stats(self.auxiliary)
         return self._aux_stats
 
-    def quicktest_score(self, weights: Weights) -> float:
+    def _quicktest_score(self, weights: Weights) -> float:
         """FID of `quicktest-size` samples of the model against QuickTest's reference statistics."""
         model = make_model(self.task)
         load_weights(model, weights)
@@ -164,13 +164,13 @@ class FedDDPMPlus(FedDDPM):
         images = sample(model, self.sampler, self.quicktest_size, image_shape(self.task),
                         seeded_generator(self.seed, self._round, 0, _QUICKTEST_STREAM), self.device)
         extractor = make_extractor(self.fid_features, self.task.dataset, image_shape(self.task)[1], self.task.data_dir, self.cache_dir, self.device, channels=image_shape(self.task)[0])
-        return extractor.fid(images, self.reference_stats(extractor))
+        return extractor.fid(images, self._reference_stats(extractor))
 
-    def after_aggregation(self, weights: Weights) -> Weights:
+    def _after_aggregation(self, weights: Weights) -> Weights:
         last = self._round == self.num_rounds  # start()'s num_rounds rules (fedsynth's app passes num-server-rounds)
         if self.auxiliary is not None and quicktest_due(self._round, self.quicktest_every):
             start = time.monotonic()
-            score = self.quicktest_score(weights)
+            score = self._quicktest_score(weights)
             fired, self.quicktest_average = quicktest(self.quicktest_average, score, self.quicktest_gamma,
                                                       self.quicktest_threshold)
             self._round_metrics.update({"quicktest-fid": score, "quicktest-time": time.monotonic() - start})
@@ -183,8 +183,8 @@ class FedDDPMPlus(FedDDPM):
         if self.stop_reason == "quicktest" or last:
             self.stop_reason = self.stop_reason or "last-round"
             self.stopped_at = self._round
-            return self.correct(weights, self.oneshot_epochs, self.oneshot_rate())
+            return self._correct(weights, self.oneshot_epochs, self._oneshot_rate())
         return weights
 
-    def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return {**super().run_summary(rounds), "stopped-at-round": self.stopped_at, "stop-reason": self.stop_reason}
+    def _run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return {**super()._run_summary(rounds), "stopped-at-round": self.stopped_at, "stop-reason": self.stop_reason}

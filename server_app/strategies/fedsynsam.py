@@ -107,19 +107,19 @@ class TrajectoryStrategy(FedAvg):
         self.server_round = 0
 
     # ----- what subclasses change ---------------------------------------------------
-    def after_aggregation(self, new: Weights) -> Weights:
+    def _after_aggregation(self, new: Weights) -> Weights:
         """A server-side step on the aggregated model (DynaFed trains on D_syn); none here."""
         return new
 
     # ----- trajectory and distillation ------------------------------------------------
-    def distil(self) -> None:
+    def _distil(self) -> None:
         """Learn D_syn from the trajectory (or take the real-image oracle); its matching losses go into this round's metrics."""
         start = time.monotonic()
         info = run_dataset_info(self.task)
         settings = DistillSettings.resolved(info.channels == 1, **self.distillation)
         device = resolve_device(self.device)
         if self.synthetic_source == REAL_ORACLE:
-            result = real_oracle(make_model(self.task), self.trajectory, *self.real_images(info.num_classes),
+            result = real_oracle(make_model(self.task), self.trajectory, *self._real_images(info.num_classes),
                                  settings, device)
         else:
             result = distill(make_model(self.task), self.trajectory, info.num_classes, info.shape, settings, device)
@@ -133,7 +133,7 @@ class TrajectoryStrategy(FedAvg):
         }
         self._round_metrics.update(self.distill_report)
 
-    def real_images(self, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    def _real_images(self, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
         """`synthetic-source = real-oracle` (a diagnostic): synthetic-ipc training images per class as model input.
 
         The server reads the training split here, which breaks the federated premise that it holds no
@@ -144,14 +144,14 @@ class TrajectoryStrategy(FedAvg):
         x, y = as_tensors(arrays.x_train[index], arrays.y_train[index], self.task.dataset, torch.device("cpu"))
         return x.numpy(), y.numpy()
 
-    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        new = super().server_step(mean_delta, replies)
+    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        new = super()._server_step(mean_delta, replies)
         if self.synthetic is None and len(self.trajectory) <= self.trajectory_rounds:
             self.trajectory.append(new)
             if len(self.trajectory) == self.trajectory_rounds + 1:
-                self.distil()
-        new = self.after_aggregation(new)
-        self.previous_update = self.parameter_change(new)
+                self._distil()
+        new = self._after_aggregation(new)
+        self.previous_update = self._parameter_change(new)
         return new
 
     # ----- Strategy API -----------------------------------------------------------
@@ -162,20 +162,20 @@ class TrajectoryStrategy(FedAvg):
             self.trajectory.append(dict(self.current))  # w^0
         return messages
 
-    def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
         self._round_metrics = {}
         if self.diagnostic is not None and replies:
             self._round_metrics.update(self.diagnostic.measure(
-                self.current, [self.partition_of(r) for r in replies], self.previous_update, self.synthetic,
+                self.current, [self._partition_of(r) for r in replies], self.previous_update, self.synthetic,
             ))
-        arrays, metrics = super().aggregate_good(server_round, replies)
+        arrays, metrics = super()._aggregate_good(server_round, replies)
         if metrics is None or not self._round_metrics:
             return arrays, metrics
         return arrays, MetricRecord({**dict(metrics), **self._round_metrics})
 
     # ----- checkpoint hooks ---------------------------------------------------------
-    def state_arrays(self) -> dict[str, Weights]:
+    def _state_arrays(self) -> dict[str, Weights]:
         groups: dict[str, Weights] = {f"{_TRAJECTORY}{i:05d}": w for i, w in enumerate(self.trajectory)}
         if self.synthetic is not None:
             groups["synthetic"] = {"x": self.synthetic[0], "y": self.synthetic[1]}
@@ -183,16 +183,16 @@ class TrajectoryStrategy(FedAvg):
             groups["previous-update"] = self.previous_update
         return groups
 
-    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         self.trajectory = [dict(groups[k]) for k in sorted(k for k in groups if k.startswith(_TRAJECTORY))]
         synthetic = groups.get("synthetic")
         self.synthetic = (synthetic["x"], synthetic["y"]) if synthetic is not None else None
         self.previous_update = groups.get("previous-update")
 
-    def state_meta(self) -> dict[str, Any]:
+    def _state_meta(self) -> dict[str, Any]:
         return {"distill": dict(self.distill_report)}
 
-    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
+    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
         self.distill_report = dict(meta.get("distill", {}))
 
     def summary(self) -> None:
@@ -213,12 +213,12 @@ class FedSynSAM(TrajectoryStrategy):
     reply_metrics = {"synthetic-examples": ("int >= 0, how many synthetic examples the node holds (optional; "
                                             "the server re-sends 'synthetic-data' until it is > 0)")}
 
-    def dp_obstacle(self, side: str) -> str | None:
+    def _dp_obstacle(self, side: str) -> str | None:
         """Client-side clipping's mod also refuses the train message that carries 'synthetic-data'."""
         if side == "client-side" and self.codec.method == "none":
             return ("Flower's client-side clipping mod refuses a train message with more array records than the model, "
                     "and this strategy sends 'synthetic-data' with it")
-        return super().dp_obstacle(side)
+        return super()._dp_obstacle(side)
 
     def __init__(self, *, trajectory_rounds: int = DEFAULTS.trajectory_rounds,
                           synthetic_ipc: int = DEFAULTS.synthetic_ipc,
@@ -265,12 +265,12 @@ class FedSynSAM(TrajectoryStrategy):
         # partitions whose node reported holding D_syn; the others get it with their next message
         self.synthetic_holders: set[int] = set()
 
-    def client_config(self) -> dict[str, Scalar]:
+    def _client_config(self) -> dict[str, Scalar]:
         """The codec's and the node settings, and the nodes' SAM rule: "sam-rho", "synsam-beta", "synsam-mix"."""
-        return {**super().client_config(), "sam-rho": self.sam_rho, "synsam-beta": self.synsam_beta,
+        return {**super()._client_config(), "sam-rho": self.sam_rho, "synsam-beta": self.synsam_beta,
                 "synsam-mix": self.synsam_mix}
 
-    def synthetic_record(self) -> ArrayRecord:
+    def _synthetic_record(self) -> ArrayRecord:
         """D_syn as it travels: float32 images `x` (model input space) and int64 labels `y`."""
         assert self.synthetic is not None
         return to_record({"x": self.synthetic[0], "y": self.synthetic[1]})
@@ -279,31 +279,31 @@ class FedSynSAM(TrajectoryStrategy):
         messages = list(super().configure_train(server_round, arrays, config, grid))
         if self.synthetic is None:
             return messages
-        record = self.synthetic_record()
+        record = self._synthetic_record()
         partition_of_node = {n.node_id: n.partition_id for n in self.nodes}
         for message in messages:
             if partition_of_node[message.metadata.dst_node_id] not in self.synthetic_holders:
                 message.content[SYNTHETIC_DATA] = record
         return messages
 
-    def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
-        holding = [self.partition_of(r) for r in replies
+        holding = [self._partition_of(r) for r in replies
                    if r.content.metric_records["metrics"].get("synthetic-examples", 0) > 0]
         self.synthetic_holders.update(holding)
-        arrays, metrics = super().aggregate_good(server_round, replies)
+        arrays, metrics = super()._aggregate_good(server_round, replies)
         if metrics is None or self.synthetic is None:
             return arrays, metrics
         # how many of this round's nodes trained with D_syn (read from their state, or just received)
         return arrays, MetricRecord({**dict(metrics), "synthetic-holders": len(holding)})
 
-    def on_resume(self) -> None:
-        super().on_resume()
+    def _on_resume(self) -> None:
+        super()._on_resume()
         self.synthetic_holders = set()  # resumed nodes may start with empty state: send D_syn again
 
-    def state_meta(self) -> dict[str, Any]:
-        return {**super().state_meta(), "synthetic-holders": sorted(self.synthetic_holders)}
+    def _state_meta(self) -> dict[str, Any]:
+        return {**super()._state_meta(), "synthetic-holders": sorted(self.synthetic_holders)}
 
-    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
-        super().load_state_meta(meta)
+    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
+        super()._load_state_meta(meta)
         self.synthetic_holders = set(meta.get("synthetic-holders", []))

@@ -52,9 +52,9 @@ class FedProx(FedAvg):
                          weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.proximal_mu = proximal_mu
 
-    def client_config(self) -> dict[str, Scalar]:
+    def _client_config(self) -> dict[str, Scalar]:
         """FedAvg's settings and what the nodes' rule reads: "proximal-mu"."""
-        return {**super().client_config(), "proximal-mu": self.proximal_mu}
+        return {**super()._client_config(), "proximal-mu": self.proximal_mu}
 
 
 @documented
@@ -88,9 +88,9 @@ class MOON(FedAvg):
         self.moon_mu = moon_mu
         self.moon_tau = moon_tau
 
-    def client_config(self) -> dict[str, Scalar]:
+    def _client_config(self) -> dict[str, Scalar]:
         """FedAvg's settings and what the nodes' rule reads: "moon-mu", "moon-tau"."""
-        return {**super().client_config(), "moon-mu": self.moon_mu, "moon-tau": self.moon_tau}
+        return {**super()._client_config(), "moon-mu": self.moon_mu, "moon-tau": self.moon_tau}
 
 
 @documented
@@ -122,9 +122,9 @@ class FedSAM(FedAvg):
                          weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.sam_rho = sam_rho
 
-    def client_config(self) -> dict[str, Scalar]:
+    def _client_config(self) -> dict[str, Scalar]:
         """FedAvg's settings and what the nodes' rule reads: "sam-rho"."""
-        return {**super().client_config(), "sam-rho": self.sam_rho}
+        return {**super()._client_config(), "sam-rho": self.sam_rho}
 
 
 @documented
@@ -157,9 +157,9 @@ class FedCOG(FedAvg):
                          weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.cog_start_round = cog_start_round
 
-    def client_config(self) -> dict[str, Scalar]:
+    def _client_config(self) -> dict[str, Scalar]:
         """FedAvg's settings and what the nodes' rule reads: "cog-start-round"."""
-        return {**super().client_config(), "cog-start-round": self.cog_start_round}
+        return {**super()._client_config(), "cog-start-round": self.cog_start_round}
 
 
 @documented
@@ -193,9 +193,9 @@ class MoFedSAM(PreviousUpdateStrategy):
         self.sam_rho = sam_rho
         self.mofedsam_alpha = mofedsam_alpha
 
-    def client_config(self) -> dict[str, Scalar]:
+    def _client_config(self) -> dict[str, Scalar]:
         """PreviousUpdateStrategy's settings and what the nodes' rule reads: "sam-rho", "mofedsam-alpha"."""
-        return {**super().client_config(), "sam-rho": self.sam_rho, "mofedsam-alpha": self.mofedsam_alpha}
+        return {**super()._client_config(), "sam-rho": self.sam_rho, "mofedsam-alpha": self.mofedsam_alpha}
 
 
 @documented
@@ -229,6 +229,6 @@ class FedGamma(Scaffold):
                          min_available_nodes=min_available_nodes)
         self.sam_rho = sam_rho
 
-    def client_config(self) -> dict[str, Scalar]:
+    def _client_config(self) -> dict[str, Scalar]:
         """Scaffold's settings and what the nodes' rule reads: "sam-rho"."""
-        return {**super().client_config(), "sam-rho": self.sam_rho}
+        return {**super()._client_config(), "sam-rho": self.sam_rho}

@@ -20,18 +20,18 @@ class PreviousUpdateStrategy(FedAvg):
 
     previous_update: Weights | None = None
 
-    def state_arrays(self) -> dict[str, Weights]:
+    def _state_arrays(self) -> dict[str, Weights]:
         return {"previous-update": self.previous_update} if self.previous_update is not None else {}
 
-    def load_state_arrays(self, groups) -> None:
+    def _load_state_arrays(self, groups) -> None:
         self.previous_update = groups.get("previous-update")
 
-    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         if self.previous_update is None:
             return {}
         return {PREVIOUS_UPDATE: to_record(self.previous_update)}
 
-    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        new = super().server_step(mean_delta, replies)
-        self.previous_update = self.parameter_change(new)
+    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        new = super()._server_step(mean_delta, replies)
+        self.previous_update = self._parameter_change(new)
         return new
