@@ -143,7 +143,7 @@ class FedAvg(RoundStrategy):
 
         The names given as `parameter_names` (fedsynth's app gives the run's model's `named_parameters`) when
         the global model has them all; otherwise (none given, or another model) torch's naming of normalisation
-        statistics decides from the arrays alone (`common.records._parameter_names`).
+        statistics decides from the arrays alone (`common.records.parameter_names`).
         """
         if getattr(self, "_trainable_cache", None) is None:
             declared = self._declared_parameter_names
