@@ -51,6 +51,7 @@ PUBLIC_CASES = [
     (strategies.Scaffold, "scaffold", {}),
     (strategies.MoFedSAM, "mofedsam", {}),
     (strategies.FedLESAM, "fedlesam", {}),
+    (strategies.FedLESAMS, "fedlesam-s", {}),
     (strategies.FedLESAMD, "fedlesam-d", {}),
     (strategies.FedSMOO, "fedsmoo", {}),
     (strategies.DynaFed, "dynafed", {}),
