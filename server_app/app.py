@@ -47,7 +47,7 @@ def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
         strategy.rejoin = partial(joined_nodes, cfg=cfg)  # a site that restarts under a new id, or joins late
         # a node refused at the handshake for what it claimed stays refused; one that was lost (an error, a
         # timeout) may still join late
-        strategy.refuse_nodes(int(f["node"]) for f in failures
+        strategy._refuse_nodes(int(f["node"]) for f in failures
                               if isinstance(f.get("node"), int) and not is_transient(str(f.get("reason", ""))))
         return run_strategy(grid, cfg, strategy, results)
 

@@ -41,7 +41,7 @@ the first time mid-run. `joined_nodes` asks every node id the table lacks the
 same question: a new id that holds the partition (or site) of a node that is
 gone takes over that node's table entry; one that holds a partition (or site)
 the table lacks gets an entry of its own, and the strategy takes it in from
-its next round where the algorithm allows it (`RoundStrategy.late_join_refusal`;
+its next round where the algorithm allows it (`RoundStrategy._late_join_refusal`;
 the decentralized relay refuses, naming the site). `RoundStrategy.rejoin`
 holds this question.
 """

@@ -79,7 +79,7 @@ class RunRecorder:
         if self.results.resuming:
             weights, done = self._resume(weights)
             self.finished = self.last_checkpoint = done
-            if self.strategy.stop_requested():  # it had finished (FedDDPM+): a resume must not train on
+            if self.strategy._stop_requested():  # it had finished (FedDDPM+): a resume must not train on
                 log(INFO, "the checkpointed run had already stopped at round %d; nothing left to run", done)
         self.weights = weights
         self.started = time.monotonic()
@@ -100,7 +100,7 @@ class RunRecorder:
         except (KeyError, TypeError, ValueError, AttributeError) as err:  # nothing is written yet: refuse cleanly
             raise CheckpointError(f"checkpoint {results.path} holds a strategy state {type(strategy).__name__} cannot "
                                   f"use ({type(err).__name__}: {err}); delete it to start over") from None
-        problem = strategy.check_restored(template)
+        problem = strategy._check_restored(template)
         if problem:
             raise CheckpointError(problem)
         results.restore_rounds(ckpt.metrics)
@@ -138,7 +138,7 @@ class RunRecorder:
         if self.evaluator is not None and (is_last or (self.cfg.eval_every and server_round % self.cfg.eval_every == 0)):
             central["central-loss"], central["central-accuracy"] = self.evaluator.evaluate(self.weights)
             record.update(central)
-        stopping = self.strategy.stop_requested()  # FedDDPM+ ends after its one-shot correction
+        stopping = self.strategy._stop_requested()  # FedDDPM+ ends after its one-shot correction
         if self.diffusion is not None:
             record.update(self.diffusion.after_round(server_round, self.weights, is_last or stopping))
         now = time.monotonic()
@@ -224,7 +224,7 @@ class RunRecorder:
             summary["final-central-accuracy"] = central[-1]["central-accuracy"]
             summary["final-central-loss"] = central[-1]["central-loss"]
             summary["best-central-accuracy"] = max(r["central-accuracy"] for r in central)
-        summary.update(strategy.run_summary(results.rounds))
+        summary.update(strategy._run_summary(results.rounds))
         if ALGORITHMS[cfg.algorithm].decentralized:
             summary.update(decentralized_summary(cfg, results.rounds))
         if self.diffusion is not None:
@@ -232,7 +232,7 @@ class RunRecorder:
         conclude(summary, results, weights)
         # a DDPM has no local test accuracy: the nodes evaluate classifiers only
         if self.diffusion is None:
-            final = strategy.evaluate_on_every_node(grid, to_record(weights), cfg.num_server_rounds, cfg.round_timeout,
+            final = strategy._evaluate_on_every_node(grid, to_record(weights), cfg.num_server_rounds, cfg.round_timeout,
                                                     cfg.reply_poll_interval)
             if final is not None:
                 summary.update({f"final-{key}": value for key, value in dict(final).items()})

@@ -1,13 +1,14 @@
 """Server-side registry: server-rule name -> strategy class, algorithm name -> strategy class, and the one
 function that builds a run's strategy from its run config.
 
-The algorithms and the server rule each uses are common/algorithm_table.py's table; this module is the
+The algorithms and the strategy class each uses are common/algorithm_table.py's table; this module is the
 server's half of it. Adding an algorithm on the server side means adding its row there and, if its
-server rule is new, one strategy module under `strategies/` and one entry in `SERVER_RULES`.
+class is new, the class under `strategies/` and one entry in `strategies/catalog.py`.
 
 A strategy is built from its own typed keyword parameters, each named after the run-config key it mirrors
 (server_app/strategies/parameters.py), so `build_strategy` reads each of the class's parameters from the run
-config under its own name; the few that are not run-config keys say here where they come from. What
+config under its own name; the few that are not run-config keys (the grouped values: the codec, bounded
+influence, the aggregation, the server's task) say here where they come from. What
 fedsynth's app adds around the algorithm (the nodes' kept models for resume, FID's reference from the nodes'
 feature sums, the perturbation diagnostic) is attached here too, so the strategies never see a run config.
 """
@@ -22,7 +23,8 @@ import torch
 
 from common.algorithm_table import ALGORITHMS
 from common.records import module_parameter_names
-from common.run.client_settings import rule_settings
+from common.run.aggregation import aggregation_of, bounded_influence_of
+from common.run.codecs import codec_of
 from common.run.config import RunConfig
 from common.run.task import make_model, task_of
 from server_app.fid_reference import ClientFeatureReference
@@ -30,39 +32,12 @@ from server_app.perturbation import PerturbationDiagnostic
 from server_app.strategies.base import RoundStrategy
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.node_models import NodeModels, kept_model_keys
-from server_app.strategies.relay import DecentralizedRelay
-from server_app.strategies.fedavg import FedAvgStrategy
-from server_app.strategies.fedavgm import FedAvgMStrategy
-from server_app.strategies.fedddpm import FedDDPMStrategy
-from server_app.strategies.fedddpm_plus import FedDDPMPlusStrategy
-from server_app.strategies.previous_update import PreviousUpdateStrategy
-from server_app.strategies.scaffold import ScaffoldStrategy
-from server_app.strategies.dynafed import DynaFedStrategy
-from server_app.strategies.fedsynsam import FedSynSAMStrategy
-from server_app.strategies.sam_baselines import (
-    FedLESAMDStrategy, FedLESAMSStrategy, FedLESAMStrategy, FedSMOOStrategy,
-)
+from server_app.strategies.catalog import STRATEGY_CLASSES
 
-# the server rules by the names common/algorithm_table.py's `Algorithm.server` uses
-SERVER_RULES: dict[str, type[FedAvgStrategy] | type[DecentralizedRelay]] = {
-    "fedavg": FedAvgStrategy,
-    "fedavgm": FedAvgMStrategy,
-    "scaffold": ScaffoldStrategy,
-    "previous-update": PreviousUpdateStrategy,
-    "relay": DecentralizedRelay,  # decentralized FL (issue 6): the ServerApp only relays
-    "fedlesam": FedLESAMStrategy,
-    "fedsynsam": FedSynSAMStrategy,
-    "dynafed": DynaFedStrategy,
-    "fedlesam-s": FedLESAMSStrategy,
-    "fedlesam-d": FedLESAMDStrategy,
-    "fedsmoo": FedSMOOStrategy,
-    "fedddpm": FedDDPMStrategy,
-    "fedddpm+": FedDDPMPlusStrategy,
-}
-
-# algorithm -> its server's strategy class, in the table's order
-SERVER_STRATEGIES: dict[str, type[FedAvgStrategy] | type[DecentralizedRelay]] = {
-    name: SERVER_RULES[algorithm.server] for name, algorithm in ALGORITHMS.items()
+# algorithm -> its strategy class (common/algorithm_table.py's `strategy`), in the table's order: the class
+# `fedsynth.strategies` exports under the same name
+SERVER_STRATEGIES: dict[str, type[RoundStrategy]] = {
+    name: STRATEGY_CLASSES[algorithm.strategy] for name, algorithm in ALGORITHMS.items()
 }
 
 
@@ -90,9 +65,13 @@ def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) 
         "fraction_evaluate": lambda: 0.0,
         "nodes": lambda: nodes,
         "lr_schedule": lambda: partial(decayed_lr, cfg.lr, cfg.lr_decay),
-        "node_settings": lambda: rule_settings(cfg),
+        "node_settings": lambda: None,  # each class sends its algorithm's settings itself
         "parameter_names": lambda: run_parameter_names(cfg),
         "task": lambda: task_of(cfg),
+        "aggregation": lambda: aggregation_of(cfg),
+        "bounded_influence": lambda: bounded_influence_of(cfg),
+        "codec": lambda: codec_of(cfg),
+        "sam": lambda: "sam-rho" in ALGORITHMS[cfg.algorithm].client_keys,  # OledFL-SAM
     }
     arguments: dict[str, Any] = {}
     for name in inspect.signature(cls).parameters:

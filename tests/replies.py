@@ -11,6 +11,6 @@ def collect_replies(strategy, sent: list[Message], replies: list[Message]) -> Si
     """The strategy's split of `replies` to `sent` into good replies and failures (round_report's)."""
     strategy._sent = list(sent)
     strategy.round_report = {"round": 1, "sampled": len(sent)}
-    outcome = strategy.collect(replies)
+    outcome = strategy._collect(replies)
     return SimpleNamespace(good=[reply for _, reply in outcome.good], failures=outcome.failures,
                            uplink_bytes=outcome.uplink_bytes)

@@ -18,7 +18,7 @@ from common.records import from_record, to_record
 from server_app.registry import SERVER_STRATEGIES, build_strategy
 from common.records import check_weights
 from server_app.strategies.node_table import sample_nodes
-from server_app.strategies.fedavg import FedAvgStrategy, weighted_mean
+from server_app.strategies.fedavg import FedAvg, weighted_mean
 from server_app.strategies.node_table import NodeInfo
 
 
@@ -43,11 +43,11 @@ def arr(*values: float) -> np.ndarray:
     return np.array(values, dtype=np.float32)
 
 
-def start_round(strategy: FedAvgStrategy, weights: dict, server_round: int = 1) -> list[Message]:
+def start_round(strategy: FedAvg, weights: dict, server_round: int = 1) -> list[Message]:
     return list(strategy.configure_train(server_round, to_record(weights), ConfigRecord({"x": 1}), None))
 
 
-def node_of(strategy: FedAvgStrategy, msg: Message) -> NodeInfo:
+def node_of(strategy: FedAvg, msg: Message) -> NodeInfo:
     return next(n for n in strategy.nodes if n.node_id == msg.metadata.dst_node_id)
 
 
@@ -171,7 +171,7 @@ def test_check_weights_reports_problem_with_array_name(received: dict, words: li
 W0 = {"w": arr(1, 1), "b": arr(0)}
 
 
-def fedavg_round(strategy: FedAvgStrategy, updates: dict[int, tuple[dict, int]], server_round: int = 1):
+def fedavg_round(strategy: FedAvg, updates: dict[int, tuple[dict, int]], server_round: int = 1):
     """Start a round and answer it: {partition id: (local weights, num-examples)}."""
     messages = start_round(strategy, strategy.current or W0, server_round)
     replies = []
@@ -180,7 +180,7 @@ def fedavg_round(strategy: FedAvgStrategy, updates: dict[int, tuple[dict, int]],
         weights, count = updates[pid]
         replies.append(make_reply(msg, weights, count, pid, train_loss=float(pid + 1)))
     for reply in replies:
-        assert strategy.check_reply(reply) is None
+        assert strategy._check_reply(reply) is None
     return strategy.aggregate_train(server_round, replies)
 
 
@@ -313,7 +313,7 @@ def test_scaffold_server_control_uses_federation_size() -> None:
         for i, (msg, d) in enumerate(zip(messages, deltas))
     ]
     for reply in replies:
-        assert strategy.check_reply(reply) is None
+        assert strategy._check_reply(reply) is None
     record, _ = strategy.aggregate_train(1, replies)
     # c = 0 + (1/4) * ([1, 2] + [3, -2]) = [1, 0];  b: (1/4) * 4 = 1   (not 1/2 * ...)
     np.testing.assert_allclose(strategy.control["w"], [1.0, 0.0])
@@ -330,9 +330,9 @@ def test_scaffold_rejects_missing_or_bad_control_delta() -> None:
     strategy = build_strategy(cfg_of(algorithm="scaffold"), make_nodes(1))
     (msg,) = start_round(strategy, W0)
     missing = make_reply(msg, W0, 5, 0)
-    assert SCAFFOLD_CONTROL_DELTA in strategy.check_reply(missing)
+    assert SCAFFOLD_CONTROL_DELTA in strategy._check_reply(missing)
     bad = make_reply(msg, W0, 5, 0, extra={SCAFFOLD_CONTROL_DELTA: to_record({"w": arr(np.nan, 0), "b": arr(0)})})
-    problem = strategy.check_reply(bad)
+    problem = strategy._check_reply(bad)
     assert problem is not None and "'w'" in problem and SCAFFOLD_CONTROL_DELTA in problem
 
 
@@ -354,7 +354,7 @@ def test_check_reply_rejects_nan_array_naming_it() -> None:
     strategy = build_strategy(cfg_of(), make_nodes(1))
     (msg,) = start_round(strategy, W0)
     reply = make_reply(msg, {"w": arr(1, np.nan), "b": arr(0)}, 5, 0)
-    problem = strategy.check_reply(reply)
+    problem = strategy._check_reply(reply)
     assert problem is not None and "'w'" in problem and "non-finite" in problem
 
 
@@ -369,7 +369,7 @@ def test_check_reply_rejects_nan_array_naming_it() -> None:
 def test_check_reply_rejects_bad_replies(weights: dict, count: int, words: list[str]) -> None:
     strategy = build_strategy(cfg_of(), make_nodes(1))
     (msg,) = start_round(strategy, W0)
-    problem = strategy.check_reply(make_reply(msg, weights, count, 0))
+    problem = strategy._check_reply(make_reply(msg, weights, count, 0))
     assert problem is not None
     for word in words:
         assert word in problem
@@ -379,9 +379,9 @@ def test_check_reply_rejects_missing_records_and_float_count() -> None:
     strategy = build_strategy(cfg_of(), make_nodes(1))
     (msg,) = start_round(strategy, W0)
     no_metrics = Message(RecordDict({"arrays": to_record(W0)}), reply_to=msg)
-    assert "metrics" in strategy.check_reply(no_metrics)
+    assert "metrics" in strategy._check_reply(no_metrics)
     float_count = Message(RecordDict({"arrays": to_record(W0),
                                       "metrics": MetricRecord({"num-examples": 5.0})}), reply_to=msg)
-    assert "num-examples" in strategy.check_reply(float_count)
-    assert strategy.check_reply(make_reply(msg, W0, 5, 0)) is None
+    assert "num-examples" in strategy._check_reply(float_count)
+    assert strategy._check_reply(make_reply(msg, W0, 5, 0)) is None
     assert isinstance(to_record(W0), ArrayRecord)

@@ -4,8 +4,8 @@
 - client_app/updates.py: every algorithm has a client update function, and no other name has one;
 - the decentralized rules and the relay's algorithms are the table's decentralized rows;
 - the settings the train config carries are the table's client keys, under run-config names;
-- fedsynth.strategies: every public class runs the server class of the algorithms that name it, and every public
-  strategy class is named in the table.
+- fedsynth.strategies: the class the app builds for an algorithm is the class exported under the table's
+  `strategy` name (one class per algorithm), and every exported strategy class is named in the table.
 """
 
 from __future__ import annotations
@@ -20,14 +20,12 @@ from common.run.config import RunConfig, parse_run_config
 from common.algorithms.gossip import DECENTRALIZED_ALGORITHMS
 from fedsynth import strategies
 from server_app.strategies.relay import DecentralizedRelay
-from server_app.registry import SERVER_RULES, SERVER_STRATEGIES, build_strategy
+from server_app.registry import SERVER_STRATEGIES, build_strategy
 
 
 def test_the_server_half_covers_exactly_the_table() -> None:
     assert list(SERVER_STRATEGIES) == list(ALGORITHMS)
-    assert {algorithm.server for algorithm in ALGORITHMS.values()} == set(SERVER_RULES)
     for name, algorithm in ALGORITHMS.items():
-        assert SERVER_STRATEGIES[name] is SERVER_RULES[algorithm.server]
         assert issubclass(SERVER_STRATEGIES[name], DecentralizedRelay) == algorithm.decentralized, name
 
 
@@ -50,20 +48,18 @@ def test_the_client_keys_are_run_config_keys_and_travel_in_the_train_config() ->
         assert set(client_keys(name, algorithm.decentralized)) == expected
         cfg = parse_run_config({"algorithm": name, "model": "unet-small" if "ddpm" in name else "cnn"}, ALGORITHMS)
         strategy = build_strategy(cfg, [])
-        sent = strategy.node_settings if algorithm.decentralized else strategy.client_config()
-        assert set(sent) == expected, name
+        assert set(strategy._client_config()) == expected, name
 
 
-def test_every_public_class_runs_its_algorithms_server_class() -> None:
-    named = {algorithm.public_class for algorithm in ALGORITHMS.values() if algorithm.public_class}
+def test_the_class_the_app_builds_is_the_class_fedsynth_strategies_exports() -> None:
+    named = {algorithm.strategy for algorithm in ALGORITHMS.values()}
     classes = {name for name in strategies.__all__ if hasattr(getattr(strategies, name), "configure_train")}
     assert named == classes
     for name, algorithm in ALGORITHMS.items():
-        if algorithm.public_class:
-            public = getattr(strategies, algorithm.public_class)
-            assert issubclass(public, SERVER_STRATEGIES[name]), (name, public)
-            # its parameters include every setting its nodes read (it sends them in the train config)
-            parameters = set(inspect.signature(public).parameters)
-            assert {key.replace("-", "_") for key in algorithm.client_keys} <= parameters, name
-            if not algorithm.decentralized:  # and the uplink codec, with which it decodes the replies
-                assert {key.replace("-", "_") for key in CODEC_KEYS} <= parameters, name
+        exported = getattr(strategies, algorithm.strategy)
+        assert SERVER_STRATEGIES[name] is exported, name
+        # its parameters include every setting its nodes read (it sends them in the train config)
+        parameters = set(inspect.signature(exported).parameters)
+        assert {key.replace("-", "_") for key in algorithm.client_keys} <= parameters, name
+        if not algorithm.decentralized:  # and the uplink codec, with which it decodes the replies
+            assert "codec" in parameters, name

@@ -32,8 +32,8 @@ from fedsynth.client import (
 )
 from server_app.distillation import DistillSettings, distill, real_oracle
 from server_app.registry import SERVER_STRATEGIES
-from server_app.strategies.dynafed import DynaFedStrategy
-from server_app.strategies.fedsynsam import FedSynSAMStrategy
+from server_app.strategies.dynafed import DynaFed
+from server_app.strategies.fedsynsam import FedSynSAM
 
 STEPS = 3
 CLASSES = 4
@@ -257,25 +257,25 @@ TASK = ServerTask(model="tests.test_batchnorm_counts:tiny_bn_cnn", dataset="mnis
 
 
 def test_fedsynsams_distillation_keeps_its_stored_trajectory_and_initial_model() -> None:
-    strategy = FedSynSAMStrategy(task=TASK, trajectory_rounds=2, synthetic_ipc=1, distill_iterations=2,
+    strategy = FedSynSAM(task=TASK, trajectory_rounds=2, synthetic_ipc=1, distill_iterations=2,
                                  distill_inner_steps=1)
     strategy.trajectory = bn_trajectory()
     kept = copy.deepcopy(strategy.trajectory)
-    strategy.distil()
+    strategy._distil()
     assert strategy.synthetic is not None and strategy.synthetic[0].shape == (CLASSES, 1, SIDE, SIDE)
     assert_unchanged(strategy.trajectory, kept)
-    groups = strategy.state_arrays()  # what the checkpoint stores as trajectory-00000 ..
+    groups = strategy._state_arrays()  # what the checkpoint stores as trajectory-00000 ..
     assert int(groups["trajectory-00000"]["1.num_batches_tracked"]) == 0
 
 
 def test_dynafeds_server_training_counts_its_own_batches_and_leaves_its_input_alone() -> None:
-    strategy = DynaFedStrategy(task=TASK, trajectory_rounds=2, dynafed_epochs=2, dynafed_lr=1e-3, batch_size=3)
+    strategy = DynaFed(task=TASK, trajectory_rounds=2, dynafed_epochs=2, dynafed_lr=1e-3, batch_size=3)
     strategy.trajectory = bn_trajectory()
     kept = copy.deepcopy(strategy.trajectory)
     x, y = data(8, seed=3)
     strategy.synthetic = (x.numpy(), y.numpy())
     new = strategy.trajectory[-1]
-    trained = strategy.after_aggregation(new)
+    trained = strategy._after_aggregation(new)
     assert_unchanged(strategy.trajectory, kept)
     start = int(new["1.num_batches_tracked"])
     assert int(trained["1.num_batches_tracked"]) == start + 2 * 3  # 2 epochs of ceil(8 / 3) batches

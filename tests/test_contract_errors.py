@@ -43,7 +43,7 @@ def test_plain_a_missing_loss_names_the_metric_and_the_builder():
 
 @pytest.mark.parametrize("public", [strategies.FedSynSAM, strategies.FedAvg])
 def test_compressed_a_model_sent_as_arrays_is_told_to_send_the_compressed_update_and_the_buffers(public):
-    text = contract_error(public(compression="qsgd", bits=4), plain_reply)
+    text = contract_error(public(codec=strategies.QSGD(bits=4)), plain_reply)
     assert "reply lacks the 'compressed-update' record" in text
     assert '"compressed-update": the qsgd codec' in text and '"model-buffers"' in text and 'no "arrays"' in text
     assert "fedsynth.client.train_reply" in text
@@ -60,7 +60,7 @@ def test_compressed_buffers_inside_the_payload_are_told_where_buffers_go():
         return Message(RecordDict({"compressed-update": ArrayRecord({k: Array(v) for k, v in payload.items()}),
                                    "metrics": MetricRecord({"num-examples": 4, "train-loss": 0.5})}), reply_to=msg)
 
-    text = contract_error(strategies.FedAvg(compression="qsgd", bits=4), whole_state_compressed)
+    text = contract_error(strategies.FedAvg(codec=strategies.QSGD(bits=4)), whole_state_compressed)
     assert "bn.num_batches_tracked" in text and "\"model-buffers\": the model's buffers" in text
 
 
@@ -93,6 +93,6 @@ def test_fedddpm_s_failed_warmup_names_warmup_reply():
     def no_model(msg: Message, context: Context) -> Message:
         return Message(RecordDict({"metrics": MetricRecord({"num-examples": 4, "train-loss": 0.1})}), reply_to=msg)
 
-    strategy = strategies.FedDDPM(model="unet-small", image_size=8, diffusion_timesteps=20)
+    strategy = strategies.FedDDPM(task=strategies.ServerTask(model="unet-small", image_size=8, diffusion_timesteps=20))
     with pytest.raises(WarmupFailed, match=r"fedsynth\.client\.warmup_reply\(msg, model"):
         strategy.warmup(ClientAppGrid(2, no_model), model())

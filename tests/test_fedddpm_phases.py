@@ -3,8 +3,8 @@
 - from the outside: a Flower developer's own ClientApp functions (no fedsynth client code) answer the warm-up's
   train message; `start()` runs the warm-up once, before round 1, through one `grid.send_and_receive` with
   `warmup_timeout`, and the auxiliary set comes from their warm models; so does a wrapper's `start()`;
-- `configure_warmup`'s messages carry what the docs say (the initial model, `server-round` 0, `phase` "warmup");
-- `aggregate_warmup` reads Flower's template metric names, drops an error reply, a reply without the model, a mis-shaped model and a node that did not
+- `_configure_warmup`'s messages carry what the docs say (the initial model, `server-round` 0, `phase` "warmup");
+- `_aggregate_warmup` reads Flower's template metric names, drops an error reply, a reply without the model, a mis-shaped model and a node that did not
   answer, each with its reason, and raises WarmupFailed below `min_nodes`;
 - the `fid_stats` phase: `configure_fid_stats`' messages and `aggregate_fid_stats`' pooling and dropping.
 """
@@ -30,6 +30,7 @@ from server_app.diffusion_eval import run_extractor
 from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedddpm import WarmupFailed, auxiliary_count
+from common.run.task import ServerTask
 from tests.diffusion_tiny import TINY_DIFFUSION
 
 torch.set_num_threads(1)
@@ -37,6 +38,10 @@ torch.set_num_threads(1)
 # the server side of a tiny FedDDPM: the DDPM it samples the auxiliary set from and corrects on A
 TINY = {"model": "unet-small", "image_size": 8, "diffusion_timesteps": 20, "aux_sampler": "ddim", "ddim_steps": 5,
         "aux_fraction": 0.05, "correction_epochs": 1, "batch_size": 16, "warmup_timeout": 77.0}
+# the same as the class's parameters: the model and the data's shape are its task
+TASK_KEYS = ("model", "image_size", "diffusion_timesteps")
+SERVER = {"task": ServerTask(**{key: TINY[key] for key in TASK_KEYS}),
+          **{key: value for key, value in TINY.items() if key not in TASK_KEYS}}
 
 Answer = Callable[[Message, int], RecordDict]
 
@@ -96,7 +101,7 @@ def phase_of(message: Message) -> str | None:
 
 def test_a_developers_clientapp_answers_the_warmup_under_start() -> None:
     grid = DeveloperGrid(3)
-    strategy = strategies.FedDDPM(**TINY, fraction_evaluate=0.0, max_weight_share=1.0)
+    strategy = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0)
     initial = initial_model()
     result = strategy.start(grid, to_record(initial), num_rounds=2, timeout=30)
 
@@ -127,7 +132,7 @@ def test_a_flower_wrapper_runs_the_warmup_too() -> None:
     from tests.library_grid import passthrough_wrapper
 
     grid = DeveloperGrid(2)
-    inner = strategies.FedDDPM(**TINY, fraction_evaluate=0.0)
+    inner = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0)
     passthrough_wrapper(inner).start(grid, to_record(initial_model()), num_rounds=1, timeout=30)
     assert [[phase_of(m) for m in messages] for messages, _ in grid.sends()] == [["warmup"] * 2, [None] * 2]
     assert inner.phase_records[0]["answered"] == 2 and inner.auxiliary is not None
@@ -135,9 +140,9 @@ def test_a_flower_wrapper_runs_the_warmup_too() -> None:
 
 def test_a_restored_strategy_skips_the_warmup() -> None:
     grid = DeveloperGrid(2)
-    first = strategies.FedDDPM(**TINY, fraction_evaluate=0.0)
+    first = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0)
     result = first.start(grid, to_record(initial_model()), num_rounds=1, timeout=30)
-    resumed = strategies.FedDDPM(**TINY, fraction_evaluate=0.0)
+    resumed = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0)
     resumed.load_state_dict(first.state_dict())
     again = DeveloperGrid(2)
     resumed.start(again, result.arrays, num_rounds=2, timeout=30)
@@ -154,9 +159,9 @@ def warm_reply(message: Message, model: dict[str, np.ndarray] | None, metrics: d
 
 def test_configure_warmup_and_aggregate_warmup_by_hand() -> None:
     grid = DeveloperGrid(5)
-    strategy = strategies.FedDDPM(**TINY, fraction_evaluate=0.0, min_nodes=2, max_weight_share=1.0)
+    strategy = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0, min_nodes=2)
     initial = initial_model()
-    messages = list(strategy.configure_warmup(to_record(initial), grid))
+    messages = list(strategy._configure_warmup(to_record(initial), grid))
     assert [m.metadata.dst_node_id for m in messages] == sorted(grid.pids)  # one per node of the table
     assert all(m.metadata.message_type == MessageType.TRAIN and set(m.content) == {"arrays", "config"}
                and dict(m.content["config"]) == {"server-round": 0, "phase": "warmup", "warmup-epochs": 200,
@@ -173,11 +178,11 @@ def test_configure_warmup_and_aggregate_warmup_by_hand() -> None:
         # messages[4]'s node never answers
     ]
     with pytest.raises(WarmupFailed, match="only 1 node"):  # one warm model, min_nodes = 2
-        strategy.aggregate_warmup(replies)
+        strategy._aggregate_warmup(replies)
     assert strategy.auxiliary is None and not strategy.phase_records
 
     replies.append(warm_reply(messages[4], initial, {"num-examples": 20, "train_loss": 0.1}))  # the template's name
-    record = strategy.aggregate_warmup(replies)
+    record = strategy._aggregate_warmup(replies)
     reasons = {failure["node"]: failure["reason"] for failure in record["failures"]}
     node = [m.metadata.dst_node_id for m in messages]
     assert set(reasons) == {node[1], node[2], node[3]} and record["answered"] == 2 and record["sampled"] == 5
@@ -190,11 +195,11 @@ def test_configure_warmup_and_aggregate_warmup_by_hand() -> None:
 
 def test_a_node_that_never_answers_the_warmup_is_a_timeout() -> None:
     grid = DeveloperGrid(2)
-    strategy = strategies.FedDDPM(**TINY, fraction_evaluate=0.0)
-    messages = list(strategy.configure_warmup(to_record(initial_model()), grid))
+    strategy = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0)
+    messages = list(strategy._configure_warmup(to_record(initial_model()), grid))
     for message in messages:
         message.metadata.__dict__["_message_id"] = uuid4().hex
-    record = strategy.aggregate_warmup([warm_reply(messages[0], initial_model())])
+    record = strategy._aggregate_warmup([warm_reply(messages[0], initial_model())])
     assert [f["reason"] for f in record["failures"]] == ["timeout"] and record["answered"] == 1
 
 

@@ -15,7 +15,7 @@ from common.run.task import make_model
 from server_app.influence import capped_counts
 from server_app.registry import SERVER_STRATEGIES, build_strategy
 from server_app.strategies.fedddpm import auxiliary_count
-from server_app.strategies.fedddpm_plus import FedDDPMPlusStrategy, quicktest, quicktest_due
+from server_app.strategies.fedddpm_plus import FedDDPMPlus, quicktest, quicktest_due
 from tests.diffusion_tiny import TINY_DIFFUSION
 from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
@@ -92,7 +92,7 @@ def test_correction_is_the_ddpm_loss_on_the_auxiliary_set(fedddpm_run, tiny_data
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     start = model_weights(make_model(cfg, seeded=True))
     strategy._round = 7
-    corrected = strategy.correct(start, epochs=2, lr=cfg.correction_lr)
+    corrected = strategy._correct(start, epochs=2, lr=cfg.correction_lr)
 
     model = make_model(cfg)
     load_weights(model, start)
@@ -111,8 +111,8 @@ def test_checkpoint_keeps_the_auxiliary_set_and_a_resumed_run_skips_the_warmup(f
 
     _, results, strategy, _, raw = fedddpm_run
     restored = build_strategy(parse_run_config(raw, SERVER_STRATEGIES), strategy.nodes)
-    restored.load_state_arrays(strategy.state_arrays())
-    restored.load_state_meta(json.loads(json.dumps(strategy.state_meta())))
+    restored._load_state_arrays(strategy._state_arrays())
+    restored._load_state_meta(json.loads(json.dumps(strategy._state_meta())))
     np.testing.assert_array_equal(restored.auxiliary, strategy.auxiliary)
     assert restored.aux_counts == strategy.aux_counts
 
@@ -224,8 +224,8 @@ def test_quicktest_reference_from_clients_feature_sums_is_the_pooled_gaussian(tm
     np.testing.assert_allclose(pooled.cov, direct.cov, rtol=0, atol=1e-8)
 
     restored = build_strategy(cfg, strategy.nodes)
-    restored.load_checkpoint_arrays(strategy.checkpoint_arrays())
-    restored.load_state_meta(json.loads(json.dumps(strategy.state_meta())))
+    restored._load_checkpoint_arrays(strategy._checkpoint_arrays())
+    restored._load_state_meta(json.loads(json.dumps(strategy._state_meta())))
     np.testing.assert_array_equal(restored.feature_reference.stats.cov, pooled.cov)
     assert restored.feature_reference.stats.count == pooled.count
 
@@ -282,7 +282,7 @@ def test_fedddpm_plus_quicktests_at_rounds_1_and_3_with_every_2(tmp_path, tiny_d
     assert tested == [1, 3] and summary["stopped-at-round"] == 3 and summary["stop-reason"] == "quicktest"
 
 
-def _plus_strategy(tmp_path, tiny_data_dir, **extra) -> tuple[FedDDPMPlusStrategy, RunConfig]:
+def _plus_strategy(tmp_path, tiny_data_dir, **extra) -> tuple[FedDDPMPlus, RunConfig]:
     cfg = parse_run_config(diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm+", **{
         "num-server-rounds": 2, "quicktest-every": 0, "oneshot-epochs": 1, **extra}), SERVER_STRATEGIES)
     strategy = build_strategy(cfg, [])
@@ -310,7 +310,7 @@ def test_the_one_shot_correction_runs_at_the_clients_learning_rate(tmp_path, tin
     assert cfg.correction_lr != expected
     start = model_weights(make_model(cfg, seeded=True))
     strategy._round = 2  # the last round: QuickTest never fired, so the one-shot correction runs now
-    corrected = strategy.after_aggregation(start)
+    corrected = strategy._after_aggregation(start)
     assert rates == [expected] and strategy._round_metrics["correction-lr"] == expected
     assert strategy.stop_reason == "last-round" and any(not np.array_equal(corrected[k], start[k]) for k in start)
 
@@ -325,7 +325,7 @@ def test_fedddpm_corrects_at_the_correction_rate(tmp_path, tiny_data_dir, monkey
     cfg = parse_run_config(diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm"), SERVER_STRATEGIES)
     strategy = build_strategy(cfg, [])
     strategy.auxiliary = np.zeros((4, 1, 8, 8), dtype=np.float32)
-    strategy.after_aggregation(model_weights(make_model(cfg, seeded=True)))
+    strategy._after_aggregation(model_weights(make_model(cfg, seeded=True)))
     assert rates == [cfg.correction_lr] == [5e-5]
 
 

@@ -86,7 +86,7 @@ def weights(record: ArrayRecord) -> np.ndarray:
 
 def test_a_template_clientapp_runs_with_fedsynths_fedavg():
     grid = FunctionGrid(2)
-    strategy = strategies.FedAvg(max_weight_share=1.0, max_update_norm_ratio=0.0)  # the plain weighted mean
+    strategy = strategies.FedAvg()  # the plain weighted mean
     result = strategy.start(grid, initial(), num_rounds=2, timeout=10, train_config=ConfigRecord({"lr": 0.1}))
 
     # counts 10 and 20: (0.1 * 10 + 0.2 * 20) / 30 per round
@@ -104,7 +104,7 @@ def test_weighted_by_key_names_the_weighing_metric():
         content["metrics"] = MetricRecord({**dict(content["metrics"]), "examples": 10 * (pid + 1)})  # 10 and 20
         return content
 
-    strategy = strategies.FedAvg(weighted_by_key="examples", max_weight_share=1.0, max_update_norm_ratio=0.0)
+    strategy = strategies.FedAvg(weighted_by_key="examples")
     result = strategy.start(FunctionGrid(2, train=train), initial(), num_rounds=1, timeout=10)
     np.testing.assert_allclose(weights(result.arrays), np.full(3, (0.1 * 10 + 0.2 * 20) / 30), rtol=1e-6)
     assert result.train_metrics_clientapp[1]["train-loss"] == pytest.approx((1.0 * 10 + 0.5 * 20) / 30)
@@ -124,7 +124,7 @@ def test_a_weight_that_disagrees_with_num_examples_is_a_broken_reply():
 
 @pytest.mark.parametrize(("strategy", "expected"), [
     (lambda: strategies.FedSAM(sam_rho=0.07), {"sam-rho": 0.07, "compression": "none"}),
-    (lambda: strategies.FedSynSAM(compression="qsgd", bits=4, qsgd_scope="bucket", qsgd_bucket=64, synsam_beta=0.8),
+    (lambda: strategies.FedSynSAM(codec=strategies.QSGD(bits=4, scope="bucket", bucket=64), synsam_beta=0.8),
      {"compression": "qsgd", "bits": 4, "qsgd-scope": "bucket", "qsgd-bucket": 64, "synsam-beta": 0.8}),
     (lambda: strategies.FedCOG(cog_start_round=2), {"cog-start-round": 2}),
     (lambda: strategies.OledFL(topology="ring", ole_beta=0.5), {"ole-beta": 0.5}),
@@ -142,7 +142,7 @@ def test_the_train_message_carries_every_client_setting(strategy, expected):
 
 
 def test_the_client_reads_the_codec_from_the_train_config():
-    strategy = strategies.FedSynSAM(compression="qsgd", bits=4, levels=7, qsgd_scope="bucket", qsgd_bucket=64)
+    strategy = strategies.FedSynSAM(codec=strategies.QSGD(bits=4, levels=7, scope="bucket", bucket=64))
     message = list(strategy.configure_train(1, initial(), ConfigRecord({}), FunctionGrid(2)))[0]
     spec = compression_from_config(message.content["config"])
     assert (spec.method, spec.bits, spec.levels, spec.scope, spec.bucket_size) == ("qsgd", 4, 7, "bucket", 64)
@@ -201,7 +201,7 @@ def join_after_round_1(grid: FunctionGrid) -> Callable[[int, ArrayRecord], None]
 
 def test_a_node_that_joins_after_round_1_takes_part_from_its_next_round():
     grid = FunctionGrid(2)
-    strategy = strategies.FedAvg(max_weight_share=1.0)
+    strategy = strategies.FedAvg()
     evaluate_fn = join_after_round_1(grid)
     strategy.start(grid, initial(), num_rounds=3, timeout=10, evaluate_fn=evaluate_fn)
     trained = {(pid, int(m.content["config"]["server-round"])) for pid, m in grid.received
@@ -304,7 +304,7 @@ def test_every_parameter_of_every_public_strategy_is_typed_and_documented():
 
     public = [getattr(strategies, name) for name in strategies.__all__]
     classes = [cls for cls in public if isinstance(cls, type) and hasattr(cls, "configure_train")]
-    assert len(classes) == 15
+    assert len(classes) == 22  # one per algorithm (the table's `strategy` names)
     for cls in classes:
         parameters = list(inspect.signature(cls).parameters.values())
         assert parameters, cls
@@ -326,7 +326,7 @@ def test_a_public_class_takes_only_the_settings_its_server_uses():
     assert not fedavg & {"sam_rho", "cog_start_round", "ole_beta", "model", "dataset"}
     assert "sam_rho" in inspect.signature(strategies.FedSAM).parameters  # FedSAM sends it as "sam-rho"
     assert "ole_beta" not in inspect.signature(strategies.DFedAvg).parameters
-    assert "compression" not in inspect.signature(strategies.DFedAvg).parameters  # the relay decodes nothing
+    assert "codec" not in inspect.signature(strategies.DFedAvg).parameters  # the relay decodes nothing
     for name in strategies.__all__:
         cls = getattr(strategies, name)
         if isinstance(cls, type) and hasattr(cls, "configure_train"):
@@ -340,27 +340,32 @@ def test_the_defaults_are_the_run_configs():
     from common.run.config import RunConfig
 
     defaults = RunConfig()
-    for name in ("max_weight_share", "max_update_norm", "trim_fraction", "seed", "min_nodes", "compression", "bits"):
+    for name in ("aggregation", "seed", "min_nodes", "server_lr", "sam_rho", "synsam_beta", "trajectory_rounds"):
         assert inspect.signature(strategies.FedSynSAM).parameters[name].default == getattr(defaults, name), name
+    # the grouped values' defaults are the run config's too (their fields mirror its keys)
+    assert (strategies.QSGD().bits, strategies.QSGD().scope, strategies.TopK().ratio) == (
+        defaults.bits, defaults.qsgd_scope, defaults.topk_ratio)
+    assert (strategies.TrimmedMean().fraction, strategies.Krum().byzantine_nodes) == (
+        defaults.trim_fraction, defaults.byzantine_nodes)
 
 
 def test_state_dict_continues_a_run_as_if_it_never_stopped():
     """FedAvgM's velocity through state_dict(): 2 rounds, a new strategy loads the state, round 3 == a 3-round run."""
-    whole = strategies.FedAvgM(server_momentum=0.5, max_weight_share=1.0).start(FunctionGrid(2), initial(), num_rounds=3)
+    whole = strategies.FedAvgM(server_momentum=0.5).start(FunctionGrid(2), initial(), num_rounds=3)
 
-    first = strategies.FedAvgM(server_momentum=0.5, max_weight_share=1.0)
+    first = strategies.FedAvgM(server_momentum=0.5)
     part = first.start(FunctionGrid(2), initial(), num_rounds=2)
     state = first.state_dict()
     assert state["completed-rounds"] == 2 and "velocity" in state["arrays"]
 
-    again = strategies.FedAvgM(server_momentum=0.5, max_weight_share=1.0)
+    again = strategies.FedAvgM(server_momentum=0.5)
     again.load_state_dict(state)
     grid = FunctionGrid(2)
     resumed = again.start(grid, part.arrays, num_rounds=3)
     assert {int(m.content["config"]["server-round"]) for _, m in grid.received} == {3}  # rounds 1-2 send nothing
     np.testing.assert_array_equal(weights(resumed.arrays), weights(whole.arrays))
 
-    forgetful = strategies.FedAvgM(server_momentum=0.5, max_weight_share=1.0)
+    forgetful = strategies.FedAvgM(server_momentum=0.5)
     forgetful.load_state_dict({**state, "arrays": {}})  # without the velocity the last step is another one
     assert not np.array_equal(weights(forgetful.start(FunctionGrid(2), part.arrays, num_rounds=3).arrays),
                               weights(whole.arrays))

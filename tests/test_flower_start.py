@@ -11,7 +11,6 @@
 
 from __future__ import annotations
 
-import inspect
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +24,8 @@ from common.run.task import make_model
 from fedsynth import strategies
 from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.handshake import handshake
-from server_app.registry import SERVER_STRATEGIES, build_strategy
+from common.algorithm_table import ALGORITHMS
+from server_app.registry import SERVER_STRATEGIES, build_strategy, strategy_arguments
 from tests.diffusion_tiny import TINY_DIFFUSION
 
 # one algorithm per strategy class of the registry, with what its clients need to run in a few seconds
@@ -51,6 +51,7 @@ PUBLIC_CASES = [
     (strategies.Scaffold, "scaffold", {}),
     (strategies.MoFedSAM, "mofedsam", {}),
     (strategies.FedLESAM, "fedlesam", {}),
+    (strategies.FedLESAMS, "fedlesam-s", {}),
     (strategies.FedLESAMD, "fedlesam-d", {}),
     (strategies.FedSMOO, "fedsmoo", {}),
     (strategies.DynaFed, "dynafed", {}),
@@ -59,17 +60,22 @@ PUBLIC_CASES = [
 ]
 
 
-def test_the_cases_cover_every_strategy_class() -> None:
-    assert {SERVER_STRATEGIES[name] for name in CLASS_CASES} == set(SERVER_STRATEGIES.values())
-    assert {case[0].__name__ for case in PUBLIC_CASES} == set(strategies.__all__) - {
-        "BOUNDED_INFLUENCE", "NodeInfo", "NoFeatureSums", "ReplyContractError", "TooManyFailedRounds", "WarmupFailed",
-        "WrapperRefused", "run_config"}
+def test_the_cases_cover_every_server_rule() -> None:
+    """The classes that differ only in the settings their nodes read share their server's code (a family)."""
+    families = {algorithm.server for algorithm in ALGORITHMS.values()}
+    assert {ALGORITHMS[name].server for name in CLASS_CASES} == families
+    assert {ALGORITHMS[algorithm].server for _, algorithm, _ in PUBLIC_CASES} == families
+    for cls, algorithm, _ in PUBLIC_CASES:
+        assert SERVER_STRATEGIES[algorithm] is cls
 
 
 def public_arguments(public: type, raw: dict) -> dict:
-    """The run config's values of `public`'s own keyword parameters (a class takes no other setting)."""
-    names = set(inspect.signature(public).parameters)
-    return {key.replace("-", "_"): value for key, value in raw.items() if key.replace("-", "_") in names}
+    """The run config's values of `public`'s own keyword parameters, as a developer writes them: each run-config
+    key under its name, the codec, bounded influence, the aggregation and the server's task as their values."""
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    given = strategy_arguments(public, cfg, None)
+    return {name: value for name, value in given.items()
+            if name not in ("nodes", "lr_schedule", "fraction_evaluate", "parameter_names", "node_settings")}
 
 
 def tiny_config(tmp_path, data_dir, algorithm: str, **extra) -> dict:
@@ -158,7 +164,7 @@ def test_fedddpm_plus_corrects_at_the_last_round_of_start(tmp_path, tiny_data_di
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=3, timeout=120,
                             train_config=ConfigRecord({"lr": 0.003}))
     assert (strategy.stopped_at, strategy.stop_reason) == (3, "last-round")
-    assert strategy.oneshot_rate() == 0.003  # the one-shot correction trains at start()'s lr
+    assert strategy._oneshot_rate() == 0.003  # the one-shot correction trains at start()'s lr
     assert set(result.train_metrics_clientapp) == {1, 2, 3}
 
 

@@ -22,8 +22,8 @@ torch.set_num_threads(1)
 
 SERVER = "server-side"
 CLIENT = "client-side"
-SERVER_MODEL = {"model": "tests.bn_models:bn_cnn", "dataset": "mnist"}
-DIFFUSION = {"model": "unet-small", "image_size": 8, "diffusion_timesteps": 20}
+SERVER_MODEL = {"task": strategies.ServerTask(model="tests.bn_models:bn_cnn", dataset="mnist")}
+DIFFUSION = {"task": strategies.ServerTask(model="unet-small", image_size=8, diffusion_timesteps=20)}
 
 # public class, its arguments, and which clipping side Flower's wrappers can protect it with
 CASES = [
@@ -31,6 +31,10 @@ CASES = [
     ("FedAvgM", {}, {SERVER, CLIENT}),
     ("FedSAM", {}, {SERVER, CLIENT}),
     ("FedCOG", {}, {SERVER, CLIENT}),
+    ("FedProx", {}, {SERVER, CLIENT}),
+    ("MOON", {}, {SERVER, CLIENT}),
+    ("FedGamma", {}, set()),  # SCAFFOLD's replies
+    ("FedLESAMS", {}, set()),
     ("MoFedSAM", {}, {SERVER}),  # sends "previous-update" with the model: the client-side mod refuses the message
     ("FedLESAM", {}, {SERVER}),
     ("FedLESAMD", {}, set()),  # replies carry "dynamic-correction"
@@ -42,6 +46,9 @@ CASES = [
     ("FedDDPMPlus", DIFFUSION, set()),
     ("DFedAvg", {"topology": "ring"}, set()),  # the nodes keep and exchange their own models
     ("OledFL", {"topology": "ring"}, set()),
+    ("DPSGD", {"topology": "ring"}, set()),
+    ("DFedAvgM", {"topology": "ring"}, set()),
+    ("DFedSAM", {"topology": "ring"}, set()),
 ]
 
 
@@ -54,12 +61,12 @@ def test_the_cases_cover_every_public_strategy():
 def test_each_strategy_says_which_clipping_side_can_protect_it(name, arguments, protected):
     strategy = getattr(strategies, name)(**arguments)
     for side in (SERVER, CLIENT):
-        reason = strategy.dp_obstacle(side)
+        reason = strategy._dp_obstacle(side)
         assert (reason is None) == (side in protected), (name, side, reason)
         assert reason is None or ". " not in reason  # one clause of the one-sentence refusal
-    compressed = getattr(strategies, name)(**arguments, compression="qsgd", bits=4) if protected else None
+    compressed = getattr(strategies, name)(**arguments, codec=strategies.QSGD(bits=4)) if protected else None
     if compressed is not None:  # every centralized strategy: compression makes the replies unclippable
-        assert "'compressed-update'" in compressed.dp_obstacle(SERVER)
+        assert "'compressed-update'" in compressed._dp_obstacle(SERVER)
 
 
 def dp(wrapper, strategy, clients: int = 2):
@@ -73,7 +80,7 @@ def test_a_compressed_strategy_is_refused_before_any_message_is_sent(wrapper):
     grid = ClientAppGrid(2, plain_train)
     with pytest.raises(WrapperRefused, match=rf"^{wrapper.__name__} cannot wrap fedsynth's FedAvg: its nodes reply "
                                              r"with the qsgd codec's payload \('compressed-update'\)"):
-        dp(wrapper, strategies.FedAvg(compression="qsgd", bits=4)).start(grid, initial(), num_rounds=1, timeout=10)
+        dp(wrapper, strategies.FedAvg(codec=strategies.QSGD(bits=4))).start(grid, initial(), num_rounds=1, timeout=10)
     assert grid.sent == []
 
 
@@ -116,7 +123,7 @@ def test_client_side_clipping_runs_with_flowers_mod_around_the_developers_client
 
 def test_any_other_wrapper_passes():
     """A wrapper that is not one of Flower's DP wrappers is not judged."""
-    inner = strategies.FedAvg(compression="qsgd", bits=4, fraction_evaluate=0.0)
+    inner = strategies.FedAvg(codec=strategies.QSGD(bits=4), fraction_evaluate=0.0)
     passthrough_wrapper(inner).start(ClientAppGrid(2, plain_train), ArrayRecord(bn_net().state_dict()), num_rounds=1,
                              timeout=10, train_config=ConfigRecord({"lr": 0.05}))
     no_reply_dropped(inner)

@@ -74,8 +74,8 @@ def test_capped_counts_lower_only_the_largest():
 
 # ----- one hostile reply among honest ones, every algorithm ---------------------------------------------
 
-CENTRALIZED = [a for a, cls in SERVER_STRATEGIES.items() if cls is not DecentralizedRelay]
-DECENTRALIZED = [a for a, cls in SERVER_STRATEGIES.items() if cls is DecentralizedRelay]
+CENTRALIZED = [a for a, cls in SERVER_STRATEGIES.items() if not issubclass(cls, DecentralizedRelay)]
+DECENTRALIZED = [a for a, cls in SERVER_STRATEGIES.items() if issubclass(cls, DecentralizedRelay)]
 UPDATE_BOUND, RECORD_BOUND, HONEST, SHARE = 0.5, 0.25, 2, 0.4
 EXTRA_RECORDS = (SCAFFOLD_CONTROL_DELTA, DYNAMIC_CORRECTION, PERTURBATION_DUAL)
 
@@ -185,7 +185,7 @@ def run_round(algorithm: str, share: float, hostile: dict | None):
         extra = to_record({k: np.full_like(v, hostile["record-scale"]) for k, v in records.weights.items()})
         replies.append(make_reply(sent[HONEST], records.shifted(hostile["scale"]), extra, metrics, hostile["drop-record"]))
     outcome = collect_replies(strategy, sent, replies)
-    arrays, round_metrics = strategy.aggregate_good(1, outcome.good)
+    arrays, round_metrics = strategy._aggregate_good(1, outcome.good)
     return from_record(arrays), dict(round_metrics), strategy, outcome.failures
 
 

@@ -94,12 +94,12 @@ def test_a_weight_that_disagrees_with_num_examples_is_dropped_with_a_record():
 
 
 def test_a_weight_equal_to_num_examples_is_used():
-    strategy, sent = library_strategy(weighted_by_key="weight", max_weight_share=1.0), sent_to([11, 12])
+    strategy, sent = library_strategy(weighted_by_key="weight"), sent_to([11, 12])
     replies = [reply(sent[0], 1.0, {"num-examples": 10, "weight": 10.0, "train-loss": 0.5}),
                reply(sent[1], 3.0, {"num-examples": 30, "weight": 30, "train-loss": 0.5})]
     outcome = collect_replies(strategy, sent, replies)
     assert len(outcome.good) == 2 and outcome.failures == []
-    assert strategy.aggregation_weights(outcome.good) == [10.0, 30.0]  # no cap: the plain weights
+    assert strategy._aggregation_weights(outcome.good) == [10.0, 30.0]  # no cap: the plain weights
 
 
 def test_a_second_reply_of_a_node_and_a_reply_to_no_message_are_dropped_with_a_record():

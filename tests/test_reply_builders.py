@@ -103,7 +103,7 @@ def test_the_plain_reply_carries_the_model_and_the_metrics(strategy, batch_norm_
 
 @pytest.mark.parametrize("error_feedback", [False, True])
 def test_the_compressed_reply_sends_the_parameters_through_the_codec_and_the_buffers_as_they_are(error_feedback):
-    built = strategies.FedAvg(compression="qsgd", bits=4, error_feedback=error_feedback, fraction_evaluate=0.0)
+    built = strategies.FedAvg(codec=strategies.QSGD(bits=4, error_feedback=error_feedback), fraction_evaluate=0.0)
     grid, result = run(built, plain_train)
     no_reply_dropped(built)
     assert built.round_report["answered"] == 2
@@ -118,7 +118,7 @@ def test_the_compressed_reply_sends_the_parameters_through_the_codec_and_the_buf
 
 
 def test_error_feedback_needs_the_nodes_state():
-    built = strategies.FedAvg(compression="qsgd", bits=4, error_feedback=True)
+    built = strategies.FedAvg(codec=strategies.QSGD(bits=4, error_feedback=True))
     message = list(built.configure_train(1, initial(), ConfigRecord({"lr": 0.1}), ClientAppGrid(1, plain_train)))[0]
     with pytest.raises(ValueError, match="Context.state"):
         train_reply(message, received(message), num_examples=3, train_loss=0.5)
@@ -208,8 +208,8 @@ def test_torchvisions_resnet18_runs_fedsynsam_at_4_bits_through_train_reply():
     (the distillation starts after `trajectory_rounds` = 2: this test is about the nodes' compressed replies)."""
     from tests.bn_models import resnet18
 
-    built = strategies.FedSynSAM(model="tests.bn_models:resnet18", dataset="cifar10",
-                                 compression="qsgd", bits=4, trajectory_rounds=2, synthetic_ipc=1,
+    built = strategies.FedSynSAM(task=strategies.ServerTask(model="tests.bn_models:resnet18", dataset="cifar10"),
+                                 codec=strategies.QSGD(bits=4), trajectory_rounds=2, synthetic_ipc=1,
                                  distill_iterations=1, distill_inner_steps=1, fraction_evaluate=0.0)
     grid, result = run(built, resnet18_fedsynsam_train, rounds=1, make=lambda: resnet18(num_classes=10, channels=3,
                                                                                  image_size=32))

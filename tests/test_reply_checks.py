@@ -174,10 +174,10 @@ def test_random_malformed_reply_is_dropped_and_never_averaged_in(strategy_setup,
     bad.content["metrics"] = MetricRecord(metrics)
     outcome = collect_replies(strategy, sent, replies + [bad])
     assert [f["partition"] for f in outcome.failures] == [2]
-    arrays, _ = strategy.aggregate_good(1, outcome.good)
+    arrays, _ = strategy._aggregate_good(1, outcome.good)
 
     reference, sent_ref = round_messages(cfg, nodes, weights)
-    expected, _ = reference.aggregate_good(1, collect_replies(reference, sent_ref, [
+    expected, _ = reference._aggregate_good(1, collect_replies(reference, sent_ref, [
         honest_reply(sent_ref[0], weights, 0, 0.01), honest_reply(sent_ref[1], weights, 1, -0.02)]).good)
     for name, value in from_record(expected).items():
         np.testing.assert_array_equal(from_record(arrays)[name], value)
@@ -203,7 +203,7 @@ def test_duplicate_and_unsolicited_replies_are_ignored(strategy_setup):
 def test_final_evaluation_skips_malformed_replies(strategy_setup):
     cfg, nodes, weights = strategy_setup
     strategy = build_strategy(cfg, nodes)
-    sent = strategy.evaluate_messages(1, to_record(weights), ConfigRecord({}), nodes)
+    sent = strategy._evaluate_messages(1, to_record(weights), ConfigRecord({}), nodes)
     for number, message in enumerate(sent):
         message.metadata.__dict__["_message_id"] = f"e{number}"
     good = {"num-examples": 10, "partition-id": 0, "local-test-accuracy": 0.8, "local-test-loss": 0.5}

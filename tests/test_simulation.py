@@ -42,11 +42,11 @@ def small_run_config(tmp_path: Path, data_dir: Path, **extra) -> str:
 # Plain FedAvg runs in the simulation engine in several other tests: 3 nodes x 2 rounds in test_hf_datasets.py,
 # 2 nodes in test_cli_reliability.py, and the tiny study.
 SIMULATION_CASES = {
-    "moon+cog": "FedAvgStrategy with MOON's and FedCOG's node state",
-    "scaffold": "ScaffoldStrategy: control variates both ways",
-    "fedsynsam": "FedSynSAMStrategy: the synthetic set goes down to the nodes",
-    "oledfl-sam": "DecentralizedRelay: per-node neighbour models",
-    "fedddpm+": "FedDDPMPlusStrategy: warm-up, auxiliary set, QuickTest",
+    "moon+cog": "MOON with its and FedCOG's node state",
+    "scaffold": "Scaffold: control variates both ways",
+    "fedsynsam": "FedSynSAM: the synthetic set goes down to the nodes",
+    "oledfl-sam": "OledFL: per-node neighbour models",
+    "fedddpm+": "FedDDPMPlus: warm-up, auxiliary set, QuickTest",
 }
 
 

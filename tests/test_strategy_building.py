@@ -1,8 +1,9 @@
 """Strategies are built from their own typed parameters; fedsynth's app builds them from its run config.
 
 No strategy holds a run config: the app reads each parameter of a strategy class from the run-config key of
-the same name (server_app/registry.py `build_strategy`), and a public class built by hand sends its nodes the
-same settings as the app's strategy for the same values.
+the same name (server_app/registry.py `build_strategy`; the grouped values, the codec, bounded influence and the
+robust aggregation, from their keys), and a class built by hand sends its nodes the same settings as the app's
+strategy built from the same values as run-config keys.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ import pytest
 import fedsynth.strategies as public
 from common.algorithm_table import ALGORITHMS
 from common.run.config import RunConfig, parse_run_config
-from server_app.registry import SERVER_RULES, build_strategy, strategy_arguments
+from server_app.registry import build_strategy, strategy_arguments
+from server_app.strategies.catalog import STRATEGY_CLASSES
 from server_app.strategies.node_table import NodeInfo
 
 NODES = [NodeInfo(node_id=10 + i, partition_id=i, num_train_examples=20, num_test_examples=5) for i in range(4)]
 # keys build_strategy fills from the run rather than from a run-config key of the same name
 FROM_THE_RUN = {"fraction_evaluate", "nodes", "lr_schedule", "node_settings", "parameter_names", "task",
-                "weighted_by_key", "min_available_nodes"}
+                "weighted_by_key", "min_available_nodes", "codec", "bounded_influence", "sam"}
 
 
 def config_of(algorithm: str, **keys) -> RunConfig:
@@ -55,48 +57,76 @@ def test_no_public_strategy_holds_a_run_config() -> None:
             assert not holds_a_run_config(cls()), name
 
 
-@pytest.mark.parametrize("rule", sorted(SERVER_RULES))
-def test_every_parameter_of_a_server_strategy_is_a_run_config_key_or_comes_from_the_run(rule: str) -> None:
+@pytest.mark.parametrize("name", sorted(STRATEGY_CLASSES))
+def test_every_parameter_of_a_strategy_is_a_run_config_key_or_comes_from_the_run(name: str) -> None:
     """A parameter the app could not fill would silently keep its default in every `fedsynth run`."""
     keys = {f.name for f in dataclasses.fields(RunConfig)}
-    for name in inspect.signature(SERVER_RULES[rule]).parameters:
-        assert name in keys or name in FROM_THE_RUN, (rule, name)
+    for parameter in inspect.signature(STRATEGY_CLASSES[name]).parameters:
+        assert parameter in keys or parameter in FROM_THE_RUN, (name, parameter)
 
 
 def test_build_strategy_takes_each_parameter_from_the_key_of_its_name() -> None:
     cfg = config_of("fedsmoo", **{"server-lr": 0.5, "fraction-train": 0.5, "compression": "qsgd", "bits": 8,
                                   "sam-rho": 0.2, "dyn-alpha": 0.3, "max-record-norm": 7.0, "seed": 3})
-    arguments = strategy_arguments(SERVER_RULES["fedsmoo"], cfg, NODES)
+    arguments = strategy_arguments(public.FedSMOO, cfg, NODES)
     assert arguments["server_lr"] == 0.5 and arguments["fraction_train"] == 0.5 and arguments["seed"] == 3
     assert arguments["fraction_evaluate"] == 0.0 and arguments["nodes"] is NODES
     assert arguments["lr_schedule"](3) == cfg.lr * cfg.lr_decay ** 2
+    assert arguments["codec"] == public.QSGD(bits=8) and arguments["bounded_influence"] is None
     strategy = build_strategy(cfg, NODES)
     assert (strategy.server_lr, strategy.sam_rho, strategy.dyn_alpha, strategy.max_record_norm) == (0.5, 0.2, 0.3, 7.0)
-    sent = strategy.client_config()
+    sent = strategy._client_config()
     assert sent["compression"] == "qsgd" and sent["bits"] == 8 and sent["sam-rho"] == 0.2 and sent["dyn-alpha"] == 0.3
 
 
-@pytest.mark.parametrize(("name", "algorithm", "values"), [
-    ("FedAvg", "fedavg", {}),
-    ("FedSAM", "fedsam", {"sam_rho": 0.2, "compression": "topk", "topk_ratio": 0.25}),
-    ("FedCOG", "fedcog", {"cog_start_round": 4}),
-    ("MoFedSAM", "mofedsam", {"sam_rho": 0.2, "mofedsam_alpha": 0.3}),
-    ("FedLESAM", "fedlesam", {"sam_rho": 0.2}),
-    ("FedLESAMD", "fedlesam-d", {"sam_rho": 0.2, "dyn_alpha": 0.3}),
-    ("FedSMOO", "fedsmoo", {"sam_rho": 0.2, "dyn_alpha": 0.3}),
-    ("FedSynSAM", "fedsynsam", {"sam_rho": 0.2, "synsam_beta": 0.5, "compression": "qsgd", "bits": 4}),
-    ("Scaffold", "scaffold", {"error_feedback": True, "compression": "qsgd"}),
+@pytest.mark.parametrize(("name", "algorithm", "values", "keys"), [
+    ("FedAvg", "fedavg", {}, {}),
+    ("FedSAM", "fedsam", {"sam_rho": 0.2, "codec": public.TopK(ratio=0.25)},
+     {"sam-rho": 0.2, "compression": "topk", "topk-ratio": 0.25}),
+    ("FedProx", "fedprox", {"proximal_mu": 0.3}, {"proximal-mu": 0.3}),
+    ("MOON", "moon", {"moon_mu": 2.0, "moon_tau": 0.7}, {"moon-mu": 2.0, "moon-tau": 0.7}),
+    ("FedCOG", "fedcog", {"cog_start_round": 4}, {"cog-start-round": 4}),
+    ("MoFedSAM", "mofedsam", {"sam_rho": 0.2, "mofedsam_alpha": 0.3}, {"sam-rho": 0.2, "mofedsam-alpha": 0.3}),
+    ("FedLESAM", "fedlesam", {"sam_rho": 0.2}, {"sam-rho": 0.2}),
+    ("FedLESAMD", "fedlesam-d", {"sam_rho": 0.2, "dyn_alpha": 0.3}, {"sam-rho": 0.2, "dyn-alpha": 0.3}),
+    ("FedSMOO", "fedsmoo", {"sam_rho": 0.2, "dyn_alpha": 0.3}, {"sam-rho": 0.2, "dyn-alpha": 0.3}),
+    ("FedSynSAM", "fedsynsam", {"sam_rho": 0.2, "synsam_beta": 0.5, "codec": public.QSGD(bits=4)},
+     {"sam-rho": 0.2, "synsam-beta": 0.5, "compression": "qsgd", "bits": 4}),
+    ("Scaffold", "scaffold", {"codec": public.QSGD(error_feedback=True, scope="bucket", bucket=64)},
+     {"error-feedback": True, "compression": "qsgd", "qsgd-scope": "bucket", "qsgd-bucket": 64}),
+    ("DFedSAM", "dfedsam", {"sam_rho": 0.2}, {"sam-rho": 0.2}),
 ])
-def test_a_public_class_sends_its_nodes_what_the_app_sends(name: str, algorithm: str, values: dict) -> None:
-    """The same values, by hand or from the run config: the same train-message settings (one definition)."""
+def test_a_class_built_by_hand_sends_its_nodes_what_the_app_sends(name: str, algorithm: str, values: dict,
+                                                                   keys: dict) -> None:
+    """The same values, as parameters or as run-config keys: the same train-message settings."""
     by_hand = getattr(public, name)(**values)
-    from_config = build_strategy(config_of(algorithm, **{k.replace("_", "-"): v for k, v in values.items()}), NODES)
-    assert by_hand.client_config() == from_config.client_config()
+    from_config = build_strategy(config_of(algorithm, **keys), NODES)
+    assert type(from_config) is type(by_hand)
+    assert by_hand._client_config() == from_config._client_config()
+
+
+@pytest.mark.parametrize(("keys", "bounded", "aggregation"), [
+    ({}, None, "weighted"),
+    ({"bounded-influence": True}, public.BOUNDED_INFLUENCE, "weighted"),
+    ({"max-weight-share": 0.5, "aggregation": "uniform"},
+     public.BoundedInfluence(update_norm_ratio=0.0, weight_share=0.5), "uniform"),
+    ({"max-update-norm": 3.0, "update-norm-action": "refuse", "aggregation": "trimmed-mean", "trim-fraction": 0.1},
+     public.BoundedInfluence(update_norm_ratio=0.0, weight_share=1.0, update_norm=3.0, action="refuse"),
+     public.TrimmedMean(0.1)),
+    ({"aggregation": "krum", "byzantine-nodes": 2}, None, public.Krum(2)),
+])
+def test_the_app_groups_the_run_configs_keys_into_the_values(keys: dict, bounded, aggregation) -> None:
+    arguments = strategy_arguments(public.FedAvg, config_of("fedavg", **keys), NODES)
+    assert arguments["bounded_influence"] == bounded and arguments["aggregation"] == aggregation
+    by_hand, built = public.FedAvg(bounded_influence=bounded, aggregation=aggregation), public.FedAvg(**arguments)
+    spelled = ("aggregation", "trim_fraction", "byzantine_nodes", "max_weight_share", "max_update_norm",
+               "max_update_norm_ratio", "update_norm_action")
+    assert [getattr(built, a) for a in spelled] == [getattr(by_hand, a) for a in spelled]
 
 
 @pytest.mark.parametrize(("sam", "algorithm"), [(False, "oledfl-sgd"), (True, "oledfl-sam")])
 def test_oledfl_sends_the_relays_nodes_what_the_app_sends(sam: bool, algorithm: str) -> None:
     by_hand = public.OledFL(sam=sam, ole_beta=0.8, sam_rho=0.2)
     from_config = build_strategy(config_of(algorithm, **{"ole-beta": 0.8, "sam-rho": 0.2}), NODES)
-    assert by_hand.node_settings == from_config.node_settings == (
+    assert by_hand._client_config() == from_config._client_config() == (
         {"ole-beta": 0.8, "sam-rho": 0.2} if sam else {"ole-beta": 0.8})

@@ -13,12 +13,22 @@ from common.run.config import parse_run_config
 
 # (parameter, value): the issue's list of bad calls, and a few more kinds (a choice, a bool, a family's own key)
 BAD_CALLS = [
-    ("aggregation", "weigthed"),
-    *[("max_weight_share", v) for v in (0, -1, 1.5, 2, math.nan, "0.5")],
-    ("min_nodes", 0),
-    *[("max_update_norm_ratio", v) for v in (-1, math.nan, 1e-9, "1.5")],
-    ("fraction_train", 0), ("fraction_train", math.inf), ("update_norm_action", "drop"),
-    ("error_feedback", 1), ("compression", "zip"), ("bits", 2.5), ("seed", -1),
+    ("aggregation", "weigthed"), ("min_nodes", 0), ("fraction_train", 0), ("fraction_train", math.inf),
+    ("seed", -1), ("server_lr", 0), ("max_failed_rounds", 0.5),
+]
+
+# (value object, its field, the run-config key it mirrors, a bad value): a grouped option refuses a bad value
+# when it is built, with the run config's message under its own name
+BAD_VALUES = [
+    *[(public.BoundedInfluence, "weight_share", "max_weight_share", v) for v in (0, -1, 1.5, 2, math.nan, "0.5")],
+    *[(public.BoundedInfluence, "update_norm_ratio", "max_update_norm_ratio", v) for v in (-1, math.nan, 1e-9, "1.5")],
+    (public.BoundedInfluence, "update_norm", "max_update_norm", -1.0),
+    (public.BoundedInfluence, "action", "update_norm_action", "drop"),
+    (public.QSGD, "bits", "bits", 2.5), (public.QSGD, "bits", "bits", 1), (public.QSGD, "error_feedback", "error_feedback", 1),
+    (public.QSGD, "scope", "qsgd_scope", "layer"), (public.QSGD, "bucket", "qsgd_bucket", 0),
+    (public.QSGD, "levels", "levels", -1), (public.TopK, "ratio", "topk_ratio", 0),
+    (public.TopK, "error_feedback", "error_feedback", "yes"),
+    (public.TrimmedMean, "fraction", "trim_fraction", 0.5), (public.Krum, "byzantine_nodes", "byzantine_nodes", -1),
 ]
 
 STRATEGIES = [getattr(public, name) for name in public.__all__
@@ -38,6 +48,14 @@ def test_fedavg_refuses_a_bad_value_with_the_run_configs_message(parameter, valu
     assert str(refused.value) == f"FedAvg: {run_config_message(parameter, value)}"
 
 
+@pytest.mark.parametrize(("value_class", "field", "key", "value"), BAD_VALUES,
+                         ids=[f"{c.__name__}.{f}={v!r}" for c, f, _, v in BAD_VALUES])
+def test_a_grouped_option_refuses_a_bad_value_with_the_run_configs_message(value_class, field, key, value):
+    with pytest.raises(ConfigError) as refused:
+        value_class(**{field: value})
+    assert str(refused.value) == f"{value_class.__name__}: {run_config_message(key, value)}"
+
+
 @pytest.mark.parametrize("strategy", STRATEGIES, ids=lambda c: c.__name__)
 def test_every_public_strategy_checks_each_run_config_parameter_it_takes(strategy):
     parameters = inspect.signature(strategy).parameters
@@ -48,7 +66,7 @@ def test_every_public_strategy_checks_each_run_config_parameter_it_takes(strateg
         with pytest.raises(ConfigError, match=f"^{strategy.__name__}: run config key"):
             strategy(**{parameter: value})
         refused += 1
-    assert refused >= 5  # every public class takes the round, weight-share and seed keys
+    assert refused >= 3  # every class takes min_nodes, max_failed_rounds and seed
 
 
 def test_a_familys_own_parameter_is_checked_too():
@@ -70,8 +88,13 @@ def test_parameters_that_are_not_run_config_keys_are_checked(parameter, value):
 
 
 def test_good_values_build_and_are_kept():
-    strategy = public.FedAvg(max_weight_share=0.5, max_update_norm_ratio=2, min_nodes=2, aggregation="uniform")
+    bounds = public.BoundedInfluence(weight_share=0.5, update_norm_ratio=2)
+    strategy = public.FedAvg(bounded_influence=bounds, min_nodes=2, aggregation="uniform")
     assert (strategy.max_weight_share, strategy.max_update_norm_ratio, strategy.min_nodes) == (0.5, 2, 2)
+    assert strategy.bounded_influence is bounds and strategy.aggregation == "uniform"
+    robust = public.FedAvg(aggregation=public.TrimmedMean(0.1))
+    assert (robust.aggregation, robust.trim_fraction) == ("trimmed-mean", 0.1)
+    assert public.FedAvg(codec=public.QSGD(bits=8, scope="bucket"))._client_config()["bits"] == 8
     assert public.FedSAM(sam_rho=0.1).sam_rho == 0.1
     assert "sam_rho" in inspect.signature(public.FedSAM).parameters  # the check keeps help()'s signature
 
@@ -93,7 +116,11 @@ def test_oledfl_s_sam_switch_takes_a_bool_only():
 
 
 def test_node_settings_cannot_override_a_setting_the_class_sends_from_its_own_parameter():
-    with pytest.raises(ConfigError, match="node_settings key 'bits' = 8 overrides what the strategy sends its nodes "
-                                          "from its parameter bits = 4; set bits instead"):
-        public.FedAvg(compression="qsgd", bits=4, node_settings={"bits": 8})
+    with pytest.raises(ConfigError, match=r"^FedAvg: node_settings key 'bits' = 8 overrides what the strategy sends its "
+                                          r"nodes from its parameter codec = QSGD\(bits=4.*\); set codec instead"):
+        public.FedAvg(codec=public.QSGD(bits=4), node_settings={"bits": 8})
+    with pytest.raises(ConfigError, match="node_settings key 'compression' = 'qsgd' overrides .* codec = None"):
+        public.FedAvg(node_settings={"compression": "qsgd"})  # the nodes would compress, the server not decode
+    with pytest.raises(ConfigError, match="node_settings key 'sam-rho' = 0.2 overrides .* sam_rho = 0.1; set sam_rho"):
+        public.FedSAM(sam_rho=0.1, node_settings={"sam-rho": 0.2})
     public.FedSAM(sam_rho=0.1, node_settings={"sam-rho": 0.1, "my-setting": [1, 2]})  # the same value, and your own

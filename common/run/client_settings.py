@@ -50,11 +50,6 @@ def codec_settings(codec: CompressionSpec, error_feedback: bool) -> dict[str, An
             "error-feedback": error_feedback}
 
 
-def rule_settings(cfg: Any) -> dict[str, Any]:
-    """The run-config values the client rule of `cfg.algorithm` reads besides the codec: {key: value}."""
-    return {key: getattr(cfg, key.replace("-", "_")) for key in RULE_KEYS.get(cfg.algorithm, ())}
-
-
 def config_value(config: Mapping[str, Any], key: str) -> Any:
     """The setting `key` of a train message's config; KeyError naming the key and the server's duty when absent."""
     if key not in config:

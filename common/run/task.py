@@ -7,6 +7,7 @@ run's seed so that runs are reproducible.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import torch
@@ -53,6 +54,11 @@ def task_of(cfg: RunConfig) -> ServerTask:
                       num_classes=cfg.num_classes, image_channels=cfg.image_channels, image_size=cfg.image_size,
                       gn_groups=cfg.gn_groups, diffusion_timesteps=cfg.diffusion_timesteps, seed=cfg.seed,
                       algorithm=cfg.algorithm)
+
+
+def task_values(task: ServerTask) -> dict[str, object]:
+    """The run-config keys a `ServerTask` gives (all its fields but `algorithm`), for `check_parameters`."""
+    return {name: value for name, value in dataclasses.asdict(task).items() if name != "algorithm"}
 
 
 def base_algorithm(algorithm: str) -> str:

@@ -1,36 +1,40 @@
-"""fedsynth's server strategies as Flower strategies, for a Flower developer's own ServerApp.
+"""fedsynth's strategies as Flower strategies, for a Flower developer's own ServerApp.
 
 Each class is a Flower `Strategy` built from its own typed keyword parameters (no `**kwargs`), each listed
 with its default in the class docstring, as Flower's `FedAvg` does (`help(FedSynSAM)` shows them), and run
 with Flower's own `start()`, which returns Flower's `Result`:
 
-    from fedsynth.strategies import FedSynSAM
-    strategy = FedSynSAM(fraction_train=1.0, trajectory_rounds=30, synthetic_ipc=20, compression="qsgd", bits=4)
+    from fedsynth.strategies import QSGD, FedSynSAM, ServerTask
+    strategy = FedSynSAM(fraction_train=1.0, trajectory_rounds=30, synthetic_ipc=20, codec=QSGD(bits=4),
+                         task=ServerTask(model="cnn", dataset="fashion-mnist"))
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(net.state_dict()), num_rounds=100,
                             train_config=ConfigRecord({"lr": 0.05}), evaluate_fn=central_evaluate)
 
-Every class runs its paper's aggregation by default (FedAvg: the plain sample-weighted mean). Bounded influence,
-for sites that do not trust each other, is one option: `FedAvg(**BOUNDED_INFLUENCE)` bounds each update to 1.5x
-the round's lower-median update norm and caps any node's weight share at 0.4 (the run config's
-`bounded-influence = true`); each round's train metrics then carry "clipped-updates" and "weight-cap-bound".
+There is one class per algorithm, and it is the class `fedsynth run` builds: fedsynth's app builds the class
+of the run's algorithm (common/algorithm_table.py's `strategy`) from its run config
+(server_app/registry.py `build_strategy`), reading each parameter under the run-config key of the same name.
+A parameter's meaning is its run-config key's (docs/configuration.md; `help()` shows it with the class's own
+default), and each default is the run config's, so a class and `fedsynth run` share one set of defaults.
 
-A class takes only what its server uses or sends: the round's sampling and checks, the aggregation, the
-settings its nodes' rule reads from the train message's config (the uplink codec, SAM's rho, ...; see
-common/run/client_settings.py; `node_settings` adds your own), and, where the server itself builds the model
-(FedSynSAM's and DynaFed's distillation, FedDDPM's sampling), the model and the data's shape. Each default is
-the run config's (server_app/strategies/parameters.py), so the public classes and `fedsynth run` share one
-set of defaults.
+Options every centralized class shares are one value each, not a key each:
+- `codec`: the uplink codec, None (no compression), `QSGD(bits=4, scope="bucket", bucket=512)` or
+  `TopK(ratio=0.1)` (each with `error_feedback`);
+- `bounded_influence`: None runs the paper's plain rule; `BoundedInfluence(update_norm_ratio=1.5,
+  weight_share=0.4, update_norm=0.0, action="clip")` bounds each update's norm and caps any node's weight
+  share, and `BOUNDED_INFLUENCE` is what the run config's `bounded-influence = true` sets (those defaults);
+  each round's train metrics then carry "clipped-updates" and "weight-cap-bound";
+- `aggregation`: "weighted" (the papers' sample-weighted mean), "uniform", "median", `TrimmedMean(fraction)`
+  or `Krum(byzantine_nodes)`;
+- `task` (the strategies whose server builds the model itself: FedSynSAM's and DynaFed's distillation,
+  FedDDPM's sampling): `ServerTask(model=..., dataset=...)`.
+A value is checked when it is built, with the run config's message: `QSGD(bits=1)` fails as `bits = 1` does.
 
-Which algorithm each class runs, and which settings it sends its nodes, is common/algorithm_table.py's table
-(`Algorithm.public_class`, `Algorithm.client_keys`), shared with fedsynth's registry and client rules.
-
-Each class is fedsynth's own server strategy (server_app/strategies/) under its public name, or a subclass
-that adds the settings only its nodes read (FedSAM's `sam_rho`, ...). There is no run config inside: fedsynth's
-ServerApp builds the same classes from its run config (server_app/registry.py `build_strategy`), reading each
-parameter under the run-config key of the same name. A parameter's meaning is its run-config key's
-(docs/configuration.md; server_app/strategies/parameters.py writes it into each class docstring with the class's
-own defaults). The classes are grouped by family: `centralized`, `server_models` (the strategies whose server
-trains a model itself) and `decentralized`.
+A class takes only what its server uses or sends: the round's sampling and checks, the aggregation, and the
+settings its nodes' rule reads from the train message's config (the codec, FedSAM's `sam_rho`, FedProx's
+`proximal_mu`, ...; `node_settings` adds your own). The classes' families: FedAvg's server (FedAvg, FedProx,
+MOON, FedSAM, FedCOG), server state (FedAvgM, Scaffold, FedGamma, MoFedSAM, the FedLESAM family, FedSMOO),
+a server that trains a model (FedSynSAM, DynaFed, FedDDPM, FedDDPMPlus) and the decentralized relay (DPSGD,
+DFedAvg, DFedAvgM, DFedSAM, OledFL).
 
 What a node must reply to a train message (content "arrays" = the global model, "config" with "server-round",
 "lr" and every setting the node's rule needs under its run-config name, e.g. "sam-rho", "compression", "bits",
@@ -50,25 +54,28 @@ FID's reference). docs/library.md lists, per strategy, the client function in
 
 from __future__ import annotations
 
-from fedsynth.strategies.centralized import (
-    FedAvg, FedAvgM, FedCOG, FedLESAM, FedLESAMD, FedSAM, FedSMOO, MoFedSAM, Scaffold,
-)
-from fedsynth.strategies.decentralized import DFedAvg, OledFL
-from fedsynth.strategies.server_models import DynaFed, FedDDPM, FedDDPMPlus, FedSynSAM
-from common.algorithms.aggregation_settings import BOUNDED_UPDATE_NORM_RATIO, BOUNDED_WEIGHT_SHARE
+from common.run.aggregation import BOUNDED_INFLUENCE, BoundedInfluence, Krum, TrimmedMean
+from common.run.codecs import QSGD, TopK
+from common.run.task import ServerTask
 from server_app.fid_reference import NoFeatureSums
 from server_app.strategies.base import ReplyContractError, TooManyFailedRounds
-from server_app.strategies.fedddpm import WarmupFailed
+from server_app.strategies.decentralized import DFedAvg, DFedAvgM, DFedSAM, DPSGD, OledFL
+from server_app.strategies.dynafed import DynaFed
+from server_app.strategies.fedavg import FedAvg
+from server_app.strategies.fedavgm import FedAvgM
+from server_app.strategies.fedddpm import FedDDPM, WarmupFailed
+from server_app.strategies.fedddpm_plus import FedDDPMPlus
+from server_app.strategies.fedsynsam import FedSynSAM
 from server_app.strategies.flower_wrappers import WrapperRefused
+from server_app.strategies.node_rules import MOON, FedCOG, FedGamma, FedProx, FedSAM, MoFedSAM
 from server_app.strategies.node_table import NodeInfo
-
-# Bounded influence as a class's keyword arguments: what `bounded-influence = true` sets in the run config.
-BOUNDED_INFLUENCE: dict[str, float] = {
-    "max_update_norm_ratio": BOUNDED_UPDATE_NORM_RATIO, "max_weight_share": BOUNDED_WEIGHT_SHARE,
-}
+from server_app.strategies.sam_baselines import FedLESAM, FedLESAMD, FedLESAMS, FedSMOO
+from server_app.strategies.scaffold import Scaffold
 
 __all__ = [
-    "BOUNDED_INFLUENCE", "DFedAvg", "DynaFed", "FedAvg", "FedAvgM", "FedCOG", "FedDDPM", "FedDDPMPlus", "FedLESAM",
-    "FedLESAMD", "FedSAM", "FedSMOO", "FedSynSAM", "MoFedSAM", "NodeInfo", "NoFeatureSums", "OledFL",
-    "ReplyContractError", "Scaffold", "TooManyFailedRounds", "WarmupFailed", "WrapperRefused",
+    "BOUNDED_INFLUENCE", "BoundedInfluence", "DFedAvg", "DFedAvgM", "DFedSAM", "DPSGD", "DynaFed", "FedAvg",
+    "FedAvgM", "FedCOG", "FedDDPM", "FedDDPMPlus", "FedGamma", "FedLESAM", "FedLESAMD", "FedLESAMS", "FedProx",
+    "FedSAM", "FedSMOO", "FedSynSAM", "Krum", "MOON", "MoFedSAM", "NodeInfo", "NoFeatureSums", "OledFL", "QSGD",
+    "ReplyContractError", "Scaffold", "ServerTask", "TooManyFailedRounds", "TopK", "TrimmedMean", "WarmupFailed",
+    "WrapperRefused",
 ]

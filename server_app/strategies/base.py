@@ -10,7 +10,8 @@ fedsynth's own (server_app/app.py) run the same code:
   config, otherwise the grid's node ids, numbered in id order, at the first
   `configure_train`;
 - failed, late and malformed replies are dropped in `aggregate_train`, each
-  recorded with its node and reason in `round_report`, as Flower's FedAvg drops
+  recorded with its node and reason in `round_report` (the reply collection,
+  server_app/strategies/reply_collection.py), as Flower's FedAvg drops
   error replies; fewer than `min_nodes` good replies leave the model unchanged,
   and `max_failed_rounds` such rounds in a row raise `TooManyFailedRounds`;
 - a round at or below `completed_rounds` (restored from a checkpoint), or after
@@ -34,7 +35,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from logging import INFO, WARNING
 from typing import Any, Callable
 
@@ -44,15 +45,14 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from common.records import message_array_bytes
-from server_app.messaging import (
-    match_replies, misaddressed_replies, send_and_receive, sender_mismatch, surplus_replies,
-)
+from server_app.messaging import send_and_receive
 from server_app.strategies.node_table import NodeInfo, sample_nodes, wait_for_nodes, with_new_nodes
+from server_app.strategies.reply_collection import RoundOutcome, collect_replies
 from server_app.strategies.metric_means import (  # noqa: F401 - weighted_metric: re-exported for the strategies
     checked_evaluate_metrics, local_test_summary, weighted_metric,
 )
 from server_app.wire import (
-    WEIGHTED_BY_KEY, contract_violation_error, largest_weight_note, with_fedsynth_metric_names,
+    WEIGHTED_BY_KEY, contract_violation_error, largest_weight_note,
 )
 
 
@@ -62,35 +62,6 @@ class TooManyFailedRounds(RuntimeError):
 
 class ReplyContractError(TooManyFailedRounds):
     """Every reply of the first round broke the reply contract: the ClientApp must change, retrying cannot help."""
-
-
-def pair_replies(sent: Sequence[Message], replies: Iterable[Message]) -> tuple[list[tuple[Message, Message]], list[Message]]:
-    """Pair replies with the sent messages they answer; returns (pairs in `sent` order, unanswered sent messages).
-
-    A reply is matched by its `reply_to_message_id` (the grid sets message ids when it pushes), so a
-    SuperLink's error reply for a lost node counts for that node, and a reply from another node is paired to be
-    dropped, never counted as the node's own (server_app/messaging.py `match_replies`). Messages that were never
-    pushed (an `aggregate_train` called by hand) are paired by node id instead.
-    """
-    replies = list(replies)
-    if all(message.metadata.message_id for message in sent):
-        return match_replies(sent, replies)
-    by_node: dict[int, Message] = {}
-    for reply in replies:
-        by_node.setdefault(reply.metadata.src_node_id, reply)
-    pairs = [(m, by_node[m.metadata.dst_node_id]) for m in sent if m.metadata.dst_node_id in by_node]
-    unanswered = [m for m in sent if m.metadata.dst_node_id not in by_node]
-    return pairs, unanswered
-
-
-@dataclass
-class RoundOutcome:
-    """The replies of one round, sorted into usable ones and failures."""
-
-    good: list[tuple[int, Message]] = field(default_factory=list)  # (index into nodes, reply)
-    failures: list[dict[str, Any]] = field(default_factory=list)
-    uplink_bytes: int = 0
-    uplink_float32_bytes: int = 0  # what the same replies would weigh uncompressed (SPEC 3.5)
 
 
 class RoundStrategy(Strategy):
@@ -161,7 +132,7 @@ class RoundStrategy(Strategy):
         """
         self.num_rounds, self.timeout = num_rounds, timeout
         self.train_config = ConfigRecord() if train_config is None else train_config
-        self.refresh_nodes(grid)  # summary() names the nodes; the decentralized relay sizes its state
+        self._refresh_nodes(grid)  # summary() names the nodes; the decentralized relay sizes its state
         return super().start(grid, initial_arrays, num_rounds=num_rounds, timeout=timeout, train_config=train_config,
                              evaluate_config=evaluate_config, evaluate_fn=evaluate_fn)
 
@@ -174,71 +145,71 @@ class RoundStrategy(Strategy):
         not in it: it is `Result.arrays`, which the resumed `start()` takes as `initial_arrays`. fedsynth's app
         checkpoints the same parts (server_app/recorder.py).
         """
-        return {"arrays": self.checkpoint_arrays(), "meta": self.state_meta(),
+        return {"arrays": self._checkpoint_arrays(), "meta": self._state_meta(),
                 "completed-rounds": max(self.completed_rounds, self.last_round)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict()`: a later `start()` with the same `num_rounds` skips the finished rounds."""
-        self.load_checkpoint_arrays(state["arrays"])
-        self.load_state_meta(state["meta"])
+        self._load_checkpoint_arrays(state["arrays"])
+        self._load_state_meta(state["meta"])
         self.completed_rounds = int(state["completed-rounds"])
-        self.on_resume()
+        self._on_resume()
 
-    def checkpoint_arrays(self) -> dict[str, Any]:
+    def _checkpoint_arrays(self) -> dict[str, Any]:
         """Every array group of the server state (none by default)."""
         return {}
 
-    def load_checkpoint_arrays(self, groups: Any) -> None:
-        """Restore what `checkpoint_arrays` returned."""
+    def _load_checkpoint_arrays(self, groups: Any) -> None:
+        """Restore what `_checkpoint_arrays` returned."""
 
-    def state_meta(self) -> dict[str, Any]:
+    def _state_meta(self) -> dict[str, Any]:
         """JSON-serialisable scalar state (none by default)."""
         return {}
 
-    def load_state_meta(self, meta: Any) -> None:
+    def _load_state_meta(self, meta: Any) -> None:
         """Restore what `state_meta` returned."""
 
-    def on_resume(self) -> None:
+    def _on_resume(self) -> None:
         """Called once after the state was restored."""
 
     # ----- hooks ----------------------------------------------------------------------
-    def reply_contract(self) -> str:
+    def _reply_contract(self) -> str:
         """What a good train reply carries, in words, for the error that ends a first round of broken replies."""
         return ('reply RecordDict({"arrays": ArrayRecord(the local model, the same names, shapes and dtypes as '
                 'the global one), "metrics": MetricRecord({"num-examples": int > 0, "train-loss" (or Flower\'s '
                 '"train_loss"): float})}); fedsynth.client.train_reply(msg, model, result, num_examples=n) builds it')
 
-    def dp_obstacle(self, side: str) -> str | None:
+    def _dp_obstacle(self, side: str) -> str | None:
         """Why Flower's `side` ("server-side" or "client-side") DP clipping cannot protect what this strategy's
         nodes send, or None (server_app/strategies/flower_wrappers.py)."""
         return None
 
-    def stop_requested(self) -> bool:
+    def _stop_requested(self) -> bool:
         """True once the algorithm has finished before the last round (FedDDPM+ after its correction)."""
         return False
 
-    def round_is_active(self, server_round: int) -> bool:
+    def _round_is_active(self, server_round: int) -> bool:
         """False for rounds a checkpoint restored and for every round after the algorithm stopped itself."""
-        return server_round > self.completed_rounds and not self.stop_requested()
+        return server_round > self.completed_rounds and not self._stop_requested()
 
-    def check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:
+    def _check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:
         """Why a (non-error) train reply must be dropped, or None."""
         raise NotImplementedError
 
-    def run_summary(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    def _run_summary(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
         """What this algorithm adds to a run's summary.json, from its round records."""
         return {}
 
-    def check_restored(self, template: dict[str, Any]) -> str | None:
+    def _check_restored(self, template: dict[str, Any]) -> str | None:
         """Why state restored from a checkpoint cannot continue a run of this model, or None."""
         return None
 
     # ----- the node table ------------------------------------------------------------------
-    def ensure_nodes(self, grid: Grid) -> None:
+    def _ensure_nodes(self, grid: Grid) -> None:
         """Take the grid's nodes when no handshake gave them (kept for callers outside a round)."""
-        self.refresh_nodes(grid)
+        self._refresh_nodes(grid)
 
-    def refresh_nodes(self, grid: Grid) -> list[NodeInfo]:
+    def _refresh_nodes(self, grid: Grid) -> list[NodeInfo]:
         """The nodes a round can use now: wait for `min_available_nodes`, add the nodes that joined since.
 
         Without a handshake the node table grows by every node id the grid has not shown before (a node that
@@ -247,7 +218,7 @@ class RoundStrategy(Strategy):
         gone is sampled and recorded as a timeout, which is how its results account for lost nodes.
         """
         if self.handshake_nodes:  # no wait either: a run whose nodes all left ends by max_failed_rounds
-            self.take_in_joined(grid)
+            self._take_in_joined(grid)
             return list(self.nodes)
         node_ids = wait_for_nodes(grid, self.min_available_nodes)
         grown = with_new_nodes(self.nodes, node_ids)
@@ -255,16 +226,16 @@ class RoundStrategy(Strategy):
             log(INFO, "%s: %d node(s) joined, %d in the node table", type(self).__name__,
                 len(grown) - len(self.nodes), len(grown))
             self.nodes = grown
-            self.on_nodes_joined()
+            self._on_nodes_joined()
         connected = set(node_ids)
         return [n for n in self.nodes if n.node_id in connected]
 
-    def take_in_joined(self, grid: Grid) -> None:
+    def _take_in_joined(self, grid: Grid) -> None:
         """A handshake's table and node ids it lacks: ask them the handshake (`rejoin`), then take them in.
 
         A node that came back under a new node id gets its old entry (its partition, its counts, its place in
         the sampling). A site that joins late gets an entry of its own and takes part from the next round,
-        unless `late_join_refusal` says why this algorithm cannot take it: then one log line names it.
+        unless `_late_join_refusal` says why this algorithm cannot take it: then one log line names it.
         """
         if self.rejoin is None:
             return
@@ -279,7 +250,7 @@ class RoundStrategy(Strategy):
         self.nodes = [replace(n, node_id=by_old_id[n.node_id]) if n.node_id in by_old_id else n
                       for n in self.nodes]
         newcomers = [entry for new_id, entry in answered.items() if entry.node_id == new_id]
-        refusal = self.late_join_refusal() if newcomers else None
+        refusal = self._late_join_refusal() if newcomers else None
         for node in newcomers:
             who = f"node {node.node_id}" + (f" ({node.name!r})" if node.name else "")
             if refusal is not None:
@@ -290,32 +261,32 @@ class RoundStrategy(Strategy):
                     who, node.partition_id, node.num_train_examples, self.last_round + 1)
         if refusal is None and newcomers:
             self.nodes = sorted([*self.nodes, *newcomers], key=lambda n: n.partition_id)
-            self.on_nodes_joined()
+            self._on_nodes_joined()
 
-    def refuse_nodes(self, node_ids: Iterable[int]) -> None:
+    def _refuse_nodes(self, node_ids: Iterable[int]) -> None:
         """Node ids that take no part in this run and are not asked the handshake again (refused at its start)."""
         self._strangers.update(node_ids)
 
-    def late_join_refusal(self) -> str | None:
+    def _late_join_refusal(self) -> str | None:
         """Why a site that joins mid-run cannot take part in this algorithm, or None (it takes part)."""
         return None
 
-    def on_nodes_joined(self) -> None:
+    def _on_nodes_joined(self) -> None:
         """Called when the node table grew (a strategy with per-node state sizes it here)."""
 
-    def partition_of(self, reply: Message) -> int:
+    def _partition_of(self, reply: Message) -> int:
         """The partition of the node that sent `reply` (its node-table entry; else the reply's `partition-id`)."""
         for node in self.nodes:
             if node.node_id == reply.metadata.src_node_id:
                 return node.partition_id
         return int(reply.content.metric_records["metrics"].get("partition-id", 0))
 
-    def node_of(self, node_id: int) -> NodeInfo | None:
+    def _node_of(self, node_id: int) -> NodeInfo | None:
         """The node table's entry of a node id, or None."""
         return next((n for n in self.nodes if n.node_id == node_id), None)
 
     # ----- a round's bookkeeping ----------------------------------------------------------
-    def begin_round(self, server_round: int, messages: list[Message], **fields: Any) -> list[Message]:
+    def _begin_round(self, server_round: int, messages: list[Message], **fields: Any) -> list[Message]:
         """Remember what this round sends (to pair replies and count bytes); returns `messages`."""
         self._sent = messages
         self.last_round = server_round
@@ -324,54 +295,18 @@ class RoundStrategy(Strategy):
         self.round_report = {"round": server_round, "sampled": len(messages), **fields}
         return messages
 
-    def skip_round(self) -> list[Message]:
+    def _skip_round(self) -> list[Message]:
         """A round that sends nothing (restored from a checkpoint, or after the algorithm stopped)."""
         self._sent = []
         self.round_report = None
         self._evaluation_carried = None
         return []
 
-    def collect(self, replies: Iterable[Message], model_bytes: int = 0,
+    def _collect(self, replies: Iterable[Message], model_bytes: int = 0,
                 float32_bytes: Callable[[Message], int] | None = None) -> RoundOutcome:
         """Split the round's replies into checked-good ones and failures (error, invalid, timeout), logged."""
         self.aggregation_started_at = time.monotonic()
-        index_of = {n.node_id: i for i, n in enumerate(self.nodes)}
-        outcome = RoundOutcome()
-        replies = list(replies)
-        pairs, unanswered = pair_replies(self._sent, replies)
-        for message, reply in pairs:
-            node_id = message.metadata.dst_node_id  # not the reply's source: the SuperLink answers for lost nodes
-            mismatch = sender_mismatch(message, reply)  # another node's reply is not this node's
-            if not reply.has_error() and "metrics" in reply.content.metric_records:
-                # a reply in Flower's template names (train_loss) is read in fedsynth's (server_app/wire.py)
-                reply.content["metrics"] = with_fedsynth_metric_names(reply.content.metric_records["metrics"])
-            outcome.uplink_bytes += message_array_bytes(reply)
-            if float32_bytes is not None:
-                outcome.uplink_float32_bytes += float32_bytes(reply)
-            index = index_of.get(node_id)
-            if mismatch is not None:
-                reason = f"{mismatch}: dropped"
-            elif reply.has_error():
-                reason = f"error: {reply.error.reason}"
-            elif index is None:
-                reason = "reply from a node that is not in the node table"
-            else:
-                try:
-                    reason = self.check_train_reply(reply, self.nodes[index])
-                except Exception as err:  # noqa: BLE001 - a reply must never crash the server: any fault drops it
-                    reason = f"malformed reply ({type(err).__name__}: {err})"
-            if reason is None:
-                outcome.good.append((index, reply))
-            else:
-                outcome.failures.append(self._failure(node_id, reason))
-        outcome.failures += [self._failure(m.metadata.dst_node_id, "timeout") for m in unanswered]
-        outcome.failures += [self._failure(reply.metadata.src_node_id, f"{sender_mismatch(message, reply)}, which "
-                                           "that node answered itself: dropped")
-                             for message, reply in misaddressed_replies(self._sent, replies, pairs)]
-        outcome.failures += [self._failure(node, reason) for node, reason in surplus_replies(self._sent, replies, pairs)]
-        for failure in outcome.failures:
-            log(WARNING, "dropped reply of node %s (partition %s): %s", failure["node"], failure["partition"],
-                failure["reason"])
+        outcome = collect_replies(self._sent, replies, self.nodes, self._check_train_reply, float32_bytes)
         report = self.round_report if self.round_report is not None else {}
         # counted now, not when the round began: a subclass may add records to the sent messages (FedSynSAM's D_syn)
         report.update({"answered": len(outcome.good), "answered-nodes": [self._label(i) for i, _ in outcome.good],
@@ -385,7 +320,7 @@ class RoundStrategy(Strategy):
             if self.completed_rounds > 0:
                 source = self.restored_from or "the state given to load_state_dict"
                 restored = f"{source} (round {self.completed_rounds})"
-            message = contract_violation_error(type(self).__name__, outcome.failures, self.reply_contract(),
+            message = contract_violation_error(type(self).__name__, outcome.failures, self._reply_contract(),
                                                restored, largest_weight_note(self._sent))
             if message is not None:
                 raise ReplyContractError(message)
@@ -396,11 +331,7 @@ class RoundStrategy(Strategy):
         node = self.nodes[index]
         return node.name or f"partition-{node.partition_id}"
 
-    def _failure(self, node_id: int, reason: str) -> dict[str, Any]:
-        node = self.node_of(node_id)
-        return {"node": node_id, "partition": None if node is None else node.partition_id, "reason": reason}
-
-    def count_short_round(self, server_round: int, answered: int, consequence: str = "model unchanged") -> bool:
+    def _count_short_round(self, server_round: int, answered: int, consequence: str = "model unchanged") -> bool:
         """Whether the round had enough good replies; raises TooManyFailedRounds after too many short ones."""
         if answered >= self.min_nodes:
             self.failed_in_a_row = 0
@@ -416,7 +347,7 @@ class RoundStrategy(Strategy):
             )
         return False
 
-    def finish_round(self, metrics: MetricRecord | None, good: list[Message], **fields: Any) -> None:
+    def _finish_round(self, metrics: MetricRecord | None, good: list[Message], **fields: Any) -> None:
         """Add the aggregated metrics and this round's times to `round_report`; note a carried evaluation."""
         report = self.round_report if self.round_report is not None else {}
         if metrics is not None:
@@ -434,7 +365,7 @@ class RoundStrategy(Strategy):
             })
 
     # ----- evaluation ----------------------------------------------------------------------
-    def evaluate_messages(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+    def _evaluate_messages(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
                           nodes: Sequence[NodeInfo]) -> list[Message]:
         """One evaluate message per node with the model to evaluate."""
         return [Message(RecordDict({"arrays": arrays, "config": ConfigRecord({**config, "server-round": server_round})}),
@@ -443,13 +374,13 @@ class RoundStrategy(Strategy):
 
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """`fraction_evaluate` of the nodes evaluate `arrays`, unless the train replies carried the evaluation."""
-        if self._evaluation_carried is not None or self.fraction_evaluate <= 0 or not self.round_is_active_now():
+        if self._evaluation_carried is not None or self.fraction_evaluate <= 0 or not self._round_is_active_now():
             return []
-        self.ensure_nodes(grid)
+        self._ensure_nodes(grid)
         chosen = sample_nodes(self.nodes, self.fraction_evaluate, self.seed, server_round)
-        return self.evaluate_messages(server_round, arrays, config, chosen)
+        return self._evaluate_messages(server_round, arrays, config, chosen)
 
-    def round_is_active_now(self) -> bool:
+    def _round_is_active_now(self) -> bool:
         """Whether the current round trained (a skipped round evaluates nothing either)."""
         return self.round_report is not None
 
@@ -458,18 +389,18 @@ class RoundStrategy(Strategy):
         replies = list(replies)
         if not replies:
             return self._evaluation_carried
-        return self.evaluation_metrics(replies)
+        return self._evaluation_metrics(replies)
 
-    def evaluation_metrics(self, replies: Iterable[Message]) -> MetricRecord | None:
+    def _evaluation_metrics(self, replies: Iterable[Message]) -> MetricRecord | None:
         """Test-count weighted local accuracy and loss of the checked evaluate replies; None if none is usable."""
         metrics = checked_evaluate_metrics(self.nodes, replies, known_partitions=self.handshake_nodes)
         if not metrics:
             return None
         return MetricRecord({**local_test_summary(metrics, self.max_weight_share), "num-nodes": len(metrics)})
 
-    def evaluate_on_every_node(self, grid: Grid, arrays: ArrayRecord, server_round: int, timeout: float | None,
+    def _evaluate_on_every_node(self, grid: Grid, arrays: ArrayRecord, server_round: int, timeout: float | None,
                                poll_interval: float = 0.05) -> MetricRecord | None:
         """Every node evaluates `arrays` on its local test split (fedsynth's final evaluation, after start())."""
-        self.ensure_nodes(grid)
-        sent = self.evaluate_messages(server_round, arrays, ConfigRecord({}), self.nodes)
-        return self.evaluation_metrics(send_and_receive(grid, sent, timeout, poll_interval))
+        self._ensure_nodes(grid)
+        sent = self._evaluate_messages(server_round, arrays, ConfigRecord({}), self.nodes)
+        return self._evaluation_metrics(send_and_receive(grid, sent, timeout, poll_interval))

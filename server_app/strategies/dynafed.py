@@ -17,6 +17,8 @@ from flwr.common.typing import Scalar
 from common.metrics.evaluation import resolve_device
 from common.records import Weights
 from common.run.task import ServerTask, make_model
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
 from server_app.distillation import train_on_synthetic
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedsynsam import TrajectoryStrategy
@@ -25,8 +27,11 @@ from server_app.wire import WEIGHTED_BY_KEY
 
 
 @documented
-class DynaFedStrategy(TrajectoryStrategy):
-    """FedAvg plus server training on the trajectory-distilled synthetic set."""
+class DynaFed(TrajectoryStrategy):
+    """DynaFed (Pi et al., 2023): FedAvg; the server distils a synthetic set from the first
+    `trajectory_rounds` global models and, after every later aggregation, trains the global model on it
+    (D_syn never leaves the server). The server builds `task`'s model for both.
+    """
 
     def __init__(self, *, trajectory_rounds: int = DEFAULTS.trajectory_rounds,
                           synthetic_ipc: int = DEFAULTS.synthetic_ipc,
@@ -49,20 +54,9 @@ class DynaFedStrategy(TrajectoryStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -75,12 +69,7 @@ class DynaFedStrategy(TrajectoryStrategy):
                          distill_alpha_init=distill_alpha_init, distill_alpha_lr=distill_alpha_lr,
                          matching_loss=matching_loss, synthetic_source=synthetic_source, task=task, device=device,
                          fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.dynafed_lr = dynafed_lr
@@ -88,7 +77,7 @@ class DynaFedStrategy(TrajectoryStrategy):
         self.batch_size = batch_size
 
 
-    def after_aggregation(self, new: Weights) -> Weights:
+    def _after_aggregation(self, new: Weights) -> Weights:
         if self.synthetic is None or self.dynafed_epochs == 0:
             return new
         x, y = self.synthetic

@@ -8,8 +8,8 @@ Differences from Flower's own FedAvg, each for a reason in SPEC:
   shapes, dtypes, finite values); a bad reply is dropped, never averaged in;
 - replies are summed in partition order, so results are bitwise reproducible;
 - the server applies `w + server_lr * mean(w_i - w)`, weighted by sample count or
-  uniformly (`aggregation`), and subclasses change only `downlink_records`,
-  `check_extra_records` and `server_step`;
+  uniformly (`aggregation`), and subclasses change only `_downlink_records`,
+  `_check_extra_records` and `_server_step`;
 - that step moves the trainable parameters only. A model's buffers (BatchNorm's
   running statistics and batch counter) are not updates to step along: the
   floating ones become the weighted mean of the replies' values, the integer
@@ -29,6 +29,7 @@ from flwr.common.typing import Scalar
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from common.errors import ConfigError
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
 from common.records import Weights, from_record, message_array_bytes, parameter_names, to_record
 from common.uplink.wire import decode_reply, float32_equivalent_bytes, measured_update_norm, reply_buffers
@@ -42,7 +43,9 @@ from server_app.strategies.node_table import NodeInfo, sample_nodes
 from server_app.strategies.node_models import NodeModels
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text, with_flower_metric_names
-from common.run.client_settings import codec_settings, uplink_codec
+from common.run.aggregation import Aggregation, BoundedInfluence, aggregation_rule, bounds
+from common.run.client_settings import codec_settings
+from common.run.codecs import Codec, codec_spec
 
 
 def weighted_mean(values: list[Weights], weights: list[float]) -> Weights:
@@ -78,14 +81,26 @@ def aggregate_buffers(values: list[Weights], weights: list[float]) -> Weights:
     return out
 
 
-@documented
-class FedAvgStrategy(RoundStrategy):
-    """FedAvg (McMahan et al., 2017): the sampled nodes' models averaged on the server.
+def _refuse_codec_overrides(owner: str, codec: Codec | None, sent: Mapping[str, Any],
+                            node_settings: Mapping[str, Any]) -> None:
+    """Refuse a `node_settings` entry that would send the nodes another codec setting than `codec` gives (they
+    would encode with `node_settings={"bits": 8}` while the server decodes `QSGD(bits=4)`)."""
+    for key, value in node_settings.items():
+        if key in sent and sent[key] != value:
+            raise ConfigError(f"{owner}: node_settings key {key!r} = {value!r} overrides what the strategy sends its "
+                              f"nodes from its parameter codec = {codec!r}; set codec instead")
 
-    Built from typed keyword parameters only (server_app/strategies/parameters.py says what each means; the
-    class docstring lists them). fedsynth's app builds it from its run config (server_app/registry.py
-    `build_strategy`) with `fraction_evaluate = 0` (its clients evaluate the received model inside each train
-    reply, and every node evaluates the final model once, server_app/recorder.py); Flower's default is 1.0.
+
+@documented
+class FedAvg(RoundStrategy):
+    """FedAvg (McMahan et al., 2017) with fedsynth's reply checks and seeded sampling.
+
+    The server step is the paper's: w + server_lr * the sample-weighted mean of the updates (`aggregation`).
+    Bounded influence (a weight cap and an update-norm bound) is an option:
+    `FedAvg(bounded_influence=BOUNDED_INFLUENCE)`. Nodes train with any rule (`fedsynth.client.train_sgd`, or
+    a Flower template's own train function). fedsynth's app builds it from its run config
+    (server_app/registry.py `build_strategy`) with `fraction_evaluate = 0` (its clients evaluate the received
+    model inside each train reply); Flower's default is 1.0.
     """
 
     # FID's reference from the nodes' feature sums: fedsynth's app attaches one (server_app/registry.py)
@@ -97,157 +112,149 @@ class FedAvgStrategy(RoundStrategy):
                  max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                  seed: int = DEFAULTS.seed,
                  server_lr: float = DEFAULTS.server_lr,
-                 aggregation: str = DEFAULTS.aggregation,
-                 trim_fraction: float = DEFAULTS.trim_fraction,
-                 byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                 max_weight_share: float = DEFAULTS.max_weight_share,
-                 max_update_norm: float = DEFAULTS.max_update_norm,
-                 max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                 update_norm_action: str = DEFAULTS.update_norm_action,
-                 compression: str = DEFAULTS.compression,
-                 bits: int = DEFAULTS.bits,
-                 levels: int = DEFAULTS.levels,
-                 qsgd_scope: str = DEFAULTS.qsgd_scope,
-                 qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                 topk_ratio: float = DEFAULTS.topk_ratio,
-                 error_feedback: bool = DEFAULTS.error_feedback,
+                 aggregation: Aggregation = DEFAULTS.aggregation,
+                 bounded_influence: BoundedInfluence | None = None,
+                 codec: Codec | None = None,
                  node_settings: dict[str, Scalar] | None = None,
                  parameter_names: list[str] | None = None,
                  lr_schedule: Callable[[int], float] | None = None,
                  nodes: list[NodeInfo] | None = None,
                  weighted_by_key: str = WEIGHTED_BY_KEY,
                  min_available_nodes: int = 1) -> None:
+        limits = bounds(bounded_influence)
         super().__init__(min_nodes=min_nodes, max_failed_rounds=max_failed_rounds, fraction_evaluate=fraction_evaluate,
-                         max_weight_share=max_weight_share, seed=seed, nodes=nodes, weighted_by_key=weighted_by_key,
+                         max_weight_share=limits.weight_share, seed=seed, nodes=nodes, weighted_by_key=weighted_by_key,
                          min_available_nodes=min_available_nodes)
         self.fraction_train = fraction_train
         self.server_lr = server_lr
-        self.aggregation = aggregation
-        self.trim_fraction = trim_fraction
-        self.byzantine_nodes = byzantine_nodes
-        self.max_update_norm = max_update_norm
-        self.max_update_norm_ratio = max_update_norm_ratio
-        self.update_norm_action = update_norm_action
-        self.codec = uplink_codec(compression, bits, levels, qsgd_scope, qsgd_bucket, topk_ratio)
-        self.error_feedback = error_feedback
+        rule = aggregation_rule(aggregation)
+        self.aggregation, self.trim_fraction, self.byzantine_nodes = rule.name, rule.trim_fraction, rule.byzantine_nodes
+        self.bounded_influence = bounded_influence
+        self.max_update_norm = limits.update_norm
+        self.max_update_norm_ratio = limits.update_norm_ratio
+        self.update_norm_action = limits.action
+        self.codec = codec_spec(codec)  # what the server decodes with; `codec` is what the nodes are asked for
+        self.error_feedback = bool(codec is not None and codec.error_feedback)
         self.node_settings = dict(node_settings or {})
+        _refuse_codec_overrides(type(self).__name__, codec, codec_settings(self.codec, self.error_feedback),
+                                self.node_settings)
         self.lr_schedule = lr_schedule
         self.current: Weights = {}
         self.restore_pending: set[int] = set()
         self._declared_parameter_names = list(parameter_names) if parameter_names is not None else None
-        self._parameter_names: list[str] | None = None  # learnt from the first global model (`parameter_names`)
+        self._trainable_cache: list[str] | None = None  # learnt from the first global model (`parameter_names`)
         self.node_models = NodeModels()  # the nodes' kept models: fedsynth's app gives the run's (registry.py)
         self.update_scales: dict[int, float] = {}  # the round's clip factor of each partition's update (1: none)
 
-    def on_nodes_joined(self) -> None:
+    def _on_nodes_joined(self) -> None:
         if self.feature_reference is not None:
             self.feature_reference.nodes = self.nodes
 
     @property
-    def parameter_names(self) -> list[str]:
+    def _parameter_names(self) -> list[str]:
         """The global model's trainable arrays, in its order: what updates, control variates and corrections cover.
 
         The names given as `parameter_names` (fedsynth's app gives the run's model's `named_parameters`) when
         the global model has them all; otherwise (none given, or another model) torch's naming of normalisation
         statistics decides from the arrays alone (`common.records.parameter_names`).
         """
-        if getattr(self, "_parameter_names", None) is None:
+        if getattr(self, "_trainable_cache", None) is None:
             declared = self._declared_parameter_names
             if declared is not None and set(declared) <= self.current.keys():
-                self._parameter_names = [name for name in self.current if name in set(declared)]
+                self._trainable_cache = [name for name in self.current if name in set(declared)]
             else:
-                self._parameter_names = parameter_names(self.current)
-        return self._parameter_names
+                self._trainable_cache = parameter_names(self.current)
+        return self._trainable_cache
 
-    @parameter_names.setter
-    def parameter_names(self, names: list[str]) -> None:
-        self._parameter_names = list(names)
+    @_parameter_names.setter
+    def _parameter_names(self, names: list[str]) -> None:
+        self._trainable_cache = list(names)
 
-    def parameter_change(self, new: Mapping[str, np.ndarray]) -> Weights:
+    def _parameter_change(self, new: Mapping[str, np.ndarray]) -> Weights:
         """`new - current` over the trainable parameters: the previous global update clients move along."""
-        return {name: new[name] - self.current[name] for name in self.parameter_names}
+        return {name: new[name] - self.current[name] for name in self._parameter_names}
 
-    def aggregated_buffers(self, replies: list[Message]) -> Weights:
+    def _aggregated_buffers(self, replies: list[Message]) -> Weights:
         """The new values of the model's buffers from checked replies (`aggregate_buffers`); {} without buffers."""
-        if len(self.parameter_names) == len(self.current):
+        if len(self._parameter_names) == len(self.current):
             return {}
-        ordered = sorted(replies, key=self.partition_of)
-        values = [reply_buffers(r.content, self.current, self.codec, self.parameter_names) for r in ordered]
-        return aggregate_buffers(values, self.aggregation_weights(ordered))
+        ordered = sorted(replies, key=self._partition_of)
+        values = [reply_buffers(r.content, self.current, self.codec, self._parameter_names) for r in ordered]
+        return aggregate_buffers(values, self._aggregation_weights(ordered))
 
     # ----- hooks for subclasses -------------------------------------------------
     # The algorithm's extra train-reply records and metrics (name -> what it holds, and which call sends it),
-    # named by the error that ends a first round of broken replies (`reply_contract`).
+    # named by the error that ends a first round of broken replies (`_reply_contract`).
     reply_records: dict[str, str] = {}
     reply_metrics: dict[str, str] = {}
 
-    def reply_contract(self) -> str:
+    def _reply_contract(self) -> str:
         """What a good train reply carries with this strategy's codec and records, and the call that builds it."""
         return reply_contract_text(self.codec.method, self.reply_records, self.reply_metrics)
 
-    def sends_own_records(self) -> bool:
+    def _sends_own_records(self) -> bool:
         """Whether train messages carry records besides the model and the config (SCAFFOLD's c, ...)."""
-        return type(self).downlink_records is not FedAvgStrategy.downlink_records
+        return type(self)._downlink_records is not FedAvg._downlink_records
 
-    def dp_obstacle(self, side: str) -> str | None:
+    def _dp_obstacle(self, side: str) -> str | None:
         """Flower's DP clipping works on a reply that is the uncompressed model and nothing else (client-side:
         also on a train message that is the model and the config)."""
         if self.codec.method != "none":
             return (f"its nodes reply with the {self.codec.method} codec's payload ('compressed-update'), not the "
-                    f"model, which Flower's {side} clipping cannot clip; build it with compression='none'")
+                    f"model, which Flower's {side} clipping cannot clip; build it with codec=None")
         if self.reply_records:
             names = ", ".join(f"'{name}'" for name in self.reply_records)
             if side == "server-side":
                 return (f"Flower's server-side clipping clips every array record of a reply as the model and would "
                         f"corrupt {names}")
             return f"Flower's client-side clipping mod refuses a reply with more array records than the model ({names})"
-        if side == "client-side" and self.sends_own_records():
+        if side == "client-side" and self._sends_own_records():
             return ("Flower's client-side clipping mod refuses a train message with more array records than the model, "
                     "and this strategy sends its own")
         return None
 
-    def client_config(self) -> dict[str, Any]:
+    def _client_config(self) -> dict[str, Any]:
         """The settings the nodes' rule needs, sent in every train message's config (as FedProx sends
         `proximal-mu`): the uplink codec and `node_settings` (common/run/client_settings.py); a subclass adds
         its own parameters that the nodes read."""
         return {**codec_settings(self.codec, self.error_feedback), **self.node_settings}
 
-    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         """Extra records sent with the model (SCAFFOLD's c, the previous update, ...)."""
         return {}
 
-    def check_extra_records(self, content: RecordDict) -> str | None:
+    def _check_extra_records(self, content: RecordDict) -> str | None:
         """Why a reply's algorithm-specific records are unusable, or None."""
         return None
 
-    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         """The new global model from the mean client update; the buffers from the replies' buffers."""
         lr = self.server_lr
         new = {name: (self.current[name] + lr * mean_delta[name]).astype(np.float32) for name in self.current}
-        new.update(self.aggregated_buffers(replies))
+        new.update(self._aggregated_buffers(replies))
         return new
 
     # ----- server state that a checkpoint must keep ---------------------------------
-    def state_arrays(self) -> dict[str, Weights]:
+    def _state_arrays(self) -> dict[str, Weights]:
         """Algorithm state beyond the global model, as named groups of arrays.
 
         Subclasses with server state (momentum, control variates, trajectories,
-        auxiliary data) return it here and restore it in `load_state_arrays`;
+        auxiliary data) return it here and restore it in `_load_state_arrays`;
         checkpoints store these groups without pickling.
         """
         return {}
 
-    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         """Restore what `state_arrays` returned."""
 
-    def state_meta(self) -> dict[str, Any]:
+    def _state_meta(self) -> dict[str, Any]:
         """JSON-serialisable scalar state (counters, EMA values, flags)."""
         return {}
 
-    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
+    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
         """Restore what `state_meta` returned."""
 
-    def node_state_records(self, partition_id: int) -> dict[str, ArrayRecord]:
+    def _node_state_records(self, partition_id: int) -> dict[str, ArrayRecord]:
         """Node state the server can rebuild for a node (e.g. SCAFFOLD's c_i), sent after a resume.
 
         A resumed simulation starts with empty `Context.state` on every node; the
@@ -256,18 +263,18 @@ class FedAvgStrategy(RoundStrategy):
         """
         return {}
 
-    def checkpoint_arrays(self) -> dict[str, Weights]:
+    def _checkpoint_arrays(self) -> dict[str, Weights]:
         """Every array group a checkpoint keeps: the algorithm's state, the nodes' kept models, FID's reference."""
         reference = self.feature_reference.arrays() if self.feature_reference is not None else {}
-        return {**self.state_arrays(), **self.node_models.arrays(), **reference}
+        return {**self._state_arrays(), **self.node_models.arrays(), **reference}
 
-    def load_checkpoint_arrays(self, groups: Mapping[str, Weights]) -> None:
-        """Restore what `checkpoint_arrays` returned."""
+    def _load_checkpoint_arrays(self, groups: Mapping[str, Weights]) -> None:
+        """Restore what `_checkpoint_arrays` returned."""
         if self.feature_reference is not None:
             groups = self.feature_reference.load(groups)
-        self.load_state_arrays(self.node_models.load(groups))
+        self._load_state_arrays(self.node_models.load(groups))
 
-    def on_resume(self) -> None:
+    def _on_resume(self) -> None:
         """Called once after a checkpoint was loaded: schedule node state to be re-sent."""
         self.restore_pending = {node.partition_id for node in self.nodes}
 
@@ -275,12 +282,12 @@ class FedAvgStrategy(RoundStrategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """One message per sampled node: the global model, the round's config and extra records."""
         refuse_unsupported_wrapper(self)
-        if not self.round_is_active(server_round):
-            return self.skip_round()
-        available = self.refresh_nodes(grid)
+        if not self._round_is_active(server_round):
+            return self._skip_round()
+        available = self._refresh_nodes(grid)
         self.current = from_record(arrays)
-        extra = self.downlink_records(server_round)
-        round_config = {**self.client_config(), **config, "server-round": server_round}
+        extra = self._downlink_records(server_round)
+        round_config = {**self._client_config(), **config, "server-round": server_round}
         if self.lr_schedule is not None:
             round_config["lr"] = self.lr_schedule(server_round)
         messages = []
@@ -289,25 +296,25 @@ class FedAvgStrategy(RoundStrategy):
             for name, record in extra.items():
                 content[name] = record
             if node.partition_id in self.restore_pending:
-                restored = {**self.node_state_records(node.partition_id), **self.node_models.records(node.partition_id)}
+                restored = {**self._node_state_records(node.partition_id), **self.node_models.records(node.partition_id)}
                 for name, record in restored.items():
                     content[f"{NODE_STATE_PREFIX}{name}"] = record
             messages.append(Message(content, dst_node_id=node.node_id, message_type=MessageType.TRAIN))
         fields = {"lr": round_config["lr"]} if "lr" in round_config else {}
-        return self.begin_round(server_round, messages, **fields)
+        return self._begin_round(server_round, messages, **fields)
 
-    def check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:
+    def _check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:
         """Every metric field (against the node's handshake counts), then the strategy's checks of the arrays."""
         reason = check_train_metrics(reply.content.metric_records.get("metrics"),
                                      node.partition_id if self.handshake_nodes else None, node.num_train_examples,
                                      max_test_examples=node.num_test_examples,
                                      partition_required=self.handshake_nodes)
-        return reason if reason is not None else self.check_reply(reply)
+        return reason if reason is not None else self._check_reply(reply)
 
-    def check_reply(self, reply: Message) -> str | None:
+    def _check_reply(self, reply: Message) -> str | None:
         """Why a train reply must be dropped, or None when it can be aggregated."""
         content = reply.content
-        size, limit = message_array_bytes(reply), self.max_reply_bytes()
+        size, limit = message_array_bytes(reply), self._max_reply_bytes()
         if size > limit:
             return f"reply of {size} bytes is oversized (limit {limit} bytes, 3x the model)"
         if "metrics" not in content.metric_records:
@@ -319,38 +326,38 @@ class FedAvgStrategy(RoundStrategy):
         if reason is not None:
             return reason
         try:
-            delta = self.client_delta(reply)
+            delta = self._client_delta(reply)
         except ValueError as err:  # a missing, mis-shaped, mistyped or non-finite model or payload
             return str(err)
         bound = self.max_update_norm
-        if bound > 0 and self.update_norm_action == "refuse" and (norm := self.update_norm_of(reply, delta)) > bound:
+        if bound > 0 and self.update_norm_action == "refuse" and (norm := self._update_norm_of(reply, delta)) > bound:
             return f"update norm {norm:.4g} exceeds max-update-norm = {bound:g}"
-        return self.check_extra_records(content)
+        return self._check_extra_records(content)
 
-    def client_delta(self, reply: Message) -> Weights:
+    def _client_delta(self, reply: Message) -> Weights:
         """The reply's update w_i - w: its model minus the global one, or its decoded compressed update.
 
-        Compressed extra records are decoded in place first, so `check_extra_records`
-        and `server_step` read them as if uncompressed (common/uplink/wire.py). Raises
+        Compressed extra records are decoded in place first, so `_check_extra_records`
+        and `_server_step` read them as if uncompressed (common/uplink/wire.py). Raises
         ValueError naming the fault.
         """
-        return decode_reply(reply.content, self.current, self.codec, self.parameter_names)
+        return decode_reply(reply.content, self.current, self.codec, self._parameter_names)
 
-    def update_norm_of(self, reply: Message, delta: Weights) -> float:
+    def _update_norm_of(self, reply: Message, delta: Weights) -> float:
         """The L2 norm of a reply's update as its client measured it: a qsgd payload's own norms (the quantised
         vector's norm is mostly quantiser noise, common/uplink/wire.py `measured_update_norm`), else `delta`'s."""
         measured = measured_update_norm(reply.content, self.codec)
         return update_norm(delta) if measured is None else measured
 
-    def bounds_on(self) -> bool:
+    def _bounds_on(self) -> bool:
         """Whether bounded influence (an update-norm bound or the weight cap) can change this round's mean."""
         return self.max_update_norm > 0 or self.max_update_norm_ratio > 0 or self.max_weight_share < 1
 
-    def max_reply_bytes(self) -> int:
+    def _max_reply_bytes(self) -> int:
         """Replies larger than this are refused before being decoded (3x the model, plus 1 MiB)."""
         return 3 * sum(w.nbytes for w in self.current.values()) + (1 << 20)
 
-    def aggregation_weights(self, replies: list[Message]) -> list[float]:
+    def _aggregation_weights(self, replies: list[Message]) -> list[float]:
         """The replies' `weighted_by_key` metric (`weighted`), no share above `max-weight-share`
         (server_app/influence.py), or ones (`uniform`)."""
         if self.aggregation != "weighted":
@@ -368,44 +375,44 @@ class FedAvgStrategy(RoundStrategy):
             return None, None
         model_record = self._sent[0].content.array_records.get("arrays") if self._sent else None
         model_bytes = model_record.count_bytes() if model_record is not None else 0  # a compressed reply replaces it
-        outcome = self.collect(replies, model_bytes, lambda reply: float32_equivalent_bytes(reply, model_bytes))
+        outcome = self._collect(replies, model_bytes, lambda reply: float32_equivalent_bytes(reply, model_bytes))
         self.round_report["uplink-float32-bytes"] = outcome.uplink_float32_bytes
         good = [reply for _, reply in outcome.good]
         if len(good) < self.min_nodes:
             self.round_report["skipped"] = True
-            self.finish_round(None, [])
-            self.count_short_round(server_round, len(good))  # raises after max-failed-rounds
+            self._finish_round(None, [])
+            self._count_short_round(server_round, len(good))  # raises after max-failed-rounds
             return None, None
-        self.count_short_round(server_round, len(good))
-        arrays, metrics = self.aggregate_good(server_round, good)
-        self.finish_round(metrics, good)
+        self._count_short_round(server_round, len(good))
+        arrays, metrics = self._aggregate_good(server_round, good)
+        self._finish_round(metrics, good)
         return arrays, metrics
 
-    def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Average the updates of checked replies (in partition order) and take the server step."""
-        replies = sorted(replies, key=self.partition_of)
+        replies = sorted(replies, key=self._partition_of)
         if not replies:
             return None, None
-        self.restore_pending -= {self.partition_of(r) for r in replies}
-        deltas = [self.client_delta(r) for r in replies]
+        self.restore_pending -= {self._partition_of(r) for r in replies}
+        deltas = [self._client_delta(r) for r in replies]
         if self.node_models.keys:  # the uplink is uncompressed: each reply holds the node's model
             for reply in replies:
-                self.node_models.keep(self.partition_of(reply), from_record(reply.content.array_records[MODEL]))
+                self.node_models.keep(self._partition_of(reply), from_record(reply.content.array_records[MODEL]))
         # "refuse" dropped the longer ones in check_reply; "clip" scales them; then the round's median bound.
         # Each factor is kept per partition, so that records that follow the update (SCAFFOLD's control delta)
         # are scaled with it.
         norm_bounded = self.max_update_norm > 0 or self.max_update_norm_ratio > 0
-        factors = clip_factors([self.update_norm_of(r, d) if norm_bounded else 0.0 for r, d in zip(replies, deltas)],
+        factors = clip_factors([self._update_norm_of(r, d) if norm_bounded else 0.0 for r, d in zip(replies, deltas)],
                                self.max_update_norm, self.max_update_norm_ratio)
-        self.update_scales = {self.partition_of(r): f for r, f in zip(replies, factors)}
+        self.update_scales = {self._partition_of(r): f for r, f in zip(replies, factors)}
         deltas = [scale_update(d, f) for d, f in zip(deltas, factors)]
         if self.aggregation in ROBUST_AGGREGATIONS:
             mean_delta = combine_updates(deltas, self.aggregation, self.trim_fraction, self.byzantine_nodes)
         else:
-            mean_delta = weighted_mean(deltas, self.aggregation_weights(replies))
-        self.current = self.server_step(mean_delta, replies)
+            mean_delta = weighted_mean(deltas, self._aggregation_weights(replies))
+        self.current = self._server_step(mean_delta, replies)
         metrics = aggregate_metrics(replies, self.max_weight_share, self.weighted_by_key)
-        if self.bounds_on():  # what bounded influence changed this round (absent when it is off)
+        if self._bounds_on():  # what bounded influence changed this round (absent when it is off)
             metrics["clipped-updates"] = sum(1 for f in factors if f < 1.0)
             metrics["weight-cap-bound"] = int(self.aggregation == "weighted" and cap_binds(
                 [float(r.content.metric_records["metrics"][self.weighted_by_key]) for r in replies],

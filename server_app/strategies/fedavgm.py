@@ -13,15 +13,17 @@ from flwr.app import Message
 from flwr.common.typing import Scalar
 
 from common.records import Weights
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
 from server_app.strategies.node_table import NodeInfo
-from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 
 
 @documented
-class FedAvgMStrategy(FedAvgStrategy):
-    """FedAvg with server momentum `server-momentum`."""
+class FedAvgM(FedAvg):
+    """FedAvgM (Hsu et al., 2019): FedAvg with server momentum `server_momentum`."""
 
     velocity: Weights | None = None
 
@@ -32,20 +34,9 @@ class FedAvgMStrategy(FedAvgStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -53,28 +44,23 @@ class FedAvgMStrategy(FedAvgStrategy):
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.server_momentum = server_momentum
 
-    def state_arrays(self) -> dict[str, Weights]:
+    def _state_arrays(self) -> dict[str, Weights]:
         return {"velocity": self.velocity} if self.velocity is not None else {}
 
-    def load_state_arrays(self, groups) -> None:
+    def _load_state_arrays(self, groups) -> None:
         self.velocity = groups.get("velocity")
 
-    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         beta = self.server_momentum
         if self.velocity is None:
             self.velocity = {name: np.zeros_like(d) for name, d in mean_delta.items()}
         self.velocity = {name: (beta * self.velocity[name] + mean_delta[name]).astype(np.float32) for name in mean_delta}
         new = {name: (self.current[name] + self.server_lr * self.velocity[name]).astype(np.float32)
                for name in self.current}
-        new.update(self.aggregated_buffers(replies))  # buffers are averaged, not moved with momentum
+        new.update(self._aggregated_buffers(replies))  # buffers are averaged, not moved with momentum
         return new

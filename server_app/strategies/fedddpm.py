@@ -80,12 +80,14 @@ from common.run.interrupt import raise_if_stopped
 from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
 from common.run.task import ServerTask, make_model
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
 from server_app.influence import capped_counts
 from server_app.messaging import match_replies, misaddressed_replies, sender_mismatch
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.reply_checks import check_train_metrics
 from server_app.wire import with_fedsynth_metric_names
-from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
@@ -107,8 +109,11 @@ def auxiliary_count(num_examples: int, fraction: float) -> int:
 
 
 @documented
-class FedDDPMStrategy(FedAvgStrategy):
-    """FedDDPM: FedAvg of DDPMs plus `correction-epochs` on the server's auxiliary set after every aggregation."""
+class FedDDPM(FedAvg):
+    """FedDDPM (Peng et al.): each node first trains its own DDPM and uploads it once (the warm-up); the server
+    samples an auxiliary set from those models, then runs FedAvg rounds and, after each aggregation,
+    `correction_epochs` epochs on the auxiliary set. The server builds `task`'s model (a U-Net) for both.
+    """
 
     def __init__(self, *, task: ServerTask = ServerTask(model="unet-paper-mnist"),
                           device: str = DEFAULTS.device,
@@ -128,20 +133,9 @@ class FedDDPMStrategy(FedAvgStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -149,12 +143,7 @@ class FedDDPMStrategy(FedAvgStrategy):
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         if task.model not in UNET_PRESETS:
@@ -184,21 +173,21 @@ class FedDDPMStrategy(FedAvgStrategy):
         self._warmup_started = 0.0              # when configure_warmup ran (the record's times)
 
     # ----- server state that a checkpoint must keep ---------------------------------
-    def state_arrays(self) -> dict[str, Weights]:
+    def _state_arrays(self) -> dict[str, Weights]:
         return {"auxiliary": {"images": self.auxiliary}} if self.auxiliary is not None else {}
 
-    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         group = groups.get("auxiliary")
         if group is not None:
             self.auxiliary = np.asarray(group["images"], dtype=np.float32)
 
-    def state_meta(self) -> dict[str, Any]:
+    def _state_meta(self) -> dict[str, Any]:
         return {"aux-counts": {str(pid): n for pid, n in self.aux_counts.items()}}
 
-    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
+    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
         self.aux_counts = {int(pid): int(n) for pid, n in meta.get("aux-counts", {}).items()}
 
-    def dp_obstacle(self, side: str) -> str | None:
+    def _dp_obstacle(self, side: str) -> str | None:
         """The warm models reach the server in the warm-up, outside the rounds a DP wrapper sees."""
         return ("its nodes upload their warm models in the warm-up, outside the rounds the wrapper clips and noises, "
                 "and the server samples its auxiliary set from them")
@@ -207,39 +196,39 @@ class FedDDPMStrategy(FedAvgStrategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Before the first round of a run (not of a resumed one): the warm-up phase (`warmup`), then round 1."""
         refuse_unsupported_wrapper(self)  # before the warm-up sends anything
-        if self.round_is_active(server_round) and not self.warmed_up and self.completed_rounds == 0:
+        if self._round_is_active(server_round) and not self.warmed_up and self.completed_rounds == 0:
             self.warmup(grid, arrays)
         return super().configure_train(server_round, arrays, config, grid)
 
-    def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def _run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """What this algorithm adds to summary.json."""
         return {"aux-size": 0 if self.auxiliary is None else int(len(self.auxiliary)),
                 "aux-sampler": self.aux_sampler.label}
 
     # ----- the warm-up phase: configure_warmup, one grid.send_and_receive, aggregate_warmup ----------
     def warmup(self, grid: Grid, arrays: ArrayRecord) -> dict[str, Any]:
-        """The whole warm-up phase: `configure_warmup`, one `grid.send_and_receive`, `aggregate_warmup`.
+        """The whole warm-up phase: `_configure_warmup`, one `grid.send_and_receive`, `_aggregate_warmup`.
 
         The first active `configure_train` calls it (the one hook that Flower's `start()`, a wrapper strategy
         (Flower's DP wrappers are refused: flower_wrappers.py) and a hand-written round loop all call), so the warm-up
         comes after `start()`'s round-0 `evaluate_fn` and before round 1's node sampling, once per run. The
         exchange goes through the grid's own `send_and_receive`, as a round's does, with `warmup-timeout`.
-        Returns the warm-up's record (see `aggregate_warmup`).
+        Returns the warm-up's record (see `_aggregate_warmup`).
         """
         raise_if_stopped()
-        messages = list(self.configure_warmup(arrays, grid))
+        messages = list(self._configure_warmup(arrays, grid))
         replies = grid.send_and_receive(messages, timeout=self.warmup_timeout)
-        return self.aggregate_warmup(replies)
+        return self._aggregate_warmup(replies)
 
-    def configure_warmup(self, arrays: ArrayRecord, grid: Grid) -> Iterable[Message]:
+    def _configure_warmup(self, arrays: ArrayRecord, grid: Grid) -> Iterable[Message]:
         """One TRAIN message per node of the node table: the run's initial model and the warm-up's config.
 
         Content: `RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": 0, "phase": "warmup",
         "warmup-epochs": ..., "warmup-steps": ...})})`. A node answers it as a train message, except that it
         trains its own DDPM from `arrays` for "warmup-steps" steps (0: "warmup-epochs" epochs) and replies with
-        that model (see `aggregate_warmup`).
+        that model (see `_aggregate_warmup`).
         """
-        self.ensure_nodes(grid)
+        self._ensure_nodes(grid)
         self._warmup_started = time.monotonic()
         self._warmup_initial = from_record(arrays)
         record = to_record(self._warmup_initial)
@@ -249,11 +238,11 @@ class FedDDPMStrategy(FedAvgStrategy):
                 "warmup-steps": self.warmup_steps})}), dst_node_id=node.node_id, message_type=MessageType.TRAIN)
             for node in self.nodes
         ]
-        log(INFO, "warmup: %d nodes train their own DDPM for %s", len(messages), self.warmup_length())
+        log(INFO, "warmup: %d nodes train their own DDPM for %s", len(messages), self._warmup_length())
         self._warmup_sent = messages
         return messages
 
-    def aggregate_warmup(self, replies: Iterable[Message]) -> dict[str, Any]:
+    def _aggregate_warmup(self, replies: Iterable[Message]) -> dict[str, Any]:
         """Check the warm models that came back and sample the auxiliary set A from them; returns the record.
 
         A usable reply is a train reply `RecordDict({"arrays": ArrayRecord(the warm model: the names, shapes and
@@ -298,7 +287,7 @@ class FedDDPMStrategy(FedAvgStrategy):
         warm.sort(key=lambda item: item[0])
         start = self._warmup_started
         train_time = time.monotonic() - start
-        self.auxiliary = self.sample_auxiliary([(pid, m, w) for pid, m, w, _ in warm])
+        self.auxiliary = self._sample_auxiliary([(pid, m, w) for pid, m, w, _ in warm])
         self.warmed_up = True
         record: dict[str, Any] = {
             "round": 0, "phase": "warmup", "sampled": len(self._warmup_sent), "answered": len(warm),
@@ -336,7 +325,7 @@ class FedDDPMStrategy(FedAvgStrategy):
         problem = check_weights(weights, initial, "warm model")
         return problem, weights
 
-    def sample_auxiliary(self, warm: list[tuple[int, int, Weights]]) -> np.ndarray:
+    def _sample_auxiliary(self, warm: list[tuple[int, int, Weights]]) -> np.ndarray:
         """A = union of |A_i| samples of each node's warm model (ancestral sampler unless `aux-sampler` says otherwise)."""
         model = make_model(self.task).to(self.device)
         spec, shape = self.aux_sampler, image_shape(self.task)
@@ -356,7 +345,7 @@ class FedDDPMStrategy(FedAvgStrategy):
         return np.concatenate(parts).astype(np.float32)
 
     # ----- the server's correction -------------------------------------------------------------
-    def correct(self, weights: Weights, epochs: int, lr: float) -> Weights:
+    def _correct(self, weights: Weights, epochs: int, lr: float) -> Weights:
         """`epochs` epochs of the DDPM loss on A from `weights` at learning rate `lr`."""
         if self.auxiliary is None or epochs <= 0:
             return weights
@@ -373,16 +362,16 @@ class FedDDPMStrategy(FedAvgStrategy):
                                     "correction-time": time.monotonic() - start})
         return model_weights(model)
 
-    def after_aggregation(self, weights: Weights) -> Weights:
+    def _after_aggregation(self, weights: Weights) -> Weights:
         """FedDDPM: correct after every aggregation at `correction-lr` (eta)."""
-        return self.correct(weights, self.correction_epochs, self.correction_lr)
+        return self._correct(weights, self.correction_epochs, self.correction_lr)
 
-    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        return self.after_aggregation(super().server_step(mean_delta, replies))
+    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        return self._after_aggregation(super()._server_step(mean_delta, replies))
 
-    def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         self._round, self._round_metrics = server_round, {}
-        arrays, metrics = super().aggregate_good(server_round, replies)
+        arrays, metrics = super()._aggregate_good(server_round, replies)
         if metrics is not None:
             for key, value in self._round_metrics.items():
                 metrics[key] = value
@@ -391,8 +380,8 @@ class FedDDPMStrategy(FedAvgStrategy):
     def summary(self) -> None:
         super().summary()
         log(INFO, "%s: warmup %s, aux-fraction %g (%s), correction-epochs %d at %g", type(self).__name__,
-            self.warmup_length(), self.aux_fraction, self.aux_sampler.label, self.correction_epochs, self.correction_lr)
+            self._warmup_length(), self.aux_fraction, self.aux_sampler.label, self.correction_epochs, self.correction_lr)
 
-    def warmup_length(self) -> str:
+    def _warmup_length(self) -> str:
         """`warmup-steps` steps or `warmup-epochs` epochs, for logs."""
         return f"{self.warmup_steps} steps" if self.warmup_steps else f"{self.warmup_epochs} epochs"

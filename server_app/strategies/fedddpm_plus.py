@@ -28,9 +28,11 @@ from common.metrics.fid_features import FeatureExtractor, make_extractor
 from common.models.diffusion import SamplerSpec, image_shape, num_timesteps, sample, seeded_generator
 from common.records import Weights, load_weights
 from common.run.task import ServerTask, make_model
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
 from server_app.fid_reference import ClientFeatureReference
 from server_app.strategies.node_table import NodeInfo
-from server_app.strategies.fedddpm import FedDDPMStrategy
+from server_app.strategies.fedddpm import FedDDPM
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 
@@ -52,8 +54,11 @@ def quicktest_due(server_round: int, every: int) -> bool:
 
 
 @documented
-class FedDDPMPlusStrategy(FedDDPMStrategy):
-    """FedDDPM+: FedAvg rounds, QuickTest at t = 0, 10, 20, ..., one-shot correction on A at the clients' rate, stop."""
+class FedDDPMPlus(FedDDPM):
+    """FedDDPM+ (Peng et al.): the warm-up and auxiliary set of FedDDPM, plain FedAvg rounds, QuickTest every
+    `quicktest_every` rounds, and one correction of `oneshot_epochs` on the auxiliary set (at the clients' rate)
+    when QuickTest fires (or after `start()`'s last round), after which the run stops.
+    """
 
     def __init__(self, *, task: ServerTask = ServerTask(model="unet-paper-mnist"),
                           device: str = DEFAULTS.device,
@@ -81,20 +86,9 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -105,12 +99,7 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
                          batch_size=batch_size, local_optimizer=local_optimizer, warmup_epochs=warmup_epochs,
                          warmup_steps=warmup_steps, warmup_timeout=warmup_timeout, aux_fraction=aux_fraction,
                          fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.quicktest_every = quicktest_every
@@ -133,20 +122,20 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
         self._grid = grid  # the nodes' feature sums are asked for at the first QuickTest
         return super().configure_train(server_round, arrays, config, grid)
 
-    def state_meta(self) -> dict[str, Any]:
-        return {**super().state_meta(), "quicktest-average": self.quicktest_average, "stopped-at": self.stopped_at,
+    def _state_meta(self) -> dict[str, Any]:
+        return {**super()._state_meta(), "quicktest-average": self.quicktest_average, "stopped-at": self.stopped_at,
                 "stop-reason": self.stop_reason}
 
-    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
-        super().load_state_meta(meta)
+    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
+        super()._load_state_meta(meta)
         self.quicktest_average = meta.get("quicktest-average")
         self.stopped_at = meta.get("stopped-at")
         self.stop_reason = str(meta.get("stop-reason", ""))
 
-    def stop_requested(self) -> bool:
+    def _stop_requested(self) -> bool:
         return self.stopped_at is not None
 
-    def oneshot_rate(self) -> float:
+    def _oneshot_rate(self) -> float:
         """The one-shot correction's rate: `oneshot_lr`, else the clients' lr of `start()`'s `train_config`, else
         the config's `lr` (Algorithm 2 trains it at the clients' zeta)."""
         if self.oneshot_lr:
@@ -155,7 +144,7 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
             return float(self.train_config["lr"])
         return self.lr_schedule(1) if self.lr_schedule is not None else DEFAULTS.lr  # fedsynth's app: the run's lr
 
-    def reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:
+    def _reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:
         """QuickTest's reference: A's features, or the nodes' pooled features (`quicktest-reference`), asked once."""
         if self.quicktest_reference == "clients":
             if self.feature_reference is None:  # built without fedsynth's app: its own, with start()'s timeout
@@ -167,7 +156,7 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
             self._aux_stats = extractor.stats(self.auxiliary)
         return self._aux_stats
 
-    def quicktest_score(self, weights: Weights) -> float:
+    def _quicktest_score(self, weights: Weights) -> float:
         """FID of `quicktest-size` samples of the model against QuickTest's reference statistics."""
         model = make_model(self.task)
         load_weights(model, weights)
@@ -175,13 +164,13 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
         images = sample(model, self.sampler, self.quicktest_size, image_shape(self.task),
                         seeded_generator(self.seed, self._round, 0, _QUICKTEST_STREAM), self.device)
         extractor = make_extractor(self.fid_features, self.task.dataset, image_shape(self.task)[1], self.task.data_dir, self.cache_dir, self.device, channels=image_shape(self.task)[0])
-        return extractor.fid(images, self.reference_stats(extractor))
+        return extractor.fid(images, self._reference_stats(extractor))
 
-    def after_aggregation(self, weights: Weights) -> Weights:
+    def _after_aggregation(self, weights: Weights) -> Weights:
         last = self._round == self.num_rounds  # start()'s num_rounds rules (fedsynth's app passes num-server-rounds)
         if self.auxiliary is not None and quicktest_due(self._round, self.quicktest_every):
             start = time.monotonic()
-            score = self.quicktest_score(weights)
+            score = self._quicktest_score(weights)
             fired, self.quicktest_average = quicktest(self.quicktest_average, score, self.quicktest_gamma,
                                                       self.quicktest_threshold)
             self._round_metrics.update({"quicktest-fid": score, "quicktest-time": time.monotonic() - start})
@@ -194,8 +183,8 @@ class FedDDPMPlusStrategy(FedDDPMStrategy):
         if self.stop_reason == "quicktest" or last:
             self.stop_reason = self.stop_reason or "last-round"
             self.stopped_at = self._round
-            return self.correct(weights, self.oneshot_epochs, self.oneshot_rate())
+            return self._correct(weights, self.oneshot_epochs, self._oneshot_rate())
         return weights
 
-    def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return {**super().run_summary(rounds), "stopped-at-round": self.stopped_at, "stop-reason": self.stop_reason}
+    def _run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return {**super()._run_summary(rounds), "stopped-at-round": self.stopped_at, "stop-reason": self.stop_reason}

@@ -8,7 +8,7 @@ training images per class, read by the server from the training split. Rounds wh
 aggregation was skipped add nothing, so the trajectory always holds R + 1
 consecutive global models.
 
-`FedSynSAMStrategy` sends D_syn once to every node: the first message a node
+`FedSynSAM` sends D_syn once to every node: the first message a node
 gets after the distillation carries it, and the server keeps sending it until
 a reply from that partition reports `synthetic-examples` > 0, so a node that
 missed a round, timed out, or restarted with empty state (a resumed run) gets
@@ -40,9 +40,11 @@ from common.metrics.evaluation import as_tensors, resolve_device
 from common.protocol import SYNTHETIC_DATA
 from common.records import Weights, to_record
 from common.run.task import ServerTask, make_model
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
 from server_app.distillation import DistillSettings, distill, oracle_indices, real_oracle
 from server_app.perturbation import PerturbationDiagnostic
-from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
@@ -51,7 +53,7 @@ _TRAJECTORY = "trajectory-"
 
 
 @documented
-class TrajectoryStrategy(FedAvgStrategy):
+class TrajectoryStrategy(FedAvg):
     """FedAvg that records the global trajectory and distils a synthetic set after R aggregations."""
 
     # the app's perturbation diagnostic (simulation only), attached by server_app/registry.py when it is on
@@ -75,20 +77,9 @@ class TrajectoryStrategy(FedAvgStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -96,12 +87,7 @@ class TrajectoryStrategy(FedAvgStrategy):
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.trajectory_rounds = trajectory_rounds
@@ -121,19 +107,19 @@ class TrajectoryStrategy(FedAvgStrategy):
         self.server_round = 0
 
     # ----- what subclasses change ---------------------------------------------------
-    def after_aggregation(self, new: Weights) -> Weights:
+    def _after_aggregation(self, new: Weights) -> Weights:
         """A server-side step on the aggregated model (DynaFed trains on D_syn); none here."""
         return new
 
     # ----- trajectory and distillation ------------------------------------------------
-    def distil(self) -> None:
+    def _distil(self) -> None:
         """Learn D_syn from the trajectory (or take the real-image oracle); its matching losses go into this round's metrics."""
         start = time.monotonic()
         info = run_dataset_info(self.task)
         settings = DistillSettings.resolved(info.channels == 1, **self.distillation)
         device = resolve_device(self.device)
         if self.synthetic_source == REAL_ORACLE:
-            result = real_oracle(make_model(self.task), self.trajectory, *self.real_images(info.num_classes),
+            result = real_oracle(make_model(self.task), self.trajectory, *self._real_images(info.num_classes),
                                  settings, device)
         else:
             result = distill(make_model(self.task), self.trajectory, info.num_classes, info.shape, settings, device)
@@ -147,7 +133,7 @@ class TrajectoryStrategy(FedAvgStrategy):
         }
         self._round_metrics.update(self.distill_report)
 
-    def real_images(self, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
+    def _real_images(self, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
         """`synthetic-source = real-oracle` (a diagnostic): synthetic-ipc training images per class as model input.
 
         The server reads the training split here, which breaks the federated premise that it holds no
@@ -158,14 +144,14 @@ class TrajectoryStrategy(FedAvgStrategy):
         x, y = as_tensors(arrays.x_train[index], arrays.y_train[index], self.task.dataset, torch.device("cpu"))
         return x.numpy(), y.numpy()
 
-    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        new = super().server_step(mean_delta, replies)
+    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        new = super()._server_step(mean_delta, replies)
         if self.synthetic is None and len(self.trajectory) <= self.trajectory_rounds:
             self.trajectory.append(new)
             if len(self.trajectory) == self.trajectory_rounds + 1:
-                self.distil()
-        new = self.after_aggregation(new)
-        self.previous_update = self.parameter_change(new)
+                self._distil()
+        new = self._after_aggregation(new)
+        self.previous_update = self._parameter_change(new)
         return new
 
     # ----- Strategy API -----------------------------------------------------------
@@ -176,20 +162,20 @@ class TrajectoryStrategy(FedAvgStrategy):
             self.trajectory.append(dict(self.current))  # w^0
         return messages
 
-    def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
         self._round_metrics = {}
         if self.diagnostic is not None and replies:
             self._round_metrics.update(self.diagnostic.measure(
-                self.current, [self.partition_of(r) for r in replies], self.previous_update, self.synthetic,
+                self.current, [self._partition_of(r) for r in replies], self.previous_update, self.synthetic,
             ))
-        arrays, metrics = super().aggregate_good(server_round, replies)
+        arrays, metrics = super()._aggregate_good(server_round, replies)
         if metrics is None or not self._round_metrics:
             return arrays, metrics
         return arrays, MetricRecord({**dict(metrics), **self._round_metrics})
 
     # ----- checkpoint hooks ---------------------------------------------------------
-    def state_arrays(self) -> dict[str, Weights]:
+    def _state_arrays(self) -> dict[str, Weights]:
         groups: dict[str, Weights] = {f"{_TRAJECTORY}{i:05d}": w for i, w in enumerate(self.trajectory)}
         if self.synthetic is not None:
             groups["synthetic"] = {"x": self.synthetic[0], "y": self.synthetic[1]}
@@ -197,16 +183,16 @@ class TrajectoryStrategy(FedAvgStrategy):
             groups["previous-update"] = self.previous_update
         return groups
 
-    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         self.trajectory = [dict(groups[k]) for k in sorted(k for k in groups if k.startswith(_TRAJECTORY))]
         synthetic = groups.get("synthetic")
         self.synthetic = (synthetic["x"], synthetic["y"]) if synthetic is not None else None
         self.previous_update = groups.get("previous-update")
 
-    def state_meta(self) -> dict[str, Any]:
+    def _state_meta(self) -> dict[str, Any]:
         return {"distill": dict(self.distill_report)}
 
-    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
+    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
         self.distill_report = dict(meta.get("distill", {}))
 
     def summary(self) -> None:
@@ -217,18 +203,22 @@ class TrajectoryStrategy(FedAvgStrategy):
 
 
 @documented
-class FedSynSAMStrategy(TrajectoryStrategy):
-    """FedSynSAM: FedAvg of (compressed) updates; D_syn distilled after round R and sent once to every node."""
+class FedSynSAM(TrajectoryStrategy):
+    """FedSynSAM: FedAvg of (compressed) updates; after `trajectory_rounds` aggregations the server distils a
+    synthetic set from the global models' trajectory and sends it once to every node (record "synthetic-data");
+    nodes then perturb along a mix of their local and the synthetic gradient (`fedsynth.client.train_fedsynsam`),
+    reading "sam-rho", "synsam-beta" and "synsam-mix". The server builds `task`'s model for the distillation.
+    """
 
     reply_metrics = {"synthetic-examples": ("int >= 0, how many synthetic examples the node holds (optional; "
                                             "the server re-sends 'synthetic-data' until it is > 0)")}
 
-    def dp_obstacle(self, side: str) -> str | None:
+    def _dp_obstacle(self, side: str) -> str | None:
         """Client-side clipping's mod also refuses the train message that carries 'synthetic-data'."""
         if side == "client-side" and self.codec.method == "none":
             return ("Flower's client-side clipping mod refuses a train message with more array records than the model, "
                     "and this strategy sends 'synthetic-data' with it")
-        return super().dp_obstacle(side)
+        return super()._dp_obstacle(side)
 
     def __init__(self, *, trajectory_rounds: int = DEFAULTS.trajectory_rounds,
                           synthetic_ipc: int = DEFAULTS.synthetic_ipc,
@@ -251,20 +241,9 @@ class FedSynSAMStrategy(TrajectoryStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -277,12 +256,7 @@ class FedSynSAMStrategy(TrajectoryStrategy):
                          distill_alpha_init=distill_alpha_init, distill_alpha_lr=distill_alpha_lr,
                          matching_loss=matching_loss, synthetic_source=synthetic_source, task=task, device=device,
                          fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.sam_rho = sam_rho
@@ -291,12 +265,12 @@ class FedSynSAMStrategy(TrajectoryStrategy):
         # partitions whose node reported holding D_syn; the others get it with their next message
         self.synthetic_holders: set[int] = set()
 
-    def client_config(self) -> dict[str, Scalar]:
+    def _client_config(self) -> dict[str, Scalar]:
         """The codec's and the node settings, and the nodes' SAM rule: "sam-rho", "synsam-beta", "synsam-mix"."""
-        return {**super().client_config(), "sam-rho": self.sam_rho, "synsam-beta": self.synsam_beta,
+        return {**super()._client_config(), "sam-rho": self.sam_rho, "synsam-beta": self.synsam_beta,
                 "synsam-mix": self.synsam_mix}
 
-    def synthetic_record(self) -> ArrayRecord:
+    def _synthetic_record(self) -> ArrayRecord:
         """D_syn as it travels: float32 images `x` (model input space) and int64 labels `y`."""
         assert self.synthetic is not None
         return to_record({"x": self.synthetic[0], "y": self.synthetic[1]})
@@ -305,31 +279,31 @@ class FedSynSAMStrategy(TrajectoryStrategy):
         messages = list(super().configure_train(server_round, arrays, config, grid))
         if self.synthetic is None:
             return messages
-        record = self.synthetic_record()
+        record = self._synthetic_record()
         partition_of_node = {n.node_id: n.partition_id for n in self.nodes}
         for message in messages:
             if partition_of_node[message.metadata.dst_node_id] not in self.synthetic_holders:
                 message.content[SYNTHETIC_DATA] = record
         return messages
 
-    def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
-        holding = [self.partition_of(r) for r in replies
+        holding = [self._partition_of(r) for r in replies
                    if r.content.metric_records["metrics"].get("synthetic-examples", 0) > 0]
         self.synthetic_holders.update(holding)
-        arrays, metrics = super().aggregate_good(server_round, replies)
+        arrays, metrics = super()._aggregate_good(server_round, replies)
         if metrics is None or self.synthetic is None:
             return arrays, metrics
         # how many of this round's nodes trained with D_syn (read from their state, or just received)
         return arrays, MetricRecord({**dict(metrics), "synthetic-holders": len(holding)})
 
-    def on_resume(self) -> None:
-        super().on_resume()
+    def _on_resume(self) -> None:
+        super()._on_resume()
         self.synthetic_holders = set()  # resumed nodes may start with empty state: send D_syn again
 
-    def state_meta(self) -> dict[str, Any]:
-        return {**super().state_meta(), "synthetic-holders": sorted(self.synthetic_holders)}
+    def _state_meta(self) -> dict[str, Any]:
+        return {**super()._state_meta(), "synthetic-holders": sorted(self.synthetic_holders)}
 
-    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
-        super().load_state_meta(meta)
+    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
+        super()._load_state_meta(meta)
         self.synthetic_holders = set(meta.get("synthetic-holders", []))

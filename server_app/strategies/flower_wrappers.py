@@ -83,7 +83,7 @@ def refuse_unsupported_wrapper(strategy: Any) -> None:
     side = clipping_side(wrapper) if wrapper is not None else None
     if side is None:
         return
-    reason = strategy.dp_obstacle(side)
+    reason = strategy._dp_obstacle(side)
     if reason is not None:
         raise WrapperRefused(f"{type(wrapper).__name__} cannot wrap fedsynth's {type(strategy).__name__}: {reason} "
                              "(docs/library.md, 'Composing with Flower').")

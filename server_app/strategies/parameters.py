@@ -8,7 +8,7 @@ is the run config's (`DEFAULTS`): a public class and `fedsynth run` start from t
 
 `documented` also makes the class's constructor check what it is given (`checked_init`): a parameter that
 is a run-config key is refused as the run config refuses the key, with the same message
-(common/run/config.py `check_parameters`), so `FedAvg(max_weight_share=0)` fails where `max-weight-share = 0`
+(common/run/config.py `check_parameters`), so `FedAvg(aggregation="weigthed")` fails where `aggregation = "weigthed"`
 fails; the few others are checked by `OWN_PARAMETER_CHECKS`.
 
 `documented` appends a class's "Parameters" section to its docstring, so `help(FedSynSAM)` lists every
@@ -30,6 +30,7 @@ from common.algorithm_table import ALGORITHMS
 from common.run.client_settings import CODEC_KEYS
 from common.errors import ConfigError
 from common.run.config import RunConfig, check_parameters
+from common.run.task import ServerTask, task_values
 
 DEFAULTS = RunConfig()  # the run config's defaults (docs/configuration.md): every strategy parameter's default
 
@@ -54,7 +55,21 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
                        "server step, the codec and control variates cover. None: judged from the arrays (floating arrays\n"
                        "not named like normalisation statistics).",
     "min_available_nodes": "Each round waits until the grid has at least this many nodes, as Flower's strategies do.",
-    "task": "The model the server builds itself and the data's shape (common.run.task.ServerTask).",
+    "task": "The model the server builds itself and the data's shape: `ServerTask(model=..., dataset=...)`, or for\n"
+            "your own data `ServerTask(model=..., partition=\"node\", image_channels=..., image_size=...,\n"
+            "num_classes=...)` (common.run.task.ServerTask; its fields mean what the run-config keys of the same\n"
+            "names mean).",
+    "aggregation": "How the server combines the updates: \"weighted\" (by `weighted_by_key`, the papers' mean),\n"
+                   "\"uniform\", \"median\", `TrimmedMean(fraction)` or `Krum(byzantine_nodes)` (run-config keys\n"
+                   "`aggregation`, `trim-fraction`, `byzantine-nodes`).",
+    "bounded_influence": "None: the paper's plain rule. `BoundedInfluence(update_norm_ratio, weight_share, update_norm,\n"
+                         "action)` bounds each update's norm and caps each node's weight share; `BOUNDED_INFLUENCE` is\n"
+                         "what the run config's `bounded-influence = true` sets (1.5x the lower-median update norm, a\n"
+                         "share of at most 0.4). Each round's train metrics then carry \"clipped-updates\" and\n"
+                         "\"weight-cap-bound\".",
+    "codec": "The uplink codec the nodes compress their update with, sent in every train message's config:\n"
+             "None (no compression), `QSGD(bits, levels, scope, bucket, error_feedback)` or\n"
+             "`TopK(ratio, error_feedback)` (common/run/codecs.py; run-config keys `compression`, `bits`, ...).",
     "sam": "False: OledFL-SGD; True: OledFL-SAM (the nodes read \"sam-rho\" from the config).",
 }
 
@@ -105,7 +120,14 @@ OWN_PARAMETER_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
 
 
 def check_given(owner: str, values: dict[str, Any]) -> None:
-    """Raise ConfigError for a parameter value the run config (or `OWN_PARAMETER_CHECKS`) refuses."""
+    """Raise ConfigError for a parameter value the run config (or `OWN_PARAMETER_CHECKS`) refuses.
+
+    A value object (a codec, `BoundedInfluence`, `TrimmedMean`, `ServerTask`) checked itself when it was built;
+    an `aggregation` given by name is checked as the run-config key."""
+    values = {name: value for name, value in values.items()
+              if not (name == "aggregation" and not isinstance(value, str)) and name != "bounded_influence"}
+    if isinstance(values.get("task"), ServerTask):
+        check_parameters(owner, task_values(values["task"]))
     for name, value in values.items():
         if name in OWN_PARAMETER_CHECKS:
             accepted, ok = OWN_PARAMETER_CHECKS[name]

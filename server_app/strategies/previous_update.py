@@ -11,27 +11,27 @@ from flwr.app import ArrayRecord, Message
 from common.protocol import PREVIOUS_UPDATE
 from common.records import Weights, to_record
 from server_app.strategies.parameters import documented
-from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.fedavg import FedAvg
 
 
 @documented
-class PreviousUpdateStrategy(FedAvgStrategy):
+class PreviousUpdateStrategy(FedAvg):
     """FedAvg that remembers and sends the last global update."""
 
     previous_update: Weights | None = None
 
-    def state_arrays(self) -> dict[str, Weights]:
+    def _state_arrays(self) -> dict[str, Weights]:
         return {"previous-update": self.previous_update} if self.previous_update is not None else {}
 
-    def load_state_arrays(self, groups) -> None:
+    def _load_state_arrays(self, groups) -> None:
         self.previous_update = groups.get("previous-update")
 
-    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         if self.previous_update is None:
             return {}
         return {PREVIOUS_UPDATE: to_record(self.previous_update)}
 
-    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        new = super().server_step(mean_delta, replies)
-        self.previous_update = self.parameter_change(new)
+    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        new = super()._server_step(mean_delta, replies)
+        self.previous_update = self._parameter_change(new)
         return new

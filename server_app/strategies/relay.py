@@ -54,6 +54,7 @@ from common.protocol import (
 from common.records import Weights, check_weights, from_record, subtract, to_record
 from common.algorithms.mixing_spectrum import disagreement_factor, spectral_psi
 from common.algorithms.topology import DIRECTED_TOPOLOGIES, RANDOM_TOPOLOGIES, check_topology, mixing_matrix
+from common.run.aggregation import BoundedInfluence, bounds
 from server_app.checkpoint import CheckpointError
 from server_app.reply_checks import check_train_metrics
 from server_app.robust import clip_update, update_norm
@@ -113,23 +114,23 @@ class DecentralizedRelay(RoundStrategy):
                           min_nodes: int = DEFAULTS.min_nodes,
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
+                          bounded_influence: BoundedInfluence | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
                           nodes: list[NodeInfo] | None = None,
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
+        limits = bounds(bounded_influence)  # the relay has no round mean: `update_norm_ratio` does not apply
         super().__init__(min_nodes=min_nodes, max_failed_rounds=max_failed_rounds, fraction_evaluate=fraction_evaluate,
-                         max_weight_share=max_weight_share, seed=seed, nodes=nodes, weighted_by_key=weighted_by_key,
+                         max_weight_share=limits.weight_share, seed=seed, nodes=nodes, weighted_by_key=weighted_by_key,
                          min_available_nodes=min_available_nodes)
+        self.bounded_influence = bounded_influence
         self.topology = topology
         self.peers = peers
         self.mixing = mixing
         self.relay_mixing = relay_mixing
-        self.max_update_norm = max_update_norm
-        self.update_norm_action = update_norm_action
+        self.max_update_norm = limits.update_norm
+        self.update_norm_action = limits.action
         self.node_settings = dict(node_settings or {})
         self.lr_schedule = lr_schedule
         self.models: list[Weights] = []              # z_i, the last model node i sent (x^0 before)
@@ -141,14 +142,14 @@ class DecentralizedRelay(RoundStrategy):
         if self.nodes:
             self._size_node_state()
 
-    def late_join_refusal(self) -> str | None:
+    def _late_join_refusal(self) -> str | None:
         """A handshake's sites are the relay's graph for the whole run: a site that joins later is refused."""
         if not self.handshake_nodes:
             return None
         return (f"the decentralized relay keeps the topology of the {len(self.nodes)} nodes of the start "
                 f"(topology = {self.topology!r}) for the whole run; the site takes part in the next run")
 
-    def on_nodes_joined(self) -> None:
+    def _on_nodes_joined(self) -> None:
         """Size the per-node state for the grown table; a node that joined starts from the average model x-bar.
 
         It gets x-bar as its own model with its first message (as a resumed node gets its model back), and
@@ -177,11 +178,11 @@ class DecentralizedRelay(RoundStrategy):
         self.last_answered = [0] * count
 
     # ----- server state that a checkpoint must keep ---------------------------------
-    def state_arrays(self) -> dict[str, Weights]:
+    def _state_arrays(self) -> dict[str, Weights]:
         """Every node's last model, one group per partition."""
         return {_state_group(node.partition_id): model for node, model in zip(self.nodes, self.models)}
 
-    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         """Restore the nodes' last models; every partition of this run must be there."""
         missing = [n.partition_id for n in self.nodes if _state_group(n.partition_id) not in groups]
         if missing:
@@ -189,7 +190,7 @@ class DecentralizedRelay(RoundStrategy):
                                   "resume with the same nodes (num-partitions) as the run that wrote it")
         self.models = [dict(groups[_state_group(n.partition_id)]) for n in self.nodes]
 
-    def state_meta(self) -> dict[str, Any]:
+    def _state_meta(self) -> dict[str, Any]:
         """Round, who answered last, and each node's last answered round."""
         return {
             "round": self.completed_round,
@@ -198,7 +199,7 @@ class DecentralizedRelay(RoundStrategy):
             "last-answered": list(self.last_answered),
         }
 
-    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
+    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
         """Restore what `state_meta` returned (for the same partitions)."""
         partitions = [n.partition_id for n in self.nodes]
         if list(meta.get("partitions", [])) != partitions:
@@ -208,34 +209,34 @@ class DecentralizedRelay(RoundStrategy):
         self.present = np.asarray(meta["present"], dtype=bool)
         self.last_answered = [int(r) for r in meta["last-answered"]]
 
-    def checkpoint_arrays(self) -> dict[str, Weights]:
+    def _checkpoint_arrays(self) -> dict[str, Weights]:
         """Every array group a checkpoint keeps: the nodes' last models."""
-        return self.state_arrays()
+        return self._state_arrays()
 
-    def load_checkpoint_arrays(self, groups: Mapping[str, Weights]) -> None:
-        """Restore what `checkpoint_arrays` returned."""
-        self.load_state_arrays(groups)
+    def _load_checkpoint_arrays(self, groups: Mapping[str, Weights]) -> None:
+        """Restore what `_checkpoint_arrays` returned."""
+        self._load_state_arrays(groups)
 
-    def check_restored(self, template: Weights) -> str | None:
+    def _check_restored(self, template: Weights) -> str | None:
         """Why the restored node models cannot continue a run of this model, or None."""
         return next((p for p in (check_weights(m, template, "checkpointed node model") for m in self.models) if p), None)
 
-    def on_resume(self) -> None:
+    def _on_resume(self) -> None:
         """After a checkpoint was loaded: give every node its own model back with its next message."""
         self.restore_pending = set(range(len(self.nodes)))
 
     # ----- one round ------------------------------------------------------------------
-    def topology_matrix(self, server_round: int) -> np.ndarray:
+    def _topology_matrix(self, server_round: int) -> np.ndarray:
         """W_t of the configured topology and weights, for all nodes."""
         return mixing_matrix(self.topology, len(self.nodes), peers=self.peers, seed=self.seed,
                              round_num=server_round, mixing=self.mixing)
 
-    def round_mixing(self, server_round: int) -> tuple[np.ndarray, np.ndarray]:
+    def _round_mixing(self, server_round: int) -> tuple[np.ndarray, np.ndarray]:
         """(W_t of the topology, W_t with last round's missing nodes dropped)."""
-        base = self.topology_matrix(server_round)
+        base = self._topology_matrix(server_round)
         return base, dropout_mixing(base, self.present)
 
-    def messages(self, server_round: int, w: np.ndarray, config: ConfigRecord) -> list[Message]:
+    def _messages(self, server_round: int, w: np.ndarray, config: ConfigRecord) -> list[Message]:
         """One train message per node: its mixing weights and its neighbours' models (or their sum)."""
         records: dict[int, ArrayRecord] = {}
         out = []
@@ -266,7 +267,7 @@ class DecentralizedRelay(RoundStrategy):
             out.append(Message(content, dst_node_id=node.node_id, message_type=MessageType.TRAIN))
         return out
 
-    def check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:
+    def _check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:
         """Why a node's reply cannot be used as its new model, or None."""
         content = reply.content
         if "arrays" not in content.array_records:
@@ -281,9 +282,9 @@ class DecentralizedRelay(RoundStrategy):
             problem = check_weights(from_record(content.array_records["arrays"]), self.models[i], "model")
         except Exception as err:  # noqa: BLE001 - a reply must never crash the relay
             return f"malformed model ({type(err).__name__}: {err})"
-        return problem or self.update_norm_problem(i, reply)
+        return problem or self._update_norm_problem(i, reply)
 
-    def update_norm_problem(self, i: int, reply: Message) -> str | None:
+    def _update_norm_problem(self, i: int, reply: Message) -> str | None:
         """Why node i's new model must be refused for moving too far from its last one (max-update-norm, refuse)."""
         bound = self.max_update_norm
         if bound <= 0 or self.update_norm_action != "refuse":
@@ -291,7 +292,7 @@ class DecentralizedRelay(RoundStrategy):
         norm = update_norm(subtract(from_record(reply.content.array_records["arrays"]), self.models[i]))
         return f"model moved by {norm:.4g} from its last one, above max-update-norm = {bound:g}" if norm > bound else None
 
-    def bounded_model(self, i: int, model: Weights) -> Weights:
+    def _bounded_model(self, i: int, model: Weights) -> Weights:
         """Node i's new model z_i, its step from its last model clipped to `max-update-norm` when that is set.
 
         What a node sends is forwarded to its neighbours; the bound keeps one node from pushing
@@ -303,31 +304,36 @@ class DecentralizedRelay(RoundStrategy):
         step = clip_update(subtract(model, self.models[i]), bound)
         return {name: (self.models[i][name] + step[name]).astype(model[name].dtype) for name in model}
 
-    def dp_obstacle(self, side: str) -> str | None:
+    def _dp_obstacle(self, side: str) -> str | None:
         """The nodes keep and exchange their own models, which a DP wrapper neither clips nor noises."""
         return ("its nodes keep their own models and receive their neighbours' models from the relay, which "
                 f"Flower's {side} clipping and noise never touch (only the average the relay returns is noised)")
 
     # ----- Strategy API -----------------------------------------------------------------
+    def _client_config(self) -> dict[str, Scalar]:
+        """The settings the nodes' rule reads, sent in every train message's config: `node_settings`; an
+        algorithm's class adds its own (DFedSAM's "sam-rho", OledFL's "ole-beta")."""
+        return dict(self.node_settings)
+
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Each node its own message: its row of W_t and its neighbours' last models (x^0 = `arrays` before)."""
         refuse_unsupported_wrapper(self)
-        if not self.round_is_active(server_round):
-            return self.skip_round()
-        self.refresh_nodes(grid)  # all nodes of the table train each round; a node that left times out
+        if not self._round_is_active(server_round):
+            return self._skip_round()
+        self._refresh_nodes(grid)  # all nodes of the table train each round; a node that left times out
         if not self.models:
             self.models = [from_record(arrays)] * len(self.nodes)
-        base, w = self.round_mixing(server_round)
+        base, w = self._round_mixing(server_round)
         self._base = base
-        round_config = {**self.node_settings, **config, "server-round": server_round}
+        round_config = {**self._client_config(), **config, "server-round": server_round}
         if self.lr_schedule is not None:
             round_config["lr"] = self.lr_schedule(server_round)
-        sent = self.messages(server_round, w, ConfigRecord(round_config))
+        sent = self._messages(server_round, w, ConfigRecord(round_config))
         fields: dict[str, Any] = {**traffic(w, to_record(self.models[0]).count_bytes())}
         if "lr" in round_config:
             fields["lr"] = round_config["lr"]
         fields["psi"] = disagreement_factor(base) if self.topology in DIRECTED_TOPOLOGIES else spectral_psi(base)
-        return self.begin_round(server_round, sent, **fields)
+        return self._begin_round(server_round, sent, **fields)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Keep each good reply as its node's model; returns x-bar and the round's metrics.
@@ -336,7 +342,7 @@ class DecentralizedRelay(RoundStrategy):
         """
         if self.round_report is None:  # a round that sent nothing
             return None, None
-        outcome = self.collect(replies)
+        outcome = self._collect(replies)
         good = {i: reply for i, reply in outcome.good}
         state_lost = 0
         for i, reply in good.items():
@@ -346,7 +352,7 @@ class DecentralizedRelay(RoundStrategy):
                 state_lost += 1
                 log(WARNING, "round %d: partition %d mixed its model of round %d, but it last sent one in round %d "
                     "(node state lost)", server_round, self.nodes[i].partition_id, own_round, self.last_answered[i])
-            self.models[i] = self.bounded_model(i, from_record(reply.content.array_records["arrays"]))
+            self.models[i] = self._bounded_model(i, from_record(reply.content.array_records["arrays"]))
             self.last_answered[i] = server_round
         self.present = np.zeros(len(self.nodes), dtype=bool)
         self.present[list(good)] = True
@@ -356,10 +362,10 @@ class DecentralizedRelay(RoundStrategy):
         metrics = MetricRecord({**self._reply_metrics([good[i].content.metric_records["metrics"] for i in sorted(good)],
                                                       self.max_weight_share),
                                 "consensus-distance": consensus_distance(self.models, mean)})
-        self.finish_round(metrics, [good[i] for i in sorted(good)], **{"state-lost": state_lost})
+        self._finish_round(metrics, [good[i] for i in sorted(good)], **{"state-lost": state_lost})
         if len(good) < self.min_nodes:
             self.round_report["below-min-nodes"] = True
-        self.count_short_round(server_round, len(good), "the nodes that answered mix on")
+        self._count_short_round(server_round, len(good), "the nodes that answered mix on")
         return to_record(mean), metrics
 
     # ----- the run --------------------------------------------------------------------

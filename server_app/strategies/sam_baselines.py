@@ -33,59 +33,121 @@ from common.protocol import (
     DYNAMIC_CORRECTION, GLOBAL_PERTURBATION, PERTURBATION_DUAL, PREVIOUS_UPDATE, STATE_DYN_GRADIENT,
 )
 from common.records import Weights, check_weights, from_record, to_record
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.robust import bounded_record, record_norm_problem, scale_update
-from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.strategies.previous_update import PreviousUpdateStrategy
-from server_app.strategies.scaffold import ScaffoldStrategy
+from server_app.strategies.scaffold import Scaffold
 from server_app.wire import WEIGHTED_BY_KEY
 
 
 @documented
-class FedLESAMStrategy(PreviousUpdateStrategy):
-    """FedLESAM's server: FedAvg that sends `w^t - w^{t-1}`; logs the perturbation diagnostic when on."""
+class FedLESAM(PreviousUpdateStrategy):
+    """FedLESAM (Fan et al., 2024): the server sends the previous global update `w^t - w^{t-1}`; nodes perturb
+    along it (a locally estimated global ascent) with radius "sam-rho". Logs the perturbation diagnostic when on.
+    """
 
     # the app's perturbation diagnostic (simulation only), attached by server_app/registry.py when it is on
     diagnostic: PerturbationDiagnostic | None = None
 
-    def aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
+    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         bounded_influence=bounded_influence, codec=codec, node_settings=node_settings,
+                         parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
+                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.sam_rho = sam_rho
+
+    def _client_config(self) -> dict[str, Scalar]:
+        """FedAvg's settings and SAM's radius, "sam-rho"."""
+        return {**super()._client_config(), "sam-rho": self.sam_rho}
+
+    def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
         measured = {}
         if self.diagnostic is not None and replies:
-            measured = self.diagnostic.measure(self.current, [self.partition_of(r) for r in replies], self.previous_update, None)
-        arrays, metrics = super().aggregate_good(server_round, replies)
+            measured = self.diagnostic.measure(self.current, [self._partition_of(r) for r in replies], self.previous_update, None)
+        arrays, metrics = super()._aggregate_good(server_round, replies)
         if metrics is None or not measured:
             return arrays, metrics
         return arrays, MetricRecord({**dict(metrics), **measured})
 
 
 @documented
-class FedLESAMSStrategy(ScaffoldStrategy):
-    """FedLESAM-S's server: SCAFFOLD that also sends the previous global update."""
+class FedLESAMS(Scaffold):
+    """FedLESAM-S: SCAFFOLD's server that also sends the previous global update; nodes perturb along it with
+    radius "sam-rho" and reply with SCAFFOLD's "scaffold-delta-c".
+    """
 
     previous_update: Weights | None = None
 
-    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
-        records = super().downlink_records(server_round)
+    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
+                          max_record_norm: float = DEFAULTS.max_record_norm,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(max_record_norm=max_record_norm, fraction_train=fraction_train,
+                         fraction_evaluate=fraction_evaluate, min_nodes=min_nodes, max_failed_rounds=max_failed_rounds,
+                         seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence,
+                         codec=codec, node_settings=node_settings, parameter_names=parameter_names,
+                         lr_schedule=lr_schedule, nodes=nodes, weighted_by_key=weighted_by_key,
+                         min_available_nodes=min_available_nodes)
+        self.sam_rho = sam_rho
+
+    def _client_config(self) -> dict[str, Scalar]:
+        """SCAFFOLD's settings and SAM's radius, "sam-rho"."""
+        return {**super()._client_config(), "sam-rho": self.sam_rho}
+
+    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+        records = super()._downlink_records(server_round)
         if self.previous_update is not None:
             records[PREVIOUS_UPDATE] = to_record(self.previous_update)
         return records
 
-    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        new = super().server_step(mean_delta, replies)
-        self.previous_update = self.parameter_change(new)
+    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        new = super()._server_step(mean_delta, replies)
+        self.previous_update = self._parameter_change(new)
         return new
 
-    def state_arrays(self) -> dict[str, Weights]:
-        groups = super().state_arrays()
+    def _state_arrays(self) -> dict[str, Weights]:
+        groups = super()._state_arrays()
         if self.previous_update is not None:
             groups["previous-update"] = self.previous_update
         return groups
 
-    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
-        super().load_state_arrays(groups)
+    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+        super()._load_state_arrays(groups)
         self.previous_update = groups.get("previous-update")
 
 
@@ -98,14 +160,17 @@ def feddyn_server_state(h: Weights, corrections: list[Mapping[str, np.ndarray]],
 
 
 @documented
-class FedLESAMDStrategy(FedAvgStrategy):
-    """FedLESAM-D's server: FedDyn's `h` correction, and the previous global update sent down."""
+class FedLESAMD(FedAvg):
+    """FedLESAM-D: FedLESAM with FedDyn's dynamic regulariser; the server keeps FedDyn's `h` and sends the previous
+    global update; nodes reply with their correction `g_i+ - g_i` in the record "dynamic-correction".
+    """
 
     reply_records = {DYNAMIC_CORRECTION: ("ArrayRecord(g_i+ - g_i over the trainable parameters: train_fedlesam_d's "
                                           "result.correction), which fedsynth.client.train_reply(msg, model, "
                                           "result, num_examples=n) adds")}
 
-    def __init__(self, *, dyn_alpha: float = DEFAULTS.dyn_alpha,
+    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
+                          dyn_alpha: float = DEFAULTS.dyn_alpha,
                           max_record_norm: float = DEFAULTS.max_record_norm,
                           fraction_train: float = DEFAULTS.fraction_train,
                           fraction_evaluate: float = 1.0,
@@ -113,20 +178,9 @@ class FedLESAMDStrategy(FedAvgStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -134,14 +188,10 @@ class FedLESAMDStrategy(FedAvgStrategy):
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.sam_rho = sam_rho
         self.dyn_alpha = dyn_alpha
         self.max_record_norm = max_record_norm
         self.h: Weights | None = None
@@ -149,19 +199,19 @@ class FedLESAMDStrategy(FedAvgStrategy):
         # each node's g_i, rebuilt from its corrections, to hand back after a resume
         self.client_gradients: dict[int, Weights] = {}
 
-    def client_config(self) -> dict[str, Scalar]:
-        """The codec's and the node settings, and FedDyn's alpha of the nodes' penalty ("dyn-alpha")."""
-        return {**super().client_config(), "dyn-alpha": self.dyn_alpha}
+    def _client_config(self) -> dict[str, Scalar]:
+        """The codec's and the node settings, SAM's radius ("sam-rho") and FedDyn's alpha ("dyn-alpha")."""
+        return {**super()._client_config(), "sam-rho": self.sam_rho, "dyn-alpha": self.dyn_alpha}
 
     def _h(self) -> Weights:
         if self.h is None:
-            self.h = {name: np.zeros_like(self.current[name]) for name in self.parameter_names}
+            self.h = {name: np.zeros_like(self.current[name]) for name in self._parameter_names}
         return self.h
 
-    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         return {PREVIOUS_UPDATE: to_record(self.previous_update)} if self.previous_update is not None else {}
 
-    def check_extra_records(self, content: RecordDict) -> str | None:
+    def _check_extra_records(self, content: RecordDict) -> str | None:
         record = content.array_records.get(DYNAMIC_CORRECTION)
         if record is None:
             return f"reply lacks the '{DYNAMIC_CORRECTION}' record"
@@ -169,30 +219,30 @@ class FedLESAMDStrategy(FedAvgStrategy):
         return check_weights(correction, self._h(), DYNAMIC_CORRECTION) or record_norm_problem(
             correction, self.max_record_norm, self.update_norm_action, DYNAMIC_CORRECTION)
 
-    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        ordered = sorted(replies, key=self.partition_of)
+    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        ordered = sorted(replies, key=self._partition_of)
         # g_i+ - g_i = -alpha (w_i - w): scaled with the client's update where a bound clipped it (`update_scales`)
         corrections = [bounded_record(scale_update(from_record(r.content.array_records[DYNAMIC_CORRECTION]),
-                                                   self.update_scales.get(self.partition_of(r), 1.0)),
+                                                   self.update_scales.get(self._partition_of(r), 1.0)),
                                       self.max_record_norm) for r in ordered]
         for reply, correction in zip(ordered, corrections):
-            previous = self.client_gradients.get(self.partition_of(reply))
-            self.client_gradients[self.partition_of(reply)] = (
+            previous = self.client_gradients.get(self._partition_of(reply))
+            self.client_gradients[self._partition_of(reply)] = (
                 correction if previous is None else {n: (previous[n] + correction[n]).astype(np.float32) for n in correction}
             )
         self.h = feddyn_server_state(self._h(), corrections, len(self.nodes))
-        new = super().server_step(mean_delta, replies)
+        new = super()._server_step(mean_delta, replies)
         alpha = self.dyn_alpha
-        for name in self.parameter_names:
+        for name in self._parameter_names:
             new[name] = (new[name] - self.h[name] / alpha).astype(np.float32)
-        self.previous_update = self.parameter_change(new)
+        self.previous_update = self._parameter_change(new)
         return new
 
-    def node_state_records(self, partition_id: int) -> dict[str, ArrayRecord]:
+    def _node_state_records(self, partition_id: int) -> dict[str, ArrayRecord]:
         gradient = self.client_gradients.get(partition_id)
         return {STATE_DYN_GRADIENT: to_record(gradient)} if gradient is not None else {}
 
-    def state_arrays(self) -> dict[str, Weights]:
+    def _state_arrays(self) -> dict[str, Weights]:
         groups = {f"client-gradient-{pid}": g for pid, g in self.client_gradients.items()}
         if self.h is not None:
             groups["h"] = self.h
@@ -200,7 +250,7 @@ class FedLESAMDStrategy(FedAvgStrategy):
             groups["previous-update"] = self.previous_update
         return groups
 
-    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         self.h = groups.get("h")
         self.previous_update = groups.get("previous-update")
         prefix = "client-gradient-"
@@ -216,8 +266,10 @@ def smoo_global_perturbation(duals: list[Mapping[str, np.ndarray]], rho: float) 
 
 
 @documented
-class FedSMOOStrategy(FedAvgStrategy):
-    """FedSMOO's server: FedDyn's `h` from the updates, and the global perturbation `s` sent down."""
+class FedSMOO(FedAvg):
+    """FedSMOO (Sun et al., 2023): FedDyn's server (`h` from the updates) with a global perturbation `s` sent down;
+    nodes reply with their perturbation correction in the record "perturbation-dual".
+    """
 
     reply_records = {PERTURBATION_DUAL: ("ArrayRecord(mu_i - e_i over the trainable parameters: train_fedsmoo's "
                                          "result.perturbation_dual), which fedsynth.client.train_reply(msg, model, "
@@ -232,20 +284,9 @@ class FedSMOOStrategy(FedAvgStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -253,12 +294,7 @@ class FedSMOOStrategy(FedAvgStrategy):
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.dyn_alpha = dyn_alpha
@@ -267,42 +303,42 @@ class FedSMOOStrategy(FedAvgStrategy):
         self.h: Weights | None = None
         self.perturbation: Weights | None = None
 
-    def client_config(self) -> dict[str, Scalar]:
+    def _client_config(self) -> dict[str, Scalar]:
         """The codec's and the node settings, FedDyn's alpha ("dyn-alpha") and SAM's radius ("sam-rho")."""
-        return {**super().client_config(), "sam-rho": self.sam_rho, "dyn-alpha": self.dyn_alpha}
+        return {**super()._client_config(), "sam-rho": self.sam_rho, "dyn-alpha": self.dyn_alpha}
 
-    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         return {GLOBAL_PERTURBATION: to_record(self.perturbation)} if self.perturbation is not None else {}
 
-    def check_extra_records(self, content: RecordDict) -> str | None:
+    def _check_extra_records(self, content: RecordDict) -> str | None:
         record = content.array_records.get(PERTURBATION_DUAL)
         if record is None:
             return f"reply lacks the '{PERTURBATION_DUAL}' record"
-        reference = {name: self.current[name] for name in self.parameter_names}
+        reference = {name: self.current[name] for name in self._parameter_names}
         dual = from_record(record)
         return check_weights(dual, reference, PERTURBATION_DUAL) or record_norm_problem(
             dual, self.max_record_norm, self.update_norm_action, PERTURBATION_DUAL)
 
-    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        ordered = sorted(replies, key=self.partition_of)
+    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        ordered = sorted(replies, key=self._partition_of)
         self.perturbation = smoo_global_perturbation(
             [bounded_record(from_record(r.content.array_records[PERTURBATION_DUAL]), self.max_record_norm)
              for r in ordered], self.sam_rho
         )
         alpha = self.dyn_alpha
         # the updates as the mean took them: scaled by the bounds' factors (`update_scales`)
-        updates = [scale_update(self.client_delta(r), self.update_scales.get(self.partition_of(r), 1.0))
+        updates = [scale_update(self._client_delta(r), self.update_scales.get(self._partition_of(r), 1.0))
                    for r in ordered]
-        corrections = [{n: -alpha * d[n] for n in self.parameter_names} for d in updates]
+        corrections = [{n: -alpha * d[n] for n in self._parameter_names} for d in updates]
         if self.h is None:
-            self.h = {name: np.zeros_like(self.current[name]) for name in self.parameter_names}
+            self.h = {name: np.zeros_like(self.current[name]) for name in self._parameter_names}
         self.h = feddyn_server_state(self.h, corrections, len(self.nodes))
-        new = super().server_step(mean_delta, replies)
-        for name in self.parameter_names:
+        new = super()._server_step(mean_delta, replies)
+        for name in self._parameter_names:
             new[name] = (new[name] - self.h[name] / alpha).astype(np.float32)
         return new
 
-    def state_arrays(self) -> dict[str, Weights]:
+    def _state_arrays(self) -> dict[str, Weights]:
         groups = {}
         if self.h is not None:
             groups["h"] = self.h
@@ -310,6 +346,6 @@ class FedSMOOStrategy(FedAvgStrategy):
             groups["perturbation"] = self.perturbation
         return groups
 
-    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         self.h = groups.get("h")
         self.perturbation = groups.get("perturbation")

@@ -17,17 +17,22 @@ from flwr.common.typing import Scalar
 from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
 from common.algorithms.losses import scaffold_clipped_control_delta, scaffold_server_control
 from common.records import Weights, from_record, to_record
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
 from server_app.robust import bounded_record, record_norm_problem
 from common.records import check_weights
-from server_app.strategies.fedavg import FedAvgStrategy
+from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
 
 
 @documented
-class ScaffoldStrategy(FedAvgStrategy):
-    """FedAvg of the models plus the server control-variate update."""
+class Scaffold(FedAvg):
+    """SCAFFOLD (Karimireddy et al., 2020): the server sends its control variate `c` beside the model; nodes
+    train with `fedsynth.client.train_scaffold` and reply with `c_i+ - c_i` in the record "scaffold-delta-c"
+    (the server sends `c` as "scaffold-c").
+    """
 
     control: Weights | None = None
 
@@ -38,20 +43,9 @@ class ScaffoldStrategy(FedAvgStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: str = DEFAULTS.aggregation,
-                          trim_fraction: float = DEFAULTS.trim_fraction,
-                          byzantine_nodes: int = DEFAULTS.byzantine_nodes,
-                          max_weight_share: float = DEFAULTS.max_weight_share,
-                          max_update_norm: float = DEFAULTS.max_update_norm,
-                          max_update_norm_ratio: float = DEFAULTS.max_update_norm_ratio,
-                          update_norm_action: str = DEFAULTS.update_norm_action,
-                          compression: str = DEFAULTS.compression,
-                          bits: int = DEFAULTS.bits,
-                          levels: int = DEFAULTS.levels,
-                          qsgd_scope: str = DEFAULTS.qsgd_scope,
-                          qsgd_bucket: int = DEFAULTS.qsgd_bucket,
-                          topk_ratio: float = DEFAULTS.topk_ratio,
-                          error_feedback: bool = DEFAULTS.error_feedback,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,
                           parameter_names: list[str] | None = None,
                           lr_schedule: Callable[[int], float] | None = None,
@@ -59,12 +53,7 @@ class ScaffoldStrategy(FedAvgStrategy):
                           weighted_by_key: str = WEIGHTED_BY_KEY,
                           min_available_nodes: int = 1) -> None:
         super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         trim_fraction=trim_fraction, byzantine_nodes=byzantine_nodes,
-                         max_weight_share=max_weight_share, max_update_norm=max_update_norm,
-                         max_update_norm_ratio=max_update_norm_ratio, update_norm_action=update_norm_action,
-                         compression=compression, bits=bits, levels=levels, qsgd_scope=qsgd_scope,
-                         qsgd_bucket=qsgd_bucket, topk_ratio=topk_ratio, error_feedback=error_feedback,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
                          node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.max_record_norm = max_record_norm
@@ -72,18 +61,18 @@ class ScaffoldStrategy(FedAvgStrategy):
         # that a resumed run can hand every node its control variate back.
         self.client_controls: dict[int, Weights] = {}
 
-    def state_arrays(self) -> dict[str, Weights]:
+    def _state_arrays(self) -> dict[str, Weights]:
         groups = {f"client-control-{pid}": c for pid, c in self.client_controls.items()}
         if self.control is not None:
             groups["control"] = self.control
         return groups
 
-    def load_state_arrays(self, groups) -> None:
+    def _load_state_arrays(self, groups) -> None:
         self.control = groups.get("control")
         prefix = "client-control-"
         self.client_controls = {int(k[len(prefix):]): v for k, v in groups.items() if k.startswith(prefix)}
 
-    def node_state_records(self, partition_id: int) -> dict[str, ArrayRecord]:
+    def _node_state_records(self, partition_id: int) -> dict[str, ArrayRecord]:
         control = self.client_controls.get(partition_id)
         return {STATE_SCAFFOLD_CONTROL: to_record(control)} if control is not None else {}
 
@@ -95,13 +84,13 @@ class ScaffoldStrategy(FedAvgStrategy):
         if self.control is None:
             # over the trainable parameters only: buffers have no gradient, and clients send c_i+ - c_i for
             # their parameters (client_app/rules.py)
-            self.control = {name: np.zeros_like(self.current[name]) for name in self.parameter_names}
+            self.control = {name: np.zeros_like(self.current[name]) for name in self._parameter_names}
         return self.control
 
-    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         return {SCAFFOLD_CONTROL: to_record(self._control())}
 
-    def check_extra_records(self, content: RecordDict) -> str | None:
+    def _check_extra_records(self, content: RecordDict) -> str | None:
         record = content.array_records.get(SCAFFOLD_CONTROL_DELTA)
         if record is None:
             return f"reply lacks the '{SCAFFOLD_CONTROL_DELTA}' record"
@@ -109,19 +98,19 @@ class ScaffoldStrategy(FedAvgStrategy):
         return check_weights(delta, self._control(), SCAFFOLD_CONTROL_DELTA) or record_norm_problem(
             delta, self.max_record_norm, self.update_norm_action, SCAFFOLD_CONTROL_DELTA)
 
-    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        ordered = sorted(replies, key=self.partition_of)
+    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        ordered = sorted(replies, key=self._partition_of)
         # c_i+ - c_i as if the update were as long as the bounds left it (`update_scales`), so c stays consistent
         # with the step the server took; then within max-record-norm, so that one node's control variate cannot
         # drag c (and every client's correction) away
         control = self._control()
         deltas = [bounded_record(scaffold_clipped_control_delta(
             from_record(r.content.array_records[SCAFFOLD_CONTROL_DELTA]), control,
-            self.update_scales.get(self.partition_of(r), 1.0)), self.max_record_norm) for r in ordered]
+            self.update_scales.get(self._partition_of(r), 1.0)), self.max_record_norm) for r in ordered]
         for reply, delta in zip(ordered, deltas):
-            previous = self.client_controls.get(self.partition_of(reply))
-            self.client_controls[self.partition_of(reply)] = (
+            previous = self.client_controls.get(self._partition_of(reply))
+            self.client_controls[self._partition_of(reply)] = (
                 delta if previous is None else {n: (previous[n] + delta[n]).astype(np.float32) for n in delta}
             )
         self.control = scaffold_server_control(self._control(), deltas, len(self.nodes))
-        return super().server_step(mean_delta, replies)
+        return super()._server_step(mean_delta, replies)

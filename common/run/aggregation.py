@@ -1,0 +1,123 @@
+"""How a strategy combines its nodes' updates, as values: the robust means and bounded influence.
+
+A strategy takes these as one parameter each instead of the run config's keys
+(common/algorithms/aggregation_settings.py):
+
+- `aggregation`: "weighted" (the sample-weighted mean, the papers'), "uniform", "median", or a robust mean
+  with its own setting, `TrimmedMean(fraction)` (key `trim-fraction`) or `Krum(byzantine_nodes)`
+  (key `byzantine-nodes`); the names "trimmed-mean" and "krum" take their defaults;
+- `bounded_influence`: None runs the paper's plain rule; `BoundedInfluence()` (`BOUNDED_INFLUENCE`) is what
+  the run config's `bounded-influence = true` sets: each update bounded to 1.5x the round's lower-median
+  update norm, any node's weight share capped at 0.4 (keys `max-update-norm-ratio`, `max-weight-share`,
+  with `max-update-norm` and `update-norm-action`).
+
+Each value checks itself when it is built, with the run config's checks and messages (common/run/config.py
+`check_parameters`). `aggregation_of` and `bounded_influence_of` are where fedsynth's app turns a run config's
+keys into them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Union
+
+from common.algorithms.aggregation_settings import BOUNDED_UPDATE_NORM_RATIO, BOUNDED_WEIGHT_SHARE
+from common.run.config import RunConfig, check_parameters
+
+
+@dataclass(frozen=True)
+class TrimmedMean:
+    """The coordinate-wise trimmed mean: `fraction` of the updates cut at each end (in [0, 0.5))."""
+
+    fraction: float = 0.2
+
+    def __post_init__(self) -> None:
+        check_parameters("TrimmedMean", {"trim_fraction": self.fraction})
+
+
+@dataclass(frozen=True)
+class Krum:
+    """Krum (Blanchard et al., 2017): the update closest to its n - f - 2 neighbours, tolerating
+    `byzantine_nodes` = f malicious nodes."""
+
+    byzantine_nodes: int = 1
+
+    def __post_init__(self) -> None:
+        check_parameters("Krum", {"byzantine_nodes": self.byzantine_nodes})
+
+
+Aggregation = Union[str, TrimmedMean, Krum]
+
+
+@dataclass(frozen=True)
+class AggregationRule:
+    """An `aggregation` value spelled out: the rule's run-config name and the robust means' settings."""
+
+    name: str = "weighted"
+    trim_fraction: float = TrimmedMean.fraction
+    byzantine_nodes: int = Krum.byzantine_nodes
+
+
+def aggregation_rule(aggregation: Aggregation) -> AggregationRule:
+    """The rule an `aggregation` value names (a name is checked by the strategy, as the run config checks it)."""
+    if isinstance(aggregation, TrimmedMean):
+        return AggregationRule("trimmed-mean", trim_fraction=aggregation.fraction)
+    if isinstance(aggregation, Krum):
+        return AggregationRule("krum", byzantine_nodes=aggregation.byzantine_nodes)
+    return AggregationRule(aggregation)
+
+
+def aggregation_of(cfg: RunConfig) -> Aggregation:
+    """The `aggregation` value of a run config's keys `aggregation`, `trim-fraction` and `byzantine-nodes`."""
+    if cfg.aggregation == "trimmed-mean":
+        return TrimmedMean(cfg.trim_fraction)
+    if cfg.aggregation == "krum":
+        return Krum(cfg.byzantine_nodes)
+    return cfg.aggregation
+
+
+@dataclass(frozen=True)
+class BoundedInfluence:
+    """Bounded influence, for sites that do not trust each other (docs/reliability.md).
+
+    update_norm_ratio : each update's L2 norm bounded to this multiple of the round's lower-median update
+        norm, scaled down (never dropped); 0: off. Run-config key `max-update-norm-ratio`.
+    weight_share : cap on any one node's share of a weighted mean (model and metrics); 1: off.
+        `max-weight-share`.
+    update_norm : an absolute bound on each update's L2 norm; 0: none. `max-update-norm`.
+    action : an update (or an algorithm's record) above `update_norm` is "clip"ped to it or "refuse"d.
+        `update-norm-action`.
+
+    The defaults are the option's (`BOUNDED_INFLUENCE`): the bounds `bounded-influence = true` sets.
+    """
+
+    update_norm_ratio: float = BOUNDED_UPDATE_NORM_RATIO
+    weight_share: float = BOUNDED_WEIGHT_SHARE
+    update_norm: float = 0.0
+    action: str = "clip"
+
+    def __post_init__(self) -> None:
+        check_parameters("BoundedInfluence", {
+            "max_update_norm_ratio": self.update_norm_ratio, "max_weight_share": self.weight_share,
+            "max_update_norm": self.update_norm, "update_norm_action": self.action,
+        })
+
+
+# What `bounded-influence = true` sets: 1.5x the lower-median update norm, a weight share of at most 0.4.
+BOUNDED_INFLUENCE = BoundedInfluence()
+
+# The values a strategy runs with when it is given `bounded_influence=None`: every bound off (the plain rule).
+NO_BOUNDS = BoundedInfluence(update_norm_ratio=0.0, weight_share=1.0)
+
+
+def bounds(bounded_influence: BoundedInfluence | None) -> BoundedInfluence:
+    """The bounds a strategy runs with: `NO_BOUNDS` for None."""
+    return NO_BOUNDS if bounded_influence is None else bounded_influence
+
+
+def bounded_influence_of(cfg: RunConfig) -> BoundedInfluence | None:
+    """The `bounded_influence` value of a run config (`bounded-influence` and the four bound keys, as resolved by
+    `RunConfig`); None when every bound is off and the action is the default's."""
+    given = BoundedInfluence(update_norm_ratio=cfg.max_update_norm_ratio, weight_share=cfg.max_weight_share,
+                             update_norm=cfg.max_update_norm, action=cfg.update_norm_action)
+    return None if given == NO_BOUNDS else given

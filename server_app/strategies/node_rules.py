@@ -1,0 +1,234 @@
+"""The algorithms whose server is FedAvg's, SCAFFOLD's or MoFedSAM's and whose nodes read their own settings.
+
+FedProx, MOON, FedSAM and FedCOG change only the nodes' rule: the server runs FedAvg and sends the rule's
+settings in every train message's config, as Flower's FedProx sends `proximal-mu`. FedGamma is SCAFFOLD's
+server with SAM on the nodes, MoFedSAM the server that sends the previous global update with SAM and momentum
+on the nodes. Each class takes its rule's settings as typed parameters (their meaning is the run-config key's)
+and sends them under the run-config names its nodes read (common/algorithm_table.py `client_keys`).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+from flwr.common.typing import Scalar
+
+from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.codecs import Codec
+from server_app.strategies.fedavg import FedAvg
+from server_app.strategies.node_table import NodeInfo
+from server_app.strategies.parameters import DEFAULTS, documented
+from server_app.strategies.previous_update import PreviousUpdateStrategy
+from server_app.strategies.scaffold import Scaffold
+from server_app.wire import WEIGHTED_BY_KEY
+
+
+@documented
+class FedProx(FedAvg):
+    """FedProx (Li et al., 2020): FedAvg on the server; nodes add the proximal term mu/2 ||w - w_t||^2
+    (`fedsynth.client.train_fedprox`), reading mu from the train config's "proximal-mu".
+    """
+
+    def __init__(self, *, proximal_mu: float = DEFAULTS.proximal_mu,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         bounded_influence=bounded_influence, codec=codec, node_settings=node_settings,
+                         parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
+                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.proximal_mu = proximal_mu
+
+    def _client_config(self) -> dict[str, Scalar]:
+        """FedAvg's settings and what the nodes' rule reads: "proximal-mu"."""
+        return {**super()._client_config(), "proximal-mu": self.proximal_mu}
+
+
+@documented
+class MOON(FedAvg):
+    """MOON (Li et al., 2021): FedAvg on the server; nodes add the model-contrastive loss, reading
+    "moon-mu" and "moon-tau" (the model needs MOON's projection head: a built-in classifier).
+    """
+
+    def __init__(self, *, moon_mu: float = DEFAULTS.moon_mu,
+                          moon_tau: float = DEFAULTS.moon_tau,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         bounded_influence=bounded_influence, codec=codec, node_settings=node_settings,
+                         parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
+                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.moon_mu = moon_mu
+        self.moon_tau = moon_tau
+
+    def _client_config(self) -> dict[str, Scalar]:
+        """FedAvg's settings and what the nodes' rule reads: "moon-mu", "moon-tau"."""
+        return {**super()._client_config(), "moon-mu": self.moon_mu, "moon-tau": self.moon_tau}
+
+
+@documented
+class FedSAM(FedAvg):
+    """FedSAM (Qu et al., 2022): FedAvg on the server; nodes train with SAM (`fedsynth.client.train_fedsam`),
+    reading rho from the train config's "sam-rho".
+    """
+
+    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         bounded_influence=bounded_influence, codec=codec, node_settings=node_settings,
+                         parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
+                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.sam_rho = sam_rho
+
+    def _client_config(self) -> dict[str, Scalar]:
+        """FedAvg's settings and what the nodes' rule reads: "sam-rho"."""
+        return {**super()._client_config(), "sam-rho": self.sam_rho}
+
+
+@documented
+class FedCOG(FedAvg):
+    """FedCOG (Ye et al., 2023): FedAvg on the server; nodes generate complementary data from the global
+    model and train with knowledge distillation (`fedsynth.client`'s FedCOG functions) from the round the train
+    config's "cog-start-round" names on (FedCOG is client-side only).
+    """
+
+    def __init__(self, *, cog_start_round: int = DEFAULTS.cog_start_round,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         bounded_influence=bounded_influence, codec=codec, node_settings=node_settings,
+                         parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
+                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.cog_start_round = cog_start_round
+
+    def _client_config(self) -> dict[str, Scalar]:
+        """FedAvg's settings and what the nodes' rule reads: "cog-start-round"."""
+        return {**super()._client_config(), "cog-start-round": self.cog_start_round}
+
+
+@documented
+class MoFedSAM(PreviousUpdateStrategy):
+    """MoFedSAM (Qu et al., 2022): the server sends the previous global update ("previous-update"); nodes
+    train with SAM and mix in that update as momentum, reading "sam-rho" and "mofedsam-alpha".
+    """
+
+    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
+                          mofedsam_alpha: float = DEFAULTS.mofedsam_alpha,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
+                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
+                         bounded_influence=bounded_influence, codec=codec, node_settings=node_settings,
+                         parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
+                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.sam_rho = sam_rho
+        self.mofedsam_alpha = mofedsam_alpha
+
+    def _client_config(self) -> dict[str, Scalar]:
+        """PreviousUpdateStrategy's settings and what the nodes' rule reads: "sam-rho", "mofedsam-alpha"."""
+        return {**super()._client_config(), "sam-rho": self.sam_rho, "mofedsam-alpha": self.mofedsam_alpha}
+
+
+@documented
+class FedGamma(Scaffold):
+    """FedGamma (Dai et al., 2023): SCAFFOLD's server (control variates); nodes train with SAM and the
+    SCAFFOLD correction, reading "sam-rho".
+    """
+
+    def __init__(self, *, max_record_norm: float = DEFAULTS.max_record_norm,
+                          sam_rho: float = DEFAULTS.sam_rho,
+                          fraction_train: float = DEFAULTS.fraction_train,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          server_lr: float = DEFAULTS.server_lr,
+                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          bounded_influence: BoundedInfluence | None = None,
+                          codec: Codec | None = None,
+                          node_settings: dict[str, Scalar] | None = None,
+                          parameter_names: list[str] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(max_record_norm=max_record_norm, fraction_train=fraction_train,
+                         fraction_evaluate=fraction_evaluate, min_nodes=min_nodes, max_failed_rounds=max_failed_rounds,
+                         seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence,
+                         codec=codec, node_settings=node_settings, parameter_names=parameter_names,
+                         lr_schedule=lr_schedule, nodes=nodes, weighted_by_key=weighted_by_key,
+                         min_available_nodes=min_available_nodes)
+        self.sam_rho = sam_rho
+
+    def _client_config(self) -> dict[str, Scalar]:
+        """Scaffold's settings and what the nodes' rule reads: "sam-rho"."""
+        return {**super()._client_config(), "sam-rho": self.sam_rho}
