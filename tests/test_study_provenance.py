@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsynth.study.effective import effective_config, server_rule
+from fedsynth.study.effective import effective_config, effective_key, server_rule
 from fedsynth.study.ledger import Ledger
 from fedsynth.study.report import render_markdown
 from fedsynth.study.reuse import ReuseRefused, reuse_runs
@@ -59,6 +59,15 @@ def test_a_setting_equal_to_its_default_and_where_files_go_leave_the_key_as_it_i
     share = effective_config({}, {})["max-weight-share"]
     assert report_runs(_study(**{"max-weight-share": share}), {})[0].key == plain.key
     assert report_runs(_study(**{"results-dir": "/elsewhere", "data-dir": "/data"}), {})[0].key == plain.key
+
+
+def test_a_ledger_entry_from_before_node_return_wait_keeps_its_key():
+    """The key came with the restart fix (issue 55); entries that record effective configs without it are the same
+    runs: a run that loses no node computes the same whatever the wait."""
+    plain = report_runs(_study(), {})[0]
+    assert report_runs(_study(**{"node-return-wait": 5.0}), {})[0].key == plain.key
+    older = {k: v for k, v in plain.effective.items() if k != "node-return-wait"}
+    assert "node-return-wait" in plain.effective and effective_key(older) == plain.key
 
 
 def test_reuse_of_a_ledger_made_under_another_effective_config_is_refused_naming_the_keys(tmp_path):

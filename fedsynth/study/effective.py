@@ -21,9 +21,12 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-# Where a run's files go and how it is resumed: not what it computes.
+# Where a run's files go and how it is resumed: not what it computes. And `node-return-wait` (how long a
+# round waits for a node the SuperLink reports lost to come back): a run that loses no node computes the same
+# with any value, and a run that lost one records each wait in its metrics (`node-returns`). It came after
+# ledgers that record effective configs; in the key, it would set every one of their runs apart for nothing.
 NOT_IN_KEY = ("results-dir", "run-name", "resume", "overwrite", "accept-unverified-checkpoint", "data-dir",
-              "cache-dir", "tensorboard", "checkpoint-every")
+              "cache-dir", "tensorboard", "checkpoint-every", "node-return-wait")
 # The keys of the server's aggregation rule, as a report header states them.
 RULE_KEYS = ("aggregation", "bounded-influence", "max-update-norm", "max-update-norm-ratio", "max-weight-share")
 # What a ledger entry without an effective config says about its rule.
