@@ -88,7 +88,7 @@ class RunRecorder:
     def _resume(self, template: Weights) -> tuple[Weights, int]:
         """Restore model, strategy state, RNG and metrics from the run's checkpoint; returns (weights, its round)."""
         strategy, results = self.strategy, self.results
-        late_joins = strategy.late_join_refusal() is None  # then a resume may differ by whole sites, as the run did
+        late_joins = strategy._late_join_refusal() is None  # then a resume may differ by whole sites, as the run did
         ckpt = load_checkpoint(results.path, self.cfg, template, node_table(strategy.nodes), late_joins)
         self._log_node_changes(ckpt.nodes, node_table(strategy.nodes))
         try:  # the strategy's own protocol: its server state and the rounds it finished (start() skips them)
@@ -198,7 +198,7 @@ class RunRecorder:
         returns = getattr(self.grid, "returns", None)
         events = returns.take_events() if returns is not None else []
         for event in events:
-            node = self.strategy.node_of(event["node"])
+            node = self.strategy._node_of(event["node"])
             event["partition"] = None if node is None else node.partition_id
         return {"node-returns": events} if events else {}
 

@@ -108,7 +108,7 @@ def test_the_reply_to_the_message_sent_again_counts_for_its_node_in_the_round():
     nodes = [NodeInfo(node_id=n, partition_id=p, num_train_examples=10, num_test_examples=5)
              for p, n in enumerate([11, 12, 13])]
     strategy = build_strategy(parse_run_config({}, SERVER_STRATEGIES), nodes)
-    strategy.check_train_reply = lambda reply, node: None
+    strategy._check_train_reply = lambda reply, node: None
     grid = PollingGrid(RestartingGrid([11, 12, 13], offline={12: (0.0, 0.2)}), poll_interval=0.01)
     grid.returns.check_interval = 0.02
     sent = messages_to([11, 12, 13])
