@@ -96,7 +96,10 @@ def run_isolated(case: Case) -> tuple[str, str, float]:
         left = deadline - time.monotonic()
         ready, _, _ = select.select([read_end], [], [], max(left, 0))
         if not ready:
-            os.killpg(pid, signal.SIGKILL)
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except ProcessLookupError:  # the child has not made its own process group yet (a loaded machine)
+                os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
             os.close(read_end)
             return HANG, f"no verdict within {case.timeout:.0f} s", time.monotonic() - started
