@@ -134,6 +134,9 @@ def judge(make: Callable, mutate: Mutate | None = None, evaluate_mutate: Mutate 
             return WRONG, f"evaluate metrics {dict(metrics)}"
         return HANDLED, f"evaluate metrics {dict(metrics)}"
     if expect == "count":
+        recorded = [r for r, m in result.train_metrics_clientapp.items() if "non-finite-model" in m]
+        if not finite and recorded:
+            return HANDLED, f"the model became non-finite, recorded as 'non-finite-model' in round {recorded[0]}"
         return (HANDLED, f"counted by the documented plain mean (gap {gap:.3g})") if finite else \
             (WRONG, f"the model became non-finite; {said}")
     if expect == "bounded":

@@ -20,7 +20,7 @@ Differences from Flower's own FedAvg, each for a reason in SPEC:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from logging import INFO
+from logging import INFO, WARNING
 from typing import Any, Callable
 
 import numpy as np
@@ -35,6 +35,7 @@ from common.records import Weights, from_record, message_array_bytes, parameter_
 from common.uplink.wire import decode_reply, float32_equivalent_bytes, measured_update_norm, reply_buffers
 from server_app.fid_reference import ClientFeatureReference
 from server_app.influence import bounded_weights, cap_binds
+from server_app.outcome import non_finite_arrays
 from server_app.robust import ROBUST_AGGREGATIONS, clip_factors, combine_updates, scale_update, update_norm
 from server_app.reply_checks import check_train_metrics, check_weight_key
 from server_app.strategies.base import RoundStrategy, weighted_metric
@@ -412,6 +413,10 @@ class FedAvg(RoundStrategy):
             mean_delta = weighted_mean(deltas, self._aggregation_weights(replies))
         self.current = self._server_step(mean_delta, replies)
         metrics = aggregate_metrics(replies, self.max_weight_share, self.weighted_by_key)
+        if non_finite := non_finite_arrays(self.current):  # a record, so the library path says it too
+            metrics["non-finite-model"] = len(non_finite)
+            log(WARNING, "round %d: the server step gave a global model with NaN or inf in %d array(s), e.g. "
+                "'%s'; lower lr or server_lr (%g)", server_round, len(non_finite), non_finite[0], self.server_lr)
         if self._bounds_on():  # what bounded influence changed this round (absent when it is off)
             metrics["clipped-updates"] = sum(1 for f in factors if f < 1.0)
             metrics["weight-cap-bound"] = int(self.aggregation == "weighted" and cap_binds(
