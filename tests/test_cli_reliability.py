@@ -31,9 +31,10 @@ def run_config(tmp_path: Path, data_dir: Path, **extra) -> str:
     return " ".join(f"{k}={v}" for k, v in values.items())
 
 
-def cli(tmp_path: Path, data_dir: Path, nodes: int = 2, **extra) -> list[str]:
-    return ["run", "--app-dir", str(REPO), "--num-supernodes", str(nodes), "--run-config",
-            run_config(tmp_path, data_dir, **extra)]
+def cli(tmp_path: Path, data_dir: Path, nodes: int = 2, engine: bool = False, **extra) -> list[str]:
+    """`fedsynth run`'s arguments: Flower's simulation engine, or fedsynth's in-process one (`engine=True`)."""
+    return ["run", "--app-dir", str(REPO), "--num-supernodes", str(nodes), *(["--engine", "inprocess"] * engine),
+            "--run-config", run_config(tmp_path, data_dir, **extra)]
 
 
 @pytest.mark.parametrize("extra, words", [
@@ -69,7 +70,8 @@ def test_diverging_run_exits_non_zero_with_one_line(tmp_path, tiny_data_dir, cap
 @pytest.mark.slow
 def test_second_run_with_the_same_name_is_refused_at_once_and_the_first_is_intact(tmp_path, tiny_data_dir, capsys):
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    first = subprocess.Popen([sys.executable, "-m", "fedsynth.cli", *cli(tmp_path, tiny_data_dir)], cwd=REPO,
+    # the folder's lock is the driver's, whichever engine runs the nodes: the in-process engine spares Ray's start
+    first = subprocess.Popen([sys.executable, "-m", "fedsynth.cli", *cli(tmp_path, tiny_data_dir, engine=True)], cwd=REPO,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     lock = tmp_path / "results" / "run" / ".lock"
     try:
@@ -78,7 +80,7 @@ def test_second_run_with_the_same_name_is_refused_at_once_and_the_first_is_intac
             assert first.poll() is None and time.monotonic() < deadline, "the first run did not take its folder"
             time.sleep(0.1)
         started = time.monotonic()
-        assert main(cli(tmp_path, tiny_data_dir)) == EXIT_BAD_INPUT
+        assert main(cli(tmp_path, tiny_data_dir, engine=True)) == EXIT_BAD_INPUT
         assert time.monotonic() - started < 10
         assert "in use by another run" in capsys.readouterr().err
     finally:
