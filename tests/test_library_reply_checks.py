@@ -115,9 +115,8 @@ def test_a_second_reply_of_a_node_and_a_reply_to_no_message_are_dropped_with_a_r
         (12, "reply to no message of this round: dropped")]
 
 
-def test_a_server_step_that_makes_the_model_non_finite_is_recorded_in_the_rounds_train_metrics(caplog):
-    """Honest replies and `server_lr=1e300` overflow float32: the library path says so (issue 54), as the app's
-    outcome does at the end."""
+def one_round(strategy: FedAvg):
+    """Flower's `start()` for one round on two in-process nodes that each add 1 to every weight."""
     from flwr.app import ConfigRecord
 
     from tests.library_grid import ClientAppGrid
@@ -127,25 +126,19 @@ def test_a_server_step_that_makes_the_model_non_finite_is_recorded_in_the_rounds
         return Message(RecordDict({"arrays": to_record(arrays),
                                    "metrics": MetricRecord({"num-examples": 5, "train-loss": 0.1})}), reply_to=msg)
 
-    result = FedAvg(server_lr=1e300, fraction_evaluate=0.0).start(
-        grid=ClientAppGrid(2, train), initial_arrays=to_record(MODEL), num_rounds=1,
-        train_config=ConfigRecord({"lr": 0.1}))
+    return strategy.start(grid=ClientAppGrid(2, train), initial_arrays=to_record(MODEL), num_rounds=1,
+                          train_config=ConfigRecord({"lr": 0.1}))
+
+
+def test_a_server_step_that_makes_the_model_non_finite_is_recorded_in_the_rounds_train_metrics(caplog):
+    """Honest replies and `server_lr=1e300` overflow float32: the library path says so (issue 54), as the app's
+    outcome does at the end."""
+    result = one_round(FedAvg(server_lr=1e300, fraction_evaluate=0.0))
     assert result.train_metrics_clientapp[1]["non-finite-model"] == 1
     assert "lower lr or server_lr (1e+300)" in caplog.text
 
 
 def test_a_finite_server_step_adds_no_non_finite_record():
-    from flwr.app import ConfigRecord
-
-    from tests.library_grid import ClientAppGrid
-
-    def train(msg, context):
-        arrays = {k: v.numpy() + 1.0 for k, v in msg.content["arrays"].items()}
-        return Message(RecordDict({"arrays": to_record(arrays),
-                                   "metrics": MetricRecord({"num-examples": 5, "train-loss": 0.1})}), reply_to=msg)
-
-    result = FedAvg(fraction_evaluate=0.0).start(
-        grid=ClientAppGrid(2, train), initial_arrays=to_record(MODEL), num_rounds=1,
-        train_config=ConfigRecord({"lr": 0.1}))
+    result = one_round(FedAvg(fraction_evaluate=0.0))
     assert "non-finite-model" not in result.train_metrics_clientapp[1]
     np.testing.assert_array_equal(result.arrays.to_numpy_ndarrays()[0], np.ones((2, 2), dtype=np.float32))
