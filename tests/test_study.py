@@ -406,9 +406,10 @@ def test_a_ledger_line_that_is_not_an_entry_is_recorded_not_skipped_without_a_wo
 @pytest.mark.slow
 def test_a_tiny_study_runs_end_to_end_in_the_simulation_engine(tmp_path, tiny_data_dir):
     path = tmp_path / "tiny.toml"
+    # no tuning (the in-process test below tunes): each run here starts Ray, so 2 runs, not 3
     path.write_text(TINY.format(data=tiny_data_dir, cache=tmp_path / "cache")
-                    .replace("[0, 1]", "[0]").replace("lr = [0.0001, 0.1]", "lr = [0.1]")
-)
+                    .replace("[0, 1]", "[0]").replace("tuning-seeds = [7]", "tuning-seeds = []")
+                    .replace("[arms.fedavg.grid]\nlr = [0.0001, 0.1]", "lr = 0.1"))
     done = subprocess.run(
         [sys.executable, "-m", "fedsynth.cli", "study", str(path), "--out", str(tmp_path / "out"),
          "--runs-dir", str(tmp_path / "runs")],
@@ -416,9 +417,9 @@ def test_a_tiny_study_runs_end_to_end_in_the_simulation_engine(tmp_path, tiny_da
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     ledger = Ledger(tmp_path / "out" / "ledger.jsonl")
-    assert len(ledger.entries) == 3  # 1 tuning run, 2 arms x 1 report seed
+    assert len(ledger.entries) == 2  # 2 arms x 1 report seed
     assert all(e["exit-code"] == 0 and e["rounds"] == 3 for e in ledger.entries.values())
-    assert "[3/3]" in done.stdout
+    assert "[2/2]" in done.stdout
     assert (tmp_path / "out" / "report.md").read_text().count("→ **") == 2
 
 
