@@ -491,18 +491,38 @@ def stalled_supernode(bin_dir: Path, error_line: str) -> Path:
     return calls
 
 
+# Flower 1.42's own line (tests/test_supernode_watchdog.py sees it from a real SuperNode), with its colours
+LEFT_OFFLINE_LINE = ("\x1b[91mERROR \x1b[0m:     Server error '500 Internal Server Error' for url "
+                     "'https://127.0.0.1:9092/v1/fleet/pull-messages'")
+
+
 def test_watchdog_restarts_a_supernode_that_flower_left_offline_while_its_process_lives(tmp_path: Path) -> None:
-    line = ("\x1b[91mERROR \x1b[0m:     Server error '500 Internal Server Error' for url "
-            "'https://127.0.0.1:9092/v1/fleet/pull-messages'")
-    calls = stalled_supernode(tmp_path / "bin", line)
+    calls = stalled_supernode(tmp_path / "bin", LEFT_OFFLINE_LINE)
     start = time.monotonic()
-    result = retry(tmp_path / "bin", "--retry-every", "1")
+    result = retry(tmp_path / "bin", "--retry-every", "1", "--stop-grace", "2")
+    took = time.monotonic() - start
     assert result.returncode == 0, result.stderr
     assert len(calls.read_text().splitlines()) == 2  # stopped and started again
-    assert time.monotonic() - start < 7  # not after the stand-in's 8 s: the watchdog stopped it
+    assert 2 <= took < 7, took  # after the grace, not after the stand-in's 8 s: the watchdog stopped it
     assert ("retry-activation.sh: the SuperLink answered this SuperNode with an error Flower does not retry, and "
             "Flower deactivated the node but left its process running") in result.stderr
-    assert line in result.stdout
+    assert LEFT_OFFLINE_LINE in result.stdout
+
+
+def test_a_supervisor_stopping_the_script_within_the_watchdogs_grace_is_not_answered_by_a_restart(
+        tmp_path: Path) -> None:
+    calls = stalled_supernode(tmp_path / "bin", LEFT_OFFLINE_LINE)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    proc = subprocess.Popen([str(DEPLOY / "retry-activation.sh"), "--stop-grace", "5", "--", "flower-supernode"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 20
+    while not calls.is_file() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    time.sleep(1)  # the line is out; the grace runs
+    proc.send_signal(signal.SIGTERM)
+    stdout, stderr = proc.communicate(timeout=20)
+    assert len(calls.read_text().splitlines()) == 1, stderr  # not started again
+    assert "starting it again" not in stderr and LEFT_OFFLINE_LINE in stdout
 
 
 def test_watchdog_leaves_a_supernode_alone_after_an_error_flower_handles(tmp_path: Path) -> None:
