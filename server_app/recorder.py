@@ -23,6 +23,15 @@ model once (`start()` evaluates per round; fedsynth's clients already evaluate
 the model they receive inside each train reply, so only the final model needs
 an evaluate round trip) and writes summary.json and the plots.
 
+What it reads of the strategy: its round log (`strategy.round_log`: each round's
+entry, the phases, the times), its node table (`strategy.node_table`: the nodes
+a checkpoint names, whether a resume may differ by whole sites, the partition of
+a node that went away), and its state through `state_dict`/`load_state_dict`.
+Three hooks of the strategy remain, each for what only the algorithm knows:
+`_check_restored` (can restored state continue with this model), `_run_summary`
+(what it adds to summary.json) and `_evaluate_on_every_node` (the final
+evaluation, on every node of its table).
+
 What `start()` cannot express is here, with its reason: an interrupted run
 (SIGINT/SIGTERM) checkpoints its last finished round (`on_interrupt`), and a
 run ended by `TooManyFailedRounds` still records its last round
