@@ -2,7 +2,7 @@
 evaluate) message with a hostile reply, through Flower's Message API, on an in-process grid.
 
 docs/library.md's contract: a reply that fails, times out or breaks the contract is dropped and listed with its
-reason in `strategy.round_report["failures"]`; a reply from another node than the one its message went to never counts
+reason in `strategy.round_log.latest.failures`; a reply from another node than the one its message went to never counts
 as that node's; a first round in which every reply broke the contract raises `ReplyContractError`. So a hostile reply
 is handled when the run ends with the model of the honest replies alone and a failure recorded (or a refusal naming the
 fault), silently wrong when it changed the model (or made it non-finite) or vanished without a record. With bounded
@@ -90,6 +90,12 @@ def final_model(strategy, train, evaluate=honest_evaluate):
     return {k: v.numpy() for k, v in result.arrays.items()}, result
 
 
+def round_failures(strategy) -> list[dict]:
+    """The last round's dropped replies, `{"node", "partition", "reason"}` each (none when no round ran)."""
+    entry = strategy.round_log.latest
+    return [failure.as_record() for failure in entry.failures] if entry is not None else []
+
+
 def judge(make: Callable, mutate: Mutate | None = None, evaluate_mutate: Mutate | None = None,
           expect: str = "drop", records: tuple[str, ...] = (), reference_honest: bool = False) -> Verdict:
     """Run `make()`'s strategy with node 902 hostile and judge against the run in which 902 gives no reply.
@@ -121,7 +127,7 @@ def judge(make: Callable, mutate: Mutate | None = None, evaluate_mutate: Mutate 
         return HANDLED, f"{type(err).__name__}: {err}"
     except Exception as err:  # noqa: BLE001 - a raw error from inside the strategy
         return UNCLEAR, f"start() raised {type(err).__name__}: {err}"
-    failures = (strategy.round_report or {}).get("failures", [])
+    failures = round_failures(strategy)
     said = "; ".join(str(f.get("reason")) for f in failures)[:300] or "no failure recorded"
     finite = all(np.isfinite(v).all() for v in final.values())
     gap = (max(float(np.max(np.abs(final[k].astype(np.float64) - reference[k]))) for k in reference)
@@ -147,7 +153,7 @@ def judge(make: Callable, mutate: Mutate | None = None, evaluate_mutate: Mutate 
     if gap > 1e-5:
         return WRONG, f"counted: the model moved {gap:.3g} from the honest one; {said}"
     if not failures:
-        return WRONG, "dropped without a record in round_report['failures']"
+        return WRONG, "dropped without a record in round_log.latest.failures"
     return HANDLED, said
 
 
@@ -384,6 +390,6 @@ def judge_empty() -> Verdict:
         return HANDLED, f"TooManyFailedRounds: {err}"
     except Exception as err:  # noqa: BLE001
         return UNCLEAR, f"{type(err).__name__}: {err}"
-    failures = (strategy.round_report or {}).get("failures", [])
+    failures = round_failures(strategy)
     return (HANDLED, f"round recorded: {failures[:1]}") if failures else \
         (WRONG, "a round without replies passed without a record")

@@ -44,11 +44,12 @@ def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
             results.write_nodes(nodes)
         strategy = build_strategy(cfg, nodes)
         warn_if_ole_diverges(cfg, len(nodes))
-        strategy.rejoin = partial(joined_nodes, cfg=cfg)  # a site that restarts under a new id, or joins late
+        table = strategy.node_table
+        table.rejoin = partial(joined_nodes, cfg=cfg)  # a site that restarts under a new id, or joins late
         # a node refused at the handshake for what it claimed stays refused; one that was lost (an error, a
         # timeout) may still join late
-        strategy._refuse_nodes(int(f["node"]) for f in failures
-                              if isinstance(f.get("node"), int) and not is_transient(str(f.get("reason", ""))))
+        table.refuse(int(f["node"]) for f in failures
+                     if isinstance(f.get("node"), int) and not is_transient(str(f.get("reason", ""))))
         return run_strategy(grid, cfg, strategy, results)
 
 

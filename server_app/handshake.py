@@ -42,8 +42,8 @@ same question: a new id that holds the partition (or site) of a node that is
 gone takes over that node's table entry; one that holds a partition (or site)
 the table lacks gets an entry of its own, and the strategy takes it in from
 its next round where the algorithm allows it (`RoundStrategy._late_join_refusal`;
-the decentralized relay refuses, naming the site). `RoundStrategy.rejoin`
-holds this question.
+the decentralized relay refuses, naming the site). The strategy's node table
+holds this question (`NodeTable.rejoin`, server_app/strategies/node_table.py).
 """
 
 from __future__ import annotations

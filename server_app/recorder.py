@@ -8,9 +8,11 @@ with the round's global model: `RunRecorder` is that function. Each call it
 
 - evaluates the model on the server's test set (`eval-every`), and the
   diffusion metrics of a DDPM;
-- writes the round's record to the results folder: the strategy's
-  `round_report` (nodes sampled and answered, failures with reasons, bytes each
-  way, aggregated metrics) plus the evaluation and the server and round times;
+- writes the round's record to the results folder: the entry of the
+  strategy's round log (server_app/strategies/round_log.py: nodes sampled and
+  answered, failures with reasons, bytes each way, aggregated metrics) plus the
+  evaluation and the server and round times, and the log's phases (FedDDPM's
+  warm-up);
 - writes the checkpoint every `checkpoint-every` rounds and at the end;
 - logs one progress line.
 
@@ -20,6 +22,15 @@ RNG, metrics) and tells the strategy which rounds are done, so the resumed
 model once (`start()` evaluates per round; fedsynth's clients already evaluate
 the model they receive inside each train reply, so only the final model needs
 an evaluate round trip) and writes summary.json and the plots.
+
+What it reads of the strategy: its round log (`strategy.round_log`: each round's
+entry, the phases, the times), its node table (`strategy.node_table`: the nodes
+a checkpoint names, whether a resume may differ by whole sites, the partition of
+a node that went away), and its state through `state_dict`/`load_state_dict`.
+Three hooks of the strategy remain, each for what only the algorithm knows:
+`_check_restored` (can restored state continue with this model), `_run_summary`
+(what it adds to summary.json) and `_evaluate_on_every_node` (the final
+evaluation, on every node of its table).
 
 What `start()` cannot express is here, with its reason: an interrupted run
 (SIGINT/SIGTERM) checkpoints its last finished round (`on_interrupt`), and a
@@ -40,6 +51,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
 from common.algorithm_table import ALGORITHMS
+from common.protocol import WARMUP_PHASE
 from common.run.config import RunConfig
 from common.models.diffusion import is_diffusion
 from common.run.interrupt import raise_if_stopped
@@ -69,6 +81,7 @@ class RunRecorder:
             self.diffusion = DiffusionEvaluator(cfg, results, reference.asker(grid) if reference is not None else None)
         self.weights: Weights = {}
         self.finished = 0          # last round recorded
+        self.phases_recorded = 0   # phases of the round log written
         self.last_checkpoint = 0   # last round checkpointed
         self.started = time.monotonic()
 
@@ -79,22 +92,20 @@ class RunRecorder:
         if self.results.resuming:
             weights, done = self._resume(weights)
             self.finished = self.last_checkpoint = done
-            if self.strategy._stop_requested():  # it had finished (FedDDPM+): a resume must not train on
-                log(INFO, "the checkpointed run had already stopped at round %d; nothing left to run", done)
         self.weights = weights
         self.started = time.monotonic()
         return to_record(weights)
 
     def _resume(self, template: Weights) -> tuple[Weights, int]:
         """Restore model, strategy state, RNG and metrics from the run's checkpoint; returns (weights, its round)."""
-        strategy, results = self.strategy, self.results
-        late_joins = strategy._late_join_refusal() is None  # then a resume may differ by whole sites, as the run did
-        ckpt = load_checkpoint(results.path, self.cfg, template, node_table(strategy.nodes), late_joins)
-        self._log_node_changes(ckpt.nodes, node_table(strategy.nodes))
+        strategy, results, table = self.strategy, self.results, self.strategy.node_table
+        late_joins = table.late_join_refusal() is None  # then a resume may differ by whole sites, as the run did
+        ckpt = load_checkpoint(results.path, self.cfg, template, node_table(table.nodes), late_joins)
+        self._log_node_changes(ckpt.nodes, node_table(table.nodes))
         try:  # the strategy's own protocol: its server state and the rounds it finished (start() skips them)
             strategy.load_state_dict({"arrays": ckpt.state_arrays, "meta": ckpt.state_meta,
-                                      "completed-rounds": ckpt.server_round})
-            strategy.restored_from = f"the checkpoint in {results.path}"
+                                      "completed-rounds": ckpt.server_round,
+                                      "restored-from": f"the checkpoint in {results.path}"})
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError, AttributeError) as err:  # nothing is written yet: refuse cleanly
@@ -128,22 +139,22 @@ class RunRecorder:
         if server_round == 0:
             return self._record_initial(arrays)
         self._record_phases()
-        report = self.strategy.round_report
-        if report is None or report.get("round") != server_round:  # a round that sent nothing: restored or stopped
+        entry = self.strategy.round_log.entry(server_round)
+        if entry is None:  # a round that sent nothing: restored or stopped
             return None
         self.weights = from_record(arrays)
-        record: dict[str, Any] = {**report, **self._node_returns()}
+        record: dict[str, Any] = {**entry.as_record(), **self._node_returns()}
         is_last = server_round == self.cfg.num_server_rounds
         central: dict[str, float] = {}
         if self.evaluator is not None and (is_last or (self.cfg.eval_every and server_round % self.cfg.eval_every == 0)):
             central["central-loss"], central["central-accuracy"] = self.evaluator.evaluate(self.weights)
             record.update(central)
-        stopping = self.strategy._stop_requested()  # FedDDPM+ ends after its one-shot correction
+        stopping = entry.stops_run  # FedDDPM+ ends after its one-shot correction
         if self.diffusion is not None:
             record.update(self.diffusion.after_round(server_round, self.weights, is_last or stopping))
         now = time.monotonic()
-        record["server-time"] = now - self.strategy.aggregation_started_at
-        record["round-time"] = now - self.strategy.round_started_at
+        record["server-time"] = now - (entry.started_at if entry.collected_at is None else entry.collected_at)
+        record["round-time"] = now - entry.started_at
         self.results.log_round(record)
         self.finished = server_round
         if self.cfg.checkpoint_every and (server_round % self.cfg.checkpoint_every == 0 or is_last or stopping):
@@ -163,12 +174,14 @@ class RunRecorder:
         return MetricRecord({"central-loss": loss, "central-accuracy": accuracy})
 
     def _record_phases(self) -> None:
-        """Write the records of steps that are not rounds (FedDDPM's warm-up) the strategy kept."""
-        while self.strategy.phase_records:
-            record = self.strategy.phase_records.pop(0)
-            if record.get("phase") == "warmup" and self.diffusion is not None:
-                self.diffusion.after_warmup(getattr(self.strategy, "auxiliary", None), record)
+        """Write the records of the steps that are not rounds (FedDDPM's warm-up) logged since the last call."""
+        phases = self.strategy.round_log.phases
+        for phase in phases[self.phases_recorded:]:
+            record = phase.as_record()
+            if phase.phase == WARMUP_PHASE and self.diffusion is not None:  # the auxiliary set: a grid, its FID
+                self.diffusion.after_warmup(phase.product, record)
             self.results.log_round(record)
+        self.phases_recorded = len(phases)
 
     def checkpoint(self, server_round: int) -> None:
         """Write the checkpoint of `server_round` (the model of the last recorded round)."""
@@ -176,7 +189,7 @@ class RunRecorder:
         state = strategy.state_dict()  # the strategy's server state, through its one protocol
         save_checkpoint(self.results.path, self.cfg, Checkpoint(
             server_round, self.weights, state["arrays"], state["meta"], self.results.rounds,
-            nodes=node_table(strategy.nodes),
+            nodes=node_table(strategy.node_table.nodes),
         ))
         self.last_checkpoint = server_round
 
@@ -190,15 +203,16 @@ class RunRecorder:
     def on_failed_round(self) -> None:
         """Record the round that ended the run (too few nodes too many times)."""
         self._record_phases()
-        if self.strategy.round_report is not None:
-            self.results.log_round({**self.strategy.round_report, **self._node_returns()})
+        entry = self.strategy.round_log.latest
+        if entry is not None:
+            self.results.log_round({**entry.as_record(), **self._node_returns()})
 
     def _node_returns(self) -> dict[str, Any]:
         """`node-returns`: the round's waits for nodes the SuperLink reported unavailable (server_app/node_return.py)."""
         returns = getattr(self.grid, "returns", None)
         events = returns.take_events() if returns is not None else []
         for event in events:
-            node = self.strategy._node_of(event["node"])
+            node = self.strategy.node_table.of(event["node"])
             event["partition"] = None if node is None else node.partition_id
         return {"node-returns": events} if events else {}
 
@@ -213,7 +227,7 @@ class RunRecorder:
             "dataset": cfg.dataset,
             "partition": cfg.partition,
             "rounds": cfg.num_server_rounds,
-            "num-nodes": len(strategy.nodes),
+            "num-nodes": len(strategy.node_table.nodes),
             "wall-time": time.monotonic() - self.started,
         }
         for key in ("uplink-bytes", "uplink-float32-bytes", "downlink-bytes"):

@@ -88,7 +88,8 @@ def build_strategy(cfg: RunConfig, nodes: list[NodeInfo] | None = None) -> Round
     strategy = cls(**strategy_arguments(cls, cfg, nodes))
     if not ALGORITHMS[cfg.algorithm].decentralized:
         strategy.node_models = NodeModels(kept_model_keys(cfg))  # MOON's and FedCOG's models, for a resume
-        strategy.feature_reference = ClientFeatureReference(strategy.nodes, cfg.round_timeout)  # FID without server data
+        # FID without server data
+        strategy.feature_reference = ClientFeatureReference(strategy.node_table.nodes, cfg.round_timeout)
         if cfg.perturbation_diagnostic and hasattr(strategy, "diagnostic"):
             strategy.diagnostic = PerturbationDiagnostic(cfg, len(nodes or []))
     return strategy

@@ -48,7 +48,7 @@ def start_round(strategy: FedAvg, weights: dict, server_round: int = 1) -> list[
 
 
 def node_of(strategy: FedAvg, msg: Message) -> NodeInfo:
-    return next(n for n in strategy.nodes if n.node_id == msg.metadata.dst_node_id)
+    return next(n for n in strategy.node_table.nodes if n.node_id == msg.metadata.dst_node_id)
 
 
 def make_reply(msg: Message, weights: dict, num_examples: int, partition_id: int,

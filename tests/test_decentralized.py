@@ -405,8 +405,8 @@ def test_random_pull_sends_each_node_its_pull_row_and_logs_the_directed_psi(tmp_
     raw = _config(tmp_path, tiny_data_dir, cache_dir, algorithm="dfedavg", topology="random-pull", peers=1,
                   mixing="uniform", **{"num-server-rounds": 2})
     _, results, relay, grid = run_inprocess(raw, 4)
-    by_node = {node.node_id: i for i, node in enumerate(relay.nodes)}
-    partition = [node.partition_id for node in relay.nodes]
+    by_node = {node.node_id: i for i, node in enumerate(relay.node_table.nodes)}
+    partition = [node.partition_id for node in relay.node_table.nodes]
     rounds = _rounds(results)
     for t in (1, 2):
         w = mixing_matrix("random-pull", 4, peers=1, seed=relay.seed, round_num=t, mixing="uniform")

@@ -118,7 +118,7 @@ def test_a_developers_clientapp_answers_the_warmup_under_start() -> None:
         assert all(np.array_equal(sent[name], initial[name]) for name in initial)
 
     # the auxiliary set came from the developer's warm models: |A_i| from each node's num-examples
-    record = strategy.phase_records[0]
+    record = strategy.round_log.phases[0].as_record()
     assert (record["phase"], record["answered"], record["failed"]) == ("warmup", 3, 0)
     expected = {pid: auxiliary_count(100 * (pid + 1), 0.05) for pid in range(3)}
     assert strategy.aux_counts == expected and len(strategy.auxiliary) == sum(expected.values()) == record["aux-size"]
@@ -135,7 +135,7 @@ def test_a_flower_wrapper_runs_the_warmup_too() -> None:
     inner = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0)
     passthrough_wrapper(inner).start(grid, to_record(initial_model()), num_rounds=1, timeout=30)
     assert [[phase_of(m) for m in messages] for messages, _ in grid.sends()] == [["warmup"] * 2, [None] * 2]
-    assert inner.phase_records[0]["answered"] == 2 and inner.auxiliary is not None
+    assert inner.round_log.phases[0].answered == 2 and inner.auxiliary is not None
 
 
 def test_a_restored_strategy_skips_the_warmup() -> None:
@@ -179,7 +179,7 @@ def test_configure_warmup_and_aggregate_warmup_by_hand() -> None:
     ]
     with pytest.raises(WarmupFailed, match="only 1 node"):  # one warm model, min_nodes = 2
         strategy._aggregate_warmup(replies)
-    assert strategy.auxiliary is None and not strategy.phase_records
+    assert strategy.auxiliary is None and not strategy.round_log.phases
 
     replies.append(warm_reply(messages[4], initial, {"num-examples": 20, "train_loss": 0.1}))  # the template's name
     record = strategy._aggregate_warmup(replies)
@@ -190,7 +190,7 @@ def test_configure_warmup_and_aggregate_warmup_by_hand() -> None:
     assert reasons[node[2]] == "warmup reply lacks the model"
     assert first_name in reasons[node[3]]
     assert record["train-loss"] == pytest.approx((0.3 + 0.1) / 2)
-    assert strategy.phase_records == [record] and len(strategy.auxiliary) == record["aux-size"] == 3  # |A_i| 2 + 1
+    assert [phase.as_record() for phase in strategy.round_log.phases] == [record] and len(strategy.auxiliary) == record["aux-size"] == 3  # |A_i| 2 + 1
 
 
 def test_a_node_that_never_answers_the_warmup_is_a_timeout() -> None:

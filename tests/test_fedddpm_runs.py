@@ -51,7 +51,7 @@ def test_fedddpm_warms_up_builds_the_auxiliary_set_and_corrects_every_round(fedd
     assert [r["round"] for r in rounds] == [0, 1, 2]
     warmup = rounds[0]
     assert warmup["phase"] == "warmup" and warmup["answered"] == 3 and warmup["uplink-bytes"] > 0
-    sizes = {node.partition_id: node.num_train_examples for node in strategy.nodes}
+    sizes = {node.partition_id: node.num_train_examples for node in strategy.node_table.nodes}
     # |A_i| from each node's count under the weight cap (max-weight-share: no node's count above 0.4 of the total)
     claims = dict(zip(sizes, capped_counts(list(sizes.values()), strategy.max_weight_share)))
     expected = {pid: auxiliary_count(int(claims[pid]), 0.05) for pid in sizes}
@@ -110,7 +110,7 @@ def test_checkpoint_keeps_the_auxiliary_set_and_a_resumed_run_skips_the_warmup(f
     import shutil
 
     _, results, strategy, _, raw = fedddpm_run
-    restored = build_strategy(parse_run_config(raw, SERVER_STRATEGIES), strategy.nodes)
+    restored = build_strategy(parse_run_config(raw, SERVER_STRATEGIES), strategy.node_table.nodes)
     restored._load_state_arrays(strategy._state_arrays())
     restored._load_state_meta(json.loads(json.dumps(strategy._state_meta())))
     np.testing.assert_array_equal(restored.auxiliary, strategy.auxiliary)
@@ -223,7 +223,7 @@ def test_quicktest_reference_from_clients_feature_sums_is_the_pooled_gaussian(tm
     np.testing.assert_allclose(pooled.mean, direct.mean, rtol=0, atol=1e-8)
     np.testing.assert_allclose(pooled.cov, direct.cov, rtol=0, atol=1e-8)
 
-    restored = build_strategy(cfg, strategy.nodes)
+    restored = build_strategy(cfg, strategy.node_table.nodes)
     restored._load_checkpoint_arrays(strategy._checkpoint_arrays())
     restored._load_state_meta(json.loads(json.dumps(strategy._state_meta())))
     np.testing.assert_array_equal(restored.feature_reference.stats.cov, pooled.cov)

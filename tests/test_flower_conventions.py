@@ -207,7 +207,7 @@ def test_a_node_that_joins_after_round_1_takes_part_from_its_next_round():
     trained = {(pid, int(m.content["config"]["server-round"])) for pid, m in grid.received
                if m.metadata.message_type == MessageType.TRAIN}
     assert (2, 1) not in trained and {(2, 2), (2, 3)} <= trained
-    assert strategy.round_report["answered"] == 3
+    assert strategy.round_log.latest.answered == 3
 
 
 def test_min_available_nodes_waits_for_the_nodes(monkeypatch):
@@ -221,7 +221,7 @@ def test_min_available_nodes_waits_for_the_nodes(monkeypatch):
     monkeypatch.setattr("server_app.strategies.base.time.sleep", sleep)
     strategy = strategies.FedAvg(min_available_nodes=3)
     strategy.start(grid, initial(), num_rounds=1, timeout=10)
-    assert waits == [1, 2] and strategy.round_report["answered"] == 3
+    assert waits == [1, 2] and strategy.round_log.latest.answered == 3
 
 
 def decentralized_train(message: Message, pid: int) -> RecordDict:
@@ -243,8 +243,8 @@ def test_the_decentralized_relay_runs_under_start_and_takes_a_joining_node(publi
     assert [int(m.content["config"]["server-round"]) for m in joined] == [2, 3]
     # it starts from the average model of round 1 (the three nodes moved by 0.1, 0.2, 0.3), sent as its own model
     np.testing.assert_allclose(joined[0].content["node-state:decentralized-own-model"]["w"].numpy(), np.full(3, 0.2), rtol=1e-6)
-    assert "gossip" in joined[0].content.config_records and len(strategy.nodes) == 4
-    assert strategy.round_report["answered"] == 4
+    assert "gossip" in joined[0].content.config_records and len(strategy.node_table.nodes) == 4
+    assert strategy.round_log.latest.answered == 4
 
 
 def test_docs_name_only_client_functions_that_exist():

@@ -105,7 +105,7 @@ def test_start_drops_an_error_reply_and_aggregates_the_good_one(tmp_path, tiny_d
 
     result = strategy.start(grid, to_record(initial), num_rounds=1, timeout=60, evaluate_fn=evaluate_fn)
 
-    report = strategy.round_report
+    report = strategy.round_log.latest.as_record()
     assert report["failed"] == 1 and report["failures"][0]["partition"] == 1
     assert report["failures"][0]["reason"].startswith("error: injected failure")
     assert report["answered"] == len(nodes) - 1
@@ -143,10 +143,10 @@ def test_fedddpm_runs_its_warmup_and_correction_under_start(tmp_path, tiny_data_
                                   nodes=handshake(grid, cfg), fraction_evaluate=0.0)
     assert strategy.auxiliary is None
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=1, timeout=120)
-    phases = [record["phase"] for record in strategy.phase_records]
+    phases = [phase.phase for phase in strategy.round_log.phases]
     assert phases == ["warmup"]  # no recorder drained them: they are the strategy's record of the run
-    assert strategy.auxiliary is not None and len(strategy.auxiliary) == strategy.phase_records[0]["aux-size"] > 0
-    assert strategy.round_report["answered"] == 2
+    assert strategy.auxiliary is not None and len(strategy.auxiliary) == strategy.round_log.phases[0].values["aux-size"] > 0
+    assert strategy.round_log.latest.answered == 2
     # the correction on the auxiliary set ran after the aggregation: its metrics are the round's
     correction = result.train_metrics_clientapp[1]
     assert correction["correction-epochs"] == 1 and np.isfinite(correction["correction-loss"])

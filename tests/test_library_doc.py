@@ -66,7 +66,7 @@ def test_the_app_runs_each_strategy_with_no_reply_dropped(monkeypatch, strategy)
 
     assert set(STRATEGIES) >= {strategy}
     built, result = run(app_grid(strategy), {"strategy": strategy, "num-server-rounds": 2, "lr": 0.05})
-    assert built.round_report["answered"] == 2 and built.round_report["failures"] == []
+    assert built.round_log.latest.answered == 2 and built.round_log.latest.failures == ()
     final = {k: v.numpy() for k, v in result.arrays.items()}
     assert int(final["1.num_batches_tracked"]) > 0  # BatchNorm's counter came back from the nodes
     evaluation = result.evaluate_metrics_clientapp[2]
@@ -81,7 +81,7 @@ def test_fedsynsam_s_nodes_receive_dsyn_and_send_compressed_updates(monkeypatch)
     built, _ = run(grid, {"strategy": "fedsynsam", "num-server-rounds": 2, "lr": 0.05})
     round_2 = [m for m in grid.sent if m.metadata.message_type == "train" and m.content["config"]["server-round"] == 2]
     assert [("synthetic-data" in m.content.array_records) for m in round_2] == [True, True]
-    assert built.round_report["failures"] == [] and built.synthetic_holders == {0, 1}
+    assert built.round_log.latest.failures == () and built.synthetic_holders == {0, 1}
 
 
 def test_fedddpm_plus_walks_through_the_phases_with_the_apps_diffusion_clientapp(monkeypatch):
@@ -100,9 +100,9 @@ def test_fedddpm_plus_walks_through_the_phases_with_the_apps_diffusion_clientapp
     kinds = [m.metadata.message_type for m in grid.sent]
     assert kinds.count("query.fid_stats") == 2  # the feature sums, asked once per node
     warmups = [m for m in grid.sent if m.metadata.message_type == "train" and m.content["config"].get("phase")]
-    assert len(warmups) == 2 and strategy.phase_records[0]["answered"] == 2
+    assert len(warmups) == 2 and strategy.round_log.phases[0].answered == 2
     assert (strategy.stopped_at, strategy.stop_reason) == (3, "last-round")  # corrected once, at start()'s last round
-    assert set(result.train_metrics_clientapp) == {1, 2, 3} and strategy.round_report["failures"] == []
+    assert set(result.train_metrics_clientapp) == {1, 2, 3} and strategy.round_log.latest.failures == ()
 
 
 INLINE_CALL = re.compile(r"`(?:fedsynth\.(?:client|strategies)\.)?([A-Za-z_]\w*)\(([^()`]*)\)")

@@ -1,5 +1,5 @@
 """The library path checks what the app checks (issue 54): a reply's sender, and the weighting key against
-`num-examples`. Each dropped reply is a failure in `round_report`, never counted as another node's."""
+`num-examples`. Each dropped reply is a failure in the round log (`strategy.round_log`), never counted as another node's."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def reply(to: Message, value: float, metrics: dict | None = None, src: int | Non
 def library_strategy(**kwargs) -> FedAvg:
     """A FedAvg as a Flower developer builds it (no handshake), whose node table holds nodes 11, 12 and 13."""
     strategy = FedAvg(**kwargs)
-    strategy.nodes = [NodeInfo(node_id=n, partition_id=p) for p, n in enumerate([11, 12, 13])]
+    strategy.node_table.nodes = [NodeInfo(node_id=n, partition_id=p) for p, n in enumerate([11, 12, 13])]
     strategy.current = dict(MODEL)
     return strategy
 

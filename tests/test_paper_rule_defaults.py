@@ -55,7 +55,7 @@ def one_round(strategy, start: dict, locals_: dict[int, tuple[dict, int]], extra
     messages = list(strategy.configure_train(1, to_record(start), ConfigRecord({}), None))
     replies = []
     for msg in messages:
-        pid = next(n.partition_id for n in strategy.nodes if n.node_id == msg.metadata.dst_node_id)
+        pid = next(n.partition_id for n in strategy.node_table.nodes if n.node_id == msg.metadata.dst_node_id)
         model, count = locals_[pid]
         content = RecordDict({"arrays": to_record(model),
                               "metrics": MetricRecord({"num-examples": count, "train-loss": 1.0, "partition-id": pid})})

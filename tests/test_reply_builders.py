@@ -81,7 +81,7 @@ def run(strategy, train, rounds: int = 2, nodes: int = 2, make=bn_net):
 
 
 def no_reply_dropped(strategy) -> None:
-    assert strategy.round_report["failures"] == [] and strategy.round_report["failed"] == 0
+    assert strategy.round_log.latest.failures == () and not strategy.round_log.latest.failures
 
 
 @pytest.mark.parametrize(("strategy", "batch_norm_passes"), [
@@ -106,7 +106,7 @@ def test_the_compressed_reply_sends_the_parameters_through_the_codec_and_the_buf
     built = strategies.FedAvg(codec=strategies.QSGD(bits=4, error_feedback=error_feedback), fraction_evaluate=0.0)
     grid, result = run(built, plain_train)
     no_reply_dropped(built)
-    assert built.round_report["answered"] == 2
+    assert built.round_log.latest.answered == 2
     reply = plain_train(grid.sent[-1], grid.contexts[900])
     assert set(reply.content.array_records) == {COMPRESSED_UPDATE, MODEL_BUFFERS}
     assert set(reply.content[MODEL_BUFFERS].keys()) == {"1.running_mean", "1.running_var", "1.num_batches_tracked"}
@@ -214,7 +214,7 @@ def test_torchvisions_resnet18_runs_fedsynsam_at_4_bits_through_train_reply():
     grid, result = run(built, resnet18_fedsynsam_train, rounds=1, make=lambda: resnet18(num_classes=10, channels=3,
                                                                                  image_size=32))
     no_reply_dropped(built)
-    assert built.round_report["answered"] == 2
+    assert built.round_log.latest.answered == 2
     first = numpy_of(initial(lambda: resnet18(num_classes=10, channels=3, image_size=32)))
     final = numpy_of(result.arrays)
     assert int(final["bn1.num_batches_tracked"]) > 0 and not np.array_equal(final["bn1.running_mean"],

@@ -44,7 +44,7 @@ optionally "partition-id", and "num-test-examples", "local-test-accuracy", "loca
 model. An evaluate reply carries "num-examples" and "local-test-accuracy"/"local-test-loss" or Flower's
 "eval_acc"/"eval_loss". Replies that errored, came late, or fail a check (a missing or mis-shaped array, a
 non-finite value, a bad metric) are dropped in `aggregate_train` and listed in
-`strategy.round_report["failures"]`; a first round in which every reply broke the contract raises
+`strategy.round_log.latest.failures` (node, partition, reason); a first round in which every reply broke the contract raises
 `ReplyContractError` saying what to change. The exceptions a run can end with are importable from here:
 `TooManyFailedRounds` (max_failed_rounds short rounds in a row), `ReplyContractError`, `WarmupFailed` (FedDDPM's
 warm-up returned fewer than min_nodes warm models) and `NoFeatureSums` (no node sent usable feature sums for

@@ -6,11 +6,11 @@ once per round and returns a `Result`. `RoundStrategy` keeps everything a
 fedsynth run needs inside those calls, so a Flower developer's ServerApp and
 fedsynth's own (server_app/app.py) run the same code:
 
-- the nodes: the handshake's table when the strategy was built from a run
-  config, otherwise the grid's node ids, numbered in id order, at the first
-  `configure_train`;
+- the nodes (`node_table`, server_app/strategies/node_table.py): the
+  handshake's table when the strategy was built from a run config, otherwise
+  the grid's node ids, numbered in id order, at the first `configure_train`;
 - failed, late and malformed replies are dropped in `aggregate_train`, each
-  recorded with its node and reason in `round_report` (the reply collection,
+  recorded with its node and reason in the round log (the reply collection,
   server_app/strategies/reply_collection.py), as Flower's FedAvg drops
   error replies; fewer than `min_nodes` good replies leave the model unchanged,
   and `max_failed_rounds` such rounds in a row raise `TooManyFailedRounds`;
@@ -18,9 +18,10 @@ fedsynth's own (server_app/app.py) run the same code:
   the algorithm stopped itself (FedDDPM+), sends nothing and aggregates nothing,
   so a resumed run calls the same `start()` with the same `num_rounds` and its
   round numbers, seeded sampling and learning-rate schedule stay the same;
-- `round_report` is the bookkeeping of the last round (nodes sampled and
-  answered, failures, bytes each way, the aggregated metrics), read by the
-  `evaluate_fn` that writes fedsynth's results folder (server_app/recorder.py);
+- `round_log` (server_app/strategies/round_log.py) is the bookkeeping of the
+  rounds (nodes sampled and answered, failures, bytes each way, the aggregated
+  metrics, times) and of FedDDPM's warm-up, read by the `evaluate_fn` that
+  writes fedsynth's results folder (server_app/recorder.py);
 - `configure_evaluate` sends nothing when every good train reply of the round
   already carried the evaluation of the model it received (fedsynth's clients
   evaluate it inside the train message), instead of a second round trip.
@@ -35,7 +36,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import replace
 from logging import INFO, WARNING
 from typing import Any, Callable
 
@@ -46,8 +46,9 @@ from flwr.serverapp.strategy import Strategy
 
 from common.records import message_array_bytes
 from server_app.messaging import send_and_receive
-from server_app.strategies.node_table import NodeInfo, sample_nodes, wait_for_nodes, with_new_nodes
+from server_app.strategies.node_table import NodeInfo, NodeTable, sample_nodes, wait_for_nodes
 from server_app.strategies.reply_collection import RoundOutcome, collect_replies
+from server_app.strategies.round_log import Failure, RoundEntry, RoundLog
 from server_app.strategies.metric_means import (  # noqa: F401 - weighted_metric: re-exported for the strategies
     checked_evaluate_metrics, local_test_summary, weighted_metric,
 )
@@ -105,20 +106,13 @@ class RoundStrategy(Strategy):
         self.fraction_evaluate = fraction_evaluate
         self.max_weight_share = max_weight_share
         self.seed = seed
-        self.nodes: list[NodeInfo] = sorted(nodes or [], key=lambda n: n.partition_id)
-        self.handshake_nodes = bool(nodes)  # counts and partition ids to check replies against
-        # the app's question for node ids that appear mid-run in a handshake's table (server_app/handshake.py
-        # `joined_nodes`): {new id: the entry it takes over, or its own new entry}; None: such ids take no part
-        self.rejoin: Callable[[Grid, list[int], list[NodeInfo], set[int]], dict[int, NodeInfo]] | None = None
-        self._strangers: set[int] = set()  # new ids that take no part (refused or unanswered): not asked again
+        # the nodes and who may join; the app sets its `rejoin` question (server_app/handshake.py `joined_nodes`)
+        self.node_table = NodeTable(nodes, late_join_refusal=self._late_join_refusal)
         self.completed_rounds = 0  # rounds a checkpoint restored: start() skips them
         self.restored_from = ""    # what they were restored from, for messages (the app: its checkpoint's folder)
         self.failed_in_a_row = 0
-        self.round_report: dict[str, Any] | None = None
-        self.phase_records: list[dict[str, Any]] = []  # steps that are not rounds (FedDDPM's warm-up), for the results
+        self.round_log = RoundLog()  # each round's entry and the steps that are not rounds, for the results
         self._sent: list[Message] = []
-        self.round_started_at = time.monotonic()        # when this round's configure_train ran
-        self.aggregation_started_at = time.monotonic()  # when its replies were in
         self._evaluation_carried: MetricRecord | None = None
 
     # ----- Flower's start() ----------------------------------------------------------------
@@ -149,11 +143,19 @@ class RoundStrategy(Strategy):
                 "completed-rounds": max(self.completed_rounds, self.last_round)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Continue from `state_dict()`: a later `start()` with the same `num_rounds` skips the finished rounds."""
+        """Continue from `state_dict()`: a later `start()` with the same `num_rounds` skips the finished rounds.
+
+        An optional `"restored-from"` (text, e.g. "the checkpoint in <folder>") names the source in the error a
+        first round of broken replies raises.
+        """
         self._load_checkpoint_arrays(state["arrays"])
         self._load_state_meta(state["meta"])
         self.completed_rounds = int(state["completed-rounds"])
+        self.restored_from = str(state.get("restored-from", ""))
         self._on_resume()
+        if self._stop_requested():  # it had finished (FedDDPM+): a resumed start() must not train on
+            log(INFO, "the checkpointed run had already stopped at round %d; nothing left to run",
+                self.completed_rounds)
 
     def _checkpoint_arrays(self) -> dict[str, Any]:
         """Every array group of the server state (none by default)."""
@@ -215,57 +217,20 @@ class RoundStrategy(Strategy):
         Without a handshake the node table grows by every node id the grid has not shown before (a node that
         re-joins under a new id is a new entry), and the round uses the table's nodes that the grid has now.
         With one, the round uses the handshake's whole table, as fedsynth's runs always have: a node that is
-        gone is sampled and recorded as a timeout, which is how its results account for lost nodes.
+        gone is sampled and recorded as a timeout, which is how its results account for lost nodes; node ids
+        it lacks are asked the table's `rejoin` question (`NodeTable.take_in_joined`).
         """
-        if self.handshake_nodes:  # no wait either: a run whose nodes all left ends by max_failed_rounds
-            self._take_in_joined(grid)
-            return list(self.nodes)
+        table = self.node_table
+        if table.from_handshake:  # no wait either: a run whose nodes all left ends by max_failed_rounds
+            if table.take_in_joined(grid, self.last_round + 1):
+                self._on_nodes_joined()
+            return list(table.nodes)
         node_ids = wait_for_nodes(grid, self.min_available_nodes)
-        grown = with_new_nodes(self.nodes, node_ids)
-        if len(grown) != len(self.nodes):
-            log(INFO, "%s: %d node(s) joined, %d in the node table", type(self).__name__,
-                len(grown) - len(self.nodes), len(grown))
-            self.nodes = grown
+        added = table.grow(node_ids)
+        if added:
+            log(INFO, "%s: %d node(s) joined, %d in the node table", type(self).__name__, added, len(table.nodes))
             self._on_nodes_joined()
-        connected = set(node_ids)
-        return [n for n in self.nodes if n.node_id in connected]
-
-    def _take_in_joined(self, grid: Grid) -> None:
-        """A handshake's table and node ids it lacks: ask them the handshake (`rejoin`), then take them in.
-
-        A node that came back under a new node id gets its old entry (its partition, its counts, its place in
-        the sampling). A site that joins late gets an entry of its own and takes part from the next round,
-        unless `_late_join_refusal` says why this algorithm cannot take it: then one log line names it.
-        """
-        if self.rejoin is None:
-            return
-        known = {n.node_id for n in self.nodes}
-        connected = {int(i) for i in grid.get_node_ids()}
-        unknown = sorted(connected - known - self._strangers)
-        if not unknown:
-            return
-        answered = self.rejoin(grid, unknown, self.nodes, known - connected)
-        self._strangers.update(set(unknown) - set(answered))
-        by_old_id = {entry.node_id: new_id for new_id, entry in answered.items() if entry.node_id in known}
-        self.nodes = [replace(n, node_id=by_old_id[n.node_id]) if n.node_id in by_old_id else n
-                      for n in self.nodes]
-        newcomers = [entry for new_id, entry in answered.items() if entry.node_id == new_id]
-        refusal = self._late_join_refusal() if newcomers else None
-        for node in newcomers:
-            who = f"node {node.node_id}" + (f" ({node.name!r})" if node.name else "")
-            if refusal is not None:
-                log(WARNING, "%s joined mid-run and takes no part: %s", who, refusal)
-                self._strangers.add(node.node_id)
-            else:
-                log(INFO, "%s joined mid-run (partition %s, %d training examples): it takes part from round %d",
-                    who, node.partition_id, node.num_train_examples, self.last_round + 1)
-        if refusal is None and newcomers:
-            self.nodes = sorted([*self.nodes, *newcomers], key=lambda n: n.partition_id)
-            self._on_nodes_joined()
-
-    def _refuse_nodes(self, node_ids: Iterable[int]) -> None:
-        """Node ids that take no part in this run and are not asked the handshake again (refused at its start)."""
-        self._strangers.update(node_ids)
+        return table.connected(node_ids)
 
     def _late_join_refusal(self) -> str | None:
         """Why a site that joins mid-run cannot take part in this algorithm, or None (it takes part)."""
@@ -276,44 +241,40 @@ class RoundStrategy(Strategy):
 
     def _partition_of(self, reply: Message) -> int:
         """The partition of the node that sent `reply` (its node-table entry; else the reply's `partition-id`)."""
-        for node in self.nodes:
-            if node.node_id == reply.metadata.src_node_id:
-                return node.partition_id
+        node = self.node_table.of(reply.metadata.src_node_id)
+        if node is not None:
+            return node.partition_id
         return int(reply.content.metric_records["metrics"].get("partition-id", 0))
-
-    def _node_of(self, node_id: int) -> NodeInfo | None:
-        """The node table's entry of a node id, or None."""
-        return next((n for n in self.nodes if n.node_id == node_id), None)
 
     # ----- a round's bookkeeping ----------------------------------------------------------
     def _begin_round(self, server_round: int, messages: list[Message], **fields: Any) -> list[Message]:
         """Remember what this round sends (to pair replies and count bytes); returns `messages`."""
         self._sent = messages
         self.last_round = server_round
-        self.round_started_at = time.monotonic()
         self._evaluation_carried = None
-        self.round_report = {"round": server_round, "sampled": len(messages), **fields}
+        self.round_log.begin(RoundEntry(round=server_round, sampled=len(messages), started_at=time.monotonic(),
+                                        sent=fields))
         return messages
 
     def _skip_round(self) -> list[Message]:
         """A round that sends nothing (restored from a checkpoint, or after the algorithm stopped)."""
         self._sent = []
-        self.round_report = None
+        self.round_log.skip()
         self._evaluation_carried = None
         return []
 
     def _collect(self, replies: Iterable[Message], model_bytes: int = 0,
                 float32_bytes: Callable[[Message], int] | None = None) -> RoundOutcome:
         """Split the round's replies into checked-good ones and failures (error, invalid, timeout), logged."""
-        self.aggregation_started_at = time.monotonic()
-        outcome = collect_replies(self._sent, replies, self.nodes, self._check_train_reply, float32_bytes)
-        report = self.round_report if self.round_report is not None else {}
+        collected_at = time.monotonic()
+        outcome = collect_replies(self._sent, replies, self.node_table.nodes, self._check_train_reply, float32_bytes)
         # counted now, not when the round began: a subclass may add records to the sent messages (FedSynSAM's D_syn)
-        report.update({"answered": len(outcome.good), "answered-nodes": [self._label(i) for i, _ in outcome.good],
-                       "failed": len(outcome.failures), "failures": outcome.failures,
-                       "uplink-bytes": outcome.uplink_bytes,
-                       "downlink-bytes": sum(message_array_bytes(m) for m in self._sent)})
-        self.round_report = report
+        self.round_log.update(collected_at=collected_at,
+                              answered_nodes=tuple(self.node_table.label(i) for i, _ in outcome.good),
+                              failures=tuple(Failure.of(f) for f in outcome.failures),
+                              uplink_bytes=outcome.uplink_bytes,
+                              downlink_bytes=sum(message_array_bytes(m) for m in self._sent),
+                              uplink_float32_bytes=None if float32_bytes is None else outcome.uplink_float32_bytes)
         self.rounds_collected += 1
         if self.rounds_collected == 1 and not outcome.good:
             restored = None
@@ -326,18 +287,14 @@ class RoundStrategy(Strategy):
                 raise ReplyContractError(message)
         return outcome
 
-    def _label(self, index: int) -> str:
-        """How results name node `index` of the node table: its node-config `name`, else its partition."""
-        node = self.nodes[index]
-        return node.name or f"partition-{node.partition_id}"
-
     def _count_short_round(self, server_round: int, answered: int, consequence: str = "model unchanged") -> bool:
         """Whether the round had enough good replies; raises TooManyFailedRounds after too many short ones."""
         if answered >= self.min_nodes:
             self.failed_in_a_row = 0
             return True
         self.failed_in_a_row += 1
-        failures = (self.round_report or {}).get("failures", [])
+        entry = self.round_log.latest
+        failures = [f.as_record() for f in entry.failures] if entry is not None else []
         log(WARNING, "round %d: %d of %d nodes answered, fewer than min-nodes=%d; %s",
             server_round, answered, len(self._sent), self.min_nodes, consequence)
         if self.failed_in_a_row >= self.max_failed_rounds:
@@ -348,13 +305,9 @@ class RoundStrategy(Strategy):
         return False
 
     def _finish_round(self, metrics: MetricRecord | None, good: list[Message], **fields: Any) -> None:
-        """Add the aggregated metrics and this round's times to `round_report`; note a carried evaluation."""
-        report = self.round_report if self.round_report is not None else {}
-        if metrics is not None:
-            report.update(dict(metrics))
-        report.update(fields)
-        report["round-time"] = time.monotonic() - self.round_started_at
-        self.round_report = report
+        """Add the aggregated metrics, `fields` and the end time to the round's log entry; note a carried evaluation."""
+        self.round_log.update(metrics=dict(metrics) if metrics is not None else {}, outcome=fields,
+                              finished_at=time.monotonic(), stops_run=self._stop_requested())
         carried = [r.content.metric_records["metrics"] for r in good]
         if carried and all("local-test-accuracy" in m for m in carried):
             tested = [m for m in carried if m.get("num-test-examples", 0) > 0]
@@ -377,12 +330,12 @@ class RoundStrategy(Strategy):
         if self._evaluation_carried is not None or self.fraction_evaluate <= 0 or not self._round_is_active_now():
             return []
         self._ensure_nodes(grid)
-        chosen = sample_nodes(self.nodes, self.fraction_evaluate, self.seed, server_round)
+        chosen = sample_nodes(self.node_table.nodes, self.fraction_evaluate, self.seed, server_round)
         return self._evaluate_messages(server_round, arrays, config, chosen)
 
     def _round_is_active_now(self) -> bool:
         """Whether the current round trained (a skipped round evaluates nothing either)."""
-        return self.round_report is not None
+        return self.round_log.latest is not None
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Test-count weighted local accuracy and loss of the checked evaluate replies (or the carried ones)."""
@@ -393,7 +346,8 @@ class RoundStrategy(Strategy):
 
     def _evaluation_metrics(self, replies: Iterable[Message]) -> MetricRecord | None:
         """Test-count weighted local accuracy and loss of the checked evaluate replies; None if none is usable."""
-        metrics = checked_evaluate_metrics(self.nodes, replies, known_partitions=self.handshake_nodes)
+        table = self.node_table
+        metrics = checked_evaluate_metrics(table.nodes, replies, known_partitions=table.from_handshake)
         if not metrics:
             return None
         return MetricRecord({**local_test_summary(metrics, self.max_weight_share), "num-nodes": len(metrics)})
@@ -402,5 +356,5 @@ class RoundStrategy(Strategy):
                                poll_interval: float = 0.05) -> MetricRecord | None:
         """Every node evaluates `arrays` on its local test split (fedsynth's final evaluation, after start())."""
         self._ensure_nodes(grid)
-        sent = self._evaluate_messages(server_round, arrays, ConfigRecord({}), self.nodes)
+        sent = self._evaluate_messages(server_round, arrays, ConfigRecord({}), self.node_table.nodes)
         return self._evaluation_metrics(send_and_receive(grid, sent, timeout, poll_interval))

@@ -149,7 +149,7 @@ class FedAvg(RoundStrategy):
 
     def _on_nodes_joined(self) -> None:
         if self.feature_reference is not None:
-            self.feature_reference.nodes = self.nodes
+            self.feature_reference.nodes = self.node_table.nodes
 
     @property
     def _parameter_names(self) -> list[str]:
@@ -277,7 +277,7 @@ class FedAvg(RoundStrategy):
 
     def _on_resume(self) -> None:
         """Called once after a checkpoint was loaded: schedule node state to be re-sent."""
-        self.restore_pending = {node.partition_id for node in self.nodes}
+        self.restore_pending = {node.partition_id for node in self.node_table.nodes}
 
     # ----- Strategy API -----------------------------------------------------------
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
@@ -306,10 +306,11 @@ class FedAvg(RoundStrategy):
 
     def _check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:
         """Every metric field (against the node's handshake counts), then the strategy's checks of the arrays."""
+        handshake = self.node_table.from_handshake
         reason = check_train_metrics(reply.content.metric_records.get("metrics"),
-                                     node.partition_id if self.handshake_nodes else None, node.num_train_examples,
+                                     node.partition_id if handshake else None, node.num_train_examples,
                                      max_test_examples=node.num_test_examples,
-                                     partition_required=self.handshake_nodes)
+                                     partition_required=handshake)
         return reason if reason is not None else self._check_reply(reply)
 
     def _check_reply(self, reply: Message) -> str | None:
@@ -367,20 +368,19 @@ class FedAvg(RoundStrategy):
         return bounded_weights(counts, self.max_weight_share)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
-        """Drop failed, late and malformed replies (each recorded in `round_report`), then aggregate the rest.
+        """Drop failed, late and malformed replies (each recorded in `round_log`), then aggregate the rest.
 
         Fewer than `min_nodes` good replies leave the model unchanged (None, None).
         """
         replies = list(replies)
-        if self.round_report is None:  # a round that sent nothing
+        if self.round_log.latest is None:  # a round that sent nothing
             return None, None
         model_record = self._sent[0].content.array_records.get("arrays") if self._sent else None
         model_bytes = model_record.count_bytes() if model_record is not None else 0  # a compressed reply replaces it
         outcome = self._collect(replies, model_bytes, lambda reply: float32_equivalent_bytes(reply, model_bytes))
-        self.round_report["uplink-float32-bytes"] = outcome.uplink_float32_bytes
         good = [reply for _, reply in outcome.good]
         if len(good) < self.min_nodes:
-            self.round_report["skipped"] = True
+            self.round_log.update(skipped=True)
             self._finish_round(None, [])
             self._count_short_round(server_round, len(good))  # raises after max-failed-rounds
             return None, None
@@ -427,7 +427,7 @@ class FedAvg(RoundStrategy):
     def summary(self) -> None:
         """Log what this strategy will do."""
         log(INFO, "%s: %d nodes, fraction-train %.2f, aggregation %s, server-lr %g",
-            type(self).__name__, len(self.nodes), self.fraction_train, self.aggregation, self.server_lr)
+            type(self).__name__, len(self.node_table.nodes), self.fraction_train, self.aggregation, self.server_lr)
 
 
 def reply_metric_means(metrics: list[Mapping[str, Any]], max_share: float,

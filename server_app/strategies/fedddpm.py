@@ -90,6 +90,7 @@ from server_app.wire import with_fedsynth_metric_names
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
+from server_app.strategies.round_log import Failure, PhaseEntry
 from server_app.wire import WEIGHTED_BY_KEY
 
 
@@ -236,7 +237,7 @@ class FedDDPM(FedAvg):
             Message(RecordDict({MODEL: record, "config": ConfigRecord({
                 "server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE, "warmup-epochs": self.warmup_epochs,
                 "warmup-steps": self.warmup_steps})}), dst_node_id=node.node_id, message_type=MessageType.TRAIN)
-            for node in self.nodes
+            for node in self.node_table.nodes
         ]
         log(INFO, "warmup: %d nodes train their own DDPM for %s", len(messages), self._warmup_length())
         self._warmup_sent = messages
@@ -251,10 +252,10 @@ class FedDDPM(FedAvg):
         handshake})})`.
         Error replies, unusable ones and nodes that did not answer within `warmup-timeout` are dropped and listed
         in the record's "failures"; fewer than `min-nodes` warm models raise WarmupFailed. The record (round 0,
-        phase "warmup") also goes to `phase_records` for the results folder.
+        phase "warmup") also goes to the round log (`round_log.phases`, with A) for the results folder.
         """
         replies = list(replies)
-        partition_of_node = {n.node_id: n.partition_id for n in self.nodes}
+        partition_of_node = {n.node_id: n.partition_id for n in self.node_table.nodes}
         warm: list[tuple[int, int, Weights, float]] = []
         failures: list[dict[str, Any]] = []
         pairs, unanswered = match_replies(self._warmup_sent, replies)
@@ -289,20 +290,17 @@ class FedDDPM(FedAvg):
         train_time = time.monotonic() - start
         self.auxiliary = self._sample_auxiliary([(pid, m, w) for pid, m, w, _ in warm])
         self.warmed_up = True
-        record: dict[str, Any] = {
-            "round": 0, "phase": "warmup", "sampled": len(self._warmup_sent), "answered": len(warm),
-            "failed": len(failures), "failures": failures,
-            "uplink-bytes": sum(message_array_bytes(r) for r in replies),
-            "downlink-bytes": sum(message_array_bytes(m) for m in self._warmup_sent),
-            "train-loss": float(np.mean([loss for *_, loss in warm])),
-            "aux-size": int(len(self.auxiliary)), "warmup-time": train_time,
-            "aux-sampling-time": time.monotonic() - start - train_time,
-        }
-        record["round-time"] = time.monotonic() - start
-        self.phase_records.append(record)
+        values = {"train-loss": float(np.mean([loss for *_, loss in warm])), "aux-size": int(len(self.auxiliary)),
+                  "warmup-time": train_time, "aux-sampling-time": time.monotonic() - start - train_time}
+        entry = PhaseEntry(phase=WARMUP_PHASE, sampled=len(self._warmup_sent), answered=len(warm),
+                           failures=tuple(Failure.of(f) for f in failures),
+                           uplink_bytes=sum(message_array_bytes(r) for r in replies),
+                           downlink_bytes=sum(message_array_bytes(m) for m in self._warmup_sent),
+                           values=values, duration=time.monotonic() - start, product=self.auxiliary)
+        self.round_log.add_phase(entry)
         log(INFO, "warmup done: auxiliary set of %d images (%s) in %.1fs", len(self.auxiliary),
-            self.aux_sampler.label, record["round-time"])
-        return record
+            self.aux_sampler.label, entry.duration)
+        return entry.as_record()
 
     def _check_warm_reply(self, reply: Message, initial: Weights) -> tuple[str | None, Weights]:
         if reply.has_error():
@@ -310,12 +308,13 @@ class FedDDPM(FedAvg):
         content = reply.content
         if MODEL not in content.array_records:
             return "warmup reply lacks the model", {}
-        node = next((n for n in self.nodes if n.node_id == reply.metadata.src_node_id), None)
+        node = next((n for n in self.node_table.nodes if n.node_id == reply.metadata.src_node_id), None)
         if node is None:
             return "warmup reply from a node that did not complete the handshake", {}
+        handshake = self.node_table.from_handshake
         reason = check_train_metrics(content.metric_records.get("metrics"),
-                                     node.partition_id if self.handshake_nodes else None, node.num_train_examples,
-                                     max_test_examples=node.num_test_examples, partition_required=self.handshake_nodes)
+                                     node.partition_id if handshake else None, node.num_train_examples,
+                                     max_test_examples=node.num_test_examples, partition_required=handshake)
         if reason is not None:
             return f"warmup {reason}", {}
         try:

@@ -148,7 +148,7 @@ class FedDDPMPlus(FedDDPM):
         """QuickTest's reference: A's features, or the nodes' pooled features (`quicktest-reference`), asked once."""
         if self.quicktest_reference == "clients":
             if self.feature_reference is None:  # built without fedsynth's app: its own, with start()'s timeout
-                self.feature_reference = ClientFeatureReference(self.nodes, self.timeout or 3600.0)
+                self.feature_reference = ClientFeatureReference(self.node_table.nodes, self.timeout or 3600.0)
             stats, gathering = self.feature_reference.get(self._grid, extractor, image_shape(self.task))
             self._round_metrics.update(gathering)
             return stats

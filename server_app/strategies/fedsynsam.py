@@ -280,7 +280,7 @@ class FedSynSAM(TrajectoryStrategy):
         if self.synthetic is None:
             return messages
         record = self._synthetic_record()
-        partition_of_node = {n.node_id: n.partition_id for n in self.nodes}
+        partition_of_node = {n.node_id: n.partition_id for n in self.node_table.nodes}
         for message in messages:
             if partition_of_node[message.metadata.dst_node_id] not in self.synthetic_holders:
                 message.content[SYNTHETIC_DATA] = record

@@ -139,15 +139,15 @@ class DecentralizedRelay(RoundStrategy):
         self.completed_round = 0
         self.restore_pending: set[int] = set()       # nodes whose Context.state is re-sent (resume)
         self._base: np.ndarray | None = None
-        if self.nodes:
+        if self.node_table.nodes:
             self._size_node_state()
 
     def _late_join_refusal(self) -> str | None:
         """A handshake's sites are the relay's graph for the whole run: a site that joins later is refused."""
-        if not self.handshake_nodes:
+        if not self.node_table.from_handshake:
             return None
-        return (f"the decentralized relay keeps the topology of the {len(self.nodes)} nodes of the start "
-                f"(topology = {self.topology!r}) for the whole run; the site takes part in the next run")
+        return (f"the decentralized relay keeps the topology of the {len(self.node_table.nodes)} nodes of the "
+                f"start (topology = {self.topology!r}) for the whole run; the site takes part in the next run")
 
     def _on_nodes_joined(self) -> None:
         """Size the per-node state for the grown table; a node that joined starts from the average model x-bar.
@@ -155,7 +155,7 @@ class DecentralizedRelay(RoundStrategy):
         It gets x-bar as its own model with its first message (as a resumed node gets its model back), and
         its neighbours mix x-bar for it until it has sent a model of its own.
         """
-        joined = range(len(self.present), len(self.nodes))
+        joined = range(len(self.present), len(self.node_table.nodes))
         present, last_answered = self.present, self.last_answered
         self._size_node_state()
         if not self.models:  # before the first round: configure_train starts every node from x^0
@@ -168,7 +168,7 @@ class DecentralizedRelay(RoundStrategy):
 
     def _size_node_state(self) -> None:
         """Check the topology against the node count and size the per-node state."""
-        count = len(self.nodes)
+        count = len(self.node_table.nodes)
         try:
             check_topology(self.topology, count, self.peers, self.mixing)
         except ValueError as err:
@@ -180,28 +180,28 @@ class DecentralizedRelay(RoundStrategy):
     # ----- server state that a checkpoint must keep ---------------------------------
     def _state_arrays(self) -> dict[str, Weights]:
         """Every node's last model, one group per partition."""
-        return {_state_group(node.partition_id): model for node, model in zip(self.nodes, self.models)}
+        return {_state_group(node.partition_id): model for node, model in zip(self.node_table.nodes, self.models)}
 
     def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         """Restore the nodes' last models; every partition of this run must be there."""
-        missing = [n.partition_id for n in self.nodes if _state_group(n.partition_id) not in groups]
+        missing = [n.partition_id for n in self.node_table.nodes if _state_group(n.partition_id) not in groups]
         if missing:
             raise CheckpointError(f"the checkpoint has no model for partition(s) {missing[:5]}; "
                                   "resume with the same nodes (num-partitions) as the run that wrote it")
-        self.models = [dict(groups[_state_group(n.partition_id)]) for n in self.nodes]
+        self.models = [dict(groups[_state_group(n.partition_id)]) for n in self.node_table.nodes]
 
     def _state_meta(self) -> dict[str, Any]:
         """Round, who answered last, and each node's last answered round."""
         return {
             "round": self.completed_round,
-            "partitions": [n.partition_id for n in self.nodes],
+            "partitions": [n.partition_id for n in self.node_table.nodes],
             "present": [bool(p) for p in self.present],
             "last-answered": list(self.last_answered),
         }
 
     def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
         """Restore what `state_meta` returned (for the same partitions)."""
-        partitions = [n.partition_id for n in self.nodes]
+        partitions = [n.partition_id for n in self.node_table.nodes]
         if list(meta.get("partitions", [])) != partitions:
             raise CheckpointError(f"the checkpoint was written for partitions {meta.get('partitions')}, "
                                   f"this run has {partitions}")
@@ -223,12 +223,12 @@ class DecentralizedRelay(RoundStrategy):
 
     def _on_resume(self) -> None:
         """After a checkpoint was loaded: give every node its own model back with its next message."""
-        self.restore_pending = set(range(len(self.nodes)))
+        self.restore_pending = set(range(len(self.node_table.nodes)))
 
     # ----- one round ------------------------------------------------------------------
     def _topology_matrix(self, server_round: int) -> np.ndarray:
         """W_t of the configured topology and weights, for all nodes."""
-        return mixing_matrix(self.topology, len(self.nodes), peers=self.peers, seed=self.seed,
+        return mixing_matrix(self.topology, len(self.node_table.nodes), peers=self.peers, seed=self.seed,
                              round_num=server_round, mixing=self.mixing)
 
     def _round_mixing(self, server_round: int) -> tuple[np.ndarray, np.ndarray]:
@@ -240,14 +240,14 @@ class DecentralizedRelay(RoundStrategy):
         """One train message per node: its mixing weights and its neighbours' models (or their sum)."""
         records: dict[int, ArrayRecord] = {}
         out = []
-        for i, node in enumerate(self.nodes):
+        for i, node in enumerate(self.node_table.nodes):
             row = w[i]
             neighbours = [int(j) for j in np.flatnonzero(row > 0) if j != i]
             content = RecordDict({
                 "config": config,
                 GOSSIP: ConfigRecord({
                     "self-weight": float(row[i]),
-                    "neighbours": [self.nodes[j].partition_id for j in neighbours],
+                    "neighbours": [self.node_table.nodes[j].partition_id for j in neighbours],
                     "weights": [float(row[j]) for j in neighbours],
                     "relay-mixed": self.relay_mixing,
                 }),
@@ -260,7 +260,7 @@ class DecentralizedRelay(RoundStrategy):
                 for j in neighbours:
                     if j not in records:
                         records[j] = to_record(self.models[j])
-                    content[f"{GOSSIP_MODEL_PREFIX}{self.nodes[j].partition_id}"] = records[j]
+                    content[f"{GOSSIP_MODEL_PREFIX}{self.node_table.nodes[j].partition_id}"] = records[j]
             if i in self.restore_pending:
                 content[f"{NODE_STATE_PREFIX}{STATE_OWN_MODEL}"] = to_record(self.models[i])
                 content[f"{NODE_STATE_PREFIX}{STATE_OWN_ROUND}"] = round_record(self.last_answered[i])
@@ -272,12 +272,13 @@ class DecentralizedRelay(RoundStrategy):
         content = reply.content
         if "arrays" not in content.array_records:
             return "reply lacks the 'arrays' record"
+        handshake = self.node_table.from_handshake
         reason = check_train_metrics(content.metric_records.get("metrics"),
-                                     node.partition_id if self.handshake_nodes else None, node.num_train_examples,
-                                     max_test_examples=node.num_test_examples, partition_required=self.handshake_nodes)
+                                     node.partition_id if handshake else None, node.num_train_examples,
+                                     max_test_examples=node.num_test_examples, partition_required=handshake)
         if reason is not None:
             return reason
-        i = self.nodes.index(node)
+        i = self.node_table.nodes.index(node)
         try:
             problem = check_weights(from_record(content.array_records["arrays"]), self.models[i], "model")
         except Exception as err:  # noqa: BLE001 - a reply must never crash the relay
@@ -322,7 +323,7 @@ class DecentralizedRelay(RoundStrategy):
             return self._skip_round()
         self._refresh_nodes(grid)  # all nodes of the table train each round; a node that left times out
         if not self.models:
-            self.models = [from_record(arrays)] * len(self.nodes)
+            self.models = [from_record(arrays)] * len(self.node_table.nodes)
         base, w = self._round_mixing(server_round)
         self._base = base
         round_config = {**self._client_config(), **config, "server-round": server_round}
@@ -340,7 +341,7 @@ class DecentralizedRelay(RoundStrategy):
 
         A failed, timed-out or bad reply leaves its node out of the next round's mixing.
         """
-        if self.round_report is None:  # a round that sent nothing
+        if self.round_log.latest is None:  # a round that sent nothing
             return None, None
         outcome = self._collect(replies)
         good = {i: reply for i, reply in outcome.good}
@@ -351,10 +352,11 @@ class DecentralizedRelay(RoundStrategy):
                 # the node started from an older model than the one it last sent: its state was lost
                 state_lost += 1
                 log(WARNING, "round %d: partition %d mixed its model of round %d, but it last sent one in round %d "
-                    "(node state lost)", server_round, self.nodes[i].partition_id, own_round, self.last_answered[i])
+                    "(node state lost)", server_round, self.node_table.nodes[i].partition_id, own_round,
+                    self.last_answered[i])
             self.models[i] = self._bounded_model(i, from_record(reply.content.array_records["arrays"]))
             self.last_answered[i] = server_round
-        self.present = np.zeros(len(self.nodes), dtype=bool)
+        self.present = np.zeros(len(self.node_table.nodes), dtype=bool)
         self.present[list(good)] = True
         self.restore_pending -= set(good)
         self.completed_round = server_round
@@ -364,14 +366,15 @@ class DecentralizedRelay(RoundStrategy):
                                 "consensus-distance": consensus_distance(self.models, mean)})
         self._finish_round(metrics, [good[i] for i in sorted(good)], **{"state-lost": state_lost})
         if len(good) < self.min_nodes:
-            self.round_report["below-min-nodes"] = True
+            self.round_log.update(below_min_nodes=True)
         self._count_short_round(server_round, len(good), "the nodes that answered mix on")
         return to_record(mean), metrics
 
     # ----- the run --------------------------------------------------------------------
     def summary(self) -> None:
         """Log what this relay will do."""
-        log(INFO, "decentralized relay: %d nodes, topology %s%s, %s weights, relay-mixing %s", len(self.nodes),
+        log(INFO, "decentralized relay: %d nodes, topology %s%s, %s weights, relay-mixing %s",
+            len(self.node_table.nodes),
             self.topology, f" (k={self.peers})" if self.topology in RANDOM_TOPOLOGIES else "", self.mixing,
             self.relay_mixing)
 

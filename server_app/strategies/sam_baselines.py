@@ -230,7 +230,7 @@ class FedLESAMD(FedAvg):
             self.client_gradients[self._partition_of(reply)] = (
                 correction if previous is None else {n: (previous[n] + correction[n]).astype(np.float32) for n in correction}
             )
-        self.h = feddyn_server_state(self._h(), corrections, len(self.nodes))
+        self.h = feddyn_server_state(self._h(), corrections, len(self.node_table.nodes))
         new = super()._server_step(mean_delta, replies)
         alpha = self.dyn_alpha
         for name in self._parameter_names:
@@ -332,7 +332,7 @@ class FedSMOO(FedAvg):
         corrections = [{n: -alpha * d[n] for n in self._parameter_names} for d in updates]
         if self.h is None:
             self.h = {name: np.zeros_like(self.current[name]) for name in self._parameter_names}
-        self.h = feddyn_server_state(self.h, corrections, len(self.nodes))
+        self.h = feddyn_server_state(self.h, corrections, len(self.node_table.nodes))
         new = super()._server_step(mean_delta, replies)
         for name in self._parameter_names:
             new[name] = (new[name] - self.h[name] / alpha).astype(np.float32)

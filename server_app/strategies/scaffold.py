@@ -112,5 +112,5 @@ class Scaffold(FedAvg):
             self.client_controls[self._partition_of(reply)] = (
                 delta if previous is None else {n: (previous[n] + delta[n]).astype(np.float32) for n in delta}
             )
-        self.control = scaffold_server_control(self._control(), deltas, len(self.nodes))
+        self.control = scaffold_server_control(self._control(), deltas, len(self.node_table.nodes))
         return super()._server_step(mean_delta, replies)

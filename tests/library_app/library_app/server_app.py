@@ -27,7 +27,7 @@ STRATEGIES = {
 
 
 def run(grid: Grid, run_config: dict) -> tuple[strategies.FedAvg, Result]:
-    """The strategy the run config names, started on `grid`; the strategy (its `round_report`) and Flower's Result."""
+    """The strategy the run config names, started on `grid`; the strategy (its `round_log`) and Flower's Result."""
     strategy = STRATEGIES[str(run_config["strategy"])]()
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(initial_net().state_dict()),
                             num_rounds=int(run_config["num-server-rounds"]), timeout=600,
