@@ -64,7 +64,8 @@ class Algorithm:
 
 
 def _relay(*client_keys: str, strategy: str, client: str) -> Algorithm:
-    return Algorithm("relay", client_keys, decentralized=True, strategy=f"server_app.strategies.decentralized:{strategy}",
+    return Algorithm("relay", client_keys, decentralized=True,
+                     strategy=f"server_app.strategies.decentralized:{strategy}",
                      client=f"client_app.decentralized:{client}")
 
 

@@ -29,7 +29,8 @@ def fednova_step(global_weights: Weights, local_weights: Sequence[Weights], taus
     tau_eff = float(np.dot(p, taus))
     step = {name: sum(p_i * (global_weights[name] - w_i[name]) / tau_i
                       for p_i, w_i, tau_i in zip(p, local_weights, taus)) for name in global_weights}
-    return {name: (global_weights[name] - server_lr * tau_eff * step[name]).astype(np.float32) for name in global_weights}
+    return {name: (global_weights[name] - server_lr * tau_eff * step[name]).astype(np.float32)
+            for name in global_weights}
 
 
 class FedNova(FedAvg):
