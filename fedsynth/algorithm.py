@@ -4,11 +4,11 @@ fedsynth loads a user's algorithm the way it loads a user's model (`model = "pac
 by import path, without editing fedsynth. `Name` is a module-level `Algorithm`, the same value as a row of
 fedsynth's own algorithm table (common/algorithm_table.py), naming its two halves by import path:
 
-    # fednova/__init__.py
+    # in the package fednova (tests/plugin_fednova/fednova/__init__.py)
     from fedsynth.algorithm import Algorithm
     FEDNOVA = Algorithm(strategy="fednova.server:FedNova", client="fednova.client:fednova_update")
 
-    # fednova/client.py
+    # its client rule, shortened from tests/plugin_fednova/fednova/client.py
     from fedsynth.algorithm import LocalJob, LocalResult, plain_rule, run_local_steps
     def fednova_update(job: LocalJob) -> LocalResult:
         result = run_local_steps(job, plain_rule(job))   # K seeded batches of the run's local optimizer
