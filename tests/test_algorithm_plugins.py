@@ -143,9 +143,13 @@ def test_a_broken_plugin_is_a_config_error_naming_the_path(case: str, broken_plu
 def test_a_flower_strategy_that_is_not_fedsynths_is_refused_before_the_run(broken_plugins: None) -> None:
     from server_app.registry import build_strategy
 
+    from server_app.app import serve
+
     cfg = parse_run_config({"algorithm": "badplugins:NOT_FEDSYNTHS"}, SERVER_STRATEGIES)  # a Flower strategy class
     with pytest.raises(ConfigError, match="must subclass one of fedsynth.strategies' classes"):
         build_strategy(cfg, [])
+    with pytest.raises(ConfigError, match="must subclass"):  # before the results folder or the grid is touched
+        serve(None, cfg)  # type: ignore[arg-type]
 
 
 def test_an_unknown_name_lists_the_plugin_form() -> None:
