@@ -45,6 +45,9 @@ class Algorithm:
     with_cog : its client rule runs with FedCOG's generation and distillation plugged in (client_app/fedcog.py).
     trains_ddpm : its rules need only a loss of a batch, so it trains a U-Net (the diffusion task) unchanged.
     ddpm_only : a diffusion algorithm: it needs a U-Net, and `model = "auto"` is FedDDPM's MNIST U-Net.
+    projection_head : its client rule reads the model's `features` and a projection head (MOON's contrastive
+        loss): the model is a built-in classifier built with `moon-projection-dim` projection outputs, and the
+        node's previous model is kept for a resume.
     """
 
     server: str = ""
@@ -56,6 +59,7 @@ class Algorithm:
     with_cog: bool = False
     trains_ddpm: bool = False
     ddpm_only: bool = False
+    projection_head: bool = False
 
     @property
     def strategy_name(self) -> str:
@@ -82,7 +86,7 @@ _ROWS: dict[str, Algorithm] = {
     "scaffold": Algorithm("scaffold", strategy=_S + "scaffold:Scaffold", client="client_app.updates:scaffold_update",
                           cog_base=True, trains_ddpm=True),
     "moon": Algorithm("fedavg", ("moon-mu", "moon-tau"), strategy=_S + "node_rules:MOON",
-                      client="client_app.updates:moon_update", cog_base=True),
+                      client="client_app.updates:moon_update", cog_base=True, projection_head=True),
     "fedsam": Algorithm("fedavg", ("sam-rho",), strategy=_S + "node_rules:FedSAM",
                         client="client_app.updates:fedsam_update", trains_ddpm=True),
     "mofedsam": Algorithm("previous-update", ("sam-rho", "mofedsam-alpha"), strategy=_S + "node_rules:MoFedSAM",

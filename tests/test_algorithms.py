@@ -84,9 +84,10 @@ def test_the_cog_rows_are_their_bases_with_fedcog() -> None:
         "fedcog"}
 
 
-def test_the_diffusion_fields_are_what_the_config_checks() -> None:
+def test_the_fields_that_replaced_name_lists_mark_the_same_algorithms() -> None:
     assert [name for name, a in ALGORITHMS.items() if a.ddpm_only] == ["fedddpm", "fedddpm+"]
     assert [name for name, a in ALGORITHMS.items() if a.trains_ddpm] == [
         "fedavg", "fedavgm", "fedprox", "scaffold", "fedsam", "mofedsam", "fedddpm", "fedddpm+"]
+    assert [name for name, a in ALGORITHMS.items() if a.projection_head] == ["moon", "moon+cog"]
     assert parse_run_config({"algorithm": "fedddpm"}, ALGORITHMS).model == "unet-paper-mnist"
     assert parse_run_config({"algorithm": "fedavg"}, ALGORITHMS).model == "cnn"

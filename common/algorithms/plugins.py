@@ -112,6 +112,14 @@ def algorithm_of(name: str) -> Algorithm:
     raise AssertionError("unreachable: check_choice refused the name")
 
 
+def known_algorithm(name: str) -> Algorithm | None:
+    """The row of `name` when it names one (the table's, or a plugin's, loaded and checked), else None (a
+    `ServerTask` that names no algorithm; a name `parse_run_config` refuses)."""
+    if name in ALGORITHMS:
+        return ALGORITHMS[name]
+    return plugin_algorithm(name) if is_plugin(name) else None
+
+
 def algorithm_label(name: str) -> str:
     """How a run's folder name writes its algorithm: a built-in's name, a plugin's attribute in lower case."""
     return name.rpartition(":")[2].lower() if is_plugin(name) else name

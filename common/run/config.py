@@ -26,7 +26,7 @@ from common.algorithms.aggregation_settings import AggregationSettings, bounded_
 from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.cog_settings import CogSettings
 from common.algorithms.decentralized_settings import DecentralizedSettings
-from common.algorithms.plugins import PLUGIN_FORM, algorithm_of, is_plugin, plugin_algorithm
+from common.algorithms.plugins import PLUGIN_FORM, algorithm_of, is_plugin, known_algorithm, plugin_algorithm
 from common.algorithm_table import ALGORITHMS, COG_BASES, Algorithm
 from common.algorithms.local_training_settings import LocalTrainingSettings
 from common.algorithms.synsam_settings import REAL_ORACLE, SynSAMSettings
@@ -89,7 +89,7 @@ class RunConfig(RunSettings, DataSettings, ModelSettings, LocalTrainingSettings,
         hf = is_hf(self.dataset)
         algorithm = algorithm_of(self.algorithm)
         decentralized = algorithm.decentralized
-        require(not is_user_model(self.model) or self.algorithm.split("+", 1)[0] != "moon", "model", self.model,
+        require(not is_user_model(self.model) or not algorithm.projection_head, "model", self.model,
                 f"a built-in classifier with moon (MOON needs the model's `features` and `head`: "
                 f"{', '.join(MODELS)})")
         require(self.aggregation in ("weighted", "uniform") or not decentralized,
@@ -154,7 +154,7 @@ def cog_enabled(cfg: RunConfig) -> bool:
 def default_model(algorithm: str) -> str:
     """`model = "auto"`: FedDDPM's MNIST U-Net for the diffusion algorithms (`ddpm_only`), the simple CNN otherwise
     (and for a name that is no algorithm, which `parse_run_config` refuses next)."""
-    row = plugin_algorithm(algorithm) if is_plugin(algorithm) else ALGORITHMS.get(algorithm)
+    row = known_algorithm(algorithm)
     return "unet-paper-mnist" if row is not None and row.ddpm_only else "cnn"
 
 
