@@ -182,8 +182,8 @@ def _rounds(folder: Path) -> list[dict]:
 
 
 def test_fednova_runs_in_simulation(plugin_root: Path, tmp_path: Path, tiny_data_dir: Path) -> None:
-    """One epoch per node on unequal partitions: unequal tau_i, so FedNova's model is not FedAvg's; with equal
-    local steps it is (the same local models, the same weights)."""
+    """One epoch per node on unequal partitions: unequal tau_i, reported by the plugin's client rule, so the plugin's
+    server step gives another model than FedAvg's."""
     nova = _simulate(tmp_path, tiny_data_dir, "nova", algorithm=NOVA, **{"local-steps": 0, "local-epochs": 1})
     avg = _simulate(tmp_path, tiny_data_dir, "avg", algorithm="fedavg", **{"local-steps": 0, "local-epochs": 1})
     summary = json.loads((nova / "summary.json").read_text())
@@ -195,12 +195,9 @@ def test_fednova_runs_in_simulation(plugin_root: Path, tmp_path: Path, tiny_data
     (round_1,) = [r for r in _rounds(nova) if r["round"] == 1]
     assert round_1["answered"] == 2
     assert (round_1["stat-fednova-tau"], round_1["stat-fednova-tau-max"]) == (np.mean(taus), max(taus))
+    # the same local models (the same seeded batches, plain SGD), aggregated differently; with equal tau_i the two
+    # agree (test_fednova_with_equal_steps_is_fedavgs_weighted_mean)
     assert any(not np.allclose(_model(nova)[k], _model(avg)[k], atol=1e-4) for k in _model(avg))
-
-    equal = _simulate(tmp_path, tiny_data_dir, "nova-equal", algorithm=NOVA, **{"local-steps": 3})
-    avg_equal = _simulate(tmp_path, tiny_data_dir, "avg-equal", algorithm="fedavg", **{"local-steps": 3})
-    for name, value in _model(avg_equal).items():
-        np.testing.assert_allclose(_model(equal)[name], value, rtol=1e-5, atol=1e-6)
 
 
 @pytest.mark.slow
