@@ -17,7 +17,8 @@ row and a plugin are one representation, resolved by the same code (docs/archite
 
 Adding a built-in algorithm is three files: its row here, its strategy class module and its client rule
 module. The `X+cog` rows are generated from the rows FedCOG plugs into (`cog_base`); what decides
-behaviour by algorithm (decentralized, FedCOG, the diffusion task) is a field of the row, not a name list.
+behaviour by algorithm (decentralized, FedCOG, the diffusion task, MOON's projection head) is a field of the
+row, not a name list.
 tests/test_algorithms.py checks that each half resolves every row.
 """
 
