@@ -40,7 +40,7 @@ from flwr.app import RecordDict  # noqa: E402
 
 from client_app.fedcog import frozen_copy, generate  # noqa: E402
 from client_app.training import LocalJob  # noqa: E402
-from client_app.updates import CLIENT_UPDATES  # noqa: E402
+from client_app.registry import CLIENT_UPDATES  # noqa: E402
 from common.run.config import parse_run_config  # noqa: E402
 from common.data.datasets import load_dataset  # noqa: E402
 from common.metrics.evaluation import as_tensors  # noqa: E402

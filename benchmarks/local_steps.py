@@ -49,7 +49,7 @@ from flwr.app import RecordDict  # noqa: E402
 from timing import add_device_options, available_devices, sync  # noqa: E402
 
 from client_app.training import LocalJob  # noqa: E402
-from client_app.updates import CLIENT_UPDATES  # noqa: E402
+from client_app.registry import CLIENT_UPDATES  # noqa: E402
 from fedsynth.app_config import app_defaults  # noqa: E402
 from common.run.config import parse_run_config  # noqa: E402
 from common.data.datasets import dataset_info  # noqa: E402

@@ -31,7 +31,7 @@ import torch
 from flwr.app import RecordDict
 
 from client_app.training import LocalJob
-from client_app.updates import CLIENT_UPDATES
+from client_app.registry import CLIENT_UPDATES
 from fedsynth.app_config import app_defaults
 from fedsynth.simulation import find_app_dir, run_simulation
 from common.run.config import parse_run_config

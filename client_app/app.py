@@ -18,10 +18,9 @@ from flwr.clientapp import ClientApp
 
 from client_app.decentralized import gossip_start_model, is_gossip_round
 from client_app.diffusion import diffusion_train, feature_sums_reply
-from client_app.fedcog import client_algorithm
 from client_app.threads import torch_threads, usable_cores
 from client_app.training import LocalJob
-from client_app.updates import CLIENT_UPDATES
+from client_app.registry import CLIENT_UPDATES, client_update
 from client_app.train_reply import uplink_records
 from common.data.settings import NODE_PARTITION
 from common.run.config import ConfigError, RunConfig, parse_run_config
@@ -212,7 +211,7 @@ def train(msg: Message, context: Context) -> Message:
         cfg=cfg, server_round=server_round, partition_id=node.partition_id, model=model,
         x=x, y=y, device=node.device, incoming=msg.content, state=context.state,
     )
-    result = CLIENT_UPDATES[client_algorithm(cfg)](job)  # `cog = true` runs X+cog
+    result = client_update(cfg)(job)  # `cog = true` runs X+cog; a plugin's rule runs here too
     metrics = {
         "num-examples": int(len(y)),
         "partition-id": node.partition_id,

@@ -146,12 +146,3 @@ def oledfl_sam_update(job: LocalJob) -> LocalResult:
     """OledFL-SAM: Ole restart, then DFedSAM's local steps."""
     return decentralized_round(job, sam_rule, ole=True)
 
-
-DECENTRALIZED_UPDATES = {
-    "dpsgd": dpsgd_update,
-    "dfedavg": dfedavg_update,
-    "dfedavgm": dfedavgm_update,
-    "dfedsam": dfedsam_update,
-    "oledfl-sgd": oledfl_sgd_update,
-    "oledfl-sam": oledfl_sam_update,
-}

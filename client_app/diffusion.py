@@ -32,7 +32,7 @@ import torch
 from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from client_app.training import LocalJob, plain_rule, run_local_steps
-from client_app.updates import CLIENT_UPDATES
+from client_app.registry import client_update
 from client_app.train_reply import uplink_records
 from common.run.config import RunConfig
 from common.data.datasets import run_dataset_info
@@ -78,7 +78,7 @@ def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id
         loss_fn=loss_for(cfg, seeded_generator(cfg.seed, server_round, partition_id,
                                                _WARMUP_STREAM if warmup else _ROUND_STREAM)),
     )
-    result = run_local_steps(job, plain_rule(job)) if warmup else CLIENT_UPDATES[cfg.algorithm](job)
+    result = run_local_steps(job, plain_rule(job)) if warmup else client_update(cfg)(job)
     metrics = {
         "num-examples": int(len(y)),
         "partition-id": partition_id,

@@ -47,6 +47,7 @@ from client_app.training import (
     with_loss_plugin,
 )
 from common.run.config import RunConfig
+from common.algorithms.plugins import algorithm_of
 from common.data.datasets import normalization, run_dataset_info
 from common.algorithms.batch_statistics import frozen_batch_statistics
 from common.algorithms.fedcog import complementary_labels, generation_loss, kd_coefficients, kd_loss
@@ -66,7 +67,7 @@ GRID_COLUMNS = 8
 
 def client_algorithm(cfg: RunConfig) -> str:
     """The client registry entry to run: `cog = true` turns base X into `X+cog`."""
-    if cfg.cog and not (cfg.algorithm == "fedcog" or cfg.algorithm.endswith("+cog")):
+    if cfg.cog and not algorithm_of(cfg.algorithm).with_cog:
         return f"{cfg.algorithm}+cog"
     return cfg.algorithm
 

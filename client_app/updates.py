@@ -1,33 +1,23 @@
-"""Client update rules of the centralized baselines, and the client-side registry.
+"""Client update rules of the centralized baselines.
 
 Each rule trains `job.model` in place for one round and returns a LocalResult;
 the rules' cores are the plain functions of client_app/rules.py (`fedsynth.client`),
 which these adapters feed from the run config, the server's records and node state.
-`CLIENT_UPDATES` is the client's half of common/algorithm_table.py's table (algorithm
--> update function); adding an algorithm on the client side means adding its row
-there, one function here and one entry in CLIENT_UPDATES. Node state that must outlive the round (SCAFFOLD's
+common/algorithm_table.py's rows name these functions by import path (`client`), and
+client_app/registry.py resolves them. Node state that must outlive the round (SCAFFOLD's
 `c_i`, MOON's previous model) is kept in the node's `Context.state`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 from flwr.app import RecordDict
 
-from client_app.decentralized import DECENTRALIZED_UPDATES
-from client_app.sam_family import (
-    fedgamma_update, fedlesam_d_update, fedlesam_s_update, fedlesam_update, fedsmoo_update, fedsynsam_update,
-)
-from client_app.fedcog import with_cog
 from client_app.rules import train_fedprox, train_fedsam, train_mofedsam, train_moon, train_scaffold
 from client_app.training import LocalJob, LocalResult, TrainResult, plain_rule, run_local_steps
 from common.protocol import (
     PREVIOUS_UPDATE, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_MOON_PREVIOUS_MODEL, STATE_SCAFFOLD_CONTROL,
 )
 from common.records import Weights, from_record, to_record
-
-ClientUpdate = Callable[[LocalJob], LocalResult]
 
 
 def read_state_weights(state: RecordDict, key: str) -> Weights | None:
@@ -92,34 +82,3 @@ def mofedsam_update(job: LocalJob) -> LocalResult:
         optimizer=job.optimizer, loss_fn=job.loss_fn,
     ))
 
-
-CLIENT_UPDATES: dict[str, ClientUpdate] = {
-    "fedavg": fedavg_update,
-    "fedavgm": fedavg_update,
-    "fedprox": fedprox_update,
-    "scaffold": scaffold_update,
-    "moon": moon_update,
-    "fedsam": fedsam_update,
-    "mofedsam": mofedsam_update,
-    # decentralized FL (issue 6): mix the neighbours' models, then these rules (client_app/decentralized.py)
-    **DECENTRALIZED_UPDATES,
-    # FedSynSAM (issue 3): the SAM family and the baselines of the FedSynSAM paper
-    "fedlesam": fedlesam_update,
-    "fedsynsam": fedsynsam_update,
-    "dynafed": fedavg_update,
-    "fedgamma": fedgamma_update,
-    "fedlesam-s": fedlesam_s_update,
-    "fedlesam-d": fedlesam_d_update,
-    "fedsmoo": fedsmoo_update,
-    # FedCOG (issue 4): generation + KD plugged into the base's own rule ("fedcog" = "fedavg+cog")
-    "fedcog": with_cog(fedavg_update),
-    "fedavg+cog": with_cog(fedavg_update),
-    "fedavgm+cog": with_cog(fedavg_update),
-    "fedprox+cog": with_cog(fedprox_update),
-    "scaffold+cog": with_cog(scaffold_update),
-    "moon+cog": with_cog(moon_update),
-    # FedDDPM (issue 5): clients run FedAvg's rule on the DDPM loss; the warmup and the
-    # server's correction are in client_app/diffusion.py and server_app/strategies/fedddpm.py
-    "fedddpm": fedavg_update,
-    "fedddpm+": fedavg_update,
-}

@@ -1,81 +1,144 @@
-"""The algorithm table: every algorithm fedsynth runs, by name, with what its server and client halves share.
+"""The algorithm table: every algorithm fedsynth runs, by name, with where its two halves live.
 
-An algorithm has a server rule (a strategy class in server_app/), a client rule (an update function in
-client_app/) and the settings the server sends the client. `common` imports neither app, so the table is
-defined here once by name, and each app maps the names to its own half:
+An algorithm has a server rule (a strategy class), a client rule (an update function taking a `LocalJob`
+and returning a `LocalResult`) and the settings the server sends the client. `common` imports neither app,
+so a row names each half by its import path, `"package.module:attribute"`, as the run config names a
+user's model (`model = "package.module:factory"`) and Flower's pyproject names an app
+(`serverapp = "package.module:app"`). Each app resolves the half it runs:
 
-- server_app/registry.py: server-rule name -> strategy class; `SERVER_STRATEGIES` (algorithm -> class) is
-  read off this table;
-- client_app/updates.py: `CLIENT_UPDATES` (algorithm -> update function), the decentralized rules from
-  client_app/decentralized.py's `DECENTRALIZED_UPDATES`;
+- server_app/registry.py: `SERVER_STRATEGIES` (algorithm -> class), resolved from `strategy`;
+- client_app/registry.py: `CLIENT_UPDATES` (algorithm -> update function), resolved from `client`;
 - common/run/client_settings.py: the run-config keys each train message's config carries (`client_keys`);
-- common/algorithms/gossip.py: `DECENTRALIZED_ALGORITHMS`, the relay's algorithms;
-- fedsynth/strategies/: re-exports each algorithm's one strategy class (`strategy`), the class the app builds.
+- fedsynth/strategies/: exports each row's class under its class name.
 
-tests/test_algorithms.py checks that each half covers exactly this table's names, so adding an algorithm
-means adding its row here, its class or function in each app, and nothing else.
+A user's algorithm is the same value outside fedsynth: `algorithm = "package.module:Name"` in the run
+config names a module-level `Algorithm` (common/algorithms/plugins.py loads and checks it), so a built-in
+row and a plugin are one representation, resolved by the same code (docs/architecture.md, "An algorithm").
+
+Adding a built-in algorithm is three files: its row here, its strategy class module and its client rule
+module. The `X+cog` rows are generated from the rows FedCOG plugs into (`cog_base`); what decides
+behaviour by algorithm (decentralized, FedCOG, the diffusion task, MOON's projection head) is a field of the
+row, not a name list.
+tests/test_algorithms.py checks that each half resolves every row.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
 class Algorithm:
-    """One algorithm's row.
+    """One algorithm: its two halves by import path, the settings its client reads and what it runs on.
 
-    server : the name of its server rule: algorithms with the same one share their server's aggregation (a family).
+    server : the name of its server rule: algorithms with the same one share their server's aggregation (a
+        family); a plugin may leave it empty (its own family).
     client_keys : the run-config keys its client rule reads from the train message's config, beside the
         uplink codec's (common/run/client_settings.py), under their run-config names (e.g. "sam-rho").
     decentralized : its ServerApp is the relay (server_app/strategies/relay.py), which sends each node its
         own message, and the nodes mix their neighbours' models.
-    strategy : the name of its strategy class, which `fedsynth.strategies` exports and fedsynth's app builds
-        (server_app/registry.py); the class sends `client_keys` (an `X+cog` row: its base's class and keys).
+    strategy : its strategy class, `"package.module:Class"`: the class `fedsynth.strategies` exports under
+        that name and fedsynth's app builds (server_app/registry.py); it sends `client_keys`.
+    client : its client rule, `"package.module:function"`, called with a `LocalJob` for each train message
+        and returning a `LocalResult` (client_app/training.py; `fedsynth.algorithm` exports both).
+    cog_base : FedCOG plugs into it: the table adds an `X+cog` row (same halves, with FedCOG) and
+        `cog = true` runs that row.
+    with_cog : its client rule runs with FedCOG's generation and distillation plugged in (client_app/fedcog.py).
+    trains_ddpm : its rules need only a loss of a batch, so it trains a U-Net (the diffusion task) unchanged.
+    ddpm_only : a diffusion algorithm: it needs a U-Net, and `model = "auto"` is FedDDPM's MNIST U-Net.
+    projection_head : its client rule reads the model's `features` and a projection head (MOON's contrastive
+        loss): the model is a built-in classifier built with `moon-projection-dim` projection outputs, and the
+        node's previous model is kept for a resume.
     """
 
-    server: str
+    server: str = ""
     client_keys: tuple[str, ...] = ()
     decentralized: bool = False
     strategy: str = ""
+    client: str = ""
+    cog_base: bool = False
+    with_cog: bool = False
+    trains_ddpm: bool = False
+    ddpm_only: bool = False
+    projection_head: bool = False
+
+    @property
+    def strategy_name(self) -> str:
+        """The name of its strategy class (`fedsynth.strategies` exports it under this name)."""
+        return self.strategy.rpartition(":")[2]
 
 
-def _relay(*client_keys: str, strategy: str) -> Algorithm:
-    return Algorithm("relay", client_keys, decentralized=True, strategy=strategy)
+def _relay(*client_keys: str, strategy: str, client: str) -> Algorithm:
+    return Algorithm("relay", client_keys, decentralized=True,
+                     strategy=f"server_app.strategies.decentralized:{strategy}",
+                     client=f"client_app.decentralized:{client}")
 
 
-ALGORITHMS: dict[str, Algorithm] = {
-    "fedavg": Algorithm("fedavg", strategy="FedAvg"),
-    "fedavgm": Algorithm("fedavgm", strategy="FedAvgM"),
-    "fedprox": Algorithm("fedavg", ("proximal-mu",), strategy="FedProx"),
-    "scaffold": Algorithm("scaffold", strategy="Scaffold"),
-    "moon": Algorithm("fedavg", ("moon-mu", "moon-tau"), strategy="MOON"),
-    "fedsam": Algorithm("fedavg", ("sam-rho",), strategy="FedSAM"),
-    "mofedsam": Algorithm("previous-update", ("sam-rho", "mofedsam-alpha"), strategy="MoFedSAM"),
+_S = "server_app.strategies."  # where the built-in strategy classes live
+_FEDAVG_CLIENT = "client_app.updates:fedavg_update"
+
+_ROWS: dict[str, Algorithm] = {
+    "fedavg": Algorithm("fedavg", strategy=_S + "fedavg:FedAvg", client=_FEDAVG_CLIENT, cog_base=True,
+                        trains_ddpm=True),
+    "fedavgm": Algorithm("fedavgm", strategy=_S + "fedavgm:FedAvgM", client=_FEDAVG_CLIENT, cog_base=True,
+                         trains_ddpm=True),
+    "fedprox": Algorithm("fedavg", ("proximal-mu",), strategy=_S + "node_rules:FedProx",
+                         client="client_app.updates:fedprox_update", cog_base=True, trains_ddpm=True),
+    "scaffold": Algorithm("scaffold", strategy=_S + "scaffold:Scaffold", client="client_app.updates:scaffold_update",
+                          cog_base=True, trains_ddpm=True),
+    "moon": Algorithm("fedavg", ("moon-mu", "moon-tau"), strategy=_S + "node_rules:MOON",
+                      client="client_app.updates:moon_update", cog_base=True, projection_head=True),
+    "fedsam": Algorithm("fedavg", ("sam-rho",), strategy=_S + "node_rules:FedSAM",
+                        client="client_app.updates:fedsam_update", trains_ddpm=True),
+    "mofedsam": Algorithm("previous-update", ("sam-rho", "mofedsam-alpha"), strategy=_S + "node_rules:MoFedSAM",
+                          client="client_app.updates:mofedsam_update", trains_ddpm=True),
     # decentralized FL (issue 6): the ServerApp only relays; the node rules differ
-    "dpsgd": _relay(strategy="DPSGD"),
-    "dfedavg": _relay(strategy="DFedAvg"),
-    "dfedavgm": _relay(strategy="DFedAvgM"),
-    "dfedsam": _relay("sam-rho", strategy="DFedSAM"),
-    "oledfl-sgd": _relay("ole-beta", strategy="OledFL"),
-    "oledfl-sam": _relay("ole-beta", "sam-rho", strategy="OledFL"),
-    # FedCOG (issue 4) is client-side only: X+cog keeps X's server rule and class ("fedcog" = "fedavg+cog");
-    # the nodes read FedCOG's settings from the run config
-    "fedcog": Algorithm("fedavg", ("cog-start-round",), strategy="FedCOG"),
-    "fedavg+cog": Algorithm("fedavg", strategy="FedAvg"),
-    "fedavgm+cog": Algorithm("fedavgm", strategy="FedAvgM"),
-    "fedprox+cog": Algorithm("fedavg", ("proximal-mu",), strategy="FedProx"),
-    "scaffold+cog": Algorithm("scaffold", strategy="Scaffold"),
-    "moon+cog": Algorithm("fedavg", ("moon-mu", "moon-tau"), strategy="MOON"),
+    "dpsgd": _relay(strategy="DPSGD", client="dpsgd_update"),
+    "dfedavg": _relay(strategy="DFedAvg", client="dfedavg_update"),
+    "dfedavgm": _relay(strategy="DFedAvgM", client="dfedavgm_update"),
+    "dfedsam": _relay("sam-rho", strategy="DFedSAM", client="dfedsam_update"),
+    "oledfl-sgd": _relay("ole-beta", strategy="OledFL", client="oledfl_sgd_update"),
+    "oledfl-sam": _relay("ole-beta", "sam-rho", strategy="OledFL", client="oledfl_sam_update"),
+    # FedCOG (issue 4) is client-side only: "fedcog" = "fedavg+cog" with its own class (it sends the start round);
+    # the X+cog rows are generated below from the rows marked cog_base
+    "fedcog": Algorithm("fedavg", ("cog-start-round",), strategy=_S + "node_rules:FedCOG", client=_FEDAVG_CLIENT,
+                        with_cog=True),
     # FedSynSAM (issue 3): the SAM family and the baselines of the FedSynSAM paper
-    "fedlesam": Algorithm("fedlesam", ("sam-rho",), strategy="FedLESAM"),
-    "fedsynsam": Algorithm("fedsynsam", ("sam-rho", "synsam-beta", "synsam-mix"), strategy="FedSynSAM"),
-    "dynafed": Algorithm("dynafed", strategy="DynaFed"),
-    "fedgamma": Algorithm("scaffold", ("sam-rho",), strategy="FedGamma"),
-    "fedlesam-s": Algorithm("fedlesam-s", ("sam-rho",), strategy="FedLESAMS"),
-    "fedlesam-d": Algorithm("fedlesam-d", ("sam-rho", "dyn-alpha"), strategy="FedLESAMD"),
-    "fedsmoo": Algorithm("fedsmoo", ("sam-rho", "dyn-alpha"), strategy="FedSMOO"),
-    # FedDDPM (issue 5): diffusion models with server-side auxiliary correction
-    "fedddpm": Algorithm("fedddpm", strategy="FedDDPM"),
-    "fedddpm+": Algorithm("fedddpm+", strategy="FedDDPMPlus"),
+    "fedlesam": Algorithm("fedlesam", ("sam-rho",), strategy=_S + "sam_baselines:FedLESAM",
+                          client="client_app.sam_family:fedlesam_update"),
+    "fedsynsam": Algorithm("fedsynsam", ("sam-rho", "synsam-beta", "synsam-mix"), strategy=_S + "fedsynsam:FedSynSAM",
+                           client="client_app.sam_family:fedsynsam_update"),
+    "dynafed": Algorithm("dynafed", strategy=_S + "dynafed:DynaFed", client=_FEDAVG_CLIENT),
+    "fedgamma": Algorithm("scaffold", ("sam-rho",), strategy=_S + "node_rules:FedGamma",
+                          client="client_app.sam_family:fedgamma_update"),
+    "fedlesam-s": Algorithm("fedlesam-s", ("sam-rho",), strategy=_S + "sam_baselines:FedLESAMS",
+                            client="client_app.sam_family:fedlesam_s_update"),
+    "fedlesam-d": Algorithm("fedlesam-d", ("sam-rho", "dyn-alpha"), strategy=_S + "sam_baselines:FedLESAMD",
+                            client="client_app.sam_family:fedlesam_d_update"),
+    "fedsmoo": Algorithm("fedsmoo", ("sam-rho", "dyn-alpha"), strategy=_S + "sam_baselines:FedSMOO",
+                         client="client_app.sam_family:fedsmoo_update"),
+    # FedDDPM (issue 5): diffusion models with server-side auxiliary correction; the clients run FedAvg's rule
+    # on the DDPM loss (the warmup is client_app/diffusion.py's)
+    "fedddpm": Algorithm("fedddpm", strategy=_S + "fedddpm:FedDDPM", client=_FEDAVG_CLIENT, trains_ddpm=True,
+                         ddpm_only=True),
+    "fedddpm+": Algorithm("fedddpm+", strategy=_S + "fedddpm_plus:FedDDPMPlus", client=_FEDAVG_CLIENT,
+                          trains_ddpm=True, ddpm_only=True),
 }
+
+
+def with_cog_rows(rows: dict[str, Algorithm]) -> dict[str, Algorithm]:
+    """`rows` and, after each row FedCOG plugs into, its `X+cog` row: X's halves and keys, with FedCOG.
+
+    FedCOG needs a classifier's logits, so an `X+cog` row does not train a U-Net.
+    """
+    table: dict[str, Algorithm] = dict(rows)
+    for name, row in rows.items():
+        if row.cog_base:
+            table[f"{name}+cog"] = replace(row, cog_base=False, with_cog=True, trains_ddpm=False)
+    return table
+
+
+ALGORITHMS: dict[str, Algorithm] = with_cog_rows(_ROWS)
+
+# the rows FedCOG plugs into (`cog = true` runs X+cog)
+COG_BASES: tuple[str, ...] = tuple(name for name, row in ALGORITHMS.items() if row.cog_base)

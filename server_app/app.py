@@ -16,7 +16,7 @@ from server_app.wire import is_transient
 from server_app.messaging import polling_grid
 from server_app.recorder import RunRecorder
 from server_app.decentralized_report import warn_if_ole_diverges
-from server_app.registry import SERVER_STRATEGIES, build_strategy
+from server_app.registry import SERVER_STRATEGIES, build_strategy, strategy_class
 from server_app.strategies.base import RoundStrategy, TooManyFailedRounds
 
 app = ServerApp()
@@ -31,6 +31,7 @@ def serve(grid: Grid, cfg: RunConfig) -> dict[str, Any]:
     checkpoints and progress lines as its `evaluate_fn` (server_app/recorder.py) and a grid
     that notices replies within `reply-poll-interval` (server_app/messaging.py).
     """
+    strategy_class(cfg.algorithm)  # a plugin's class must be fedsynth's: refused before the nodes are asked
     with RunResults(cfg) as results:
         try:
             nodes, failures = handshake_outcome(grid, cfg)

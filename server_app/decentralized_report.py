@@ -18,9 +18,15 @@ import numpy as np
 from flwr.common.logger import log
 
 from common.algorithms.gossip import parse_targets, rounds_to_targets
+from common.algorithms.plugins import algorithm_of
 from common.algorithms.mixing_spectrum import ole_beta_bound, ole_gossip_contraction
 from common.algorithms.topology import RANDOM_TOPOLOGIES, mixing_matrix
 from common.run.config import RunConfig
+
+
+def _runs_ole(cfg: RunConfig) -> bool:
+    """Whether the run's nodes use Ole's restart: its rule reads `ole-beta` (OledFL-SGD and OledFL-SAM)."""
+    return "ole-beta" in algorithm_of(cfg.algorithm).client_keys
 
 
 def warn_if_ole_diverges(cfg: RunConfig, num_nodes: int) -> None:
@@ -38,7 +44,7 @@ def warn_if_ole_diverges(cfg: RunConfig, num_nodes: int) -> None:
     earlier estimate (the top eigenvalue of a 20-graph average) was biased
     upward and warned wrongly on `random` (issue 35).
     """
-    if not cfg.algorithm.startswith("oledfl") or num_nodes < 2:
+    if not _runs_ole(cfg) or num_nodes < 2:
         return
     random = cfg.topology in RANDOM_TOPOLOGIES
     rounds = range(1, min(cfg.num_server_rounds, 20) + 1) if random else [0]
@@ -61,7 +67,7 @@ def decentralized_summary(cfg: RunConfig, rounds: Sequence[Mapping[str, Any]]) -
         "topology": cfg.topology,
         "peers": cfg.peers if cfg.topology in RANDOM_TOPOLOGIES else None,
         "mixing": cfg.mixing,
-        "ole-beta": cfg.ole_beta if cfg.algorithm.startswith("oledfl") else None,
+        "ole-beta": cfg.ole_beta if _runs_ole(cfg) else None,
         "relay-mixing": cfg.relay_mixing,
         "psi": float(np.mean([r["psi"] for r in trained])) if trained else None,
     }

@@ -50,8 +50,8 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Result
 
-from common.algorithm_table import ALGORITHMS
 from common.protocol import WARMUP_PHASE
+from common.algorithms.plugins import algorithm_of
 from common.run.config import RunConfig
 from common.models.diffusion import is_diffusion
 from common.run.interrupt import raise_if_stopped
@@ -239,7 +239,7 @@ class RunRecorder:
             summary["final-central-loss"] = central[-1]["central-loss"]
             summary["best-central-accuracy"] = max(r["central-accuracy"] for r in central)
         summary.update(strategy._run_summary(results.rounds))
-        if ALGORITHMS[cfg.algorithm].decentralized:
+        if algorithm_of(cfg.algorithm).decentralized:
             summary.update(decentralized_summary(cfg, results.rounds))
         if self.diffusion is not None:
             summary.update(self.diffusion.summary())
@@ -255,7 +255,7 @@ class RunRecorder:
             results.write_model(weights)
         results.write_summary(summary)
         results.write_plots()
-        if ALGORITHMS[cfg.algorithm].decentralized:
+        if algorithm_of(cfg.algorithm).decentralized:
             plot_decentralized(results.rounds, results.path)
         log(INFO if summary["status"] == STATUS_OK else WARNING, "results written to %s%s", results.path,
             f" ({summary['status']}: {summary['status-reason']})" if summary["status-reason"] else "")

@@ -1,9 +1,10 @@
-"""Server-side registry: server-rule name -> strategy class, algorithm name -> strategy class, and the one
-function that builds a run's strategy from its run config.
+"""Server-side registry: algorithm name -> strategy class, and the one function that builds a run's strategy
+from its run config.
 
 The algorithms and the strategy class each uses are common/algorithm_table.py's table; this module is the
-server's half of it. Adding an algorithm on the server side means adding its row there and, if its
-class is new, the class under `strategies/` and one entry in `strategies/catalog.py`.
+server's half of it: each row names its class by import path (`strategy`), resolved in
+`strategies/catalog.py`. A user's algorithm, `algorithm = "package.module:Name"`
+(common/algorithms/plugins.py), is resolved by `strategy_class` and built by the same `build_strategy`.
 
 A strategy is built from its own typed keyword parameters, each named after the run-config key it mirrors
 (server_app/strategies/parameters.py), so `build_strategy` reads each of the class's parameters from the run
@@ -21,7 +22,9 @@ from typing import Any, Callable
 
 import torch
 
+from common.algorithms.plugins import algorithm_of, import_attribute
 from common.algorithm_table import ALGORITHMS
+from common.errors import ConfigError
 from common.records import module_parameter_names
 from common.run.aggregation import aggregation_of, bounded_influence_of
 from common.run.codecs import codec_of
@@ -37,8 +40,21 @@ from server_app.strategies.catalog import STRATEGY_CLASSES
 # algorithm -> its strategy class (common/algorithm_table.py's `strategy`), in the table's order: the class
 # `fedsynth.strategies` exports under the same name
 SERVER_STRATEGIES: dict[str, type[RoundStrategy]] = {
-    name: STRATEGY_CLASSES[algorithm.strategy] for name, algorithm in ALGORITHMS.items()
+    name: STRATEGY_CLASSES[algorithm.strategy_name] for name, algorithm in ALGORITHMS.items()
 }
+
+
+def strategy_class(name: str) -> type[RoundStrategy]:
+    """The strategy class of the algorithm `name`: the table's, or a plugin's, which must subclass one of
+    fedsynth's (the app needs its node table, reply checks and round log); ConfigError otherwise."""
+    if name in SERVER_STRATEGIES:
+        return SERVER_STRATEGIES[name]
+    path = algorithm_of(name).strategy
+    cls = import_attribute(path, f"run config key 'algorithm' = {name!r}: its strategy")
+    if not (isinstance(cls, type) and issubclass(cls, RoundStrategy)):
+        raise ConfigError(f"run config key 'algorithm' = {name!r}: its strategy {path!r} must subclass one of "
+                          f"fedsynth.strategies' classes (e.g. FedAvg) for fedsynth's app to run it")
+    return cls
 
 
 def decayed_lr(lr: float, decay: float, server_round: int) -> float:
@@ -71,7 +87,7 @@ def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) 
         "aggregation": lambda: aggregation_of(cfg),
         "bounded_influence": lambda: bounded_influence_of(cfg),
         "codec": lambda: codec_of(cfg),
-        "sam": lambda: "sam-rho" in ALGORITHMS[cfg.algorithm].client_keys,  # OledFL-SAM
+        "sam": lambda: "sam-rho" in algorithm_of(cfg.algorithm).client_keys,  # OledFL-SAM
     }
     arguments: dict[str, Any] = {}
     for name in inspect.signature(cls).parameters:
@@ -84,9 +100,9 @@ def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) 
 
 def build_strategy(cfg: RunConfig, nodes: list[NodeInfo] | None = None) -> RoundStrategy:
     """The strategy of the run `cfg` over the handshake's node table, with fedsynth's app services attached."""
-    cls = SERVER_STRATEGIES[cfg.algorithm]
+    cls = strategy_class(cfg.algorithm)
     strategy = cls(**strategy_arguments(cls, cfg, nodes))
-    if not ALGORITHMS[cfg.algorithm].decentralized:
+    if not algorithm_of(cfg.algorithm).decentralized:
         strategy.node_models = NodeModels(kept_model_keys(cfg))  # MOON's and FedCOG's models, for a resume
         # FID without server data
         strategy.feature_reference = ClientFeatureReference(strategy.node_table.nodes, cfg.round_timeout)

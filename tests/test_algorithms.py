@@ -1,8 +1,10 @@
 """The algorithm table (common/algorithm_table.py) and its halves: each app covers exactly the table's names.
 
 - server_app/registry.py: every algorithm's server rule is a class there, and only the table's names are registered;
-- client_app/updates.py: every algorithm has a client update function, and no other name has one;
-- the decentralized rules and the relay's algorithms are the table's decentralized rows;
+- client_app/registry.py: every algorithm has a client update function, and no other name has one;
+- the decentralized rules (client_app/decentralized.py) and the relay's algorithms are the table's decentralized
+  rows;
+- the `X+cog` rows are generated from the rows FedCOG plugs into, and what used to be name lists are fields;
 - the settings the train config carries are the table's client keys, under run-config names;
 - fedsynth.strategies: the class the app builds for an algorithm is the class exported under the table's
   `strategy` name (one class per algorithm), and every exported strategy class is named in the table.
@@ -12,9 +14,9 @@ from __future__ import annotations
 
 import inspect
 
-from client_app.decentralized import DECENTRALIZED_UPDATES
-from client_app.updates import CLIENT_UPDATES
-from common.algorithm_table import ALGORITHMS
+from client_app import decentralized as decentralized_rules
+from client_app.registry import CLIENT_UPDATES
+from common.algorithm_table import ALGORITHMS, COG_BASES
 from common.run.client_settings import CODEC_KEYS, client_keys
 from common.run.config import RunConfig, parse_run_config
 from common.algorithms.gossip import DECENTRALIZED_ALGORITHMS
@@ -36,8 +38,10 @@ def test_the_client_half_covers_exactly_the_table() -> None:
 
 def test_the_decentralized_rules_are_the_tables_decentralized_rows() -> None:
     decentralized = {name for name, algorithm in ALGORITHMS.items() if algorithm.decentralized}
-    assert set(DECENTRALIZED_ALGORITHMS) == decentralized == set(DECENTRALIZED_UPDATES)
-    assert all(CLIENT_UPDATES[name] is DECENTRALIZED_UPDATES[name] for name in decentralized)
+    assert set(DECENTRALIZED_ALGORITHMS) == decentralized
+    for name in decentralized:
+        assert ALGORITHMS[name].client.startswith("client_app.decentralized:"), name
+        assert CLIENT_UPDATES[name] is getattr(decentralized_rules, CLIENT_UPDATES[name].__name__), name
 
 
 def test_the_client_keys_are_run_config_keys_and_travel_in_the_train_config() -> None:
@@ -52,14 +56,38 @@ def test_the_client_keys_are_run_config_keys_and_travel_in_the_train_config() ->
 
 
 def test_the_class_the_app_builds_is_the_class_fedsynth_strategies_exports() -> None:
-    named = {algorithm.strategy for algorithm in ALGORITHMS.values()}
+    named = {algorithm.strategy_name for algorithm in ALGORITHMS.values()}
     classes = {name for name in strategies.__all__ if hasattr(getattr(strategies, name), "configure_train")}
     assert named == classes
     for name, algorithm in ALGORITHMS.items():
-        exported = getattr(strategies, algorithm.strategy)
+        exported = getattr(strategies, algorithm.strategy_name)
         assert SERVER_STRATEGIES[name] is exported, name
         # its parameters include every setting its nodes read (it sends them in the train config)
         parameters = set(inspect.signature(exported).parameters)
         assert {key.replace("-", "_") for key in algorithm.client_keys} <= parameters, name
         if not algorithm.decentralized:  # and the uplink codec, with which it decodes the replies
             assert "codec" in parameters, name
+
+
+def test_the_cog_rows_are_their_bases_with_fedcog() -> None:
+    bases = [name for name, algorithm in ALGORITHMS.items() if algorithm.cog_base]
+    assert bases == ["fedavg", "fedavgm", "fedprox", "scaffold", "moon"]  # SPEC 4.2
+    assert COG_BASES == tuple(bases)
+    for base in bases:
+        row, cog = ALGORITHMS[base], ALGORITHMS[f"{base}+cog"]
+        assert (cog.server, cog.client_keys, cog.strategy, cog.client) == (row.server, row.client_keys, row.strategy,
+                                                                          row.client)
+        assert cog.with_cog and not cog.cog_base and not cog.trains_ddpm
+        assert CLIENT_UPDATES[f"{base}+cog"].__name__ == f"{CLIENT_UPDATES[base].__name__}_with_cog"
+        assert SERVER_STRATEGIES[f"{base}+cog"] is SERVER_STRATEGIES[base]
+    assert {name for name, algorithm in ALGORITHMS.items() if algorithm.with_cog} == {f"{b}+cog" for b in bases} | {
+        "fedcog"}
+
+
+def test_the_fields_that_replaced_name_lists_mark_the_same_algorithms() -> None:
+    assert [name for name, a in ALGORITHMS.items() if a.ddpm_only] == ["fedddpm", "fedddpm+"]
+    assert [name for name, a in ALGORITHMS.items() if a.trains_ddpm] == [
+        "fedavg", "fedavgm", "fedprox", "scaffold", "fedsam", "mofedsam", "fedddpm", "fedddpm+"]
+    assert [name for name, a in ALGORITHMS.items() if a.projection_head] == ["moon", "moon+cog"]
+    assert parse_run_config({"algorithm": "fedddpm"}, ALGORITHMS).model == "unet-paper-mnist"
+    assert parse_run_config({"algorithm": "fedavg"}, ALGORITHMS).model == "cnn"

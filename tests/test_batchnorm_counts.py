@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from flwr.app import RecordDict
 from torch import nn
 
-from client_app.decentralized import DECENTRALIZED_UPDATES
+from client_app.registry import CLIENT_UPDATES
 from client_app.training import LocalJob
 from common.algorithms.batch_statistics import frozen_batch_statistics
 from common.algorithms.sam import fedsam_gradients
@@ -166,7 +166,7 @@ def test_decentralized_sam_rules_update_the_statistics_once_per_step(algorithm: 
     model = tiny_bn_cnn(num_classes=10, image_size=28)
     job = LocalJob(cfg=cfg, server_round=1, partition_id=0, model=model, x=x, y=y, device=torch.device("cpu"),
                    incoming=RecordDict(), state=RecordDict())
-    result = DECENTRALIZED_UPDATES[algorithm](job)
+    result = CLIENT_UPDATES[algorithm](job)
     assert result.num_steps == STEPS and counts(job.model) == [STEPS, STEPS]
 
 

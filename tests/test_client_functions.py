@@ -19,7 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import fedsynth.client as fc
 from client_app.training import LocalJob
-from client_app.updates import CLIENT_UPDATES
+from client_app.registry import CLIENT_UPDATES
 from common.run.config import parse_run_config
 from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
 from common.records import from_record, model_weights, to_record

@@ -11,7 +11,7 @@ import pytest
 from flwr.app import Context, RecordDict
 
 from client_app.app import node_settings
-from client_app.updates import CLIENT_UPDATES
+from client_app.registry import CLIENT_UPDATES
 from common.run.config import (
     ConfigError,
     RunConfig,

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from common.run.config import parse_run_config
-from common.algorithms.fedcog import COG_BASES
+from common.algorithm_table import COG_BASES
 from server_app.registry import SERVER_STRATEGIES
 
 STUDIES = Path(__file__).resolve().parents[1] / "studies"

@@ -12,7 +12,7 @@ from torch import nn
 
 from client_app.sam_family import STATE_SYNTHETIC, fedsam_rule, fedsynsam_update, fixed_direction_rule, fedlesam_direction
 from client_app.training import LocalJob, run_local_steps
-from client_app.updates import CLIENT_UPDATES
+from client_app.registry import CLIENT_UPDATES
 from common.run.config import ConfigError, RunConfig, parse_run_config
 from common.data.datasets import dataset_info
 from common.protocol import PREVIOUS_UPDATE, SYNTHETIC_DATA

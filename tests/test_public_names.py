@@ -13,6 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 PUBLIC_FILES = [*sorted((ROOT / "fedsynth" / "strategies").glob("*.py")), ROOT / "fedsynth" / "client.py",
+                ROOT / "fedsynth" / "algorithm.py",
                 ROOT / "common" / "algorithms" / "codec_settings.py",
                 ROOT / "common" / "algorithms" / "decentralized_settings.py"]
 PATH = re.compile(r"(?<![\w.])((?:[\w-]+/)+(?:[\w-]+\.(?:py|md|toml|sh|json|yml|yaml))?)")

@@ -76,7 +76,7 @@ def test_flowers_fedavg_is_the_size_the_targets_are_set_against():
 def test_the_listing_covers_one_class_per_algorithm():
     from common.algorithm_table import ALGORITHMS
 
-    assert {cls.__name__ for cls in CLASSES} == {algorithm.strategy for algorithm in ALGORITHMS.values()}
+    assert {cls.__name__ for cls in CLASSES} == {algorithm.strategy_name for algorithm in ALGORITHMS.values()}
     print("\n" + listing())
 
 

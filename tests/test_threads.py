@@ -56,7 +56,7 @@ def test_every_clientapp_message_applies_the_node_setting(tiny_data_dir, tmp_pat
 def test_a_bad_thread_setting_stops_the_node_naming_the_key(tmp_path):
     from client_app.app import node_settings
     from common.run.config import ConfigError, parse_run_config
-    from client_app.updates import CLIENT_UPDATES
+    from client_app.registry import CLIENT_UPDATES
 
     cfg = parse_run_config({}, CLIENT_UPDATES)
     context = Context(run_id=1, node_id=1, node_config={"partition-id": 0, "num-partitions": 1, "torch-threads": 0},

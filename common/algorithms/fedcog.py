@@ -17,8 +17,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-# The base algorithms FedCOG plugs into (SPEC 4.2).
-COG_BASES = ("fedavg", "fedavgm", "fedprox", "scaffold", "moon")
 # Table 5's ablations: none = full FedCOG (4); noise = Gaussian inputs, not optimised (1);
 # global-only = generation without the disagreement term (2); hard-label = CE on the
 # global model's argmax instead of KD (3).

@@ -93,11 +93,6 @@ UNET_PRESETS: dict[str, UNetPreset] = {
     ),
 }
 UNET_MODELS = tuple(UNET_PRESETS)
-# Algorithms whose client and server rules only need a loss of a batch (LocalJob.loss_fn):
-# they train DDPMs unchanged. MOON needs classifier features, FedCOG class logits.
-DIFFUSION_ALGORITHMS = (
-    "fedavg", "fedavgm", "fedprox", "scaffold", "fedsam", "mofedsam", "fedddpm", "fedddpm+",
-)
 
 
 def is_diffusion(cfg: DiffusionTask) -> bool:

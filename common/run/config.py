@@ -26,8 +26,8 @@ from common.algorithms.aggregation_settings import AggregationSettings, bounded_
 from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.cog_settings import CogSettings
 from common.algorithms.decentralized_settings import DecentralizedSettings
-from common.algorithms.fedcog import COG_BASES
-from common.algorithms.gossip import DECENTRALIZED_ALGORITHMS
+from common.algorithms.plugins import PLUGIN_FORM, algorithm_of, is_plugin, known_algorithm, plugin_algorithm
+from common.algorithm_table import ALGORITHMS, COG_BASES, Algorithm
 from common.algorithms.local_training_settings import LocalTrainingSettings
 from common.algorithms.synsam_settings import REAL_ORACLE, SynSAMSettings
 from common.data.datasets import dataset_info
@@ -37,7 +37,7 @@ from common.data.site_data import node_shape_info
 from common.errors import ConfigError
 from common.keys import check_choice, key_name, require
 from common.models.classifiers import MODELS, check_model_fits, is_user_model
-from common.models.diffusion import DIFFUSION_ALGORITHMS, UNET_PRESETS
+from common.models.diffusion import UNET_PRESETS
 from common.models.diffusion_settings import DiffusionSettings
 from common.models.settings import ModelSettings
 from common.run.round_settings import RoundSettings
@@ -87,8 +87,9 @@ class RunConfig(RunSettings, DataSettings, ModelSettings, LocalTrainingSettings,
         """The consistency checks between parts; each names the key and the accepted values."""
         node = self.partition == NODE_PARTITION
         hf = is_hf(self.dataset)
-        decentralized = self.algorithm in DECENTRALIZED_ALGORITHMS
-        require(not is_user_model(self.model) or self.algorithm.split("+", 1)[0] != "moon", "model", self.model,
+        algorithm = algorithm_of(self.algorithm)
+        decentralized = algorithm.decentralized
+        require(not is_user_model(self.model) or not algorithm.projection_head, "model", self.model,
                 f"a built-in classifier with moon (MOON needs the model's `features` and `head`: "
                 f"{', '.join(MODELS)})")
         require(self.aggregation in ("weighted", "uniform") or not decentralized,
@@ -98,15 +99,18 @@ class RunConfig(RunSettings, DataSettings, ModelSettings, LocalTrainingSettings,
         require(self.synthetic_source != REAL_ORACLE or not node, "synthetic-source",
                 self.synthetic_source, "distilled with partition = node (real-oracle reads the training split on the "
                 "server, and the sites' data is not there)")
-        require(not self.cog or self.algorithm.split("+", 1)[0] in COG_BASES + ("fedcog",), "cog", self.cog,
+        require(not self.cog or algorithm.cog_base or algorithm.with_cog, "cog", self.cog,
                 f"true only with a base algorithm FedCOG plugs into: {', '.join(COG_BASES)}")
+        unknown_keys = [key for key in algorithm.client_keys if not hasattr(self, key.replace("-", "_"))]
+        require(not unknown_keys, "algorithm", self.algorithm,
+                f"an algorithm whose client_keys are run-config keys (not {', '.join(map(repr, unknown_keys))})")
         if node and self.model in UNET_PRESETS:  # FID's reference: the sites' pooled feature sums
             require(self.fid_features != "classifier", "fid-features", self.fid_features,
                     "random (or inception, with its weights on every host) with a U-Net and partition = node: the "
                     "classifier is trained on real images on the server, which holds none")
         require(not (node and self.perturbation_diagnostic), "perturbation-diagnostic", self.perturbation_diagnostic,
                 "false with partition = node (it reads every client's data on the server)")
-        self._check_diffusion_task()
+        self._check_diffusion_task(algorithm)
         if (hf and not node) or is_user_model(self.model):  # a user's model is checked when it is built
             return
         try:
@@ -115,17 +119,18 @@ class RunConfig(RunSettings, DataSettings, ModelSettings, LocalTrainingSettings,
             raise ConfigError(f"run config key 'model' = {self.model!r} does not fit dataset "
                               f"{self.dataset!r}: {err}") from None
 
-    def _check_diffusion_task(self) -> None:
+    def _check_diffusion_task(self, algorithm: Algorithm) -> None:
         """FedDDPM (issue 5): which algorithms, image sizes and samplers go with the model (a U-Net or not)."""
         if self.model not in UNET_PRESETS:
-            require(self.algorithm not in ("fedddpm", "fedddpm+"), "model", self.model,
+            require(not algorithm.ddpm_only, "model", self.model,
                     f"a U-Net ({', '.join(UNET_PRESETS)}) with algorithm '{self.algorithm}' (the diffusion task)")
             require(self.image_size == 0 or self.partition == NODE_PARTITION or is_hf(self.dataset), "image-size",
                     self.image_size,
                     "0 unless the model is a U-Net (diffusion task), partition = node or an hf: dataset")
             return
-        require(self.algorithm in DIFFUSION_ALGORITHMS, "algorithm", self.algorithm,
-                f"with a U-Net model (diffusion task) one of {', '.join(DIFFUSION_ALGORITHMS)}")
+        require(algorithm.trains_ddpm, "algorithm", self.algorithm,
+                "with a U-Net model (diffusion task) one of "
+                + ", ".join(name for name, row in ALGORITHMS.items() if row.trains_ddpm))
         require(not self.cog, "cog", self.cog, "false with a U-Net model (FedCOG needs a classifier)")
         if is_hf(self.dataset) and self.partition != NODE_PARTITION:
             return
@@ -143,12 +148,14 @@ class RunConfig(RunSettings, DataSettings, ModelSettings, LocalTrainingSettings,
 
 def cog_enabled(cfg: RunConfig) -> bool:
     """Whether this run uses FedCOG: `fedcog`, an `X+cog` name, or `cog = true`."""
-    return cfg.cog or cfg.algorithm == "fedcog" or cfg.algorithm.endswith("+cog")
+    return cfg.cog or algorithm_of(cfg.algorithm).with_cog
 
 
 def default_model(algorithm: str) -> str:
-    """`model = "auto"`: FedDDPM's MNIST U-Net for the diffusion algorithms, the simple CNN otherwise."""
-    return "unet-paper-mnist" if algorithm in ("fedddpm", "fedddpm+") else "cnn"
+    """`model = "auto"`: FedDDPM's MNIST U-Net for the diffusion algorithms (`ddpm_only`), the simple CNN otherwise
+    (and for a name that is no algorithm, which `parse_run_config` refuses next)."""
+    row = known_algorithm(algorithm)
+    return "unet-paper-mnist" if row is not None and row.ddpm_only else "cnn"
 
 
 def config_fields() -> list[dataclasses.Field]:
@@ -244,7 +251,10 @@ def parse_run_config(raw: Mapping[str, Any], known_algorithms: Iterable[str]) ->
         if key in raw
     }
     cfg = RunConfig(**values)
-    check_choice("algorithm", cfg.algorithm, sorted(known_algorithms))
+    if is_plugin(cfg.algorithm):  # a user's algorithm: both halves imported and checked (common/algorithms/plugins.py)
+        plugin_algorithm(cfg.algorithm)
+    else:
+        check_choice("algorithm", cfg.algorithm, [*sorted(known_algorithms), PLUGIN_FORM])
     cfg.check()
     return cfg
 

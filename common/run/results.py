@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
+from common.algorithms.plugins import algorithm_label
 from common.run.config import ConfigError, RunConfig
 from common.run.provenance import gather
 
@@ -36,9 +37,10 @@ def results_root(results_dir: str) -> Path:
 
 
 def default_run_name(cfg: RunConfig) -> str:
-    """algorithm-dataset-partition-YYYYmmdd-HHMMSS (`hf:owner/name` written as `hf-owner-name`)."""
+    """algorithm-dataset-partition-YYYYmmdd-HHMMSS (`hf:owner/name` written as `hf-owner-name`; a plugin
+    `package.module:FedNova` as `fednova`: common/algorithms/plugins.py's `algorithm_label`)."""
     dataset = cfg.dataset.replace(":", "-").replace("/", "-")
-    return f"{cfg.algorithm}-{dataset}-{cfg.partition}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return f"{algorithm_label(cfg.algorithm)}-{dataset}-{cfg.partition}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def resume_hint(folder: Path) -> str:

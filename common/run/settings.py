@@ -3,8 +3,8 @@
 One part of the run config (common/run/config.py's `RunConfig` composes the parts). These keys are
 read by the drivers and the results folder (common/run/results.py, server_app/checkpoint.py):
 evaluation cadence, the results folder's name, what is written there, checkpoints and resume.
-Whether `algorithm` names a known strategy is checked by `parse_run_config` against the server's
-registry, which common/ cannot import.
+Whether `algorithm` names a known strategy (or a user's plugin that imports and has the right types,
+common/algorithms/plugins.py) is checked by `parse_run_config`.
 """
 
 from __future__ import annotations
@@ -18,7 +18,10 @@ from common.keys import check_text, key, require
 class RunSettings:
     """The run: algorithm, rounds, seed, device, evaluation cadence, results folder, checkpoints and resume."""
 
-    algorithm: str = key("fedavg", "Algorithm to run (see the algorithm table).")
+    algorithm: str = key("fedavg", "Algorithm to run: a name of the algorithm table (docs/algorithms.md), or a "
+                         "user's own, package.module:Name, a fedsynth.algorithm.Algorithm naming its strategy class "
+                         "and client rule (importable on the server and every node; docs/architecture.md, "
+                         "\"Where a new piece goes\").")
     num_server_rounds: int = key(20, "Number of federated rounds.")
     seed: int = key(0, "Seed for partitions, model init, sampling and local training.")
     device: str = key("auto", "auto (CUDA when available), cpu, cuda or cuda:N.")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from common.algorithms.plugins import known_algorithm
 from common.run.config import ConfigError, RunConfig
 from common.data.datasets import run_dataset_info
 from common.models.diffusion import build_diffusion_model, is_diffusion
@@ -61,16 +62,12 @@ def task_values(task: ServerTask) -> dict[str, object]:
     return {name: value for name, value in dataclasses.asdict(task).items() if name != "algorithm"}
 
 
-def base_algorithm(algorithm: str) -> str:
-    """The base of a composite algorithm name (`moon+cog` -> `moon`)."""
-    return algorithm.split("+", 1)[0]
-
-
 def make_model(cfg: RunConfig | ServerTask, *, seeded: bool = False) -> nn.Module:
     """The run's model; with `seeded`, initialised from the run's seed (the global model at round 0)."""
     if is_diffusion(cfg):  # the diffusion task's noise predictor (common/models/diffusion.py)
         return build_diffusion_model(cfg, seeded=seeded)
-    projection = cfg.moon_projection_dim if base_algorithm(cfg.algorithm) == "moon" else 0
+    row = known_algorithm(cfg.algorithm)
+    projection = cfg.moon_projection_dim if row is not None and row.projection_head else 0  # MOON's head
     if seeded:
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(cfg.seed)

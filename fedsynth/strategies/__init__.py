@@ -11,7 +11,8 @@ with Flower's own `start()`, which returns Flower's `Result`:
                             train_config=ConfigRecord({"lr": 0.05}), evaluate_fn=central_evaluate)
 
 There is one class per algorithm, and it is the class `fedsynth run` builds: fedsynth's app builds the class
-of the run's algorithm (common/algorithm_table.py's `strategy`) from its run config
+of the run's algorithm (common/algorithm_table.py's `strategy`, the class's import path, from which this module
+exports it under its class name) from its run config
 (server_app/registry.py `build_strategy`), reading each parameter under the run-config key of the same name.
 A parameter's meaning is its run-config key's (docs/configuration.md; `help()` shows it with the class's own
 default), and each default is the run config's, so a class and `fedsynth run` share one set of defaults.
@@ -54,28 +55,39 @@ FID's reference). docs/library.md lists, per strategy, the client function in
 
 from __future__ import annotations
 
+from typing import Any
+
+from common.algorithms.plugins import import_attribute
+from common.algorithm_table import ALGORITHMS
 from common.run.aggregation import BOUNDED_INFLUENCE, BoundedInfluence, Krum, TrimmedMean
 from common.run.codecs import QSGD, TopK
 from common.run.task import ServerTask
 from server_app.fid_reference import NoFeatureSums
 from server_app.strategies.base import ReplyContractError, TooManyFailedRounds
-from server_app.strategies.decentralized import DFedAvg, DFedAvgM, DFedSAM, DPSGD, OledFL
-from server_app.strategies.dynafed import DynaFed
-from server_app.strategies.fedavg import FedAvg
-from server_app.strategies.fedavgm import FedAvgM
-from server_app.strategies.fedddpm import FedDDPM, WarmupFailed
-from server_app.strategies.fedddpm_plus import FedDDPMPlus
-from server_app.strategies.fedsynsam import FedSynSAM
+from server_app.strategies.fedddpm import WarmupFailed
 from server_app.strategies.flower_wrappers import WrapperRefused
-from server_app.strategies.node_rules import MOON, FedCOG, FedGamma, FedProx, FedSAM, MoFedSAM
 from server_app.strategies.node_table import NodeInfo
-from server_app.strategies.sam_baselines import FedLESAM, FedLESAMD, FedLESAMS, FedSMOO
-from server_app.strategies.scaffold import Scaffold
 
-__all__ = [
-    "BOUNDED_INFLUENCE", "BoundedInfluence", "DFedAvg", "DFedAvgM", "DFedSAM", "DPSGD", "DynaFed", "FedAvg",
-    "FedAvgM", "FedCOG", "FedDDPM", "FedDDPMPlus", "FedGamma", "FedLESAM", "FedLESAMD", "FedLESAMS", "FedProx",
-    "FedSAM", "FedSMOO", "FedSynSAM", "Krum", "MOON", "MoFedSAM", "NodeInfo", "NoFeatureSums", "OledFL", "QSGD",
-    "ReplyContractError", "Scaffold", "ServerTask", "TooManyFailedRounds", "TopK", "TrimmedMean", "WarmupFailed",
-    "WrapperRefused",
-]
+# every algorithm's strategy class, by class name -> its import path (common/algorithm_table.py's rows): a new
+# built-in class is exported by its row alone, imported on first use
+_STRATEGY_PATHS: dict[str, str] = {algorithm.strategy_name: algorithm.strategy for algorithm in ALGORITHMS.values()}
+
+
+def __getattr__(name: str) -> Any:
+    """A strategy class, imported from its row's path the first time it is asked for."""
+    if name not in _STRATEGY_PATHS:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    cls = import_attribute(_STRATEGY_PATHS[name], f"the strategy class {name}")
+    globals()[name] = cls
+    return cls
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_STRATEGY_PATHS))
+
+
+__all__ = sorted([
+    "BOUNDED_INFLUENCE", "BoundedInfluence", "Krum", "NodeInfo", "NoFeatureSums", "QSGD", "ReplyContractError",
+    "ServerTask", "TooManyFailedRounds", "TopK", "TrimmedMean", "WarmupFailed", "WrapperRefused",
+    *_STRATEGY_PATHS,
+])

@@ -26,6 +26,7 @@ from collections.abc import Mapping
 
 from flwr.app import ArrayRecord
 
+from common.algorithms.plugins import algorithm_of
 from common.run.config import RunConfig, cog_enabled
 from common.protocol import STATE_COG_PREVIOUS_MODEL, STATE_MOON_PREVIOUS_MODEL
 from common.records import Weights, to_record
@@ -39,7 +40,7 @@ def kept_model_keys(cfg: RunConfig) -> tuple[str, ...]:
     if cfg.checkpoint_every <= 0 or cfg.compression != "none":
         return ()
     keys = []
-    if cfg.algorithm.split("+", 1)[0] == "moon":
+    if algorithm_of(cfg.algorithm).projection_head:  # MOON's previous model
         keys.append(STATE_MOON_PREVIOUS_MODEL)
     if cog_enabled(cfg):
         keys.append(STATE_COG_PREVIOUS_MODEL)

@@ -1,0 +1,125 @@
+"""A user's algorithm as a plugin: `algorithm = "package.module:Name"` in the run config.
+
+The contract is the algorithm table's row (common/algorithm_table.py), nothing more: `Name` is a
+module-level `fedsynth.algorithm.Algorithm` that names its two halves by import path,
+
+    FEDNOVA = Algorithm(strategy="fednova.server:FedNova", client="fednova.client:fednova_update")
+
+- `strategy`: a subclass of one of `fedsynth.strategies`' classes (fedsynth's app builds it from the run
+  config as it builds its own: each constructor parameter from the run-config key of the same name, the
+  others at their defaults; server_app/registry.py), which sends its client what it needs in the train
+  config and aggregates the replies;
+- `client`: a function `update(job: LocalJob) -> LocalResult` that trains `job.model` in place for one
+  round; fedsynth's ClientApp builds the reply from it as for its own rules (the model, or with an uplink
+  codec the encoded update; `LocalResult.metrics` and `.outgoing` ride along);
+- optionally `client_keys` (existing run-config keys its client reads) and the row's other flags.
+
+Why import paths and not the objects: it is how the run config already names a user's model
+(`model = "package.module:factory"`) and how Flower's pyproject names its apps; a row stays plain data that
+`common` can hold without importing either app, and a built-in row and a plugin are resolved by the same
+code. The module must be importable on the server and on every SuperNode, as a model's package must
+(docs/own-data.md: inside the Flower app directory that `flwr run` ships, or installed on every host).
+
+Both halves are imported and checked whenever the run config is parsed (`parse_run_config`, on the server
+and on each node, before any work), so a missing module, a missing attribute or a value of the wrong type
+stops the run with a ConfigError naming the path and what is wrong.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+from typing import Any
+
+from common.algorithm_table import ALGORITHMS, Algorithm
+from common.errors import ConfigError
+from common.keys import check_choice
+
+# how the error messages and the docs write a plugin's name
+PLUGIN_FORM = "package.module:Name"
+
+
+def is_plugin(name: str) -> bool:
+    """Whether an algorithm name is a user's plugin, `package.module:Name` (a built-in name has no colon)."""
+    return ":" in name
+
+
+def import_attribute(path: str, what: str) -> Any:
+    """The object `"package.module:attribute"` names; ConfigError starting with `what` and saying what failed."""
+    module_name, _, attribute = path.partition(":")
+    if not module_name or not attribute or ":" in attribute:
+        raise ConfigError(f"{what}: {path!r} is not an import path; write it as package.module:attribute")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as err:  # noqa: BLE001 - any import failure: the same advice
+        raise ConfigError(
+            f"{what}: cannot import module {module_name!r} ({type(err).__name__}: {err}); it must be importable "
+            "on the server and on every SuperNode (inside the Flower app that `flwr run` ships, or installed on "
+            "every host)") from None
+    if not hasattr(module, attribute):
+        raise ConfigError(f"{what}: module {module_name!r} has no attribute {attribute!r}")
+    return getattr(module, attribute)
+
+
+def plugin_algorithm(path: str) -> Algorithm:
+    """The `Algorithm` a plugin path names, with both halves imported and checked; ConfigError says what is wrong."""
+    what = f"run config key 'algorithm' = {path!r}"
+    algorithm = import_attribute(path, what)
+    if not isinstance(algorithm, Algorithm):
+        raise ConfigError(f"{what}: {path.partition(':')[2]!r} is a {type(algorithm).__name__}, not a "
+                          "fedsynth.algorithm.Algorithm(strategy=\"package.module:Class\", "
+                          "client=\"package.module:function\")")
+    for field in ("strategy", "client"):
+        if not isinstance(getattr(algorithm, field), str) or not getattr(algorithm, field):
+            raise ConfigError(f"{what}: its {field} must be an import path \"package.module:attribute\", "
+                              f"not {getattr(algorithm, field)!r}")
+    if algorithm.cog_base:
+        raise ConfigError(f"{what}: cog_base is for fedsynth's own rows (the table generates their X+cog rows); "
+                          "a plugin that runs FedCOG's client plug-in sets with_cog = True")
+    if not all(isinstance(key, str) for key in algorithm.client_keys):
+        raise ConfigError(f"{what}: client_keys must be run-config key names, not {algorithm.client_keys!r}")
+    check_halves(algorithm, what)
+    return algorithm
+
+
+def check_halves(algorithm: Algorithm, what: str) -> None:
+    """Import both halves of `algorithm`: a Flower strategy class and a client function taking one argument."""
+    from flwr.serverapp.strategy import Strategy
+
+    strategy = import_attribute(algorithm.strategy, f"{what}: its strategy")
+    if not (inspect.isclass(strategy) and issubclass(strategy, Strategy)):
+        raise ConfigError(f"{what}: its strategy {algorithm.strategy!r} is not a strategy class (a subclass of one "
+                          "of fedsynth.strategies' classes)")
+    client = import_attribute(algorithm.client, f"{what}: its client")
+    if not callable(client) or inspect.isclass(client):
+        raise ConfigError(f"{what}: its client {algorithm.client!r} is not a function (update(job: LocalJob) -> "
+                          "LocalResult)")
+    try:
+        inspect.signature(client).bind(None)
+    except TypeError:
+        raise ConfigError(f"{what}: its client {algorithm.client!r} must take one argument, the LocalJob") from None
+    except ValueError:  # no signature to read (a builtin): left to the call
+        pass
+
+
+def algorithm_of(name: str) -> Algorithm:
+    """The row of the algorithm `name`: the table's, or a plugin's (loaded and checked); ConfigError otherwise."""
+    if name in ALGORITHMS:
+        return ALGORITHMS[name]
+    if is_plugin(name):
+        return plugin_algorithm(name)
+    check_choice("algorithm", name, [*ALGORITHMS, PLUGIN_FORM])
+    raise AssertionError("unreachable: check_choice refused the name")
+
+
+def known_algorithm(name: str) -> Algorithm | None:
+    """The row of `name` when it names one (the table's, or a plugin's, loaded and checked), else None (a
+    `ServerTask` that names no algorithm; a name `parse_run_config` refuses)."""
+    if name in ALGORITHMS:
+        return ALGORITHMS[name]
+    return plugin_algorithm(name) if is_plugin(name) else None
+
+
+def algorithm_label(name: str) -> str:
+    """How a run's folder name writes its algorithm: a built-in's name, a plugin's attribute in lower case."""
+    return name.rpartition(":")[2].lower() if is_plugin(name) else name
