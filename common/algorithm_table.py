@@ -55,12 +55,12 @@ ALGORITHMS: dict[str, Algorithm] = {
     # decentralized FL (issue 6): the ServerApp only relays; the node rules differ
     "dpsgd": _relay(strategy="DPSGD"),
     "dfedavg": _relay(strategy="DFedAvg"),
-    "dfedavgm": _relay(strategy="DFedAvgM"),
+    "dfedavgm": _relay("dfedavgm-momentum", strategy="DFedAvgM"),
     "dfedsam": _relay("sam-rho", strategy="DFedSAM"),
     "oledfl-sgd": _relay("ole-beta", strategy="OledFL"),
     "oledfl-sam": _relay("ole-beta", "sam-rho", strategy="OledFL"),
     # FedCOG (issue 4) is client-side only: X+cog keeps X's server rule and class ("fedcog" = "fedavg+cog");
-    # the nodes read FedCOG's settings from the run config
+    # the server sends FedCOG's settings beside X's (common/run/client_settings.py `client_keys`)
     "fedcog": Algorithm("fedavg", ("cog-start-round",), strategy="FedCOG"),
     "fedavg+cog": Algorithm("fedavg", strategy="FedAvg"),
     "fedavgm+cog": Algorithm("fedavgm", strategy="FedAvgM"),
