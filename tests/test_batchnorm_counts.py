@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
 from torch import nn
 
 from client_app.decentralized import DECENTRALIZED_UPDATES
@@ -31,7 +31,7 @@ from fedsynth.client import (
     train_steps,
 )
 from server_app.distillation import DistillSettings, distill, real_oracle
-from server_app.registry import SERVER_STRATEGIES
+from server_app.registry import SERVER_STRATEGIES, train_config_of
 from server_app.strategies.dynafed import DynaFed
 from server_app.strategies.fedsynsam import FedSynSAM
 
@@ -127,7 +127,7 @@ def _synsam(model: nn.Module, local):
 
 def _cog(model: nn.Module, local):
     return train_fedcog(model, local, label_counts=np.array([10, 0, 5, 5]), previous_model=model_weights(model),
-                        input_shape=(1, SIDE, SIDE), settings=CogSettings(budget=8, gen_steps=2, batch_size=4),
+                        input_shape=(1, SIDE, SIDE), settings=CogSettings(gen_budget=8, gen_steps=2), batch_size=4,
                         optimizer=OPTIMIZER)
 
 
@@ -165,7 +165,7 @@ def test_decentralized_sam_rules_update_the_statistics_once_per_step(algorithm: 
     torch.manual_seed(cfg.seed)  # the seeded x^0 the node's first Ole restart starts from: the restart is x itself
     model = tiny_bn_cnn(num_classes=10, image_size=28)
     job = LocalJob(cfg=cfg, server_round=1, partition_id=0, model=model, x=x, y=y, device=torch.device("cpu"),
-                   incoming=RecordDict(), state=RecordDict())
+                   incoming=RecordDict({"config": ConfigRecord(train_config_of(cfg, 1))}), state=RecordDict())
     result = DECENTRALIZED_UPDATES[algorithm](job)
     assert result.num_steps == STEPS and counts(job.model) == [STEPS, STEPS]
 
@@ -206,7 +206,7 @@ def test_fedcog_generation_leaves_the_models_statistics_alone() -> None:
     model = seeded_model()
     before = model_weights(model)
     fedcog_distillation(model, np.array([10, 0, 5, 5]), previous_model=before, input_shape=(1, SIDE, SIDE),
-                        settings=CogSettings(budget=8, gen_steps=2, batch_size=4))
+                        settings=CogSettings(gen_budget=8, gen_steps=2), batch_size=4)
     for name, value in model_weights(model).items():
         np.testing.assert_array_equal(value, before[name])
     assert model.training

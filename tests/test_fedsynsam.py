@@ -7,7 +7,7 @@ import copy
 import numpy as np
 import pytest
 import torch
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
 from torch import nn
 
 from client_app.sam_family import STATE_SYNTHETIC, fedsam_rule, fedsynsam_update, fixed_direction_rule, fedlesam_direction
@@ -22,7 +22,7 @@ from server_app.distillation import DistillSettings, distill, matching_loss, spl
 from common.run.results import read_metrics
 from common.algorithms.synsam import mix_ascent, norm_ratio, synthetic_share
 from server_app.perturbation import cosine
-from server_app.registry import SERVER_STRATEGIES
+from server_app.registry import SERVER_STRATEGIES, train_config_of
 from server_app.strategies.sam_baselines import feddyn_server_state, smoo_global_perturbation
 from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
@@ -169,9 +169,10 @@ def _job(cfg: RunConfig, incoming: RecordDict | None = None, state: RecordDict |
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(n, 1, 28, 28, generator=generator)
     y = torch.randint(0, 10, (n,), generator=generator)
+    incoming = RecordDict() if incoming is None else incoming
+    incoming["config"] = ConfigRecord(train_config_of(cfg, 2))  # what the app's strategy sends in round 2
     return LocalJob(cfg=cfg, server_round=2, partition_id=0, model=make_model(cfg, seeded=True), x=x, y=y,
-                    device=torch.device("cpu"), incoming=RecordDict() if incoming is None else incoming,
-                    state=RecordDict() if state is None else state)
+                    device=torch.device("cpu"), incoming=incoming, state=RecordDict() if state is None else state)
 
 
 def test_fedlesam_perturbs_along_the_negated_previous_update_with_one_global_norm():
