@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
@@ -170,7 +171,10 @@ def _job(cfg: RunConfig, incoming: RecordDict | None = None, state: RecordDict |
     x = torch.randn(n, 1, 28, 28, generator=generator)
     y = torch.randint(0, 10, (n,), generator=generator)
     incoming = RecordDict() if incoming is None else incoming
-    incoming["config"] = ConfigRecord(train_config_of(cfg, 2))  # what the app's strategy sends in round 2
+    # what the app's strategy sends in round 2 (a config without an algorithm: FedSynSAM's, which sends every
+    # setting of the SAM rules here: sam-rho, synsam-beta, synsam-mix)
+    sender = cfg if cfg.algorithm != "fedavg" else dataclasses.replace(cfg, algorithm="fedsynsam")
+    incoming["config"] = ConfigRecord(train_config_of(sender, 2))
     return LocalJob(cfg=cfg, server_round=2, partition_id=0, model=make_model(cfg, seeded=True), x=x, y=y,
                     device=torch.device("cpu"), incoming=incoming, state=RecordDict() if state is None else state)
 

@@ -144,9 +144,12 @@ def test_fedddpm_runs_its_warmup_and_correction_under_start(tmp_path, tiny_data_
     strategy = strategies.FedDDPM(**public_arguments(strategies.FedDDPM, raw),
                                   nodes=handshake(grid, cfg), fraction_evaluate=0.0)
     assert strategy.auxiliary is None
-    result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=1, timeout=120)
+    # fedsynth's ClientApp trains at the lr its messages carry: start()'s train_config here (no lr_schedule)
+    result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=1, timeout=120,
+                            train_config=ConfigRecord({"lr": cfg.lr}))
     phases = [record["phase"] for record in strategy.phase_records]
     assert phases == ["warmup"]  # no recorder drained them: they are the strategy's record of the run
+    assert all(message.content["config"]["lr"] == cfg.lr for message in strategy._warmup_sent)
     assert strategy.auxiliary is not None and len(strategy.auxiliary) == strategy.phase_records[0]["aux-size"] > 0
     assert strategy.round_report["answered"] == 2
     # the correction on the auxiliary set ran after the aggregation: its metrics are the round's
