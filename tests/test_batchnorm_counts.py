@@ -30,7 +30,8 @@ from fedsynth.client import (
     train_fedlesam_d, train_fedlesam_s, train_fedsam, train_fedsmoo, train_fedsynsam, train_mofedsam, train_sgd,
     train_steps,
 )
-from server_app.distillation import DistillSettings, distill, real_oracle
+from common.algorithms.synsam_settings import SynSAMSettings
+from server_app.distillation import distill, real_oracle
 from server_app.registry import SERVER_STRATEGIES, train_config_of
 from server_app.strategies.dynafed import DynaFed
 from server_app.strategies.fedsynsam import FedSynSAM
@@ -233,7 +234,8 @@ def assert_unchanged(trajectory: list[dict[str, np.ndarray]], kept: list[dict[st
             assert entry[name].dtype == value.dtype and entry[name].tobytes() == value.tobytes(), name
 
 
-SETTINGS = DistillSettings(ipc=1, iterations=2, inner_steps=1, optimizer="adam", lr=0.05)
+SETTINGS = SynSAMSettings(synthetic_ipc=1, distill_iterations=2, distill_inner_steps=1, distill_optimizer="adam",
+                           distill_lr=0.05)
 
 
 def test_distillation_leaves_every_trajectory_entry_bitwise_unchanged() -> None:
