@@ -1,7 +1,7 @@
 """Why FedSynSAM's matching loss barely falls under 4-bit qsgd: trajectories, distillation, noise floor, diagnostic.
 
     .venv/bin/python benchmarks/fedsynsam_distillation.py trajectory CODEC      # R = 30 FedSAM rounds -> WORK/traj-CODEC.npz
-    .venv/bin/python benchmarks/fedsynsam_distillation.py distill CODEC [JSON]  # distil from it (JSON: SynSAMSettings changes)
+    .venv/bin/python benchmarks/fedsynsam_distillation.py distill CODEC [JSON]  # distil from it (JSON: SynSAMSettings fields)
     .venv/bin/python benchmarks/fedsynsam_distillation.py oracle CODEC          # real balanced data in place of D_syn, alpha scan
     .venv/bin/python benchmarks/fedsynsam_distillation.py floor CODEC           # clean vs compressed global step at w^r
     .venv/bin/python benchmarks/fedsynsam_distillation.py diagnostic ROUNDS     # fedsynsam run with perturbation-diagnostic

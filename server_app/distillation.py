@@ -226,7 +226,8 @@ def real_oracle(
                               alpha, steps, settings.normalized_matching)
     log(INFO, "real-oracle (a diagnostic, not the method): %d real training images as D_syn, matching loss %.4f "
         "at alpha %.5f", len(y), loss, settings.distill_alpha_init)
-    return DistillResult(x=np.asarray(x, dtype=np.float32), y=np.asarray(y, dtype=np.int64), alpha=settings.distill_alpha_init,
+    return DistillResult(x=np.asarray(x, dtype=np.float32), y=np.asarray(y, dtype=np.int64),
+                         alpha=settings.distill_alpha_init,
                          start_loss=loss, end_loss=loss)
 
 

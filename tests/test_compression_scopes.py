@@ -161,7 +161,8 @@ def test_whole_update_extras_carry_their_tensor_mask():
     global_w, local_w = _update(shapes, 3), _update(shapes, 4)
     control = {k: v for k, v in _update(shapes, 5).items() if k != "running_mean"}
     cfg = RunConfig(compression="qsgd", levels=257, qsgd_scope="model")
-    records = run_uplink_records(cfg, RecordDict(), global_w, local_w, {SCAFFOLD_CONTROL_DELTA: to_record(control)}, 1, 0)
+    records = run_uplink_records(cfg, RecordDict(), global_w, local_w, {SCAFFOLD_CONTROL_DELTA: to_record(control)},
+                                 1, 0)
     assert TENSOR_MASK in records[compressed_name(SCAFFOLD_CONTROL_DELTA)]
     content = _reply_content(records)
     decode_reply(content, global_w, run_codec(cfg)[0])

@@ -103,7 +103,8 @@ def test_the_distillation_says_its_size_and_logs_its_progress():
     handler, logger = Lines(), logging.getLogger("flwr")
     logger.addHandler(handler)
     try:
-        distill(small(), trajectory, 4, (1, 4, 4), SynSAMSettings(synthetic_ipc=2, distill_iterations=20, distill_inner_steps=1),
+        distill(small(), trajectory, 4, (1, 4, 4),
+                SynSAMSettings(synthetic_ipc=2, distill_iterations=20, distill_inner_steps=1),
                 torch.device("cpu"))
     finally:
         logger.removeHandler(handler)

@@ -177,7 +177,8 @@ def test_qsgd_compresses_the_parameters_only_and_the_buffers_arrive_exactly(scop
 
 def test_a_compressed_reply_without_its_buffers_is_refused_naming_the_record() -> None:
     cfg = cfg_of(compression="qsgd", bits=4)
-    records = run_uplink_records(cfg, RecordDict(), BN, local_models()[0], {}, 1, 0, parameters=["bn.weight", "bn.bias"])
+    records = run_uplink_records(cfg, RecordDict(), BN, local_models()[0], {}, 1, 0,
+                                 parameters=["bn.weight", "bn.bias"])
     del records[MODEL_BUFFERS]
     with pytest.raises(ValueError, match=MODEL_BUFFERS):
         decode_reply(RecordDict(dict(records)), BN, run_codec(cfg)[0], ["bn.weight", "bn.bias"])

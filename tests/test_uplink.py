@@ -93,7 +93,8 @@ def test_qsgd_through_client_and_server_is_unbiased():
     global_w, local_w = _weights(shapes, 4), _weights(shapes, 5)
     cfg = RunConfig(compression="qsgd", bits=3)
     spec = run_codec(cfg)[0]
-    draws = [decode_reply(_reply(run_uplink_records(cfg, RecordDict(), global_w, local_w, {}, r, 0)).content, global_w, spec)
+    draws = [decode_reply(_reply(run_uplink_records(cfg, RecordDict(), global_w, local_w, {}, r, 0)).content,
+                          global_w, spec)
              for r in range(1000)]
     for name in shapes:
         delta = local_w[name] - global_w[name]

@@ -51,7 +51,8 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
     "weighted_by_key": "The reply metric that weighs each reply in the averages, as in Flower's strategies. A\n"
                        "reply that also carries \"num-examples\" must give both the same value, or it is dropped.",
     "node_settings": "Your own settings for the nodes, added to every train message's config (as FedProx sends\n"
-                     "\"proximal-mu\"); fedsynth's app sends FedCOG's settings here on a run with FedCOG (\"gen-budget\", ...).",
+                     "\"proximal-mu\"); fedsynth's app sends FedCOG's settings here on a run with FedCOG\n"
+                     "(\"gen-budget\", ...).",
     "parameter_names": "The names of the model's trainable arrays (`[n for n, _ in net.named_parameters()]`): what the\n"
                        "server step, the codec and control variates cover. None: judged from the arrays (floating arrays\n"
                        "not named like normalisation statistics).",
@@ -72,9 +73,10 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
              "None (no compression), `QSGD(bits, levels, scope, bucket, error_feedback)` or\n"
              "`TopK(ratio, error_feedback)` (common/run/codecs.py; run-config keys `compression`, `bits`, ...).",
     "sam": "False: OledFL-SGD; True: OledFL-SAM (the nodes read \"sam-rho\" from the config).",
-    "cog_settings": "FedCOG's generation and distillation settings, sent in every train message's config under their\n"
-                    "run-config keys (\"gen-budget\", \"gen-steps\", ...): a `CogSettings` (the run config's FedCOG part,\n"
-                    "common/algorithms/cog_settings.py); None: its defaults. Its `cog_start_round` is this class's.",
+    "cog_settings": "FedCOG's generation and distillation settings, sent in every train message's config under\n"
+                    "their run-config keys (\"gen-budget\", \"gen-steps\", ...): a `CogSettings` (the run config's\n"
+                    "FedCOG part, common/algorithms/cog_settings.py); None: its defaults. Its `cog_start_round` is\n"
+                    "this class's.",
 }
 
 
