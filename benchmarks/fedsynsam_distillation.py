@@ -1,7 +1,7 @@
 """Why FedSynSAM's matching loss barely falls under 4-bit qsgd: trajectories, distillation, noise floor, diagnostic.
 
     .venv/bin/python benchmarks/fedsynsam_distillation.py trajectory CODEC      # R = 30 FedSAM rounds -> WORK/traj-CODEC.npz
-    .venv/bin/python benchmarks/fedsynsam_distillation.py distill CODEC [JSON]  # distil from it (JSON: DistillSettings changes)
+    .venv/bin/python benchmarks/fedsynsam_distillation.py distill CODEC [JSON]  # distil from it (JSON: SynSAMSettings fields)
     .venv/bin/python benchmarks/fedsynsam_distillation.py oracle CODEC          # real balanced data in place of D_syn, alpha scan
     .venv/bin/python benchmarks/fedsynsam_distillation.py floor CODEC           # clean vs compressed global step at w^r
     .venv/bin/python benchmarks/fedsynsam_distillation.py diagnostic ROUNDS     # fedsynsam run with perturbation-diagnostic
@@ -20,6 +20,7 @@ Results: benchmarks/results/fedsynsam-distillation.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -34,7 +35,8 @@ sys.path.insert(0, str(REPO_ROOT))
 from common.run.config import RunConfig  # noqa: E402
 from common.data.datasets import dataset_info  # noqa: E402
 from common.run.task import make_model  # noqa: E402
-from server_app.distillation import DistillSettings, distill  # noqa: E402
+from common.algorithms.synsam_settings import SynSAMSettings  # noqa: E402
+from server_app.distillation import distill  # noqa: E402
 from server_app.app import run_strategy
 
 CODECS = {"qsgd4": {"compression": "qsgd", "bits": 4}, "topk0.1": {"compression": "topk", "topk-ratio": 0.1},
@@ -91,10 +93,10 @@ def cmd_trajectory(work: Path, codec: str) -> None:
 def cmd_distill(work: Path, codec: str, changes: dict) -> None:
     cfg = RunConfig(model="mlp")
     info = dataset_info(cfg.dataset)
-    settings = DistillSettings(**{**DistillSettings.from_config(cfg).__dict__, **changes})
+    settings = dataclasses.replace(SynSAMSettings.of(cfg), **changes)
     start = time.monotonic()
     result = distill(make_model(cfg), load_trajectory(work, codec), info.num_classes, info.shape, settings,
-                     torch.device("cpu"))
+                     torch.device("cpu"), seed=cfg.seed)
     print(f"{codec} {changes}: matching loss {result.start_loss:.4f} -> {result.end_loss:.4f} "
           f"(end/start {result.end_loss / result.start_loss:.2f}), alpha {result.alpha:.5f}, "
           f"{time.monotonic() - start:.1f} s")

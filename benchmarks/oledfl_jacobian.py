@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     from common.run.task import make_model
     from common.algorithms.mixing_spectrum import ole_gossip_contraction
     from common.algorithms.topology import RANDOM_TOPOLOGIES, mixing_matrix
-    from server_app.registry import SERVER_STRATEGIES
+    from server_app.registry import SERVER_STRATEGIES, decayed_lr
 
     torch.set_num_threads(args.threads)
     wall = time.monotonic()
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     def local_steps(start: torch.Tensor, node: int, t: int) -> torch.Tensor:
         """K steps of the project's local SGD (clip, then weight decay) from a flat start; returns the flat end."""
         p = [v.clone().requires_grad_(True) for v in unflatten(start.float()).values()]
-        lr = cfg.local_lr(t)
+        lr = decayed_lr(cfg.lr, cfg.lr_decay, t)
         for idx in batch_indices(len(ys[node]), cfg, t, node):
             index = torch.from_numpy(idx)
             loss = torch.nn.functional.cross_entropy(

@@ -49,7 +49,7 @@ def measure(raw: dict[str, Any], num_nodes: int) -> list[dict[str, float]]:
     from fedsynth.inprocess import InProcessGrid
     from server_app.handshake import handshake
     from server_app.strategies.base import TooManyFailedRounds
-    from server_app.registry import SERVER_STRATEGIES, build_strategy
+    from server_app.registry import SERVER_STRATEGIES, build_strategy, decayed_lr
 
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     grid = InProcessGrid(num_nodes, raw)
@@ -59,7 +59,7 @@ def measure(raw: dict[str, Any], num_nodes: int) -> list[dict[str, float]]:
 
     def recording_step(mean_delta, replies):
         # each reply carries the client's local model y_i; strategy.current is still x
-        lr = cfg.local_lr(len(rows) + 1)
+        lr = decayed_lr(cfg.lr, cfg.lr_decay, len(rows) + 1)
         x = strategy.current
         displacements = []
         for reply in replies:

@@ -48,7 +48,8 @@ from common.metrics.fid import frechet_distance, gaussian_stats  # noqa: E402
 from common.metrics.fid_features import FeatureCNN  # noqa: E402
 from common.models.classifiers import build_model  # noqa: E402
 from common.records import model_weights  # noqa: E402
-from server_app.distillation import DistillSettings, distill  # noqa: E402
+from common.algorithms.synsam_settings import SynSAMSettings  # noqa: E402
+from server_app.distillation import distill  # noqa: E402
 
 
 @dataclass
@@ -78,7 +79,8 @@ def distillation_row(setting: str, dataset: str, model_name: str, inner_steps: i
                            else v for k, v in trajectory[-1].items()})
 
     def run(m: int) -> float:
-        settings = DistillSettings(ipc=20, iterations=m, inner_steps=inner_steps)
+        settings = SynSAMSettings(synthetic_ipc=20, distill_iterations=m, distill_inner_steps=inner_steps,
+                                  distill_optimizer="adam", distill_lr=0.05)
         return min(timed(lambda: distill(model, trajectory, info.num_classes, info.shape, settings, device), device)
                    for _ in range(2))
 

@@ -35,7 +35,6 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))  # run as a script, only benchmarks/ is on sys.path
 
-from client_app.fedcog import first_cog_round  # noqa: E402
 from common.run.config import RunConfig  # noqa: E402
 from fedsynth.simulation import prepare_run_config  # noqa: E402
 from fedsynth.study.studyfile import RunSpec, Study, load_study, report_runs  # noqa: E402
@@ -62,7 +61,7 @@ def run_config(spec: RunSpec, app_dir: Path = REPO_ROOT) -> RunConfig:
 
 def shared_rounds(cfg: RunConfig) -> int:
     """The rounds an X+cog run shares with X: those before FedCOG starts."""
-    return first_cog_round(cfg) - 1
+    return cfg.first_cog_round(cfg.num_server_rounds) - 1
 
 
 def runs_of(study: Study, arm: str) -> dict[int, RunSpec]:
@@ -81,7 +80,7 @@ def check_fork(source: RunConfig, source_round: int, source_identity: dict[str, 
         raise ForkError(f"only X+cog forks into X: {source.algorithm!r} into {target.algorithm!r}")
     if source_round > shared_rounds(source):
         raise ForkError(f"the checkpoint is from round {source_round}, after FedCOG started "
-                        f"(round {first_cog_round(source)}): the runs no longer agree")
+                        f"(round {source.first_cog_round(source.num_server_rounds)}): the runs no longer agree")
     differing = set(config_differences(source_identity, target)) - {"algorithm"}
     if differing:
         raise ForkError(f"source and target differ in more than the algorithm: {', '.join(sorted(differing))}")

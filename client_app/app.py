@@ -4,6 +4,20 @@ Every message validates the run config and the node config first, so a bad
 value stops the node with a message naming the key. In deployment each message
 runs in a new process: the node reads only its cached partition, and anything
 that must survive between rounds lives in `Context.state`.
+
+A train message is read as a Flower developer's client reads it
+(docs/library.md, "What each strategy sends and expects"): the round's `lr`,
+the uplink codec and every setting of the algorithm's rule come from the
+message's config, which the server's strategy fills (SPEC 3: "every setting a
+client needs ... sent in the train message's ConfigRecord"); a message that
+lacks one is refused naming the key (`required_settings`), never completed
+from the run config. What stays the node's: its data, device and threads (node
+config), and from the run config, as a Flower app's ClientApp reads
+`local-epochs` from its own, the task (dataset, model, seed, partitioning) and
+the local recipe (`local-epochs` / `local-steps`, `batch-size`, `momentum`,
+`weight-decay`, `clip-grad-norm`, `local-optimizer`; client_app/training.py),
+which client rule runs (`algorithm`, `cog`), and where FedCOG's image grid goes
+(`run-name`, `results-dir`).
 """
 
 from __future__ import annotations
@@ -17,13 +31,15 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from client_app.decentralized import gossip_start_model, is_gossip_round
-from client_app.diffusion import diffusion_train, feature_sums_reply
+from client_app.diffusion import diffusion_train, feature_sums_reply, is_warmup
 from client_app.threads import torch_threads, usable_cores
 from client_app.training import LocalJob
 from client_app.registry import CLIENT_UPDATES, client_update
-from client_app.train_reply import uplink_records
+from client_app.train_reply import uplink_codec_of, uplink_records
+from common.algorithms.plugins import algorithm_of
+from common.run.client_settings import ROUND_KEYS, client_keys, require_settings
 from common.data.settings import NODE_PARTITION
-from common.run.config import ConfigError, RunConfig, parse_run_config
+from common.run.config import ConfigError, RunConfig, cog_enabled, parse_run_config
 from common.data.datasets import run_dataset_info
 from common.data.hf_datasets import is_hf
 from common.models.diffusion import is_diffusion
@@ -192,11 +208,22 @@ def fid_stats(msg: Message, context: Context) -> Message:
     return feature_sums_reply(msg, cfg, node.partition_id, data, node.device)
 
 
+def required_settings(cfg: RunConfig) -> tuple[str, ...]:
+    """The keys a train message of this run must carry in its config: the round, its `lr`, and what the
+    algorithm's rule reads (the codec, the rule's settings, FedCOG's: common/run/client_settings.py)."""
+    return ROUND_KEYS + client_keys(cfg.algorithm, algorithm_of(cfg.algorithm).decentralized, cog_enabled(cfg))
+
+
 @app.train()
 def train(msg: Message, context: Context) -> Message:
     """Evaluate the received global model locally, then run the algorithm's local update."""
     cfg, node, data = _setup(context)
-    server_round = int(msg.content.config_records["config"]["server-round"])
+    config = msg.content.config_records.get("config")
+    if config is None:
+        raise ValueError("the train message has no 'config' record (the round's settings)")
+    if not is_warmup(config):  # FedDDPM's warm-up carries its own settings (client_app/diffusion.py)
+        require_settings(config, required_settings(cfg))
+    server_round = int(config["server-round"])
     restore_node_state(msg.content, context.state)
     if is_gossip_round(msg.content):  # decentralized FL: start from the mix of the neighbours' models
         model = gossip_start_model(msg.content, context.state, cfg, node.device)
@@ -227,8 +254,10 @@ def train(msg: Message, context: Context) -> Message:
     # the model (or, with compression, the encoded update) and the rule's extra records
     # (a decentralized round carries no global model; its config refuses compression)
     received = from_record(msg.content.array_records["arrays"]) if "arrays" in msg.content.array_records else {}
-    for name, record in uplink_records(cfg, context.state, received, model_weights(model), result.outgoing,
-                                       server_round, node.partition_id, module_parameter_names(model)).items():
+    codec, error_feedback = uplink_codec_of(config)
+    for name, record in uplink_records(codec, error_feedback, cfg.seed, context.state, received, model_weights(model),
+                                       result.outgoing, server_round, node.partition_id,
+                                       module_parameter_names(model)).items():
         content[name] = record
     return Message(content, reply_to=msg)
 

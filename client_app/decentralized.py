@@ -14,6 +14,10 @@ Round t on node i (SPEC 4.5, OledFL Algorithm 1):
    (Ole), then DFedAvg / DFedSAM steps.
 3. keep z_i^t in `Context.state` for the next round (mixing and Ole), with
    the round it was made in, and send it to the relay.
+
+The rules' settings (`sam-rho`, `ole-beta`, `dfedavgm-momentum`) and the round's
+`lr` come from the relay's train message (`LocalJob.setting`), as a centralized
+rule's do; the relay sends no codec (decentralized nodes exchange full models).
 """
 
 from __future__ import annotations
@@ -96,7 +100,7 @@ RuleFactory = Callable[[LocalJob], GradientRule]
 
 def sam_rule(job: LocalJob) -> GradientRule:
     """SAM with the local gradient as ascent direction (DFedSAM, OledFL-SAM), radius `sam-rho`."""
-    return sam_gradients(job.model, job.loss_fn, job.cfg.sam_rho)
+    return sam_gradients(job.model, job.loss_fn, float(job.setting("sam-rho")))
 
 
 def decentralized_round(job: LocalJob, rule: RuleFactory, *, ole: bool = False, **cfg_changes) -> LocalResult:
@@ -108,7 +112,7 @@ def decentralized_round(job: LocalJob, rule: RuleFactory, *, ole: bool = False, 
     own_previous, own_round = own_model(job.state, job.cfg)
     metrics: dict[str, float] = {"own-model-round": own_round}
     if ole:  # ||x_i - z_i^{t-1}||: the Ole direction before scaling by beta
-        metrics["ole-direction-norm"] = ole_restart(job.model, own_previous, job.cfg.ole_beta)
+        metrics["ole-direction-norm"] = ole_restart(job.model, own_previous, float(job.setting("ole-beta")))
     if cfg_changes:
         job.cfg = dataclasses.replace(job.cfg, **cfg_changes)
     result = run_local_steps(job, rule(job))
@@ -129,7 +133,7 @@ def dfedavg_update(job: LocalJob) -> LocalResult:
 
 def dfedavgm_update(job: LocalJob) -> LocalResult:
     """DFedAvgM: DFedAvg with local heavy-ball momentum (buffer reset every round)."""
-    return decentralized_round(job, plain_rule, momentum=job.cfg.dfedavgm_momentum)
+    return decentralized_round(job, plain_rule, momentum=float(job.setting("dfedavgm-momentum")))
 
 
 def dfedsam_update(job: LocalJob) -> LocalResult:

@@ -12,7 +12,9 @@ The ClientApp's `train` hands diffusion runs (a `unet*` model) to
 
 A message whose config has `phase = "warmup"` is FedDDPM's warmup: the node
 trains its own DDPM from the received initial model for `warmup-epochs` over its
-local data (or `warmup-steps` steps) and uploads it once, uncompressed, with its sample count m_i.
+local data (or `warmup-steps` steps) at the message's `lr` and uploads it once,
+uncompressed, with its sample count m_i. Those three come from the message, as a
+round's `lr` and codec do (client_app/app.py); a warm-up without them is refused.
 
 The `fid_stats` query returns the sums (sum f, sum f f^T, n) of the features
 of the node's training images under the extractor the server names (and, for
@@ -33,7 +35,8 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from client_app.training import LocalJob, plain_rule, run_local_steps
 from client_app.registry import client_update
-from client_app.train_reply import uplink_records
+from client_app.train_reply import uplink_codec_of, uplink_records
+from common.keys import require_settings
 from common.run.config import RunConfig
 from common.data.datasets import run_dataset_info
 from common.models.diffusion import image_side, loss_for, seeded_generator, to_diffusion_input
@@ -54,14 +57,20 @@ def diffusion_tensors(cfg: RunConfig, data: ClientData, device: torch.device) ->
     return x, y
 
 
-def warmup_config(cfg: RunConfig, config: Mapping[str, Any]) -> RunConfig:
-    """The run config of the warmup: `warmup-steps` steps or `warmup-epochs` passes, at the undecayed rate.
+# what a warm-up message's config carries (server_app/strategies/fedddpm.py sends them)
+WARMUP_KEYS = ("server-round", "lr", "warmup-epochs", "warmup-steps")
 
-    The warm-up message's config carries both (the server's strategy sends them); a message without them (an
-    older server) leaves the run config's.
-    """
-    return dataclasses.replace(cfg, local_epochs=int(config.get("warmup-epochs", cfg.warmup_epochs)),
-                               local_steps=int(config.get("warmup-steps", cfg.warmup_steps)), lr_decay=1.0)
+
+def is_warmup(config: Mapping[str, Any]) -> bool:
+    """Whether a train message's config is FedDDPM's warm-up (`phase = "warmup"`)."""
+    return str(config.get(DIFFUSION_PHASE, "")) == WARMUP_PHASE
+
+
+def warmup_config(cfg: RunConfig, config: Mapping[str, Any]) -> RunConfig:
+    """The run config of the warmup: `warmup-steps` steps or `warmup-epochs` passes, as the warm-up message says
+    (its `lr` is the job's: `LocalJob.lr`); ValueError names a key the message lacks."""
+    require_settings(config, WARMUP_KEYS)
+    return dataclasses.replace(cfg, local_epochs=int(config["warmup-epochs"]), local_steps=int(config["warmup-steps"]))
 
 
 def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id: int, data: ClientData,
@@ -69,7 +78,7 @@ def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id
     """One train message of a diffusion run: a round of the algorithm's client rule, or the warmup."""
     config = msg.content.config_records["config"]
     server_round = int(config["server-round"])
-    warmup = str(config.get(DIFFUSION_PHASE, "")) == WARMUP_PHASE
+    warmup = is_warmup(config)
     x, y = diffusion_tensors(cfg, data, device)
     job_cfg = warmup_config(cfg, config) if warmup else cfg
     job = LocalJob(
@@ -91,8 +100,10 @@ def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id
         content[MODEL] = to_record(model_weights(model))
         return Message(content, reply_to=msg)
     received = from_record(msg.content.array_records[MODEL])
-    for name, record in uplink_records(cfg, context.state, received, model_weights(model), result.outgoing,
-                                       server_round, partition_id, module_parameter_names(model)).items():
+    codec, error_feedback = uplink_codec_of(config)
+    for name, record in uplink_records(codec, error_feedback, cfg.seed, context.state, received, model_weights(model),
+                                       result.outgoing, server_round, partition_id,
+                                       module_parameter_names(model)).items():
         content[name] = record
     return Message(content, reply_to=msg)
 

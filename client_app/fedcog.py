@@ -23,8 +23,11 @@ Rounds before the first FedCOG round run the base rule unchanged; the model
 each round ends with is kept in node state for the next disagreement term.
 
 `fedcog_distillation` (steps 1 and the plug-in of 2) and `train_fedcog` (one
-round on FedAvg's update) take plain parameters, for any Flower ClientApp
-(`fedsynth.client`); `plug_in` feeds the first from a fedsynth run's config.
+round on FedAvg's update) take plain parameters and FedCOG's one settings object,
+the run config's part `CogSettings` (common/algorithms/cog_settings.py), for any
+Flower ClientApp (`fedsynth.client`); `plug_in` feeds the first from the train
+message: the server sends FedCOG's settings in its config (`CogSettings.from_config`),
+with `cog-start-round` already resolved to the first FedCOG round.
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ from client_app.training import (
 )
 from common.run.config import RunConfig
 from common.algorithms.plugins import algorithm_of
+from common.algorithms.cog_settings import CogSettings
 from common.data.datasets import normalization, run_dataset_info
 from common.algorithms.batch_statistics import frozen_batch_statistics
 from common.algorithms.fedcog import complementary_labels, generation_loss, kd_coefficients, kd_loss
@@ -70,18 +74,6 @@ def client_algorithm(cfg: RunConfig) -> str:
     if cfg.cog and not algorithm_of(cfg.algorithm).with_cog:
         return f"{cfg.algorithm}+cog"
     return cfg.algorithm
-
-
-def first_cog_round(cfg: RunConfig) -> int:
-    """The first round with FedCOG: `cog-start-round`, or with 0 the paper's schedule.
-
-    The paper runs 50 rounds of the base and then 20 of FedCOG; `0` keeps that
-    ratio for any run length (round 51 of 70, round 15 of 20), and at least the
-    last round uses FedCOG.
-    """
-    if cfg.cog_start_round > 0:
-        return cfg.cog_start_round
-    return min(int(np.floor(cfg.num_server_rounds * 50 / 70 + 0.5)) + 1, cfg.num_server_rounds)
 
 
 frozen_copy = frozen_twin  # a frozen copy of a model, optionally with other weights
@@ -206,29 +198,6 @@ class KnowledgeDistillation:
         return stats
 
 
-@dataclass(frozen=True)
-class CogSettings:
-    """FedCOG's client parameters (SPEC 4.2; defaults as fedsynth's run config, docs/configuration.md).
-
-    budget: generation budget G, split over the classes the node lacks;
-    gen_steps: Adam steps on the inputs (0: Gaussian noise, Table 5's ablation 1);
-    gen_lr: their learning rate; lambda_dis: weight of the disagreement term
-    1 - JS(global, previous local) (0: global only, ablation 2); kd_weighting:
-    `balanced` (c_real, c_kd from the label counts) or `fixed` (1, lambda_kd);
-    batch_size: generated examples per KD batch; hard_label: CE on the global
-    model's argmax instead of KD (ablation 3).
-    """
-
-    budget: int = 256
-    gen_steps: int = 100
-    gen_lr: float = 0.01
-    lambda_dis: float = 0.1
-    kd_weighting: str = "balanced"
-    lambda_kd: float = 0.01
-    batch_size: int = 32
-    hard_label: bool = False
-
-
 def fedcog_distillation(
     model: nn.Module,
     label_counts: np.ndarray,
@@ -236,6 +205,7 @@ def fedcog_distillation(
     previous_model: dict[str, np.ndarray] | None,
     input_shape: tuple[int, ...],
     settings: CogSettings = CogSettings(),
+    batch_size: int = 32,
     generation_seed: int = 0,
     distillation_seed: int = 1,
 ) -> KnowledgeDistillation | None:
@@ -246,35 +216,30 @@ def fedcog_distillation(
     generated inputs (shape `input_shape`, e.g. (1, 28, 28)) take the labels the
     node lacks (budget G split by `complementary_labels`). `previous_model` is
     the state dict the node ended its last round with (None: no disagreement
-    term). Add the plug-in to the training loss with `with_loss_plugin`.
+    term). `settings` is FedCOG's (its `cog-ablation` applied: `generation_steps`, `disagreement_weight`,
+    `hard_label`); `batch_size` the generated examples per KD batch. Add the plug-in to the training loss with
+    `with_loss_plugin`.
     """
-    labels = complementary_labels(np.asarray(label_counts), settings.budget)
+    labels = complementary_labels(np.asarray(label_counts), settings.gen_budget)
     if len(labels) == 0:  # a perfectly balanced node has nothing to complement
         return None
     c_real, c_kd = kd_coefficients(label_counts, settings.kd_weighting, settings.lambda_kd)
-    use_local = previous_model is not None and settings.lambda_dis > 0 and settings.gen_steps > 0
+    steps, lambda_dis = settings.generation_steps, settings.disagreement_weight
+    use_local = previous_model is not None and lambda_dis > 0 and steps > 0
     local_model = frozen_copy(model, previous_model) if use_local else None
     generated = generate(
         frozen_copy(model), local_model, torch.from_numpy(labels).to(model_device(model)), tuple(input_shape),
-        settings.gen_steps, settings.gen_lr, settings.lambda_dis, generation_seed,
+        steps, settings.gen_lr, lambda_dis, generation_seed,
     )
-    return KnowledgeDistillation(generated, c_real, c_kd, settings.batch_size, distillation_seed,
+    return KnowledgeDistillation(generated, c_real, c_kd, batch_size, distillation_seed,
                                  hard_label=settings.hard_label, disagreement=local_model is not None)
 
 
-def cog_settings(cfg: RunConfig) -> CogSettings:
-    """A run's FedCOG settings, with its `cog-ablation` applied."""
-    return CogSettings(
-        budget=cfg.gen_budget, gen_steps=0 if cfg.cog_ablation == "noise" else cfg.gen_steps, gen_lr=cfg.gen_lr,
-        lambda_dis=0.0 if cfg.cog_ablation == "global-only" else cfg.lambda_dis, kd_weighting=cfg.kd_weighting,
-        lambda_kd=cfg.lambda_kd, batch_size=cfg.batch_size, hard_label=cfg.cog_ablation == "hard-label",
-    )
-
-
-def plug_in(job: LocalJob) -> dict[str, float]:
+def plug_in(job: LocalJob, settings: CogSettings) -> dict[str, float]:
     """Generate this round's complementary set and add FedCOG's KD term to the job's loss.
 
-    Returns the per-client statistics reported in the reply's metrics.
+    `settings` are the ones the server sent; the KD batch is the node's `batch-size`. Returns the per-client
+    statistics reported in the reply's metrics.
     """
     cfg = job.cfg
     num_classes = run_dataset_info(cfg).num_classes
@@ -282,14 +247,14 @@ def plug_in(job: LocalJob) -> dict[str, float]:
     plugin = fedcog_distillation(
         job.model, np.bincount(job.y.cpu().numpy(), minlength=num_classes),
         previous_model=from_record(previous) if previous is not None else None, input_shape=tuple(job.x.shape[1:]),
-        settings=cog_settings(cfg),
+        settings=settings, batch_size=cfg.batch_size,
         generation_seed=derived_seed(cfg.seed, job.server_round, job.partition_id, 1),
         distillation_seed=derived_seed(cfg.seed, job.server_round, job.partition_id, 2),
     )
     if plugin is None:
         return {STAT + "generated": 0.0}
     job.add_loss_plugin(plugin)
-    if job.partition_id == cfg.cog_grid_partition:
+    if job.partition_id == settings.cog_grid_partition:
         save_grid(plugin.generated, cfg, job.server_round, job.partition_id)
     return {STAT + key: value for key, value in plugin.stats().items()}
 
@@ -309,6 +274,7 @@ def train_fedcog(
     previous_model: dict[str, np.ndarray] | None,
     input_shape: tuple[int, ...],
     settings: CogSettings = CogSettings(),
+    batch_size: int = 32,
     seed: int = 0,
     optimizer: LocalOptimizer = LocalOptimizer(),
     loss_fn: LossFn = classification_loss,
@@ -320,7 +286,7 @@ def train_fedcog(
     """
     plugin = fedcog_distillation(
         model, label_counts, previous_model=previous_model, input_shape=input_shape, settings=settings,
-        generation_seed=derived_seed(seed, 1), distillation_seed=derived_seed(seed, 2),
+        batch_size=batch_size, generation_seed=derived_seed(seed, 1), distillation_seed=derived_seed(seed, 2),
     )
     plugged = with_loss_plugin(loss_fn, plugin) if plugin is not None else loss_fn
     result = train_sgd(model, batches, optimizer=optimizer, loss_fn=plugged)
@@ -333,7 +299,8 @@ def with_cog(base: ClientUpdate) -> ClientUpdate:
     """The base client update with FedCOG plugged in from the first FedCOG round."""
 
     def update(job: LocalJob) -> LocalResult:
-        stats = plug_in(job) if job.server_round >= first_cog_round(job.cfg) else {}
+        settings = CogSettings.from_config(job.settings)  # the server's; `cog-start-round` is the first round
+        stats = plug_in(job, settings) if job.server_round >= settings.cog_start_round else {}
         result = base(job)
         # Kept in every round, so that the first FedCOG round already has a
         # previous local model for its disagreement term (as in the reference code).

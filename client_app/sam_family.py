@@ -35,8 +35,9 @@ Each rule differs only in the ascent direction `g` of `e = rho * g / ||g||`
 
 All rules compute losses through `job.loss_fn`, so other tasks and plug-ins
 keep working. The rules themselves are plain functions in client_app/rules.py
-(`fedsynth.client`); this module reads what they need from the run config,
-the server's records and `Context.state`, and writes back what they return.
+(`fedsynth.client`); this module reads what they need from the train message
+(the rule's settings in its config, `LocalJob.setting`; the server's records)
+and `Context.state`, and writes back what they return.
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def _incoming_weights(job: LocalJob, key: str) -> Weights | None:
 
 def fedsam_rule(job: LocalJob) -> GradientRule:
     """FedSAM: ascent along the local mini-batch gradient."""
-    return sam_gradients(job.model, job.loss_fn, job.cfg.sam_rho)
+    return sam_gradients(job.model, job.loss_fn, float(job.setting("sam-rho")))
 
 
 def fedlesam_direction(job: LocalJob) -> list[torch.Tensor] | None:
@@ -106,7 +107,7 @@ def fedlesam_direction(job: LocalJob) -> list[torch.Tensor] | None:
 
 def fixed_direction_rule(job: LocalJob, direction: list[torch.Tensor] | None) -> GradientRule:
     """SAM with an ascent direction fixed for the round (FedLESAM); plain gradients without one."""
-    return fixed_direction_gradients(job.model, job.loss_fn, direction, job.cfg.sam_rho)
+    return fixed_direction_gradients(job.model, job.loss_fn, direction, float(job.setting("sam-rho")))
 
 
 # ----- FedLESAM --------------------------------------------------------------------
@@ -165,8 +166,8 @@ def fedsynsam_update(job: LocalJob) -> LocalResult:
         return result
     cfg = job.cfg
     trained = train_fedsynsam(
-        job.model, job.batches(), synthetic_x=synthetic[0], synthetic_y=synthetic[1], rho=cfg.sam_rho,
-        beta=cfg.synsam_beta, mix=cfg.synsam_mix, synthetic_batch_size=cfg.batch_size,
+        job.model, job.batches(), synthetic_x=synthetic[0], synthetic_y=synthetic[1], rho=float(job.setting("sam-rho")),
+        beta=float(job.setting("synsam-beta")), mix=str(job.setting("synsam-mix")), synthetic_batch_size=cfg.batch_size,
         synthetic_seed=[cfg.seed, job.server_round, job.partition_id, 5], optimizer=job.optimizer,
         loss_fn=job.loss_fn,
     )
@@ -193,14 +194,14 @@ def scaffold_outputs(job: LocalJob, result: ScaffoldResult) -> LocalResult:
 
 def fedgamma_update(job: LocalJob) -> LocalResult:
     """FedGAMMA client: FedSAM + SCAFFOLD correction."""
-    result = train_fedgamma(job.model, job.batches(), rho=job.cfg.sam_rho, optimizer=job.optimizer,
+    result = train_fedgamma(job.model, job.batches(), rho=float(job.setting("sam-rho")), optimizer=job.optimizer,
                             loss_fn=job.loss_fn, **scaffold_inputs(job))
     return scaffold_outputs(job, result)
 
 
 def fedlesam_s_update(job: LocalJob) -> LocalResult:
     """FedLESAM-S client: FedLESAM + SCAFFOLD correction."""
-    result = train_fedlesam_s(job.model, job.batches(), rho=job.cfg.sam_rho,
+    result = train_fedlesam_s(job.model, job.batches(), rho=float(job.setting("sam-rho")),
                               previous_update=_incoming_weights(job, PREVIOUS_UPDATE), optimizer=job.optimizer,
                               loss_fn=job.loss_fn, **scaffold_inputs(job))
     return scaffold_outputs(job, result)
@@ -212,7 +213,7 @@ def fedlesam_s_update(job: LocalJob) -> LocalResult:
 def fedlesam_d_update(job: LocalJob) -> LocalResult:
     """FedLESAM-D client: FedLESAM + FedDyn dynamic regulariser; sends g_i+ - g_i."""
     result = train_fedlesam_d(
-        job.model, job.batches(), rho=job.cfg.sam_rho, alpha=job.cfg.dyn_alpha,
+        job.model, job.batches(), rho=float(job.setting("sam-rho")), alpha=float(job.setting("dyn-alpha")),
         previous_update=_incoming_weights(job, PREVIOUS_UPDATE),
         dyn_gradient=_state_weights(job.state, STATE_DYN_GRADIENT), optimizer=job.optimizer, loss_fn=job.loss_fn,
     )
@@ -232,7 +233,7 @@ def fedsmoo_update(job: LocalJob) -> LocalResult:
     perturbation correction is a second uplink record.
     """
     result = train_fedsmoo(
-        job.model, job.batches(), rho=job.cfg.sam_rho, alpha=job.cfg.dyn_alpha,
+        job.model, job.batches(), rho=float(job.setting("sam-rho")), alpha=float(job.setting("dyn-alpha")),
         global_perturbation=_incoming_weights(job, GLOBAL_PERTURBATION),
         mu=_state_weights(job.state, STATE_SMOO_MU), dyn_gradient=_state_weights(job.state, STATE_DYN_GRADIENT),
         optimizer=job.optimizer, loss_fn=job.loss_fn,

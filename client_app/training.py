@@ -12,12 +12,25 @@ an optimizer described by plain values (`LocalOptimizer`); it is what a
 Flower developer's own ClientApp calls through `fedsynth.client`. `LocalJob`
 and `run_local_steps` adapt a fedsynth run (its config, round and seeded
 batch order) to that same loop.
+
+Where a `LocalJob`'s values come from is the contract a Flower developer's
+client keeps (docs/library.md, "What each strategy sends and expects"):
+- from the train message's config (`LocalJob.setting`, `LocalJob.lr`): the
+  round's learning rate `lr` (the server's schedule computes it once), the
+  uplink codec and every setting of the algorithm's rule (`sam-rho`,
+  `proximal-mu`, FedCOG's, ...: common/run/client_settings.py `client_keys`);
+- from the run config (`LocalJob.cfg`), as a Flower app's ClientApp reads
+  `local-epochs` from its run config: the task (dataset, model, seed) and the
+  node's local recipe: `local-epochs` / `local-steps`, `batch-size`,
+  `momentum`, `weight-decay`, `clip-grad-norm`, `local-optimizer`;
+- from the node: its data, device and threads (client_app/app.py).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,6 +38,7 @@ import torch.nn.functional as F
 from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
+from common.keys import config_value
 from common.run.config import RunConfig
 from common.models.diffusion import optimizer_kind
 from common.algorithms.optimizers import SGD, Adam, make_optimizer
@@ -133,7 +147,11 @@ def epochs(loader: Iterable[tuple[torch.Tensor, torch.Tensor]], count: int) -> B
 
 @dataclass
 class LocalJob:
-    """Everything a client update rule needs for one round on one node."""
+    """Everything a client update rule needs for one round on one node.
+
+    `incoming` is the train message's content: its `"config"` record holds the round's settings (the module
+    docstring says which values come from there and which from `cfg`).
+    """
 
     cfg: RunConfig
     server_round: int
@@ -168,9 +186,18 @@ class LocalJob:
         return task_loss
 
     @property
+    def settings(self) -> Mapping[str, Any]:
+        """The train message's config: the round's settings the server sent."""
+        return self.incoming.config_records.get("config", {})
+
+    def setting(self, key: str) -> Any:
+        """The setting `key` the server sent in this round's train config; KeyError naming it when absent."""
+        return config_value(self.settings, key)
+
+    @property
     def lr(self) -> float:
-        """This round's local learning rate."""
-        return self.cfg.local_lr(self.server_round)
+        """This round's local learning rate, as the server's schedule sent it (`lr`)."""
+        return float(self.setting("lr"))
 
     @property
     def num_steps(self) -> int:

@@ -2,7 +2,9 @@
 
 Each rule trains `job.model` in place for one round and returns a LocalResult;
 the rules' cores are the plain functions of client_app/rules.py (`fedsynth.client`),
-which these adapters feed from the run config, the server's records and node state.
+which these adapters feed from the train message (its config: the rule's settings, e.g.
+`sam-rho`, read with `LocalJob.setting`; its records), the node's run config (the local
+recipe: client_app/training.py) and node state.
 common/algorithm_table.py's rows name these functions by import path (`client`), and
 client_app/registry.py resolves them. Node state that must outlive the round (SCAFFOLD's
 `c_i`, MOON's previous model) is kept in the node's `Context.state`.
@@ -42,7 +44,7 @@ def _local(result: TrainResult, outgoing: dict | None = None) -> LocalResult:
 
 def fedprox_update(job: LocalJob) -> LocalResult:
     """FedProx client: cross-entropy + (mu/2)||w - w_global||^2."""
-    return _local(train_fedprox(job.model, job.batches(), mu=job.cfg.proximal_mu, optimizer=job.optimizer,
+    return _local(train_fedprox(job.model, job.batches(), mu=float(job.setting("proximal-mu")), optimizer=job.optimizer,
                                 loss_fn=job.loss_fn))
 
 
@@ -59,7 +61,7 @@ def scaffold_update(job: LocalJob) -> LocalResult:
 def moon_update(job: LocalJob) -> LocalResult:
     """MOON client: CE + mu * contrastive(z, z_global, z_previous)."""
     result = train_moon(
-        job.model, job.batches(), mu=job.cfg.moon_mu, tau=job.cfg.moon_tau,
+        job.model, job.batches(), mu=float(job.setting("moon-mu")), tau=float(job.setting("moon-tau")),
         previous_model=read_state_weights(job.state, STATE_MOON_PREVIOUS_MODEL), optimizer=job.optimizer,
         loss_plugins=job.loss_plugins,  # FedCOG: KD term
     )
@@ -69,7 +71,7 @@ def moon_update(job: LocalJob) -> LocalResult:
 
 def fedsam_update(job: LocalJob) -> LocalResult:
     """FedSAM client: SAM with the local gradient as ascent direction."""
-    return _local(train_fedsam(job.model, job.batches(), rho=job.cfg.sam_rho, optimizer=job.optimizer,
+    return _local(train_fedsam(job.model, job.batches(), rho=float(job.setting("sam-rho")), optimizer=job.optimizer,
                                loss_fn=job.loss_fn))
 
 
@@ -77,7 +79,7 @@ def mofedsam_update(job: LocalJob) -> LocalResult:
     """MoFedSAM client: a local SAM step (weight alpha) mixed with the global momentum (client_app/rules.py)."""
     record = job.incoming.array_records.get(PREVIOUS_UPDATE)
     return _local(train_mofedsam(
-        job.model, job.batches(), rho=job.cfg.sam_rho, alpha=job.cfg.mofedsam_alpha,
+        job.model, job.batches(), rho=float(job.setting("sam-rho")), alpha=float(job.setting("mofedsam-alpha")),
         previous_update=from_record(record) if record is not None else None, num_steps=job.num_steps,
         optimizer=job.optimizer, loss_fn=job.loss_fn,
     ))

@@ -95,12 +95,13 @@ _ROWS: dict[str, Algorithm] = {
     # decentralized FL (issue 6): the ServerApp only relays; the node rules differ
     "dpsgd": _relay(strategy="DPSGD", client="dpsgd_update"),
     "dfedavg": _relay(strategy="DFedAvg", client="dfedavg_update"),
-    "dfedavgm": _relay(strategy="DFedAvgM", client="dfedavgm_update"),
+    "dfedavgm": _relay("dfedavgm-momentum", strategy="DFedAvgM", client="dfedavgm_update"),
     "dfedsam": _relay("sam-rho", strategy="DFedSAM", client="dfedsam_update"),
     "oledfl-sgd": _relay("ole-beta", strategy="OledFL", client="oledfl_sgd_update"),
     "oledfl-sam": _relay("ole-beta", "sam-rho", strategy="OledFL", client="oledfl_sam_update"),
     # FedCOG (issue 4) is client-side only: "fedcog" = "fedavg+cog" with its own class (it sends the start round);
-    # the X+cog rows are generated below from the rows marked cog_base
+    # the X+cog rows are generated below from the rows marked cog_base; the server sends FedCOG's settings beside
+    # X's (common/run/client_settings.py `client_keys`)
     "fedcog": Algorithm("fedavg", ("cog-start-round",), strategy=_S + "node_rules:FedCOG", client=_FEDAVG_CLIENT,
                         with_cog=True),
     # FedSynSAM (issue 3): the SAM family and the baselines of the FedSynSAM paper

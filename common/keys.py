@@ -6,12 +6,16 @@ run-config keys (the field name with `_` written as `-`). `key` gives a field it
 text of its row in docs/configuration.md; `require`, `check_choice` and `check_text` raise the
 `ConfigError` a part's `check` raises, worded the same for every key so a user can fix the run from
 the message alone. A base module: every floor of common/ declares keys.
+
+A node reads the keys its rule needs from the train message's config, where the server's strategy put
+them under their run-config names: `config_value` and `require_settings` have no fallback value and
+refuse a message that lacks a key, naming it and whose duty it was to send it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from common.errors import ConfigError
@@ -44,3 +48,24 @@ def check_text(settings: Any, part: type) -> None:
     for f in dataclasses.fields(part):
         value = getattr(settings, f.name)
         require(not (isinstance(value, str) and "\x00" in value), key_name(f.name), value, "text without a NUL byte")
+
+
+def missing_message(keys: Iterable[str]) -> str:
+    """Why a train message without `keys` is refused, and whose duty they are."""
+    names = ", ".join(repr(key) for key in keys)
+    return (f"the train message's config lacks {names}: the server's strategy sends it "
+            "(fedsynth.strategies does; a strategy of your own must put it in train_config or node_settings)")
+
+
+def config_value(config: Mapping[str, Any], key: str) -> Any:
+    """The setting `key` of a train message's config; KeyError naming the key and the server's duty when absent."""
+    if key not in config:
+        raise KeyError(missing_message([key]))
+    return config[key]
+
+
+def require_settings(config: Mapping[str, Any], keys: Iterable[str]) -> None:
+    """Refuse a train message whose config lacks any of `keys`: ValueError naming every missing key."""
+    missing = [key for key in keys if key not in config]
+    if missing:
+        raise ValueError(missing_message(missing))

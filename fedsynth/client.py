@@ -7,14 +7,16 @@ parameters as numbers, and a `LocalOptimizer` (SGD with momentum, or Adam).
 No run config, no Flower records, no `Context`: your ClientApp reads its
 message, calls the function, and builds its reply. fedsynth's ClientApp calls
 these same functions (client_app/updates.py, sam_family.py, decentralized.py,
-fedcog.py and train_reply.py adapt its run config and records to them), so a rule
-here is exactly the rule fedsynth's experiments run.
+fedcog.py and train_reply.py adapt the train message and the node's records to
+them), so a rule here is exactly the rule fedsynth's experiments run.
 
-The settings a rule needs (rho, beta, the uplink codec, FedCOG's start round,
-Ole's beta) arrive in the train message's config, under their run-config
-names, from every strategy of `fedsynth.strategies`: read them with
-`config_value(msg.content["config"], "sam-rho")` and
-`compression_from_config(msg.content["config"])`.
+The settings a rule needs (the round's `lr`, rho, beta, the uplink codec,
+FedCOG's settings, Ole's beta) arrive in the train message's config, under
+their run-config names, from every strategy of `fedsynth.strategies`: read them
+with `config_value(msg.content["config"], "sam-rho")` and
+`compression_from_config(msg.content["config"])`, as fedsynth's own ClientApp
+does; FedCOG's `CogSettings` is the run config's FedCOG part
+(`CogSettings.from_config(msg.content["config"])` reads what fedsynth's app sends).
 
 Train functions change `model` in place and return a `TrainResult`
 (`train_loss`, `num_steps`, `metrics`). Where a rule carries state from one
@@ -38,7 +40,6 @@ in examples/fedcog-app/.
 from __future__ import annotations
 
 from client_app.fedcog import (
-    CogSettings,
     FedCogResult,
     GeneratedSet,
     KnowledgeDistillation,
@@ -96,6 +97,7 @@ from common.run.client_settings import compression_from_config, config_value
 from common.uplink.payloads import decode_update
 from common.uplink.spec import CompressionSpec
 from common.metrics.evaluation import evaluate_model
+from common.algorithms.cog_settings import CogSettings
 from common.algorithms.fedcog import complementary_labels, kd_coefficients
 from common.protocol import COMPRESSED_UPDATE, DYNAMIC_CORRECTION, PERTURBATION_DUAL, SCAFFOLD_CONTROL_DELTA
 from common.uplink.wire import MODEL_BUFFERS

@@ -43,55 +43,11 @@ from flwr.common.logger import log
 from torch import nn
 from torch.func import functional_call
 
+from common.algorithms.synsam_settings import SynSAMSettings
 from common.run.progress import Progress
-from common.run.config import RunConfig
-from common.data.datasets import run_dataset_info
 from common.records import Weights, load_weights, model_weights
 
 Tensors = dict[str, torch.Tensor]
-
-
-@dataclass(frozen=True)
-class DistillSettings:
-    """Hyper-parameters of one distillation (paper defaults in the run config)."""
-
-    ipc: int = 20
-    iterations: int = 200
-    inner_steps: int = 3
-    optimizer: str = "adam"
-    lr: float = 0.05
-    alpha_init: float = 0.01
-    alpha_lr: float = 1e-5
-    seed: int = 0
-    normalized: bool = True  # matching-loss: normalized (SPEC 4.3) or paper (eq. 9, unnormalised)
-
-    @classmethod
-    def from_config(cls, cfg: RunConfig) -> "DistillSettings":
-        """The distillation of a run config (its data's channels decide the `auto`/0 values)."""
-        return cls.resolved(run_dataset_info(cfg).channels == 1, synthetic_ipc=cfg.synthetic_ipc,
-                            distill_iterations=cfg.distill_iterations, distill_inner_steps=cfg.distill_inner_steps,
-                            distill_optimizer=cfg.distill_optimizer, distill_lr=cfg.distill_lr,
-                            distill_alpha_init=cfg.distill_alpha_init, distill_alpha_lr=cfg.distill_alpha_lr,
-                            matching_loss=cfg.matching_loss, seed=cfg.seed)
-
-    @classmethod
-    def resolved(cls, grey: bool, *, synthetic_ipc: int, distill_iterations: int, distill_inner_steps: int,
-                 distill_optimizer: str, distill_lr: float, distill_alpha_init: float, distill_alpha_lr: float,
-                 matching_loss: str, seed: int) -> "DistillSettings":
-        """The run-config keys with the `auto`/0 values resolved by the images: grey s=3 and Adam 0.05, colour s=5
-        and SGD 1000."""
-        optimizer = distill_optimizer if distill_optimizer != "auto" else ("adam" if grey else "sgd")
-        return cls(
-            ipc=synthetic_ipc,
-            iterations=distill_iterations,
-            inner_steps=distill_inner_steps or (3 if grey else 5),
-            optimizer=optimizer,
-            lr=distill_lr or (0.05 if optimizer == "adam" else 1000.0),
-            alpha_init=distill_alpha_init,
-            alpha_lr=distill_alpha_lr,
-            seed=seed,
-            normalized=matching_loss == "normalized",
-        )
 
 
 @dataclass
@@ -174,41 +130,46 @@ def mean_matching_loss(
 
 def distill(
     model: nn.Module, trajectory: Sequence[Mapping[str, np.ndarray]], num_classes: int,
-    input_shape: tuple[int, ...], settings: DistillSettings, device: torch.device,
+    input_shape: tuple[int, ...], settings: SynSAMSettings, device: torch.device, seed: int = 0,
 ) -> DistillResult:
-    """Learn D_syn and alpha by matching segments of the global trajectory (M iterations)."""
+    """Learn D_syn and alpha by matching segments of the global trajectory (M iterations).
+
+    `settings` is the run config's FedSynSAM part (`synthetic-ipc`, `distill-*`, `matching-loss`), its `auto`/0
+    values resolved by `input_shape`'s channels (`distillation_resolved`); `seed` seeds the noise and segments.
+    """
     if len(trajectory) < 2:
         raise ValueError(f"distillation needs at least 2 global models, got {len(trajectory)}")
-    steps = settings.inner_steps
+    settings = settings.distillation_resolved(grey=input_shape[0] == 1)
+    steps = settings.distill_inner_steps
     if steps >= len(trajectory):
         log(WARNING, "distillation: %d inner steps need %d global models but the trajectory has %d; using %d steps",
             steps, steps + 1, len(trajectory), len(trajectory) - 1)
         steps = len(trajectory) - 1
     model = model.to(device)
     tensors = [split_weights(model, w, device) for w in trajectory]
-    generator = torch.Generator().manual_seed(settings.seed)
-    y_np = uniform_labels(num_classes, settings.ipc)
+    generator = torch.Generator().manual_seed(seed)
+    y_np = uniform_labels(num_classes, settings.synthetic_ipc)
     y = torch.from_numpy(y_np).to(device)
     x = torch.randn((len(y_np), *input_shape), generator=generator).to(device).requires_grad_(True)
-    alpha = torch.tensor(settings.alpha_init, device=device, requires_grad=True)
-    if settings.optimizer == "adam":
-        x_opt: torch.optim.Optimizer = torch.optim.Adam([x], lr=settings.lr)
+    alpha = torch.tensor(settings.distill_alpha_init, device=device, requires_grad=True)
+    if settings.distill_optimizer == "adam":
+        x_opt: torch.optim.Optimizer = torch.optim.Adam([x], lr=settings.distill_lr)
     else:
-        x_opt = torch.optim.SGD([x], lr=settings.lr, momentum=0.5)
-    alpha_opt = torch.optim.SGD([alpha], lr=settings.alpha_lr)
+        x_opt = torch.optim.SGD([x], lr=settings.distill_lr, momentum=0.5)
+    alpha_opt = torch.optim.SGD([alpha], lr=settings.distill_alpha_lr)
     starts = segment_starts(len(tensors), steps)
-    rng = np.random.default_rng([settings.seed, 4])
+    rng = np.random.default_rng([seed, 4])
 
-    progress = Progress("distillation", settings.iterations, "iterations")
+    progress = Progress("distillation", settings.distill_iterations, "iterations")
     progress.start(f" of {steps} unrolled steps each, learning {len(y_np)} synthetic images "
-                   f"({settings.ipc} per class)")
-    start_loss = mean_matching_loss(model, tensors, x.detach(), y, alpha, steps, settings.normalized)
+                   f"({settings.synthetic_ipc} per class)")
+    start_loss = mean_matching_loss(model, tensors, x.detach(), y, alpha, steps, settings.normalized_matching)
     losses = []
-    for _ in range(settings.iterations):
+    for _ in range(settings.distill_iterations):
         r = int(rng.choice(starts))
         (w_start, buffers), (w_target, _) = tensors[r], tensors[r + steps]
         w_hat = unroll(model, w_start, buffers, x, y, alpha, steps, create_graph=True)
-        loss = matching_loss(w_hat, w_start, w_target, settings.normalized)
+        loss = matching_loss(w_hat, w_start, w_target, settings.normalized_matching)
         x_opt.zero_grad(set_to_none=True)
         alpha_opt.zero_grad(set_to_none=True)
         loss.backward()
@@ -216,9 +177,9 @@ def distill(
         alpha_opt.step()
         losses.append(float(loss.detach()))
         progress.advance(1)
-    end_loss = mean_matching_loss(model, tensors, x.detach(), y, alpha, steps, settings.normalized)
+    end_loss = mean_matching_loss(model, tensors, x.detach(), y, alpha, steps, settings.normalized_matching)
     log(INFO, "distillation: %d iterations, %d segments of %d steps, matching loss %.4f -> %.4f, alpha %.5f",
-        settings.iterations, len(starts), steps, start_loss, end_loss, float(alpha.detach()))
+        settings.distill_iterations, len(starts), steps, start_loss, end_loss, float(alpha.detach()))
     return DistillResult(
         x=x.detach().cpu().numpy().astype(np.float32), y=y_np, alpha=float(alpha.detach()),
         start_loss=start_loss, end_loss=end_loss, losses=losses,
@@ -246,9 +207,9 @@ def oracle_indices(labels: np.ndarray, num_classes: int, ipc: int, seed: int) ->
 
 def real_oracle(
     model: nn.Module, trajectory: Sequence[Mapping[str, np.ndarray]], x: np.ndarray, y: np.ndarray,
-    settings: DistillSettings, device: torch.device,
+    settings: SynSAMSettings, device: torch.device,
 ) -> DistillResult:
-    """D_syn replaced by real training images (`x`, `y`: model input and labels, `settings.ipc` per class).
+    """D_syn replaced by real training images (`x`, `y`: model input and labels, `synthetic-ipc` per class).
 
     A diagnostic, **not FedSynSAM**: a federated server holds no training data. It asks whether
     FedSynSAM would gain with a perfect synthetic set, so that a shortfall can be put down to the
@@ -256,15 +217,17 @@ def real_oracle(
     the start and end losses are both the set's matching loss on the trajectory at that alpha (how well
     real images reproduce the global steps, comparable with a distilled set's end loss).
     """
-    steps = min(settings.inner_steps, len(trajectory) - 1)
+    settings = settings.distillation_resolved(grey=np.asarray(x).shape[1] == 1)
+    steps = min(settings.distill_inner_steps, len(trajectory) - 1)
     model = model.to(device)
     tensors = [split_weights(model, w, device) for w in trajectory]
-    alpha = torch.tensor(settings.alpha_init, device=device)
+    alpha = torch.tensor(settings.distill_alpha_init, device=device)
     loss = mean_matching_loss(model, tensors, torch.as_tensor(x, device=device), torch.as_tensor(y, device=device),
-                              alpha, steps, settings.normalized)
+                              alpha, steps, settings.normalized_matching)
     log(INFO, "real-oracle (a diagnostic, not the method): %d real training images as D_syn, matching loss %.4f "
-        "at alpha %.5f", len(y), loss, settings.alpha_init)
-    return DistillResult(x=np.asarray(x, dtype=np.float32), y=np.asarray(y, dtype=np.int64), alpha=settings.alpha_init,
+        "at alpha %.5f", len(y), loss, settings.distill_alpha_init)
+    return DistillResult(x=np.asarray(x, dtype=np.float32), y=np.asarray(y, dtype=np.int64),
+                         alpha=settings.distill_alpha_init,
                          start_loss=loss, end_loss=loss)
 
 

@@ -28,7 +28,8 @@ from common.errors import ConfigError
 from common.records import module_parameter_names
 from common.run.aggregation import aggregation_of, bounded_influence_of
 from common.run.codecs import codec_of
-from common.run.config import RunConfig
+from common.algorithms.cog_settings import CogSettings
+from common.run.config import RunConfig, cog_enabled
 from common.run.task import make_model, task_of
 from server_app.fid_reference import ClientFeatureReference
 from server_app.perturbation import PerturbationDiagnostic
@@ -58,8 +59,19 @@ def strategy_class(name: str) -> type[RoundStrategy]:
 
 
 def decayed_lr(lr: float, decay: float, server_round: int) -> float:
-    """A round's learning rate, `lr * lr-decay^(round-1)`, as fedsynth's clients read it from the train config."""
+    """A round's learning rate, `lr * lr-decay^(round-1)`: the one lr formula. The strategy sends it as the train
+    config's "lr" (`lr_schedule`), and fedsynth's clients train at the rate they receive."""
     return lr * decay ** (server_round - 1)
+
+
+def cog_node_settings(cfg: RunConfig) -> dict[str, Any] | None:
+    """FedCOG's settings on a run with FedCOG plugged in (`fedcog`, `X+cog`, `cog = true`), sent in every train
+    message beside the base's (None otherwise): the run config's FedCOG part (`CogSettings.cog_config`), with
+    `cog-start-round` resolved to the first FedCOG round of the run's `num-server-rounds`. FedCOG's own class sends
+    them itself (`cog_settings`)."""
+    if not cog_enabled(cfg) or "cog_settings" in inspect.signature(SERVER_STRATEGIES[cfg.algorithm]).parameters:
+        return None
+    return {**CogSettings.of(cfg).cog_config(), "cog-start-round": cfg.first_cog_round(cfg.num_server_rounds)}
 
 
 def run_parameter_names(cfg: RunConfig) -> list[str]:
@@ -71,7 +83,8 @@ def run_parameter_names(cfg: RunConfig) -> list[str]:
 
 def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) -> dict[str, Any]:
     """The keyword arguments of `cls` for the run `cfg`: each parameter that is a run-config key from `cfg`,
-    and the others from the run (the node table, the lr schedule, the nodes' rule settings, the server's model).
+    and the others from the run (the node table, the lr schedule, FedCOG's settings on a run with FedCOG, the
+    server's model).
 
     `fraction_evaluate` is 0: fedsynth's clients evaluate the received model inside each train reply, and every
     node evaluates the final model once (server_app/recorder.py). `weighted_by_key` and `min_available_nodes`
@@ -81,7 +94,8 @@ def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) 
         "fraction_evaluate": lambda: 0.0,
         "nodes": lambda: nodes,
         "lr_schedule": lambda: partial(decayed_lr, cfg.lr, cfg.lr_decay),
-        "node_settings": lambda: None,  # each class sends its algorithm's settings itself
+        "node_settings": lambda: cog_node_settings(cfg),  # each class sends its rule's own settings itself
+        "cog_settings": lambda: CogSettings.of(cfg),  # FedCOG's class sends its own
         "parameter_names": lambda: run_parameter_names(cfg),
         "task": lambda: task_of(cfg),
         "aggregation": lambda: aggregation_of(cfg),
@@ -109,3 +123,15 @@ def build_strategy(cfg: RunConfig, nodes: list[NodeInfo] | None = None) -> Round
         if cfg.perturbation_diagnostic and hasattr(strategy, "diagnostic"):
             strategy.diagnostic = PerturbationDiagnostic(cfg, len(nodes or []))
     return strategy
+
+
+def train_config_of(cfg: RunConfig, server_round: int) -> dict[str, Any]:
+    """The config of round `server_round`'s train message in the run `cfg`: what the app's strategy sends its
+    nodes (the round, its lr, the codec and the rule's settings), for a test or a benchmark that runs a client
+    rule without a server."""
+    strategy = build_strategy(cfg)
+    strategy.num_rounds = cfg.num_server_rounds  # start()'s, as fedsynth's app passes it
+    config: dict[str, Any] = {**strategy._client_config(), "server-round": server_round}
+    if strategy.lr_schedule is not None:
+        config["lr"] = strategy.lr_schedule(server_round)
+    return config

@@ -17,6 +17,7 @@ import inspect
 from client_app import decentralized as decentralized_rules
 from client_app.registry import CLIENT_UPDATES
 from common.algorithm_table import ALGORITHMS, COG_BASES
+from common.algorithms.cog_settings import COG_KEYS
 from common.run.client_settings import CODEC_KEYS, client_keys
 from common.run.config import RunConfig, parse_run_config
 from common.algorithms.gossip import DECENTRALIZED_ALGORITHMS
@@ -48,11 +49,21 @@ def test_the_client_keys_are_run_config_keys_and_travel_in_the_train_config() ->
     fields = set(vars(RunConfig()))
     for name, algorithm in ALGORITHMS.items():
         assert all(key.replace("-", "_") in fields for key in algorithm.client_keys), name
-        expected = set(algorithm.client_keys) | (set() if algorithm.decentralized else set(CODEC_KEYS))
-        assert set(client_keys(name, algorithm.decentralized)) == expected
+        cog = name == "fedcog" or name.endswith("+cog")  # FedCOG plugged in: its settings travel too
+        expected = (set(algorithm.client_keys) | (set() if algorithm.decentralized else set(CODEC_KEYS))
+                    | (set(COG_KEYS) if cog else set()))
+        assert set(client_keys(name, algorithm.decentralized, cog)) == expected
         cfg = parse_run_config({"algorithm": name, "model": "unet-small" if "ddpm" in name else "cnn"}, ALGORITHMS)
         strategy = build_strategy(cfg, [])
         assert set(strategy._client_config()) == expected, name
+
+
+def test_cog_true_sends_fedcogs_settings_beside_the_bases() -> None:
+    for base in COG_BASES:
+        cfg = parse_run_config({"algorithm": base, "cog": True, "gen-budget": 7}, ALGORITHMS)
+        sent = build_strategy(cfg, [])._client_config()
+        assert set(sent) == set(client_keys(base, False, cog=True)), base
+        assert sent["gen-budget"] == 7 and sent["cog-start-round"] == cfg.first_cog_round(cfg.num_server_rounds)
 
 
 def test_the_class_the_app_builds_is_the_class_fedsynth_strategies_exports() -> None:

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
 from torch import nn
 
 from client_app.registry import CLIENT_UPDATES
@@ -30,8 +30,9 @@ from fedsynth.client import (
     train_fedlesam_d, train_fedlesam_s, train_fedsam, train_fedsmoo, train_fedsynsam, train_mofedsam, train_sgd,
     train_steps,
 )
-from server_app.distillation import DistillSettings, distill, real_oracle
-from server_app.registry import SERVER_STRATEGIES
+from common.algorithms.synsam_settings import SynSAMSettings
+from server_app.distillation import distill, real_oracle
+from server_app.registry import SERVER_STRATEGIES, train_config_of
 from server_app.strategies.dynafed import DynaFed
 from server_app.strategies.fedsynsam import FedSynSAM
 
@@ -127,7 +128,7 @@ def _synsam(model: nn.Module, local):
 
 def _cog(model: nn.Module, local):
     return train_fedcog(model, local, label_counts=np.array([10, 0, 5, 5]), previous_model=model_weights(model),
-                        input_shape=(1, SIDE, SIDE), settings=CogSettings(budget=8, gen_steps=2, batch_size=4),
+                        input_shape=(1, SIDE, SIDE), settings=CogSettings(gen_budget=8, gen_steps=2), batch_size=4,
                         optimizer=OPTIMIZER)
 
 
@@ -165,7 +166,7 @@ def test_decentralized_sam_rules_update_the_statistics_once_per_step(algorithm: 
     torch.manual_seed(cfg.seed)  # the seeded x^0 the node's first Ole restart starts from: the restart is x itself
     model = tiny_bn_cnn(num_classes=10, image_size=28)
     job = LocalJob(cfg=cfg, server_round=1, partition_id=0, model=model, x=x, y=y, device=torch.device("cpu"),
-                   incoming=RecordDict(), state=RecordDict())
+                   incoming=RecordDict({"config": ConfigRecord(train_config_of(cfg, 1))}), state=RecordDict())
     result = CLIENT_UPDATES[algorithm](job)
     assert result.num_steps == STEPS and counts(job.model) == [STEPS, STEPS]
 
@@ -206,7 +207,7 @@ def test_fedcog_generation_leaves_the_models_statistics_alone() -> None:
     model = seeded_model()
     before = model_weights(model)
     fedcog_distillation(model, np.array([10, 0, 5, 5]), previous_model=before, input_shape=(1, SIDE, SIDE),
-                        settings=CogSettings(budget=8, gen_steps=2, batch_size=4))
+                        settings=CogSettings(gen_budget=8, gen_steps=2), batch_size=4)
     for name, value in model_weights(model).items():
         np.testing.assert_array_equal(value, before[name])
     assert model.training
@@ -233,7 +234,8 @@ def assert_unchanged(trajectory: list[dict[str, np.ndarray]], kept: list[dict[st
             assert entry[name].dtype == value.dtype and entry[name].tobytes() == value.tobytes(), name
 
 
-SETTINGS = DistillSettings(ipc=1, iterations=2, inner_steps=1, optimizer="adam", lr=0.05)
+SETTINGS = SynSAMSettings(synthetic_ipc=1, distill_iterations=2, distill_inner_steps=1, distill_optimizer="adam",
+                           distill_lr=0.05)
 
 
 def test_distillation_leaves_every_trajectory_entry_bitwise_unchanged() -> None:

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
@@ -23,7 +23,7 @@ from client_app.registry import CLIENT_UPDATES
 from common.run.config import parse_run_config
 from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
 from common.records import from_record, model_weights, to_record
-from server_app.registry import SERVER_STRATEGIES
+from server_app.registry import SERVER_STRATEGIES, train_config_of
 
 LR = 0.1
 
@@ -281,13 +281,14 @@ def test_fedcog_generates_the_missing_labels_and_distils_them():
     loader = _loader(n=20, classes=2)  # labels 0 and 1 only: class 2 is missing
     counts = np.bincount(torch.cat([yb for _, yb in loader]).numpy(), minlength=3)
     assert fc.fedcog_distillation(_model(), np.array([4, 4, 4]), previous_model=None, input_shape=(4,)) is None
-    settings = fc.CogSettings(budget=12, gen_steps=5, batch_size=4)
-    plugin = fc.fedcog_distillation(_model(), counts, previous_model=None, input_shape=(4,), settings=settings)
+    settings = fc.CogSettings(gen_budget=12, gen_steps=5)
+    plugin = fc.fedcog_distillation(_model(), counts, previous_model=None, input_shape=(4,), settings=settings,
+                                    batch_size=4)
     assert plugin is not None and 2 in plugin.generated.targets.tolist()
     assert plugin.generated.inputs.shape[1:] == (4,) and plugin.stats()["disagreement"] == 0.0
     model = _model()
     result = fc.train_fedcog(model, loader, label_counts=counts, previous_model=model_weights(_model(1)),
-                             input_shape=(4,), settings=settings, optimizer=fc.LocalOptimizer(lr=LR))
+                             input_shape=(4,), settings=settings, batch_size=4, optimizer=fc.LocalOptimizer(lr=LR))
     assert result.metrics["generated"] > 0 and result.metrics["disagreement"] == 1.0
     _close(result.previous_model, model_weights(model), rtol=0, atol=0)
     plain = _torch_sgd(_model(), loader)
@@ -337,6 +338,7 @@ def _job(algorithm: str, state: RecordDict, incoming: RecordDict) -> LocalJob:
     from common.run.task import make_model
     gen = torch.Generator().manual_seed(3)
     x, y = torch.randn(30, 1, 28, 28, generator=gen), torch.randint(0, 10, (30,), generator=gen)
+    incoming["config"] = ConfigRecord(train_config_of(cfg, 2))  # what the app's strategy sends in round 2
     return LocalJob(cfg=cfg, server_round=2, partition_id=1, model=make_model(cfg, seeded=True), x=x, y=y,
                     device=torch.device("cpu"), incoming=incoming, state=state)
 

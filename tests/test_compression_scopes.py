@@ -11,15 +11,14 @@ import numpy as np
 import pytest
 from flwr.app import ArrayRecord, RecordDict
 
-from client_app.train_reply import uplink_records
 from common.uplink.payloads import decode_update, encode_update, expected_payload_nbytes, payload_nbytes
 from common.uplink.quantizers import qsgd_quantize_buckets, qsgd_variance_bound
 from common.uplink.spec import CompressionSpec, paper_levels
 from common.run.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, to_record
-from common.run.client_settings import compression_spec
 from common.uplink.wire import TENSOR_MASK, compressed_name, decode_reply
+from tests.run_codec import run_codec, run_uplink_records
 
 SHAPES = {"b": (5,), "a": (3, 4)}  # 17 coordinates, listed out of sorted order on purpose
 PAPER4 = CompressionSpec("qsgd", levels=paper_levels(4), scope="model")   # 17 levels
@@ -148,11 +147,11 @@ def test_the_server_refuses_a_reply_of_another_scope():
     global_w, local_w = _update(seed=1), _update(seed=2)
     client = RunConfig(compression="qsgd", levels=17, qsgd_scope="model")
     server = RunConfig(compression="qsgd", levels=17, qsgd_scope="tensor")
-    content = _reply_content(uplink_records(client, RecordDict(), global_w, local_w, {}, 1, 0))
+    content = _reply_content(run_uplink_records(client, RecordDict(), global_w, local_w, {}, 1, 0))
     with pytest.raises(ValueError, match=COMPRESSED_UPDATE):
-        decode_reply(content, global_w, compression_spec(server))
-    content = _reply_content(uplink_records(client, RecordDict(), global_w, local_w, {}, 1, 0))
-    update = decode_reply(content, global_w, compression_spec(client))
+        decode_reply(content, global_w, run_codec(server)[0])
+    content = _reply_content(run_uplink_records(client, RecordDict(), global_w, local_w, {}, 1, 0))
+    update = decode_reply(content, global_w, run_codec(client)[0])
     assert set(update) == set(global_w)
 
 
@@ -162,10 +161,11 @@ def test_whole_update_extras_carry_their_tensor_mask():
     global_w, local_w = _update(shapes, 3), _update(shapes, 4)
     control = {k: v for k, v in _update(shapes, 5).items() if k != "running_mean"}
     cfg = RunConfig(compression="qsgd", levels=257, qsgd_scope="model")
-    records = uplink_records(cfg, RecordDict(), global_w, local_w, {SCAFFOLD_CONTROL_DELTA: to_record(control)}, 1, 0)
+    records = run_uplink_records(cfg, RecordDict(), global_w, local_w, {SCAFFOLD_CONTROL_DELTA: to_record(control)},
+                                 1, 0)
     assert TENSOR_MASK in records[compressed_name(SCAFFOLD_CONTROL_DELTA)]
     content = _reply_content(records)
-    decode_reply(content, global_w, compression_spec(cfg))
+    decode_reply(content, global_w, run_codec(cfg)[0])
     decoded = from_record(content.array_records[SCAFFOLD_CONTROL_DELTA])
     assert set(decoded) == {"w", "b"}
     norm = np.sqrt(sum(float(np.sum(t.astype(np.float64) ** 2)) for t in control.values()))

@@ -20,7 +20,7 @@ from common.run.config import (
     parse_overrides,
     parse_run_config,
 )
-from server_app.registry import SERVER_STRATEGIES
+from server_app.registry import SERVER_STRATEGIES, decayed_lr
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -187,8 +187,8 @@ def test_good_non_default_values() -> None:
         "local-test-fraction": 0.0, "momentum": 0.0, "lr-decay": 0.998, "run-name": "my-run",
     }, SERVER_STRATEGIES)
     assert cfg.classes_per_client == 100 and cfg.device == "cuda:1"
-    assert cfg.local_lr(1) == pytest.approx(cfg.lr)
-    assert cfg.local_lr(3) == pytest.approx(cfg.lr * 0.998**2)
+    assert decayed_lr(cfg.lr, cfg.lr_decay, 1) == pytest.approx(cfg.lr)
+    assert decayed_lr(cfg.lr, cfg.lr_decay, 3) == pytest.approx(cfg.lr * 0.998**2)
 
 
 def test_as_dict_round_trips() -> None:

@@ -9,7 +9,7 @@ import json
 import numpy as np
 import pytest
 import torch
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
 
 from client_app import decentralized
 from client_app.decentralized import keep_own_model
@@ -34,7 +34,7 @@ from common.algorithms.mixing_spectrum import spectral_psi
 from common.algorithms.topology import mixing_matrix
 from server_app.strategies.relay import DecentralizedRelay, traffic
 from server_app.decentralized_report import warn_if_ole_diverges
-from server_app.registry import SERVER_STRATEGIES, build_strategy
+from server_app.registry import SERVER_STRATEGIES, build_strategy, train_config_of
 from server_app.strategies.node_table import NodeInfo
 from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
@@ -129,8 +129,8 @@ def _job(algorithm: str, state: RecordDict, **extra) -> LocalJob:
     gen = torch.Generator().manual_seed(3)
     x, y = torch.randn(40, 1, 28, 28, generator=gen), torch.randint(0, 10, (40,), generator=gen)
     model = make_model(cfg, seeded=True)
-    return LocalJob(cfg=cfg, server_round=2, partition_id=1, model=model, x=x, y=y,
-                    device=torch.device("cpu"), incoming=RecordDict(), state=state)
+    return LocalJob(cfg=cfg, server_round=2, partition_id=1, model=model, x=x, y=y, device=torch.device("cpu"),
+                    incoming=RecordDict({"config": ConfigRecord(train_config_of(cfg, 2))}), state=state)
 
 
 def _plain_sgd(job: LocalJob, start: dict, steps: int, momentum: float, clip: float = 0.0) -> dict:

@@ -17,7 +17,6 @@ import torch
 
 from client_app.fedcog import (
     KnowledgeDistillation,
-    first_cog_round,
     frozen_copy,
     generate,
     grid_image,
@@ -198,11 +197,11 @@ def test_cog_config_is_validated_and_the_default_schedule_follows_the_paper():
         parse_run_config({"algorithm": "fedcog", "kd-weighting": "soft"}, SERVER_STRATEGIES)
     with pytest.raises(ConfigError, match="'cog-ablation'"):
         parse_run_config({"algorithm": "fedcog", "cog-ablation": "nothing"}, SERVER_STRATEGIES)
-    rounds = {r: first_cog_round(parse_run_config({"algorithm": "fedcog", "num-server-rounds": r}, SERVER_STRATEGIES))
+    rounds = {r: parse_run_config({"algorithm": "fedcog", "num-server-rounds": r}, SERVER_STRATEGIES).first_cog_round(r)
               for r in (70, 20, 2, 1)}
     assert rounds == {70: 51, 20: 15, 2: 2, 1: 1}
     explicit = parse_run_config({"algorithm": "fedcog", "cog-start-round": 3}, SERVER_STRATEGIES)
-    assert first_cog_round(explicit) == 3
+    assert explicit.first_cog_round(30) == 3
 
 
 # ----- the plug-in in whole runs (in-process) ---------------------------------------------

@@ -254,13 +254,16 @@ def test_the_fid_stats_phase_by_hand() -> None:
 
 
 def test_fedsynths_client_trains_the_warm_up_the_server_asked_for() -> None:
-    """The warm-up's length travels in its message (as every setting a node's rule reads); the run config's
-    is the fallback for a message without it."""
+    """The warm-up's length and lr travel in its message (as every setting a node's rule reads); a warm-up
+    message without them is refused naming the key, not completed from the run config."""
     from client_app.diffusion import warmup_config
     from common.run.config import RunConfig
 
     cfg = RunConfig(algorithm="fedddpm", model="unet-small", warmup_epochs=200, warmup_steps=0, lr_decay=0.9)
-    asked = warmup_config(cfg, {"server-round": 0, "phase": "warmup", "warmup-epochs": 3, "warmup-steps": 7})
-    assert (asked.local_epochs, asked.local_steps, asked.lr_decay) == (3, 7, 1.0)
-    fallback = warmup_config(cfg, {"server-round": 0, "phase": "warmup"})
-    assert (fallback.local_epochs, fallback.local_steps) == (200, 0)
+    asked = warmup_config(cfg, {"server-round": 0, "phase": "warmup", "warmup-epochs": 3, "warmup-steps": 7,
+                                "lr": 0.001})
+    assert (asked.local_epochs, asked.local_steps) == (3, 7)
+    with pytest.raises(ValueError, match="'warmup-epochs', 'warmup-steps'"):
+        warmup_config(cfg, {"server-round": 0, "phase": "warmup", "lr": 0.001})
+    with pytest.raises(ValueError, match="'lr'"):
+        warmup_config(cfg, {"server-round": 0, "phase": "warmup", "warmup-epochs": 3, "warmup-steps": 7})

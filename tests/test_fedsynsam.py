@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
 from torch import nn
 
 from client_app.sam_family import STATE_SYNTHETIC, fedsam_rule, fedsynsam_update, fixed_direction_rule, fedlesam_direction
@@ -18,11 +19,12 @@ from common.data.datasets import dataset_info
 from common.protocol import PREVIOUS_UPDATE, SYNTHETIC_DATA
 from common.records import model_weights, to_record
 from common.run.task import make_model
-from server_app.distillation import DistillSettings, distill, matching_loss, split_weights, unroll
+from common.algorithms.synsam_settings import SynSAMSettings
+from server_app.distillation import distill, matching_loss, split_weights, unroll
 from common.run.results import read_metrics
 from common.algorithms.synsam import mix_ascent, norm_ratio, synthetic_share
 from server_app.perturbation import cosine
-from server_app.registry import SERVER_STRATEGIES
+from server_app.registry import SERVER_STRATEGIES, train_config_of
 from server_app.strategies.sam_baselines import feddyn_server_state, smoo_global_perturbation
 from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
@@ -50,8 +52,8 @@ def test_matching_loss_hand_values():
 
 
 def test_matching_loss_key_reaches_the_distillation_settings():
-    assert DistillSettings.from_config(RunConfig()).normalized is True
-    assert DistillSettings.from_config(RunConfig(matching_loss="paper")).normalized is False
+    assert RunConfig().normalized_matching is True
+    assert RunConfig(matching_loss="paper").normalized_matching is False
 
 
 def test_functional_unroll_equals_plain_gradient_descent():
@@ -100,7 +102,7 @@ def test_distillation_works_for_each_model(name):
     cfg = RunConfig(model=name)
     info = dataset_info(cfg.dataset)
     model = make_model(cfg, seeded=True)
-    settings = DistillSettings(ipc=1, iterations=2, inner_steps=2)
+    settings = SynSAMSettings(synthetic_ipc=1, distill_iterations=2, distill_inner_steps=2)
     result = distill(make_model(cfg), _random_walk(model, 3, 0), info.num_classes, info.shape, settings, torch.device("cpu"))
     assert result.x.shape == (10, 1, 28, 28) and result.x.dtype == np.float32 and np.isfinite(result.x).all()
     assert result.y.tolist() == list(range(10)) and len(result.losses) == 2 and np.isfinite(result.start_loss)
@@ -132,13 +134,13 @@ def test_distillation_reduces_the_matching_loss_well_below_its_start():
         return nn.Sequential(nn.Flatten(), nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 4))
 
     trajectory = _gd_trajectory(small(), rounds=6, steps=5, lr=0.02)
-    settings = DistillSettings(ipc=3, iterations=100, inner_steps=3, optimizer="adam", lr=0.05,
-                               alpha_init=0.01, alpha_lr=1e-5)
+    settings = SynSAMSettings(synthetic_ipc=3, distill_iterations=100, distill_inner_steps=3, distill_optimizer="adam",
+                              distill_lr=0.05, distill_alpha_init=0.01, distill_alpha_lr=1e-5)
     result = distill(small(), trajectory, 4, (1, 4, 4), settings, torch.device("cpu"))
     assert result.start_loss > 0.95  # noise images with a small alpha hardly move: a loss of about 1
     assert result.end_loss < 0.5 * result.start_loss
     assert np.mean(result.losses[-10:]) < np.mean(result.losses[:10])  # the sampled segments' loss falls too
-    assert result.alpha > settings.alpha_init  # the step size learns to grow towards the trajectory's
+    assert result.alpha > settings.distill_alpha_init  # the step size learns to grow towards the trajectory's
 
 
 def test_distillation_matches_a_real_federated_trajectory(tmp_path, tiny_data_dir):
@@ -155,11 +157,14 @@ def test_distillation_matches_a_real_federated_trajectory(tmp_path, tiny_data_di
 
 
 def test_distill_settings_follow_the_paper_by_dataset():
-    grey = DistillSettings.from_config(RunConfig())
-    colour = DistillSettings.from_config(RunConfig(dataset="cifar10", model="convnet"))
-    assert (grey.inner_steps, grey.optimizer, grey.lr) == (3, "adam", 0.05)
-    assert (colour.inner_steps, colour.optimizer, colour.lr) == (5, "sgd", 1000.0)
-    assert grey.ipc == 20 and grey.iterations == 200 and grey.alpha_init == 0.01 and grey.alpha_lr == 1e-5
+    grey = SynSAMSettings().distillation_resolved(grey=True)
+    colour = SynSAMSettings().distillation_resolved(grey=False)
+    assert (grey.distill_inner_steps, grey.distill_optimizer, grey.distill_lr) == (3, "adam", 0.05)
+    assert (colour.distill_inner_steps, colour.distill_optimizer, colour.distill_lr) == (5, "sgd", 1000.0)
+    given = SynSAMSettings(distill_inner_steps=2, distill_optimizer="adam", distill_lr=0.1).distillation_resolved(False)
+    assert (given.distill_inner_steps, given.distill_optimizer, given.distill_lr) == (2, "adam", 0.1)
+    assert (grey.synthetic_ipc, grey.distill_iterations, grey.distill_alpha_init, grey.distill_alpha_lr) == (
+        20, 200, 0.01, 1e-5)
 
 
 # ----- client rules ------------------------------------------------------------------
@@ -169,9 +174,13 @@ def _job(cfg: RunConfig, incoming: RecordDict | None = None, state: RecordDict |
     generator = torch.Generator().manual_seed(1)
     x = torch.randn(n, 1, 28, 28, generator=generator)
     y = torch.randint(0, 10, (n,), generator=generator)
+    incoming = RecordDict() if incoming is None else incoming
+    # what the app's strategy sends in round 2 (a config without an algorithm: FedSynSAM's, which sends every
+    # setting of the SAM rules here: sam-rho, synsam-beta, synsam-mix)
+    sender = cfg if cfg.algorithm != "fedavg" else dataclasses.replace(cfg, algorithm="fedsynsam")
+    incoming["config"] = ConfigRecord(train_config_of(sender, 2))
     return LocalJob(cfg=cfg, server_round=2, partition_id=0, model=make_model(cfg, seeded=True), x=x, y=y,
-                    device=torch.device("cpu"), incoming=RecordDict() if incoming is None else incoming,
-                    state=RecordDict() if state is None else state)
+                    device=torch.device("cpu"), incoming=incoming, state=RecordDict() if state is None else state)
 
 
 def test_fedlesam_perturbs_along_the_negated_previous_update_with_one_global_norm():

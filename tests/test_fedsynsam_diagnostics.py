@@ -23,8 +23,9 @@ from fedsynth.study.plan import plan
 from fedsynth.study.cli import run_config_check
 from fedsynth.study.reuse import reusable
 from fedsynth.study.studyfile import load_study
+from common.algorithms.synsam_settings import SynSAMSettings
 from server_app.distillation import (
-    DistillSettings, mean_matching_loss, oracle_indices, real_oracle, split_weights, uniform_labels,
+    mean_matching_loss, oracle_indices, real_oracle, split_weights, uniform_labels,
 )
 from server_app.registry import SERVER_STRATEGIES
 from tests.test_inprocess_runs import base_config, run_inprocess
@@ -87,7 +88,7 @@ def test_real_oracle_keeps_the_images_learns_nothing_and_reports_their_matching_
         trajectory.append(model_weights(model))
     x = np.random.default_rng(0).standard_normal((6, 1, 3, 4)).astype(np.float32)
     y = uniform_labels(3, 2)
-    settings = DistillSettings(ipc=2, inner_steps=2, alpha_init=0.05)
+    settings = SynSAMSettings(synthetic_ipc=2, distill_inner_steps=2, distill_alpha_init=0.05)
     result = real_oracle(model, trajectory, x, y, settings, torch.device("cpu"))
     np.testing.assert_array_equal(result.x, x)
     np.testing.assert_array_equal(result.y, y)

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -25,7 +26,7 @@ from fedsynth import strategies
 from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.handshake import handshake
 from common.algorithm_table import ALGORITHMS
-from server_app.registry import SERVER_STRATEGIES, build_strategy, strategy_arguments
+from server_app.registry import SERVER_STRATEGIES, build_strategy, decayed_lr, strategy_arguments
 from tests.diffusion_tiny import TINY_DIFFUSION
 
 # one algorithm per strategy class of the registry, with what its clients need to run in a few seconds
@@ -124,7 +125,8 @@ def test_start_on_the_public_class_equals_fedsynth_run(tmp_path, tiny_data_dir, 
 
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     grid = InProcessGrid(num_nodes, raw)
-    strategy = public(**public_arguments(public, raw), nodes=handshake(grid, cfg), lr_schedule=cfg.local_lr)
+    strategy = public(**public_arguments(public, raw), nodes=handshake(grid, cfg),
+                      lr_schedule=partial(decayed_lr, cfg.lr, cfg.lr_decay))
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))),
                             num_rounds=cfg.num_server_rounds, timeout=60,
                             train_config=ConfigRecord({"lr": cfg.lr}))  # the lr comes from start()
@@ -142,9 +144,12 @@ def test_fedddpm_runs_its_warmup_and_correction_under_start(tmp_path, tiny_data_
     strategy = strategies.FedDDPM(**public_arguments(strategies.FedDDPM, raw),
                                   nodes=handshake(grid, cfg), fraction_evaluate=0.0)
     assert strategy.auxiliary is None
-    result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=1, timeout=120)
+    # fedsynth's ClientApp trains at the lr its messages carry: start()'s train_config here (no lr_schedule)
+    result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=1, timeout=120,
+                            train_config=ConfigRecord({"lr": cfg.lr}))
     phases = [phase.phase for phase in strategy.round_log.phases]
     assert phases == ["warmup"]  # no recorder drained them: they are the strategy's record of the run
+    assert all(message.content["config"]["lr"] == cfg.lr for message in strategy._warmup_sent)
     assert strategy.auxiliary is not None and len(strategy.auxiliary) == strategy.round_log.phases[0].values["aux-size"] > 0
     assert strategy.round_log.latest.answered == 2
     # the correction on the auxiliary set ran after the aggregation: its metrics are the round's
@@ -180,7 +185,8 @@ def test_dp_fixed_clipping_wraps_fedsam(tmp_path, tiny_data_dir) -> None:
     raw = tiny_config(tmp_path, tiny_data_dir, "fedsam")
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     grid = InProcessGrid(2, raw)
-    inner = strategies.FedSAM(nodes=handshake(grid, cfg), lr_schedule=cfg.local_lr, sam_rho=0.05, fraction_evaluate=0.0)
+    inner = strategies.FedSAM(nodes=handshake(grid, cfg), lr_schedule=partial(decayed_lr, cfg.lr, cfg.lr_decay),
+                              sam_rho=0.05, fraction_evaluate=0.0)
     dp = DifferentialPrivacyServerSideFixedClipping(inner, noise_multiplier=0.1, clipping_norm=1.0, num_sampled_clients=2)
     initial = model_weights(make_model(cfg, seeded=True))
     result = dp.start(grid, to_record(initial), num_rounds=2, timeout=60)

@@ -83,7 +83,8 @@ def test_sampling_reports_each_batch_and_draws_the_same_images():
 def test_the_distillation_says_its_size_and_logs_its_progress():
     import logging
 
-    from server_app.distillation import DistillSettings, distill
+    from common.algorithms.synsam_settings import SynSAMSettings
+    from server_app.distillation import distill
 
     class Lines(logging.Handler):
         def __init__(self) -> None:
@@ -102,7 +103,8 @@ def test_the_distillation_says_its_size_and_logs_its_progress():
     handler, logger = Lines(), logging.getLogger("flwr")
     logger.addHandler(handler)
     try:
-        distill(small(), trajectory, 4, (1, 4, 4), DistillSettings(ipc=2, iterations=20, inner_steps=1),
+        distill(small(), trajectory, 4, (1, 4, 4),
+                SynSAMSettings(synthetic_ipc=2, distill_iterations=20, distill_inner_steps=1),
                 torch.device("cpu"))
     finally:
         logger.removeHandler(handler)

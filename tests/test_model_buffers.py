@@ -16,16 +16,15 @@ import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
-from client_app.train_reply import uplink_records
 from common.run.config import RunConfig, parse_run_config
 from common.protocol import COMPRESSED_UPDATE, MODEL, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA
 from common.records import (check_weights, from_record, load_weights, model_weights, module_parameter_names,
                             parameter_names, to_record)
-from common.run.client_settings import compression_spec
 from common.uplink.wire import MODEL_BUFFERS, decode_reply, reply_buffers
 from server_app.registry import SERVER_STRATEGIES, build_strategy
 from server_app.strategies.fedavg import aggregate_buffers
 from server_app.strategies.node_table import NodeInfo
+from tests.run_codec import run_codec, run_uplink_records
 from tests.bn_models import bn_cnn, bn_cnn_with_own_buffer, resnet18
 
 
@@ -158,7 +157,7 @@ def test_fedavg_steps_the_parameters_and_averages_the_buffers() -> None:
 def test_qsgd_compresses_the_parameters_only_and_the_buffers_arrive_exactly(scope: str) -> None:
     cfg = cfg_of(compression="qsgd", bits=4, qsgd_scope=scope, qsgd_bucket=2)
     local = local_models()[0]
-    records = uplink_records(cfg, RecordDict(), BN, local, {}, 1, 0, parameters=["bn.weight", "bn.bias"])
+    records = run_uplink_records(cfg, RecordDict(), BN, local, {}, 1, 0, parameters=["bn.weight", "bn.bias"])
     assert set(records) == {COMPRESSED_UPDATE, MODEL_BUFFERS}
     payload_tensors = {key.split("::")[0] for key in records[COMPRESSED_UPDATE].keys()}
     assert payload_tensors <= {"bn.weight", "bn.bias", ""}  # "" : the whole-update payload's keys
@@ -168,7 +167,7 @@ def test_qsgd_compresses_the_parameters_only_and_the_buffers_arrive_exactly(scop
         assert value.dtype == local[name].dtype and value.shape == local[name].shape
         np.testing.assert_array_equal(value, local[name])
     content = RecordDict(dict(records))
-    spec = compression_spec(cfg)
+    spec = run_codec(cfg)[0]
     update = decode_reply(content, BN, spec, ["bn.weight", "bn.bias"])
     assert set(update) == set(BN)
     assert not update["bn.running_var"].any() and not update["bn.num_batches_tracked"].any()  # not an update
@@ -178,10 +177,11 @@ def test_qsgd_compresses_the_parameters_only_and_the_buffers_arrive_exactly(scop
 
 def test_a_compressed_reply_without_its_buffers_is_refused_naming_the_record() -> None:
     cfg = cfg_of(compression="qsgd", bits=4)
-    records = uplink_records(cfg, RecordDict(), BN, local_models()[0], {}, 1, 0, parameters=["bn.weight", "bn.bias"])
+    records = run_uplink_records(cfg, RecordDict(), BN, local_models()[0], {}, 1, 0,
+                                 parameters=["bn.weight", "bn.bias"])
     del records[MODEL_BUFFERS]
     with pytest.raises(ValueError, match=MODEL_BUFFERS):
-        decode_reply(RecordDict(dict(records)), BN, compression_spec(cfg), ["bn.weight", "bn.bias"])
+        decode_reply(RecordDict(dict(records)), BN, run_codec(cfg)[0], ["bn.weight", "bn.bias"])
 
 
 def test_a_model_without_buffers_sends_the_same_records_as_before() -> None:
@@ -189,8 +189,8 @@ def test_a_model_without_buffers_sends_the_same_records_as_before() -> None:
     cfg = cfg_of(compression="qsgd", bits=4)
     weights = {"w": f32(1, 2, 3), "b": f32(0.5)}
     local = {"w": f32(2, 0, 3), "b": f32(1)}
-    with_names = uplink_records(cfg, RecordDict(), weights, local, {}, 1, 0, parameters=["w", "b"])
-    without = uplink_records(cfg, RecordDict(), weights, local, {}, 1, 0)
+    with_names = run_uplink_records(cfg, RecordDict(), weights, local, {}, 1, 0, parameters=["w", "b"])
+    without = run_uplink_records(cfg, RecordDict(), weights, local, {}, 1, 0)
     assert set(with_names) == set(without) == {COMPRESSED_UPDATE}
     for key in without[COMPRESSED_UPDATE].keys():
         np.testing.assert_array_equal(with_names[COMPRESSED_UPDATE][key].numpy(), without[COMPRESSED_UPDATE][key].numpy())

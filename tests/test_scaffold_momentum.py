@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
 from torch import nn
 
 from client_app.training import LocalJob
@@ -26,7 +26,7 @@ from client_app.updates import STATE_SCAFFOLD_CONTROL, scaffold_update
 from common.run.config import parse_run_config
 from common.protocol import SCAFFOLD_CONTROL
 from common.records import from_record, to_record
-from server_app.registry import SERVER_STRATEGIES
+from server_app.registry import SERVER_STRATEGIES, train_config_of
 
 
 def momentum_factor(beta: float, steps: int) -> float:
@@ -59,7 +59,7 @@ def test_option_two_control_variate_is_the_momentum_weighted_gradient_whatever_c
         # loss = <g, w>: the gradient is g everywhere
         return sum((p * torch.from_numpy(gradient[n])).sum() for n, p in m.named_parameters())
 
-    incoming, state = RecordDict(), RecordDict()
+    incoming, state = RecordDict({"config": ConfigRecord(train_config_of(cfg, 1))}), RecordDict()
     incoming[SCAFFOLD_CONTROL] = to_record(c_global)
     state[STATE_SCAFFOLD_CONTROL] = to_record(c_local)
     job = LocalJob(cfg=cfg, server_round=1, partition_id=0, model=model, x=torch.zeros(8, 3),

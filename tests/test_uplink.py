@@ -8,15 +8,14 @@ import numpy as np
 import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
-from client_app.train_reply import uplink_records
 from common.uplink.encoding import STATE_RESIDUAL_PREFIX
 from common.uplink.spec import CompressionSpec
 from common.run.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, MODEL, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, message_array_bytes, to_record
-from common.run.client_settings import compression_spec
 from common.uplink.wire import compressed_name, decode_reply, float32_equivalent_bytes
 from fedsynth.inprocess import InProcessGrid
+from tests.run_codec import run_codec, run_uplink_records
 from tests.test_inprocess_runs import base_config, run_inprocess
 
 # ~1M float32 parameters with one dominant layer, like a small CNN.
@@ -43,9 +42,11 @@ def _reply(records: dict[str, ArrayRecord]) -> Message:
     return Message(content, reply_to=request)
 
 
-def test_compression_spec_from_config():
-    assert compression_spec(RunConfig()) == CompressionSpec("none", bits=4, levels=None, topk_ratio=0.1)
-    spec = compression_spec(RunConfig(compression="qsgd", bits=8, levels=5))
+def test_the_codec_of_a_run_config_reaches_the_node_through_the_train_message():
+    assert run_codec(RunConfig()) == (CompressionSpec("none"), False)
+    assert run_codec(RunConfig(compression="topk", topk_ratio=0.25, error_feedback=True)) == (
+        CompressionSpec("topk", topk_ratio=0.25), True)
+    spec = run_codec(RunConfig(compression="qsgd", bits=8, levels=5))[0]
     assert spec.qsgd_levels == 5 and spec.method == "qsgd"
 
 
@@ -59,8 +60,8 @@ def test_measured_uplink_bytes_of_a_1m_parameter_model(overrides, max_fraction):
     cfg = RunConfig(**{k.replace("-", "_"): v for k, v in overrides.items()})
     global_w, local_w = _weights(SHAPES_1M, 0), _weights(SHAPES_1M, 1)
     assert sum(w.size for w in global_w.values()) > 1_000_000
-    compressed = _reply(uplink_records(cfg, RecordDict(), global_w, local_w, {}, 1, 0))
-    plain = _reply(uplink_records(RunConfig(), RecordDict(), global_w, local_w, {}, 1, 0))
+    compressed = _reply(run_uplink_records(cfg, RecordDict(), global_w, local_w, {}, 1, 0))
+    plain = _reply(run_uplink_records(RunConfig(), RecordDict(), global_w, local_w, {}, 1, 0))
     assert set(compressed.content.array_records) == {COMPRESSED_UPDATE}
     assert set(plain.content.array_records) == {MODEL}
     measured, baseline = message_array_bytes(compressed), message_array_bytes(plain)
@@ -78,7 +79,7 @@ def test_server_decodes_what_the_client_encoded_and_topk_is_bit_exact():
     delta = {k: local_w[k] - global_w[k] for k in shapes}
     spec = CompressionSpec("topk", topk_ratio=0.1)
     cfg = RunConfig(compression="topk", topk_ratio=0.1)
-    reply = _reply(uplink_records(cfg, RecordDict(), global_w, local_w, {}, 3, 1))
+    reply = _reply(run_uplink_records(cfg, RecordDict(), global_w, local_w, {}, 3, 1))
     decoded = decode_reply(reply.content, global_w, spec)
     for name, d in delta.items():
         kept = decoded[name] != 0
@@ -91,8 +92,9 @@ def test_qsgd_through_client_and_server_is_unbiased():
     shapes = {"w": (50,), "b": (7,)}
     global_w, local_w = _weights(shapes, 4), _weights(shapes, 5)
     cfg = RunConfig(compression="qsgd", bits=3)
-    spec = compression_spec(cfg)
-    draws = [decode_reply(_reply(uplink_records(cfg, RecordDict(), global_w, local_w, {}, r, 0)).content, global_w, spec)
+    spec = run_codec(cfg)[0]
+    draws = [decode_reply(_reply(run_uplink_records(cfg, RecordDict(), global_w, local_w, {}, r, 0)).content,
+                          global_w, spec)
              for r in range(1000)]
     for name in shapes:
         delta = local_w[name] - global_w[name]
@@ -106,11 +108,11 @@ def test_error_feedback_keeps_the_residual_in_node_state():
     """Sum over rounds of what the server decodes + the residual left in state = sum of the true updates."""
     shapes = {"w": (200,)}
     cfg = RunConfig(compression="topk", topk_ratio=0.05, error_feedback=True)
-    spec = compression_spec(cfg)
+    spec = run_codec(cfg)[0]
     state, sent, true = RecordDict(), np.zeros(200), np.zeros(200)
     for r in range(1, 6):
         global_w, local_w = _weights(shapes, 10 + r), _weights(shapes, 20 + r)
-        reply = _reply(uplink_records(cfg, state, global_w, local_w, {}, r, 0))
+        reply = _reply(run_uplink_records(cfg, state, global_w, local_w, {}, r, 0))
         sent += decode_reply(reply.content, global_w, spec)["w"]
         true += local_w["w"] - global_w["w"]
     residual = from_record(state.array_records[STATE_RESIDUAL_PREFIX + MODEL])["w"]
@@ -123,11 +125,11 @@ def test_model_shaped_extra_records_are_compressed_and_decoded_back():
     global_w, local_w, control = _weights(shapes, 30), _weights(shapes, 31), _weights(shapes, 32)
     cfg = RunConfig(compression="qsgd", bits=8)
     other = ArrayRecord({"counts": Array(np.arange(3))})  # not model-shaped: travels as it is
-    records = uplink_records(cfg, RecordDict(), global_w, local_w,
+    records = run_uplink_records(cfg, RecordDict(), global_w, local_w,
                              {SCAFFOLD_CONTROL_DELTA: to_record(control), "other": other}, 1, 0)
     assert set(records) == {COMPRESSED_UPDATE, compressed_name(SCAFFOLD_CONTROL_DELTA), "other"}
     reply = _reply(records)
-    decode_reply(reply.content, global_w, compression_spec(cfg))
+    decode_reply(reply.content, global_w, run_codec(cfg)[0])
     decoded = from_record(reply.content.array_records[SCAFFOLD_CONTROL_DELTA])
     for name in shapes:  # 8-bit qsgd: within one level of ||v|| / 127
         assert np.abs(decoded[name] - control[name]).max() <= np.linalg.norm(control[name]) / 127 + 1e-6

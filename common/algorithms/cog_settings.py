@@ -1,16 +1,27 @@
 """The FedCOG keys (issue 4): complementary generation and knowledge distillation, a client-side plug-in.
 
-One part of the run config (common/run/config.py's `RunConfig` composes the parts), read by the
-FedCOG client rule (client_app/fedcog.py, common/algorithms/fedcog.py). Which base algorithm and
-model FedCOG may plug into spans parts: `RunConfig` checks it.
+One part of the run config (common/run/config.py's `RunConfig` composes the parts), and the one
+representation of FedCOG's settings: the FedCOG client rule (client_app/fedcog.py, `fedsynth.client`'s
+`fedcog_distillation` and `train_fedcog`) takes a `CogSettings`. Which base algorithm and model FedCOG may
+plug into spans parts: `RunConfig` checks it.
+
+FedCOG's settings are the server's (SPEC 3: every setting a client needs travels in the train message's
+config): fedsynth's ServerApp sends them all under their run-config names (`COG_KEYS`, `cog_config`) on a run
+with FedCOG, with `cog-start-round` resolved to the first FedCOG round (`first_cog_round`), and the node reads
+them back with `from_config`.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from common.algorithms.fedcog import COG_ABLATIONS, KD_WEIGHTINGS
-from common.keys import check_choice, check_text, key, require
+from common.keys import check_choice, check_text, config_value, key, key_name, require
 
 
 @dataclass(frozen=True)
@@ -58,3 +69,50 @@ class CogSettings:
         check_choice("cog-ablation", self.cog_ablation, COG_ABLATIONS)
         require(self.cog_grid_partition >= -1, "cog-grid-partition", self.cog_grid_partition,
                 "a partition id, or -1 for no grid")
+
+    def first_cog_round(self, num_rounds: int) -> int:
+        """The first round with FedCOG: `cog-start-round`, or with 0 the paper's schedule.
+
+        The paper runs 50 rounds of the base and then 20 of FedCOG; `0` keeps that ratio for any run length
+        (round 51 of 70, round 15 of 20), and at least the last round uses FedCOG.
+        """
+        if self.cog_start_round > 0:
+            return self.cog_start_round
+        return min(int(np.floor(num_rounds * 50 / 70 + 0.5)) + 1, num_rounds)
+
+    @property
+    def generation_steps(self) -> int:
+        """Adam steps on the generated inputs: `gen-steps`, 0 with `cog-ablation = noise` (Table 5's ablation 1)."""
+        return 0 if self.cog_ablation == "noise" else self.gen_steps
+
+    @property
+    def disagreement_weight(self) -> float:
+        """Weight of the disagreement term: `lambda-dis`, 0 with `cog-ablation = global-only` (ablation 2)."""
+        return 0.0 if self.cog_ablation == "global-only" else self.lambda_dis
+
+    @property
+    def hard_label(self) -> bool:
+        """CE on the global model's argmax instead of KD: `cog-ablation = hard-label` (ablation 3)."""
+        return self.cog_ablation == "hard-label"
+
+    def cog_config(self) -> dict[str, Any]:
+        """These settings as a train message's config entries, under their run-config keys (`COG_KEYS`)."""
+        return {key_name(f.name): getattr(self, f.name) for f in dataclasses.fields(CogSettings)}
+
+    @classmethod
+    def of(cls, settings: "CogSettings") -> "CogSettings":
+        """The FedCOG part of a run config (a `RunConfig` is a `CogSettings` with every other part's keys too)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(CogSettings)})
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "CogSettings":
+        """The settings a train message's config carries (`cog_config`); KeyError names a missing key."""
+        values = {}
+        for f in dataclasses.fields(CogSettings):
+            value = config_value(config, key_name(f.name))
+            values[f.name] = type(f.default)(value)
+        return cls(**values)
+
+
+# FedCOG's run-config keys: what a train message of a run with FedCOG carries for it
+COG_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in dataclasses.fields(CogSettings))

@@ -64,7 +64,3 @@ class LocalTrainingSettings:
         require(self.sam_rho >= 0, "sam-rho", self.sam_rho, "a number >= 0")
         require(0 <= self.mofedsam_alpha <= 1, "mofedsam-alpha", self.mofedsam_alpha, "a number in [0, 1]")
         require(self.dyn_alpha > 0, "dyn-alpha", self.dyn_alpha, "a number > 0")
-
-    def local_lr(self, server_round: int) -> float:
-        """Learning rate of a round, `lr * lr-decay^(round-1)`."""
-        return self.lr * self.lr_decay ** (server_round - 1)

@@ -1,14 +1,18 @@
 """The FedSynSAM and DynaFed keys (issue 3): the trajectory, its distillation, and the synthetic set's use.
 
-One part of the run config (common/run/config.py's `RunConfig` composes the parts), read by the
-trajectory distillation (server_app/distillation.py), the strategies that use the synthetic set
-(server_app/strategies/fedsynsam.py) and the FedSynSAM client rule (common/algorithms/synsam.py).
+One part of the run config (common/run/config.py's `RunConfig` composes the parts), and the one
+representation of these settings: the trajectory distillation (server_app/distillation.py `distill`,
+`real_oracle`) takes a `SynSAMSettings` (its `auto`/0 values resolved by the images:
+`distillation_resolved`), the strategies that use the synthetic set (server_app/strategies/fedsynsam.py)
+build one from their parameters, and the FedSynSAM client rule (common/algorithms/synsam.py) reads
+`synsam-beta` and `synsam-mix` from the train message.
 What needs the training split on the server (real-oracle, perturbation-diagnostic) spans parts:
 `RunConfig` refuses it with partition = node.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from common.keys import check_choice, check_text, key, require
@@ -86,3 +90,22 @@ class SynSAMSettings:
         check_choice("synthetic-source", self.synthetic_source, SYNTHETIC_SOURCES)
         require(self.dynafed_lr > 0, "dynafed-lr", self.dynafed_lr, "a number > 0")
         require(self.dynafed_epochs >= 0, "dynafed-epochs", self.dynafed_epochs, "an integer >= 0")
+
+    @classmethod
+    def of(cls, settings: "SynSAMSettings") -> "SynSAMSettings":
+        """The FedSynSAM part of a run config (a `RunConfig` is a `SynSAMSettings` with every other part's keys)."""
+        return cls(**{f.name: getattr(settings, f.name) for f in dataclasses.fields(SynSAMSettings)})
+
+    def distillation_resolved(self, grey: bool) -> "SynSAMSettings":
+        """These settings with the distillation's `auto`/0 values resolved by the images: grey images s = 3 and
+        Adam at 0.05, colour ones s = 5 and SGD at 1000 (FedSynSAM's code); a value given stays."""
+        optimizer = self.distill_optimizer if self.distill_optimizer != "auto" else ("adam" if grey else "sgd")
+        return dataclasses.replace(
+            self, distill_optimizer=optimizer, distill_inner_steps=self.distill_inner_steps or (3 if grey else 5),
+            distill_lr=self.distill_lr or (0.05 if optimizer == "adam" else 1000.0),
+        )
+
+    @property
+    def normalized_matching(self) -> bool:
+        """Whether the matching loss is normalised by the segment's length (`matching-loss = normalized`)."""
+        return self.matching_loss == "normalized"

@@ -1,9 +1,9 @@
 """Decentralized FL's algorithms: the relay (server_app/strategies/relay.py) under each algorithm's name.
 
 The ServerApp plays the network: each node gets its own message with its neighbours' models and its mixing
-weights, and the nodes' rule differs. DPSGD, DFedAvg and DFedAvgM send nothing else (the nodes' rule is the
-algorithm's: one SGD step, local SGD epochs, local SGD with momentum); DFedSAM sends SAM's radius and OledFL
-Ole's beta (and, as OledFL-SAM, SAM's radius), under the run-config names the nodes read.
+weights, and the nodes' rule differs. DPSGD and DFedAvg send nothing else (the nodes' rule is the
+algorithm's: one SGD step, local SGD epochs); DFedAvgM sends the nodes' local momentum, DFedSAM SAM's radius
+and OledFL Ole's beta (and, as OledFL-SAM, SAM's radius), under the run-config names the nodes read.
 """
 
 from __future__ import annotations
@@ -35,7 +35,35 @@ class DPSGD(DecentralizedRelay):
 
 @documented
 class DFedAvgM(DecentralizedRelay):
-    """DFedAvgM (Sun et al., 2022): DFedAvg's relay; each node trains with heavy-ball momentum after mixing."""
+    """DFedAvgM (Sun et al., 2022): DFedAvg's relay; each node trains with heavy-ball momentum after mixing,
+    reading it from the train config's "dfedavgm-momentum".
+    """
+
+    def __init__(self, *, dfedavgm_momentum: float = DEFAULTS.dfedavgm_momentum,
+                          topology: str = DEFAULTS.topology,
+                          peers: int = DEFAULTS.peers,
+                          mixing: str = DEFAULTS.mixing,
+                          relay_mixing: bool = DEFAULTS.relay_mixing,
+                          fraction_evaluate: float = 1.0,
+                          min_nodes: int = DEFAULTS.min_nodes,
+                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                          seed: int = DEFAULTS.seed,
+                          bounded_influence: BoundedInfluence | None = None,
+                          node_settings: dict[str, Scalar] | None = None,
+                          lr_schedule: Callable[[int], float] | None = None,
+                          nodes: list[NodeInfo] | None = None,
+                          weighted_by_key: str = WEIGHTED_BY_KEY,
+                          min_available_nodes: int = 1) -> None:
+        super().__init__(topology=topology, peers=peers, mixing=mixing, relay_mixing=relay_mixing,
+                         fraction_evaluate=fraction_evaluate, min_nodes=min_nodes, max_failed_rounds=max_failed_rounds,
+                         seed=seed, bounded_influence=bounded_influence, node_settings=node_settings,
+                         lr_schedule=lr_schedule, nodes=nodes, weighted_by_key=weighted_by_key,
+                         min_available_nodes=min_available_nodes)
+        self.dfedavgm_momentum = dfedavgm_momentum
+
+    def _client_config(self) -> dict[str, Scalar]:
+        """The relay's node settings and the nodes' local momentum, "dfedavgm-momentum"."""
+        return {**super()._client_config(), "dfedavgm-momentum": self.dfedavgm_momentum}
 
 
 @documented

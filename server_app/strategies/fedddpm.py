@@ -225,23 +225,31 @@ class FedDDPM(FedAvg):
         """One TRAIN message per node of the node table: the run's initial model and the warm-up's config.
 
         Content: `RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": 0, "phase": "warmup",
-        "warmup-epochs": ..., "warmup-steps": ...})})`. A node answers it as a train message, except that it
-        trains its own DDPM from `arrays` for "warmup-steps" steps (0: "warmup-epochs" epochs) and replies with
-        that model (see `_aggregate_warmup`).
+        "warmup-epochs": ..., "warmup-steps": ..., "lr": ...})})`. A node answers it as a train message, except
+        that it trains its own DDPM from `arrays` for "warmup-steps" steps (0: "warmup-epochs" epochs) at "lr"
+        (round 1's: `lr_schedule(1)`, else `start()`'s `train_config` "lr"; absent when neither is given) and
+        replies with that model (see `_aggregate_warmup`).
         """
         self._ensure_nodes(grid)
         self._warmup_started = time.monotonic()
         self._warmup_initial = from_record(arrays)
         record = to_record(self._warmup_initial)
+        config = {"server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE, "warmup-epochs": self.warmup_epochs,
+                  "warmup-steps": self.warmup_steps, **self._warmup_lr()}
         messages = [
-            Message(RecordDict({MODEL: record, "config": ConfigRecord({
-                "server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE, "warmup-epochs": self.warmup_epochs,
-                "warmup-steps": self.warmup_steps})}), dst_node_id=node.node_id, message_type=MessageType.TRAIN)
+            Message(RecordDict({MODEL: record, "config": ConfigRecord(config)}), dst_node_id=node.node_id,
+                    message_type=MessageType.TRAIN)
             for node in self.node_table.nodes
         ]
         log(INFO, "warmup: %d nodes train their own DDPM for %s", len(messages), self._warmup_length())
         self._warmup_sent = messages
         return messages
+
+    def _warmup_lr(self) -> dict[str, float]:
+        """The warm-up's `lr` entry: round 1's rate of the schedule, else `start()`'s train config's, else none."""
+        if self.lr_schedule is not None:
+            return {"lr": self.lr_schedule(1)}
+        return {"lr": float(self.train_config["lr"])} if "lr" in self.train_config else {}
 
     def _aggregate_warmup(self, replies: Iterable[Message]) -> dict[str, Any]:
         """Check the warm models that came back and sample the auxiliary set A from them; returns the record.

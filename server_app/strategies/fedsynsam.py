@@ -34,6 +34,7 @@ from flwr.common.typing import Scalar
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from common.algorithms.synsam_settings import SynSAMSettings
 from common.run.config import REAL_ORACLE
 from common.data.datasets import load_run_dataset, run_dataset_info
 from common.metrics.evaluation import as_tensors, resolve_device
@@ -42,7 +43,7 @@ from common.records import Weights, to_record
 from common.run.task import ServerTask, make_model
 from common.run.aggregation import Aggregation, BoundedInfluence
 from common.run.codecs import Codec
-from server_app.distillation import DistillSettings, distill, oracle_indices, real_oracle
+from server_app.distillation import distill, oracle_indices, real_oracle
 from server_app.perturbation import PerturbationDiagnostic
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
@@ -92,10 +93,13 @@ class TrajectoryStrategy(FedAvg):
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.trajectory_rounds = trajectory_rounds
         self.synthetic_ipc = synthetic_ipc
-        self.distillation = dict(synthetic_ipc=synthetic_ipc, distill_iterations=distill_iterations,
-                                 distill_inner_steps=distill_inner_steps, distill_optimizer=distill_optimizer,
-                                 distill_lr=distill_lr, distill_alpha_init=distill_alpha_init,
-                                 distill_alpha_lr=distill_alpha_lr, matching_loss=matching_loss, seed=seed)
+        # the distillation's settings as the run config's FedSynSAM part, the object `distill` takes
+        self.distillation = SynSAMSettings(
+            trajectory_rounds=trajectory_rounds, synthetic_ipc=synthetic_ipc, distill_iterations=distill_iterations,
+            distill_inner_steps=distill_inner_steps, distill_optimizer=distill_optimizer, distill_lr=distill_lr,
+            distill_alpha_init=distill_alpha_init, distill_alpha_lr=distill_alpha_lr, matching_loss=matching_loss,
+            synthetic_source=synthetic_source,
+        )
         self.synthetic_source = synthetic_source
         self.task = task
         self.device = device
@@ -116,13 +120,14 @@ class TrajectoryStrategy(FedAvg):
         """Learn D_syn from the trajectory (or take the real-image oracle); its matching losses go into this round's metrics."""
         start = time.monotonic()
         info = run_dataset_info(self.task)
-        settings = DistillSettings.resolved(info.channels == 1, **self.distillation)
+        settings = self.distillation
         device = resolve_device(self.device)
         if self.synthetic_source == REAL_ORACLE:
             result = real_oracle(make_model(self.task), self.trajectory, *self._real_images(info.num_classes),
                                  settings, device)
         else:
-            result = distill(make_model(self.task), self.trajectory, info.num_classes, info.shape, settings, device)
+            result = distill(make_model(self.task), self.trajectory, info.num_classes, info.shape, settings, device,
+                             seed=self.seed)
         self.synthetic = (result.x, result.y)
         self.distill_report = {
             "distill-loss-start": result.start_loss,

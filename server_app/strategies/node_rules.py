@@ -13,6 +13,7 @@ from typing import Callable
 
 from flwr.common.typing import Scalar
 
+from common.algorithms.cog_settings import CogSettings
 from common.run.aggregation import Aggregation, BoundedInfluence
 from common.run.codecs import Codec
 from server_app.strategies.fedavg import FedAvg
@@ -131,10 +132,12 @@ class FedSAM(FedAvg):
 class FedCOG(FedAvg):
     """FedCOG (Ye et al., 2023): FedAvg on the server; nodes generate complementary data from the global
     model and train with knowledge distillation (`fedsynth.client`'s FedCOG functions) from the round the train
-    config's "cog-start-round" names on (FedCOG is client-side only).
+    config's "cog-start-round" names on (FedCOG is client-side only), with the generation and distillation
+    settings of `cog_settings` ("gen-budget", "gen-steps", ...: `CogSettings.from_config` reads them).
     """
 
     def __init__(self, *, cog_start_round: int = DEFAULTS.cog_start_round,
+                          cog_settings: CogSettings | None = None,
                           fraction_train: float = DEFAULTS.fraction_train,
                           fraction_evaluate: float = 1.0,
                           min_nodes: int = DEFAULTS.min_nodes,
@@ -156,10 +159,16 @@ class FedCOG(FedAvg):
                          parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
                          weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.cog_start_round = cog_start_round
+        self.cog_settings = CogSettings() if cog_settings is None else cog_settings
 
     def _client_config(self) -> dict[str, Scalar]:
-        """FedAvg's settings and what the nodes' rule reads: "cog-start-round"."""
-        return {**super()._client_config(), "cog-start-round": self.cog_start_round}
+        """FedAvg's settings and what the nodes' rule reads: FedCOG's settings (`cog_settings`) with
+        "cog-start-round" the first FedCOG round (0 resolved to the paper's schedule over `start()`'s `num_rounds`,
+        once it is known)."""
+        start = self.cog_start_round
+        if start == 0 and self.num_rounds is not None:
+            start = CogSettings(cog_start_round=0).first_cog_round(self.num_rounds)
+        return {**super()._client_config(), **self.cog_settings.cog_config(), "cog-start-round": start}
 
 
 @documented

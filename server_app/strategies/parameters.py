@@ -27,6 +27,7 @@ import textwrap
 from typing import Any, Callable
 
 from common.algorithm_table import ALGORITHMS
+from common.algorithms.cog_settings import CogSettings
 from common.run.client_settings import CODEC_KEYS
 from common.errors import ConfigError
 from common.run.config import RunConfig, check_parameters
@@ -50,7 +51,8 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
     "weighted_by_key": "The reply metric that weighs each reply in the averages, as in Flower's strategies. A\n"
                        "reply that also carries \"num-examples\" must give both the same value, or it is dropped.",
     "node_settings": "Your own settings for the nodes, added to every train message's config (as FedProx sends\n"
-                     "\"proximal-mu\"); fedsynth's app sends a rule's run-config keys here (\"proximal-mu\", \"moon-mu\", ...).",
+                     "\"proximal-mu\"); fedsynth's app sends FedCOG's settings here on a run with FedCOG\n"
+                     "(\"gen-budget\", ...).",
     "parameter_names": "The names of the model's trainable arrays (`[n for n, _ in net.named_parameters()]`): what the\n"
                        "server step, the codec and control variates cover. None: judged from the arrays (floating arrays\n"
                        "not named like normalisation statistics).",
@@ -71,6 +73,10 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
              "None (no compression), `QSGD(bits, levels, scope, bucket, error_feedback)` or\n"
              "`TopK(ratio, error_feedback)` (common/run/codecs.py; run-config keys `compression`, `bits`, ...).",
     "sam": "False: OledFL-SGD; True: OledFL-SAM (the nodes read \"sam-rho\" from the config).",
+    "cog_settings": "FedCOG's generation and distillation settings, sent in every train message's config under\n"
+                    "their run-config keys (\"gen-budget\", \"gen-steps\", ...): a `CogSettings` (the run config's\n"
+                    "FedCOG part, common/algorithms/cog_settings.py); None: its defaults. Its `cog_start_round` is\n"
+                    "this class's.",
 }
 
 
@@ -96,6 +102,15 @@ def _node_settings(value: Any) -> bool:
                                                              for k, v in value.items()))
 
 
+def _cog_settings(value: Any) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, CogSettings):
+        return False
+    value.check()  # a bad field is refused as the run config refuses its key
+    return True
+
+
 def _node_table(value: Any) -> bool:
     from server_app.strategies.node_table import NodeInfo
 
@@ -109,6 +124,7 @@ OWN_PARAMETER_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
                             lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
     "weighted_by_key": ("a metric name (non-empty text)", lambda v: isinstance(v, str) and v != ""),
     "sam": ("true or false", lambda v: isinstance(v, bool)),
+    "cog_settings": ("None or a valid fedsynth.client.CogSettings", _cog_settings),
     "node_settings": ("None or a dict of setting names (text) to values a Flower ConfigRecord carries (text, bytes, "
                       "a bool, an int, a finite float, or a list of one of these)", _node_settings),
     "lr_schedule": ("None or a function of the server round returning the round's lr",

@@ -53,8 +53,8 @@ def train(msg: Message, context: Context) -> Message:
         label_counts=np.bincount(labels, minlength=NUM_CLASSES),
         previous_model={name: array.numpy() for name, array in previous.items()} if previous is not None else None,
         input_shape=INPUT_SHAPE,
-        settings=CogSettings(budget=int(run_config["gen-budget"]), gen_steps=int(run_config["gen-steps"]),
-                             batch_size=int(run_config["batch-size"])),
+        settings=CogSettings(gen_budget=int(run_config["gen-budget"]), gen_steps=int(run_config["gen-steps"])),
+        batch_size=int(run_config["batch-size"]),
         seed=int(run_config["seed"]) * 100_000 + int(config["server-round"]) * 100 + partition_id,
         optimizer=LocalOptimizer(lr=float(config["lr"]), momentum=float(run_config["momentum"])),
     )

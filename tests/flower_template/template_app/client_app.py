@@ -147,7 +147,7 @@ def fedcog_train(msg: Message, context: Context) -> Message:
         previous = context.state.array_records.get("previous-model")
         result = train_fedcog(model, trainloader, label_counts=np.bincount(labels, minlength=10),
                               previous_model=_numpy(previous) if previous is not None else None,
-                              input_shape=(1, 28, 28), settings=CogSettings(budget=16, gen_steps=2, batch_size=16),
+                              input_shape=(1, 28, 28), settings=CogSettings(gen_budget=16, gen_steps=2), batch_size=16,
                               seed=int(config["server-round"]), optimizer=_optimizer(msg))
     context.state["previous-model"] = ArrayRecord(model.state_dict())
     return _reply(msg, ArrayRecord(model.state_dict()), result.train_loss, len(trainloader.dataset))

@@ -74,7 +74,7 @@ def train(msg: Message, context: Context) -> Message:
         labels = np.concatenate([y.numpy() for _, y in loader])
         result = train_fedcog(net, batches, label_counts=np.bincount(labels, minlength=10),
                               previous_model=weights(state.array_records.get("previous-model")),
-                              input_shape=(1, 28, 28), settings=CogSettings(budget=8, gen_steps=2, batch_size=8),
+                              input_shape=(1, 28, 28), settings=CogSettings(gen_budget=8, gen_steps=2), batch_size=8,
                               optimizer=optimizer)
         state["previous-model"] = record(result.previous_model)
     else:  # FedAvg, FedAvgM, DynaFed, FedCOG before its start round

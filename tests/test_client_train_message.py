@@ -1,0 +1,110 @@
+"""fedsynth's ClientApp reads the round's settings from its train message, as a Flower developer's client does.
+
+docs/library.md ("What each strategy sends and expects"): the round's `lr`, the uplink codec and every setting of
+the node's rule travel in the train message's config; fedsynth's own ClientApp trains at the `lr` its message
+carries (not its run config's), and refuses a message that lacks a setting its rule needs, naming the key.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
+
+from client_app.app import app as client_app
+from client_app.app import required_settings
+from common.algorithm_table import ALGORITHMS
+from common.algorithms.cog_settings import COG_KEYS, CogSettings
+from common.algorithm_table import COG_BASES
+from common.records import from_record, model_weights, to_record
+from common.run.client_settings import compression_from_config
+from common.run.config import parse_run_config
+from common.run.task import make_model
+from server_app.registry import SERVER_STRATEGIES, train_config_of
+
+
+def _run_config(tmp_path, data_dir, **keys) -> dict:
+    return {"algorithm": "fedavg", "model": "mlp", "data-dir": str(data_dir), "cache-dir": str(tmp_path / "cache"),
+            "results-dir": str(tmp_path / "results"), "partition": "iid", "local-steps": 2, "batch-size": 8,
+            "seed": 1, **keys}
+
+
+def _train(raw: dict, config: dict) -> Message:
+    """fedsynth's ClientApp on one train message (the run's seeded model, `config`) on partition 0 of 2."""
+    from flwr.supercore.task_identity import TaskIdentity
+
+    TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    content = RecordDict({"arrays": to_record(model_weights(make_model(cfg, seeded=True))),
+                          "config": ConfigRecord(config)})
+    message = Message(content, dst_node_id=1000, message_type=MessageType.TRAIN)
+    context = Context(run_id=1, node_id=1000, node_config={"partition-id": 0, "num-partitions": 2},
+                      state=RecordDict(), run_config=dict(raw))
+    return client_app(message, context)
+
+
+def _model(reply: Message) -> dict[str, np.ndarray]:
+    return from_record(reply.content.array_records["arrays"])
+
+
+def test_the_clientapp_trains_at_the_lr_of_its_message_not_its_run_configs(tmp_path, tiny_data_dir) -> None:
+    small = _run_config(tmp_path, tiny_data_dir, lr=0.01)
+    large = _run_config(tmp_path, tiny_data_dir, lr=0.5)
+    sent = {**train_config_of(parse_run_config(small, SERVER_STRATEGIES), 1), "lr": 0.01}
+    assert sent["lr"] == 0.01
+    by_message = _model(_train(large, sent))  # the run config says 0.5, the message 0.01
+    reference = _model(_train(small, sent))   # both say 0.01
+    at_run_configs = _model(_train(large, {**sent, "lr": 0.5}))
+    for name, value in reference.items():
+        np.testing.assert_array_equal(by_message[name], value)
+    assert any(not np.array_equal(at_run_configs[name], value) for name, value in reference.items())
+
+
+@pytest.mark.parametrize(("keys", "missing"), [
+    ({"algorithm": "fedsam"}, "sam-rho"),
+    ({"algorithm": "fedprox+cog"}, "gen-budget"),
+    ({"algorithm": "fedavg"}, "lr"),
+    ({"algorithm": "fedavg"}, "compression"),
+])
+def test_a_message_without_a_setting_the_rule_needs_is_refused_naming_it(tmp_path, tiny_data_dir, keys,
+                                                                        missing) -> None:
+    raw = _run_config(tmp_path, tiny_data_dir, **keys)
+    config = train_config_of(parse_run_config(raw, SERVER_STRATEGIES), 1)
+    del config[missing]
+    with pytest.raises(ValueError, match=f"lacks '{missing}'"):
+        _train(raw, config)
+
+
+def test_every_strategy_of_the_app_sends_what_its_nodes_require() -> None:
+    """The decentralized relay included, and FedCOG's settings on every run with FedCOG."""
+    configs = [{"algorithm": name, "model": "unet-small" if "ddpm" in name else "cnn"} for name in ALGORITHMS]
+    configs += [{"algorithm": base, "cog": True} for base in COG_BASES]
+    for raw in configs:
+        cfg = parse_run_config(raw, SERVER_STRATEGIES)
+        sent = train_config_of(cfg, 2)
+        assert set(required_settings(cfg)) <= set(sent), raw
+        assert sent["lr"] == cfg.lr * cfg.lr_decay
+
+
+def test_fedcogs_settings_travel_as_one_object_with_the_first_round_resolved() -> None:
+    settings = CogSettings(gen_budget=8, gen_steps=3, cog_ablation="global-only", lambda_kd=0.5)
+    assert CogSettings.from_config(settings.cog_config()) == settings
+    assert set(settings.cog_config()) == set(COG_KEYS)
+    assert (settings.generation_steps, settings.disagreement_weight, settings.hard_label) == (3, 0.0, False)
+    assert CogSettings(cog_ablation="noise").generation_steps == 0
+    cfg = parse_run_config({"algorithm": "moon+cog", "num-server-rounds": 20, "gen-budget": 9}, SERVER_STRATEGIES)
+    sent = train_config_of(cfg, 1)
+    assert sent["cog-start-round"] == 15 and sent["gen-budget"] == 9
+    with pytest.raises(KeyError, match="'gen-lr'"):
+        CogSettings.from_config({key: value for key, value in sent.items() if key != "gen-lr"})
+
+
+def test_the_codec_is_read_from_the_message_without_fallback_values() -> None:
+    assert compression_from_config({}).method == "none"  # Flower's strategies and the relay send no codec
+    spec = compression_from_config({"compression": "qsgd", "bits": 3, "levels": 0, "qsgd-scope": "bucket",
+                                    "qsgd-bucket": 64})
+    assert (spec.method, spec.bits, spec.scope, spec.bucket_size) == ("qsgd", 3, "bucket", 64)
+    with pytest.raises(KeyError, match="'bits'"):
+        compression_from_config({"compression": "qsgd", "levels": 0, "qsgd-scope": "tensor", "qsgd-bucket": 512})
+    with pytest.raises(KeyError, match="'topk-ratio'"):
+        compression_from_config({"compression": "topk"})
