@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.algorithms.fedcog import COG_ABLATIONS, KD_WEIGHTINGS
+from common.algorithms.cog_names import COG_ABLATIONS, KD_WEIGHTINGS
 from common.keys import check_choice, check_text, key, require
 
 

@@ -26,7 +26,7 @@ from common.algorithms.aggregation_settings import AggregationSettings, bounded_
 from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.cog_settings import CogSettings
 from common.algorithms.decentralized_settings import DecentralizedSettings
-from common.algorithms.fedcog import COG_BASES
+from common.algorithms.cog_names import COG_BASES
 from common.algorithms.gossip import DECENTRALIZED_ALGORITHMS
 from common.algorithms.local_training_settings import LocalTrainingSettings
 from common.algorithms.synsam_settings import REAL_ORACLE, SynSAMSettings
@@ -36,8 +36,8 @@ from common.data.settings import NODE_PARTITION, DataSettings
 from common.data.site_data import node_shape_info
 from common.errors import ConfigError
 from common.keys import check_choice, key_name, require
-from common.models.classifiers import MODELS, check_model_fits, is_user_model
-from common.models.diffusion import DIFFUSION_ALGORITHMS, UNET_PRESETS
+from common.models.classifier_names import MODELS, check_model_fits, is_user_model
+from common.models.diffusion_names import DIFFUSION_ALGORITHMS, UNET_PRESETS
 from common.models.diffusion_settings import DiffusionSettings
 from common.models.settings import ModelSettings
 from common.run.round_settings import RoundSettings
