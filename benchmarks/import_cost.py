@@ -11,13 +11,15 @@ process does), and for each this measures
 
 Statements: `pass` (the bare interpreter, for scale), `import flwr.serverapp`, `import fedsynth.strategies`,
 `from fedsynth.strategies import FedAvg; FedAvg()` and, for context, `import torch`. Every repeat runs each
-statement once, in turn, so that a change in the machine's load falls on all of them alike; the table gives
-medians over the repeats and each median's ratio to `import flwr.serverapp`'s.
+statement once, in turn, so that a change in the machine's load falls on all of them alike, after one turn
+that is not counted (it writes the bytecode caches of a freshly exported tree); the table gives medians over
+the repeats and each median's ratio to `import flwr.serverapp`'s.
 
-    PYTHONPATH=$PWD .venv/bin/python benchmarks/import_cost.py [--repeats 7] [--root DIR] [--out FILE]
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/import_cost.py [--repeats 7] [--before DIR] [--out FILE]
 
-`--root` measures another checkout's modules (e.g. an exported older commit, to compare before and after);
-the default is the checkout holding this script. About a minute per repeat on a loaded 2-core machine.
+`--before DIR` adds fedsynth's two statements run on another checkout's modules (e.g. an older commit exported
+with `git archive`), in the same turns, so a change is measured under the same load as the rest. About a minute
+per repeat on a loaded 2-core machine.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ STATEMENTS = {
     "import torch": "import torch",
 }
 REFERENCE = "import flwr.serverapp"
+FEDSYNTH_STATEMENTS = ("import fedsynth.strategies", "FedAvg() built")  # the rows `--before` repeats
 
 CHILD = """
 import json, sys, time
@@ -69,16 +72,16 @@ def measure(statement: str, root: Path) -> dict[str, float | bool]:
             "torch": result["torch"]}
 
 
-def table(samples: dict[str, list[dict[str, float | bool]]]) -> list[str]:
+def table(samples: dict[tuple[str, str], list[dict[str, float | bool]]]) -> list[str]:
     """Markdown rows: medians, and their ratios to `import flwr.serverapp`'s."""
     medians = {name: {key: statistics.median(float(s[key]) for s in runs) for key in ("import", "process", "rss")}
                for name, runs in samples.items()}
-    ref = medians[REFERENCE]
-    rows = ["| statement | import s | x flwr | process s | x flwr | max RSS MiB | x flwr | torch loaded |",
-            "| --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
-    for name, m in medians.items():
-        torch_loaded = sorted({bool(s["torch"]) for s in samples[name]})
-        rows.append(f"| `{STATEMENTS[name]}` | {m['import']:.2f} | {m['import'] / ref['import']:.2f} | "
+    ref = medians[(REFERENCE, "")]
+    rows = ["| statement | modules | import s | x flwr | process s | x flwr | max RSS MiB | x flwr | torch loaded |",
+            "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
+    for (name, tree), m in medians.items():
+        torch_loaded = sorted({bool(s["torch"]) for s in samples[(name, tree)]})
+        rows.append(f"| `{STATEMENTS[name]}` | {tree or 'this checkout'} | {m['import']:.2f} | {m['import'] / ref['import']:.2f} | "
                     f"{m['process']:.2f} | {m['process'] / ref['process']:.2f} | {m['rss']:.0f} | "
                     f"{m['rss'] / ref['rss']:.2f} | {'/'.join(map(str, torch_loaded))} |")
     return rows
@@ -87,22 +90,28 @@ def table(samples: dict[str, list[dict[str, float | bool]]]) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=7, help="fresh interpreters per statement")
-    parser.add_argument("--root", type=Path, default=ROOT, help="the checkout whose modules are imported")
+    parser.add_argument("--before", type=Path, default=None,
+                        help="another checkout whose fedsynth statements are measured too, in the same turns")
     parser.add_argument("--out", type=Path, default=None, help="also write the table (and every sample) here")
     args = parser.parse_args()
-    samples: dict[str, list[dict[str, float | bool]]] = {name: [] for name in STATEMENTS}
+    cases = [(name, "", ROOT) for name in STATEMENTS]
+    if args.before is not None:
+        cases += [(name, args.before.resolve().name, args.before.resolve()) for name in FEDSYNTH_STATEMENTS]
+    samples: dict[tuple[str, str], list[dict[str, float | bool]]] = {(name, tree): [] for name, tree, _ in cases}
+    for root in dict.fromkeys(root for _, _, root in cases):  # not counted: writes a tree's bytecode caches
+        measure("import fedsynth.strategies; import torch", root)
     load_before = os.getloadavg()
     for repeat in range(args.repeats):
-        for name, statement in STATEMENTS.items():
-            samples[name].append(measure(statement, args.root))
+        for name, tree, root in cases:
+            samples[(name, tree)].append(measure(STATEMENTS[name], root))
         print(f"repeat {repeat + 1}/{args.repeats} done", file=sys.stderr, flush=True)
     load_after = os.getloadavg()
-    lines = [f"Medians of {args.repeats} fresh interpreters per statement, run in turn; modules from {args.root}; "
+    lines = [f"Medians of {args.repeats} fresh interpreters per statement, run in turn; this checkout: {ROOT}; "
              f"Python {sys.version.split()[0]}, {os.cpu_count()} CPUs, load average {load_before[0]:.1f} before, "
              f"{load_after[0]:.1f} after.", "", *table(samples), "",
              "Every sample (import s, process s, max RSS MiB):", ""]
-    for name, runs in samples.items():
-        lines.append(f"- `{STATEMENTS[name]}`: " + ", ".join(
+    for (name, tree), runs in samples.items():
+        lines.append(f"- `{STATEMENTS[name]}`{f' ({tree})' if tree else ''}: " + ", ".join(
             f"({s['import']:.2f}, {s['process']:.2f}, {s['rss']:.0f})" for s in runs))
     text = "\n".join(lines) + "\n"
     print(text, end="")
