@@ -12,17 +12,23 @@ checks on the server, refuses an array whose shape changed. Which arrays are
 trainable parameters and which are buffers is the module's knowledge
 (`named_parameters`); where only the arrays are at hand, `parameter_names`
 applies torch's naming of normalisation statistics (see there).
+
+The conversions between arrays and records are numpy's alone, and torch is imported only by the
+functions that take a torch module: the server's aggregation runs without loading torch
+(`import fedsynth.strategies` does not load it, tests/test_light_import.py).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from flwr.app import Array, ArrayRecord, Message, RecordDict
-from torch import nn
+
+if TYPE_CHECKING:
+    from torch import nn
 
 Weights = dict[str, np.ndarray]
 
@@ -34,6 +40,8 @@ def model_weights(model: nn.Module) -> Weights:
 
 def load_weights(model: nn.Module, weights: Mapping[str, np.ndarray]) -> None:
     """Load numpy weights into a model, strictly (names and shapes must match)."""
+    import torch
+
     state = OrderedDict((name, torch.from_numpy(np.asarray(arr))) for name, arr in weights.items())
     model.load_state_dict(state, strict=True)
 

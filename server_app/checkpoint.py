@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 from flwr.common.logger import log
 
 from common.run.config import RunConfig
@@ -149,6 +148,8 @@ def _check_fields(path: Path, cfg: RunConfig, server_round: int, metrics: list[d
             + ("; to extend the run set num-server-rounds to at least that round" if server_round > 1 else
                "; it is corrupt: delete it to start over")
         )
+    import torch  # here, not with the module: the strategies import CheckpointError without loading torch
+
     expected = torch.get_rng_state().numpy()
     if rng is None or rng.dtype != expected.dtype or rng.shape != expected.shape:
         shown = "missing" if rng is None else f"{rng.dtype} of shape {rng.shape}"
@@ -173,6 +174,7 @@ def _check_fields(path: Path, cfg: RunConfig, server_round: int, metrics: list[d
 
 def save_checkpoint(folder: Path, cfg: RunConfig, ckpt: Checkpoint) -> Path:
     """Write the checkpoint atomically into `folder`; returns its path."""
+    import torch  # here, not with the module: the strategies import CheckpointError without loading torch
     from safetensors.numpy import save_file
 
     tensors: dict[str, np.ndarray] = {f"{_MODEL}{k}": v for k, v in ckpt.weights.items()}

@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from logging import INFO, WARNING
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 from flwr.app import ConfigRecord, Message, RecordDict
@@ -43,12 +43,14 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.metrics.fid import GaussianStats, stats_from_sums
-from common.metrics.fid_features import TRAVELLING_EXTRACTORS, FeatureExtractor, extractor_weights
 from common.protocol import FID_EXTRACTOR, FID_STATS, FID_SUMS
 from common.records import Weights, from_record, message_array_bytes, to_record
 from common.run.interrupt import raise_if_stopped
 from server_app.messaging import match_replies, sender_mismatch
 from server_app.reply_checks import is_int
+
+if TYPE_CHECKING:  # the extractors are torch's: imported where one is used, so FedAvg's import does not load torch
+    from common.metrics.fid_features import FeatureExtractor
 
 GROUP = "fid-reference"  # the checkpoint group
 
@@ -135,6 +137,8 @@ class ClientFeatureReference:
         Content: `RecordDict({"config": ConfigRecord({"fid-features": extractor name}), "fid-extractor":
         ArrayRecord(the extractor's weights; only for the classifier and random extractors, which travel)})`.
         """
+        from common.metrics.fid_features import TRAVELLING_EXTRACTORS, extractor_weights
+
         self._dim = feature_dim(extractor, image_shape)
         weights = to_record(extractor_weights(extractor)) if extractor.name in TRAVELLING_EXTRACTORS else None
         messages = []

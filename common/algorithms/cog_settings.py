@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from common.algorithms.fedcog import COG_ABLATIONS, KD_WEIGHTINGS
+from common.algorithms.cog_names import COG_ABLATIONS, KD_WEIGHTINGS
 from common.keys import check_choice, check_text, config_value, key, key_name, require
 
 

@@ -17,11 +17,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-# Table 5's ablations: none = full FedCOG (4); noise = Gaussian inputs, not optimised (1);
-# global-only = generation without the disagreement term (2); hard-label = CE on the
-# global model's argmax instead of KD (3).
-COG_ABLATIONS = ("none", "noise", "global-only", "hard-label")
-KD_WEIGHTINGS = ("balanced", "fixed")
+from common.algorithms.cog_names import COG_ABLATIONS, KD_WEIGHTINGS  # noqa: F401 - re-exported
+
 # SPEC 4.2: probabilities are clamped before the Jensen-Shannon divergence, as in the reference code.
 JS_CLAMP = (0.01, 0.99)
 

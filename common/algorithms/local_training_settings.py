@@ -11,8 +11,12 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from common.algorithms.optimizers import OPTIMIZERS
 from common.keys import check_choice, check_text, key, require
+
+# The `local-optimizer` key's values (common/algorithms/optimizers.py builds sgd and adam); auto: adam for the
+# diffusion task, sgd otherwise (common/models/diffusion.py `optimizer_kind`). Here, not beside the optimizers:
+# the run config reads it without loading torch.
+OPTIMIZERS = ("auto", "sgd", "adam")
 
 
 @dataclass(frozen=True)

@@ -1,15 +1,19 @@
-"""Loss terms and control-variate rules of the centralized baselines (SPEC 4.1).
+"""Loss terms of the centralized baselines (SPEC 4.1), and SCAFFOLD's control-variate rules re-exported.
 
-Pure functions on tensors, so each can be checked against hand-computed values.
+Pure functions on tensors, so each can be checked against hand-computed values. SCAFFOLD's rules work
+on numpy arrays and live in common/algorithms/scaffold_control.py, which the server imports without torch.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 
-import numpy as np
 import torch
 import torch.nn.functional as F
+
+from common.algorithms.scaffold_control import (  # noqa: F401 - re-exported: the client's rules import them here
+    scaffold_client_control, scaffold_clipped_control_delta, scaffold_server_control,
+)
 
 
 def proximal_term(params: Sequence[torch.Tensor], anchor: Sequence[torch.Tensor], mu: float) -> torch.Tensor:
@@ -29,50 +33,3 @@ def moon_contrastive_loss(z: torch.Tensor, z_global: torch.Tensor, z_prev: torch
     logits = torch.stack([positive, negative], dim=1)
     targets = torch.zeros(z.shape[0], dtype=torch.long, device=z.device)
     return F.cross_entropy(logits, targets)
-
-
-def scaffold_client_control(
-    c_local: Mapping[str, np.ndarray],
-    c_global: Mapping[str, np.ndarray],
-    w_global: Mapping[str, np.ndarray],
-    w_local: Mapping[str, np.ndarray],
-    num_steps: int,
-    lr: float,
-) -> dict[str, np.ndarray]:
-    """SCAFFOLD option II: c_i+ = c_i - c + (w_global - w_local) / (K * lr)."""
-    return {
-        name: (c_local[name] - c_global[name] + (w_global[name] - w_local[name]) / (num_steps * lr)).astype(np.float32)
-        for name in c_local
-    }
-
-
-def scaffold_clipped_control_delta(
-    control_delta: Mapping[str, np.ndarray],
-    c_global: Mapping[str, np.ndarray],
-    scale: float,
-) -> Mapping[str, np.ndarray]:
-    """A client's c_i+ - c_i as if its update w_i - w had been `scale` times as long: s (c_i+ - c_i) + (s - 1) c.
-
-    Option II gives c_i+ - c_i = -c + (w - w_i) / (K lr), so the update's part is (c_i+ - c_i) + c; scaling only
-    that part keeps the server's c consistent with the step it took when a bound clipped the update, with no need
-    to know K or lr. scale 1 returns the delta itself.
-    """
-    if scale == 1.0:
-        return control_delta
-    return {
-        name: (scale * control_delta[name].astype(np.float64) + (scale - 1.0) * c_global[name].astype(np.float64))
-        .astype(np.float32)
-        for name in control_delta
-    }
-
-
-def scaffold_server_control(
-    c_global: Mapping[str, np.ndarray],
-    control_deltas: Sequence[Mapping[str, np.ndarray]],
-    num_clients: int,
-) -> dict[str, np.ndarray]:
-    """SCAFFOLD server: c += (1/N) * sum over sampled clients of (c_i+ - c_i)."""
-    return {
-        name: (c_global[name] + sum(d[name].astype(np.float64) for d in control_deltas) / num_clients).astype(np.float32)
-        for name in c_global
-    }

@@ -125,11 +125,6 @@ class Adam(_Optimizer):
             p.addcdiv_(exp_avg, denom, value=-step_size)
 
 
-# The `local-optimizer` key's values (common/algorithms/local_training_settings.py); auto: adam for the diffusion
-# task, sgd otherwise (common/models/diffusion.py `optimizer_kind`).
-OPTIMIZERS = ("auto", "sgd", "adam")
-
-
 def make_optimizer(params: Iterable[torch.Tensor], kind: str, lr: float, momentum: float = 0.0,
                    weight_decay: float = 0.0, clip_grad_norm: float = 0.0) -> SGD | Adam:
     """`sgd` (with momentum) or `adam`; a new one per use, so no optimizer state outlives a round."""

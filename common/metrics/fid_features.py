@@ -49,7 +49,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from common.models.diffusion import FID_EXTRACTORS
+from common.models.diffusion_names import FID_EXTRACTORS
 from common.metrics.fid import GaussianStats, frechet_distance, gaussian_stats
 
 CLASSIFIER_VERSION = 2

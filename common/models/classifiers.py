@@ -14,7 +14,6 @@ built: on the server and on every SuperNode (inside the Flower app that
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -22,11 +21,9 @@ import torch
 from torch import nn
 
 from common.data.datasets import DatasetInfo
-
-MODELS = ("cnn", "cnn-gn", "mlp", "mlp2", "convnet", "resnet18")
-# GroupNorm groups of resnet18 unless the run config says otherwise (`gn-groups`).
-DEFAULT_GN_GROUPS = 2
-
+from common.models.classifier_names import (  # noqa: F401 - the names, re-exported beside the models they name
+    DEFAULT_GN_GROUPS, MODELS, check_model_fits, cnn_side, is_user_model, user_factory,
+)
 
 class Classifier(nn.Module):
     """features -> head; `forward` returns logits."""
@@ -67,14 +64,9 @@ class MoonClassifier(nn.Module):
         return self.head(self.features(x))
 
 
-def _cnn_side(size: int) -> int:
-    # conv5 -> pool2 -> conv5 -> pool2
-    return ((size - 4) // 2 - 4) // 2
-
-
 def simple_cnn(info: DatasetInfo) -> tuple[Classifier, int]:
     """The FL 'simple CNN': conv5-6, pool, conv5-16, pool, fc120, fc84, fc classes."""
-    side_h, side_w = _cnn_side(info.height), _cnn_side(info.width)
+    side_h, side_w = cnn_side(info.height), cnn_side(info.width)
     body = nn.Sequential(
         nn.Conv2d(info.channels, 6, 5), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(6, 16, 5), nn.ReLU(), nn.MaxPool2d(2),
@@ -94,7 +86,7 @@ def simple_cnn_groupnorm(info: DatasetInfo) -> tuple[Classifier, int]:
     normalises each sample on its own, so, unlike BatchNorm, it has no
     running statistics to average across nodes.
     """
-    side_h, side_w = _cnn_side(info.height), _cnn_side(info.width)
+    side_h, side_w = cnn_side(info.height), cnn_side(info.width)
     body = nn.Sequential(
         nn.Conv2d(info.channels, 6, 5), nn.GroupNorm(2, 6), nn.ReLU(), nn.MaxPool2d(2),
         nn.Conv2d(6, 16, 5), nn.GroupNorm(2, 16), nn.ReLU(), nn.MaxPool2d(2),
@@ -164,30 +156,6 @@ _BUILDERS = {
     "convnet": distillation_convnet,
     "resnet18": resnet18_groupnorm,
 }
-
-
-def is_user_model(name: str) -> bool:
-    """Whether a model name is a user's factory, `package.module:factory`."""
-    return ":" in name
-
-
-def user_factory(name: str) -> Callable[..., object]:
-    """The factory a `package.module:factory` name refers to; ValueError saying what failed."""
-    module_name, _, attribute = name.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"model {name!r}: write a user model as package.module:factory")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 - any import failure: the same advice
-        raise ValueError(
-            f"model {name!r}: cannot import module {module_name!r} ({type(err).__name__}: {err}); it must be "
-            "importable on the server and on every SuperNode (inside the Flower app that `flwr run` ships, or "
-            "installed on every host)"
-        ) from None
-    factory = getattr(module, attribute, None)
-    if not callable(factory):
-        raise ValueError(f"model {name!r}: module {module_name!r} has no callable {attribute!r}")
-    return factory
 
 
 def build_user_model(name: str, info: DatasetInfo) -> nn.Module:
@@ -282,19 +250,6 @@ def output_width_problem(model: nn.Module, info: DatasetInfo) -> str | None:
     if output.shape[1] != info.num_classes:
         return f"it has {output.shape[1]} outputs but the federation has {info.num_classes} classes"
     return None
-
-
-def check_model_fits(name: str, info: DatasetInfo) -> None:
-    """Raise ValueError when a model cannot take the dataset's images."""
-    if name in ("mlp", "mlp2") and info.shape != (1, 28, 28):
-        raise ValueError(
-            f"'{name}' takes 1x28x28 images (784 inputs) but the dataset's images are "
-            f"{info.channels}x{info.height}x{info.width}; use cnn, convnet or resnet18"
-        )
-    if name in ("cnn", "cnn-gn") and min(_cnn_side(info.height), _cnn_side(info.width)) < 1:
-        raise ValueError(f"'{name}' needs images of at least 16x16")
-    if name == "convnet" and min(info.height, info.width) < 8:
-        raise ValueError("'convnet' needs images of at least 8x8")
 
 
 def build_model(

@@ -16,7 +16,8 @@ eta = 0 on `ddim-steps` "trailing" timesteps, for quick checks — every number 
 DDIM sample produced is labelled with the sampler (`SamplerSpec.label`).
 
 diffusers is imported inside the functions that need it: importing it takes
-seconds, and the run config's parts import this module for the preset names.
+seconds. The preset, sampler and extractor names are common/models/diffusion_names.py's, which the
+run config's parts read without loading torch.
 """
 
 from __future__ import annotations
@@ -33,11 +34,12 @@ from torch import nn
 
 from common.data.datasets import run_dataset_info
 from common.algorithms.optimizers import make_optimizer
+from common.models.diffusion_names import (  # noqa: F401 - the names, re-exported beside the task that uses them
+    FID_EXTRACTORS, SAMPLERS, UNET_MODELS, UNET_PRESETS, UNetPreset, is_diffusion,
+)
 
 BETA_START = 1e-4
 BETA_END = 0.02
-SAMPLERS = ("ddpm", "ddim")
-FID_EXTRACTORS = ("classifier", "random", "inception")  # common/metrics/fid_features.py
 
 
 class DiffusionTask(Protocol):
@@ -47,7 +49,8 @@ class DiffusionTask(Protocol):
     more parts (`model` of common/models/settings.py's ModelSettings, `seed` of RunSettings,
     `image-size` of DataSettings, `local-optimizer` of LocalTrainingSettings, and the diffusion keys of
     common/models/diffusion_settings.py's DiffusionSettings). A protocol, not the run config itself: the
-    run config validates its keys against this module's presets, so this module cannot import it.
+    run config validates its keys against the presets (common/models/diffusion_names.py) from the floor above
+    (common/run), so this module cannot import it.
     `image_side`/`image_shape` also pass the config to common/data/datasets.py's `run_dataset_info`,
     which reads the dataset keys.
     """
@@ -60,44 +63,6 @@ class DiffusionTask(Protocol):
     sampler: str
     aux_sampler: str
     ddim_steps: int
-
-
-@dataclass(frozen=True)
-class UNetPreset:
-    """A `UNet2DModel` configuration and the number of diffusion steps T it is trained with."""
-
-    channels: tuple[int, ...]       # block_out_channels, from the input resolution down
-    layers_per_block: int           # residual blocks per level
-    attention: tuple[bool, ...]     # self-attention per level
-    mid_attention: bool             # self-attention in the bottleneck
-    timesteps: int                  # T
-    norm_groups: int = 32
-    dropout: float = 0.0
-
-    @property
-    def downsampling(self) -> int:
-        """The image side must be divisible by this (one halving between levels)."""
-        return 2 ** (len(self.channels) - 1)
-
-
-UNET_PRESETS: dict[str, UNetPreset] = {
-    # For tests and CPU runs: two levels (16x16 -> 8x8 at image-size 16), no attention.
-    "unet-small": UNetPreset((32, 64), 1, (False, False), False, 500, norm_groups=8),
-    # FedDDPM's MNIST model: 128/128/256 channels at 28/14/7, one residual block per level, T = 500;
-    # the paper mentions no attention for it.
-    "unet-paper-mnist": UNetPreset((128, 128, 256), 1, (False, False, False), False, 500),
-    # FedDDPM's CIFAR model (DDPM's CIFAR-10 U-Net): 128/256/256/256 at 32/16/8/4, two residual
-    # blocks per level, self-attention at 16x16 and in the bottleneck, dropout 0.1, T = 1000.
-    "unet-paper-cifar": UNetPreset(
-        (128, 256, 256, 256), 2, (False, True, False, False), True, 1000, dropout=0.1
-    ),
-}
-UNET_MODELS = tuple(UNET_PRESETS)
-
-
-def is_diffusion(cfg: DiffusionTask) -> bool:
-    """True when the run trains a DDPM (its model is a U-Net preset)."""
-    return cfg.model in UNET_PRESETS
 
 
 def image_side(cfg: DiffusionTask) -> int:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from common.keys import check_choice, check_text, key, require
-from common.models.diffusion import FID_EXTRACTORS, SAMPLERS
+from common.models.diffusion_names import FID_EXTRACTORS, SAMPLERS
 
 
 FINAL_FID_SAMPLES_PER_ROUND = 500  # the final FID's images per round of the run, at most (`final_fid_count`)

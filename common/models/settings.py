@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 from common.errors import ConfigError
 from common.keys import check_choice, check_text, key, require
-from common.models.classifiers import MODELS, is_user_model, user_factory
-from common.models.diffusion import UNET_PRESETS
+from common.models.classifier_names import MODELS, is_user_model, user_factory
+from common.models.diffusion_names import UNET_PRESETS
 
 
 @dataclass(frozen=True)

@@ -36,8 +36,8 @@ from common.data.settings import NODE_PARTITION, DataSettings
 from common.data.site_data import node_shape_info
 from common.errors import ConfigError
 from common.keys import check_choice, key_name, require
-from common.models.classifiers import MODELS, check_model_fits, is_user_model
-from common.models.diffusion import UNET_PRESETS
+from common.models.classifier_names import MODELS, check_model_fits, is_user_model
+from common.models.diffusion_names import UNET_PRESETS
 from common.models.diffusion_settings import DiffusionSettings
 from common.models.settings import ModelSettings
 from common.run.round_settings import RoundSettings

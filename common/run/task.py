@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-
-import torch
-from torch import nn
+from typing import TYPE_CHECKING
 
 from common.algorithms.plugins import known_algorithm
 from common.run.config import ConfigError, RunConfig
 from common.data.datasets import run_dataset_info
-from common.models.diffusion import build_diffusion_model, is_diffusion
-from common.models.classifiers import build_model, is_user_model
+from common.models.classifier_names import is_user_model
+from common.models.diffusion_names import is_diffusion
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,16 @@ def task_values(task: ServerTask) -> dict[str, object]:
 
 
 def make_model(cfg: RunConfig | ServerTask, *, seeded: bool = False) -> nn.Module:
-    """The run's model; with `seeded`, initialised from the run's seed (the global model at round 0)."""
+    """The run's model; with `seeded`, initialised from the run's seed (the global model at round 0).
+
+    torch and the builders are imported here, not with the module: a strategy holds its `ServerTask`
+    without loading torch, and only one that builds the model on the server loads it.
+    """
+    import torch
+
+    from common.models.classifiers import build_model
+    from common.models.diffusion import build_diffusion_model
+
     if is_diffusion(cfg):  # the diffusion task's noise predictor (common/models/diffusion.py)
         return build_diffusion_model(cfg, seeded=seeded)
     row = known_algorithm(cfg.algorithm)

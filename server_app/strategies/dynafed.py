@@ -4,7 +4,8 @@ Clients run FedAvg. The server distils a synthetic set from the first R global
 models exactly as FedSynSAM does (server_app/distillation.py), once, and from
 then on, after every aggregation, trains the global model on it on the server
 (Adam, `dynafed-lr`, `dynafed-epochs` epochs of `batch-size` batches). D_syn
-never leaves the server, so the traffic is FedAvg's.
+never leaves the server, so the traffic is FedAvg's. torch is imported where the server trains, not
+with the module.
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ from typing import Callable
 import numpy as np
 from flwr.common.typing import Scalar
 
-from common.metrics.evaluation import resolve_device
 from common.records import Weights
 from common.run.task import ServerTask, make_model
 from common.run.aggregation import Aggregation, BoundedInfluence
 from common.run.codecs import Codec
-from server_app.distillation import train_on_synthetic
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedsynsam import TrajectoryStrategy
 from server_app.strategies.parameters import DEFAULTS, documented
@@ -80,6 +79,9 @@ class DynaFed(TrajectoryStrategy):
     def _after_aggregation(self, new: Weights) -> Weights:
         if self.synthetic is None or self.dynafed_epochs == 0:
             return new
+        from common.metrics.evaluation import resolve_device
+        from server_app.distillation import train_on_synthetic
+
         x, y = self.synthetic
         return train_on_synthetic(
             make_model(self.task), new, x, y, epochs=self.dynafed_epochs, lr=self.dynafed_lr,

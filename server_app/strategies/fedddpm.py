@@ -54,6 +54,9 @@ The server's epochs use the optimizer of the clients' local training
 (`local-optimizer`; Adam for the diffusion task by default): the paper's server
 and client rates (5e-5, 2e-4) are Adam-scale rates for DDPMs, where plain SGD
 at 5e-5 would leave the model unchanged.
+
+torch and the diffusion task (common/models/diffusion.py) are imported by the methods that use them,
+the constructor first: importing this module (and `fedsynth.strategies`) does not load torch.
 """
 
 from __future__ import annotations
@@ -65,17 +68,13 @@ from logging import INFO, WARNING
 from typing import Any, Callable
 
 import numpy as np
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.common.typing import Scalar
 from flwr.serverapp import Grid
 
 from common.run.progress import Progress
-from common.models.diffusion import (
-    UNET_PRESETS, SamplerSpec, image_shape, linear_schedule, num_timesteps, sample, seeded_generator, train_on_images,
-)
-from common.metrics.evaluation import resolve_device
+from common.models.diffusion_names import UNET_PRESETS
 from common.run.interrupt import raise_if_stopped
 from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
@@ -151,6 +150,9 @@ class FedDDPM(FedAvg):
             raise ValueError(f"{type(self).__name__}'s model must be one of the U-Net presets {', '.join(UNET_PRESETS)} "
                              f"(its server samples and corrects through diffusers' UNet2DModel), not {task.model!r}: "
                              "a 'package.module:factory' model is not supported for the diffusion strategies")
+        from common.metrics.evaluation import resolve_device
+        from common.models.diffusion import SamplerSpec, linear_schedule, num_timesteps
+
         self.task = task
         self.device = resolve_device(device)
         self.aux_sampler = SamplerSpec(aux_sampler, num_timesteps(task), ddim_steps)
@@ -334,6 +336,8 @@ class FedDDPM(FedAvg):
 
     def _sample_auxiliary(self, warm: list[tuple[int, int, Weights]]) -> np.ndarray:
         """A = union of |A_i| samples of each node's warm model (ancestral sampler unless `aux-sampler` says otherwise)."""
+        from common.models.diffusion import image_shape, sample, seeded_generator
+
         model = make_model(self.task).to(self.device)
         spec, shape = self.aux_sampler, image_shape(self.task)
         parts = []
@@ -356,6 +360,10 @@ class FedDDPM(FedAvg):
         """`epochs` epochs of the DDPM loss on A from `weights` at learning rate `lr`."""
         if self.auxiliary is None or epochs <= 0:
             return weights
+        import torch
+
+        from common.models.diffusion import seeded_generator, train_on_images
+
         start = time.monotonic()
         model = make_model(self.task)
         load_weights(model, weights)

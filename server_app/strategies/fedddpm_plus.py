@@ -9,6 +9,7 @@ once with the `fid_stats` phase (server_app/fid_reference.py). It keeps an EMA
 `oneshot-epochs` epochs on A once, at the clients' learning rate zeta (Algorithm 2; `oneshot-lr` overrides it),
 and the run stops. Our choice where the paper is silent: if QuickTest has not fired by `start()`'s last round,
 the one-shot correction runs after it, so a run with a fixed round budget still ends corrected (`stop-reason`).
+torch, the diffusion task and FID's extractors are imported by the methods that use them, as in FedDDPM.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.common.logger import log
@@ -24,8 +25,6 @@ from flwr.common.typing import Scalar
 from flwr.serverapp import Grid
 
 from common.metrics.fid import GaussianStats
-from common.metrics.fid_features import FeatureExtractor, make_extractor
-from common.models.diffusion import SamplerSpec, image_shape, num_timesteps, sample, seeded_generator
 from common.records import Weights, load_weights
 from common.run.task import ServerTask, make_model
 from common.run.aggregation import Aggregation, BoundedInfluence
@@ -35,6 +34,9 @@ from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedddpm import FedDDPM
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
+
+if TYPE_CHECKING:
+    from common.metrics.fid_features import FeatureExtractor
 
 _QUICKTEST_STREAM = 23  # fourth seed component of QuickTest's samples (FedDDPM's streams: 21, 22)
 
@@ -107,6 +109,8 @@ class FedDDPMPlus(FedDDPM):
         self.quicktest_gamma = quicktest_gamma
         self.quicktest_threshold = quicktest_threshold
         self.quicktest_reference = quicktest_reference
+        from common.models.diffusion import SamplerSpec, num_timesteps
+
         self.sampler = SamplerSpec(sampler, num_timesteps(task), ddim_steps)
         self.fid_features = fid_features
         self.cache_dir = cache_dir
@@ -147,6 +151,8 @@ class FedDDPMPlus(FedDDPM):
     def _reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:
         """QuickTest's reference: A's features, or the nodes' pooled features (`quicktest-reference`), asked once."""
         if self.quicktest_reference == "clients":
+            from common.models.diffusion import image_shape
+
             if self.feature_reference is None:  # built without fedsynth's app: its own, with start()'s timeout
                 self.feature_reference = ClientFeatureReference(self.node_table.nodes, self.timeout or 3600.0)
             stats, gathering = self.feature_reference.get(self._grid, extractor, image_shape(self.task))
@@ -158,6 +164,9 @@ class FedDDPMPlus(FedDDPM):
 
     def _quicktest_score(self, weights: Weights) -> float:
         """FID of `quicktest-size` samples of the model against QuickTest's reference statistics."""
+        from common.metrics.fid_features import make_extractor
+        from common.models.diffusion import image_shape, sample, seeded_generator
+
         model = make_model(self.task)
         load_weights(model, weights)
         model.to(self.device)

@@ -18,6 +18,9 @@ perturb along the local/synthetic gradient mix (client_app/sam_family.py).
 Both keep the trajectory, D_syn and the last global update in the checkpoint
 hooks. With `perturbation-diagnostic` on (simulation only), every round logs
 the cosines of server_app/perturbation.py.
+
+torch and the distillation are imported inside the methods that distil: importing this module (and
+`fedsynth.strategies`) does not load torch; a run loads it when the server first distils.
 """
 
 from __future__ import annotations
@@ -25,10 +28,9 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping
 from logging import INFO
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
-import torch
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.typing import Scalar
 from flwr.common.logger import log
@@ -37,18 +39,18 @@ from flwr.serverapp import Grid
 from common.algorithms.synsam_settings import SynSAMSettings
 from common.run.config import REAL_ORACLE
 from common.data.datasets import load_run_dataset, run_dataset_info
-from common.metrics.evaluation import as_tensors, resolve_device
 from common.protocol import SYNTHETIC_DATA
 from common.records import Weights, to_record
 from common.run.task import ServerTask, make_model
 from common.run.aggregation import Aggregation, BoundedInfluence
 from common.run.codecs import Codec
-from server_app.distillation import distill, oracle_indices, real_oracle
-from server_app.perturbation import PerturbationDiagnostic
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
+
+if TYPE_CHECKING:
+    from server_app.perturbation import PerturbationDiagnostic
 
 _TRAJECTORY = "trajectory-"
 
@@ -118,6 +120,9 @@ class TrajectoryStrategy(FedAvg):
     # ----- trajectory and distillation ------------------------------------------------
     def _distil(self) -> None:
         """Learn D_syn from the trajectory (or take the real-image oracle); its matching losses go into this round's metrics."""
+        from common.metrics.evaluation import resolve_device
+        from server_app.distillation import distill, real_oracle
+
         start = time.monotonic()
         info = run_dataset_info(self.task)
         settings = self.distillation
@@ -144,6 +149,11 @@ class TrajectoryStrategy(FedAvg):
         The server reads the training split here, which breaks the federated premise that it holds no
         data; the oracle exists only to tell a poor distillation from a poor use of D_syn.
         """
+        import torch
+
+        from common.metrics.evaluation import as_tensors
+        from server_app.distillation import oracle_indices
+
         arrays = load_run_dataset(self.task)
         index = oracle_indices(arrays.y_train, num_classes, self.synthetic_ipc, self.seed)
         x, y = as_tensors(arrays.x_train[index], arrays.y_train[index], self.task.dataset, torch.device("cpu"))

@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
@@ -35,7 +35,6 @@ from common.protocol import (
 from common.records import Weights, check_weights, from_record, to_record
 from common.run.aggregation import Aggregation, BoundedInfluence
 from common.run.codecs import Codec
-from server_app.perturbation import PerturbationDiagnostic
 from server_app.robust import bounded_record, record_norm_problem, scale_update
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
@@ -43,6 +42,9 @@ from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.strategies.previous_update import PreviousUpdateStrategy
 from server_app.strategies.scaffold import Scaffold
 from server_app.wire import WEIGHTED_BY_KEY
+
+if TYPE_CHECKING:  # the diagnostic needs torch; the registry attaches one only when it is on
+    from server_app.perturbation import PerturbationDiagnostic
 
 
 @documented

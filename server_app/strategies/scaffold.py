@@ -15,7 +15,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 from flwr.common.typing import Scalar
 
 from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
-from common.algorithms.losses import scaffold_clipped_control_delta, scaffold_server_control
+from common.algorithms.scaffold_control import scaffold_clipped_control_delta, scaffold_server_control
 from common.records import Weights, from_record, to_record
 from common.run.aggregation import Aggregation, BoundedInfluence
 from common.run.codecs import Codec
