@@ -1,0 +1,54 @@
+"""Fingerprints of the client rules that benchmarks/fingerprints.py does not run.
+
+benchmarks/fingerprints.py runs six algorithms on two models. A change to how a node reads its settings (issue 52:
+the ClientApp reads them from the train message) or to the algorithm table (generated `X+cog` rows) can change any
+rule, so this runs one short run of each other rule (its settings, a codec, `cog = true`, an lr decay) the same way:
+`fingerprint_run` of benchmarks/fingerprints.py, mlp unless stated, 3 nodes, 3 rounds. Compare the lines before and
+after a change that must not change results.
+
+    PYTHONPATH=$PWD .venv/bin/python benchmarks/fingerprints_extra.py [NAME ...] > FILE
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+from pathlib import Path
+
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+os.environ.setdefault("MKL_NUM_THREADS", "1")
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from benchmarks.fingerprints import COMMON, DEFAULT_DATA_DIR, fingerprint_run  # noqa: E402
+
+COG = {"gen-steps": 2, "gen-budget": 8}
+EXTRA: dict[str, dict] = {
+    "fedprox": {"algorithm": "fedprox", "proximal-mu": 0.1},
+    "moon": {"algorithm": "moon", "model": "cnn"},
+    "fedsam": {"algorithm": "fedsam", "sam-rho": 0.1},
+    "mofedsam": {"algorithm": "mofedsam", "lr-decay": 0.9},
+    "fedgamma": {"algorithm": "fedgamma"},
+    "fedlesam-d": {"algorithm": "fedlesam-d", "compression": "topk", "error-feedback": True},
+    "fedsmoo": {"algorithm": "fedsmoo"},
+    "fedlesam-s": {"algorithm": "fedlesam-s", "compression": "qsgd", "qsgd-scope": "bucket", "qsgd-bucket": 64},
+    "dfedavgm": {"algorithm": "dfedavgm", "lr-decay": 0.95},
+    "dfedsam": {"algorithm": "dfedsam"},
+    "oledfl-sam": {"algorithm": "oledfl-sam", "lr-decay": 0.998},
+    "dpsgd": {"algorithm": "dpsgd"},
+    "fedprox+cog": {"algorithm": "fedprox+cog", **COG},
+    "moon+cog": {"algorithm": "moon+cog", "model": "cnn", **COG, "cog-ablation": "hard-label"},
+    "scaffold-cogflag": {"algorithm": "scaffold", "cog": True, **COG, "kd-weighting": "fixed", "cog-start-round": 0},
+    "fedavgm-cog-noise": {"algorithm": "fedavgm+cog", "gen-budget": 8, "cog-ablation": "noise", "lr-decay": 0.9},
+}
+
+
+def main(names: list[str]) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names or list(EXTRA):
+            row = fingerprint_run(name, {**COMMON, "model": "mlp", **EXTRA[name]}, DEFAULT_DATA_DIR, Path(tmp))
+            print(f"{row['run']:<22} {row['sha256']}  accuracy={row['final-central-accuracy']}", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
