@@ -445,15 +445,76 @@ def test_sigterm_reaches_the_supernode(tmp_path: Path) -> None:
     assert (tmp_path / "stopped").read_text().strip() == "stopped"
 
 
-def test_the_superlink_state_launcher_sets_the_busy_timeout_of_flowers_sqlite_connections(tmp_path: Path) -> None:
+def superlink_state_launcher():  # type: ignore[no-untyped-def]
+    """deploy/superlink-state.py as a module (its name has a dash)."""
     import importlib.util
-    import flwr.supercore.sql_mixin as sql_mixin
-    from flwr.supercore.object_store.sql_object_store import SqlObjectStore
-    from sqlalchemy import text
 
     spec = importlib.util.spec_from_file_location("superlink_state", DEPLOY / "superlink-state.py")
     launcher = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(launcher)
+    return launcher
+
+
+def test_a_busy_state_database_is_answered_with_a_retryable_503_and_other_errors_as_flower_does(tmp_path) -> None:
+    """A real "database is locked" from Flower's own SQL store (another connection holds the write lock, the busy
+    timeout is 0.1 s) reaches the client as 503 + Retry-After, which Flower's SuperNode retries; any other error is
+    Flower's 500. Before, the busy state was a 500, on which a SuperNode gives up (issue 54)."""
+    import sqlite3
+
+    import flwr.superlink.main as superlink_main
+    import flwr.supercore.sql_mixin as sql_mixin
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+    from flwr.supercore.error import http_error_translator
+    from flwr.supercore.object_store.sql_object_store import SqlObjectStore
+    from flwr.supercore.retry import http_retry
+    from sqlalchemy import text
+    from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware
+
+    launcher = superlink_state_launcher()
+    before_pragmas, before_translator = sql_mixin.SQLITE_PRAGMAS, superlink_main.http_error_translator
+    try:
+        launcher.set_busy_timeout(100)
+        store = SqlObjectStore(str(tmp_path / "state.db"))
+        store.initialize()
+        holder = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")  # as another request's long write does
+
+        app = FastAPI(middleware=[Middleware(BaseHTTPMiddleware,
+                                             dispatch=launcher.busy_state_answers_503(http_error_translator))])
+
+        @app.post("/v1/fleet/push-object")
+        def push_object() -> dict:
+            with store.session() as session:
+                session.execute(text("CREATE TABLE IF NOT EXISTS t (x INTEGER)"))
+            return {}
+
+        @app.post("/v1/fleet/pull-messages")
+        def pull_messages() -> dict:
+            raise ValueError("something else")
+
+        client = TestClient(app, raise_server_exceptions=False)
+        busy = client.post("/v1/fleet/push-object")
+        assert busy.status_code == 503 and busy.headers["retry-after"] == "1", busy.text
+        assert client.post("/v1/fleet/pull-messages").status_code == 500  # Flower's own answer
+        holder.execute("ROLLBACK")
+        assert client.post("/v1/fleet/push-object").status_code == 200  # the lock is free: the retry succeeds
+        assert 503 in http_retry._RETRYABLE_STATUS_CODES and 500 not in http_retry._RETRYABLE_STATUS_CODES
+        # the launcher puts it where Flower's SuperLink builds its middleware
+        launcher.answer_busy_state_with_503()
+        dispatches = [m.kwargs.get("dispatch") for m in superlink_main._get_middleware()]
+        assert any(d is not None and d.__qualname__.startswith("busy_state_answers_503") for d in dispatches)
+    finally:
+        sql_mixin.SQLITE_PRAGMAS, superlink_main.http_error_translator = before_pragmas, before_translator
+
+
+def test_the_superlink_state_launcher_sets_the_busy_timeout_of_flowers_sqlite_connections(tmp_path: Path) -> None:
+    import flwr.supercore.sql_mixin as sql_mixin
+    from flwr.supercore.object_store.sql_object_store import SqlObjectStore
+    from sqlalchemy import text
+
+    launcher = superlink_state_launcher()
     before = sql_mixin.SQLITE_PRAGMAS
     try:
         launcher.set_busy_timeout(60000)
