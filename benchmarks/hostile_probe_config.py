@@ -36,7 +36,7 @@ def public_classes() -> list[type]:
 def algorithm_of(cls: type) -> str:
     from common.algorithm_table import ALGORITHMS
 
-    return next(name for name, row in ALGORITHMS.items() if row.public_class == cls.__name__)
+    return next(name for name, row in ALGORITHMS.items() if row.strategy_name == cls.__name__)
 
 
 def run_config_refuses(name: str, value: object, algorithm: str) -> bool | None:

@@ -89,6 +89,18 @@ def node_table(nodes: Any) -> list[list[int]]:
     return sorted([int(n.partition_id), int(n.num_train_examples)] for n in nodes)
 
 
+def _saved_node_table(value: Any) -> list[list[int]] | None:
+    """A checkpoint's `nodes` entry: None (written before it existed) or [partition id, examples] pairs; ValueError
+    naming 'nodes' otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, list) or not all(
+            isinstance(pair, list) and len(pair) == 2 and all(isinstance(v, int) and not isinstance(v, bool) for v in pair)
+            for pair in value):
+        raise ValueError(f"its 'nodes' entry is not a list of [partition id, training examples] pairs: {value!r:.80}")
+    return value
+
+
 def node_table_problem(saved: list[list[int]], nodes: list[list[int]], late_joins: bool) -> str | None:
     """Why a run with `nodes` cannot continue a checkpoint written with `saved` ([partition id, examples] each).
 
@@ -250,7 +262,7 @@ def load_checkpoint(folder: Path, cfg: RunConfig, template: Weights, nodes: list
         strategy_meta = json.loads(meta["strategy"])
         metrics = json.loads(meta["metrics"])
         _check_metrics(metrics)
-        saved_nodes = json.loads(meta.get("nodes", "null"))
+        saved_nodes = _saved_node_table(json.loads(meta.get("nodes", "null")))
         server_round = int(meta["round"])
     except Exception as err:  # noqa: BLE001 - any parse failure means the same thing to the user
         raise CheckpointError(

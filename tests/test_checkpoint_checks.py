@@ -97,6 +97,14 @@ def test_a_round_outside_the_run_is_refused(run_copy, round_):
     refused(raw, folder, f"round {round_}", "num-server-rounds = 3")
 
 
+@pytest.mark.parametrize("nodes", ['"all"', "[[0, 1, 2]]", '[["0", 10]]', "[[0, true]]"])
+def test_a_node_table_that_is_not_partition_example_pairs_is_refused_naming_it(run_copy, nodes):
+    raw, folder = run_copy
+    meta, tensors = read(folder / CHECKPOINT_FILE)
+    rewrite(folder / CHECKPOINT_FILE, {**meta, "nodes": nodes}, tensors)
+    refused(raw, folder, "'nodes' entry", "[partition id, training examples] pairs")
+
+
 def test_nan_metrics_are_refused(run_copy):
     raw, folder = run_copy
     meta, tensors = read(folder / CHECKPOINT_FILE)
