@@ -13,7 +13,7 @@ from common.run.config import parse_run_config
 
 # (parameter, value): the list of bad calls, and a few more kinds (a choice, a bool, a family's own key)
 BAD_CALLS = [
-    ("aggregation", "weigthed"), ("min_nodes", 0), ("fraction_train", 0), ("fraction_train", math.inf),
+    ("aggregation", "weigthed"), ("aggregation", 0), ("aggregation", None), ("min_nodes", 0), ("fraction_train", 0), ("fraction_train", math.inf),
     ("seed", -1), ("server_lr", 0), ("max_failed_rounds", 0.5),
 ]
 

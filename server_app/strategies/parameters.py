@@ -29,6 +29,7 @@ from typing import Any, Callable
 from common.algorithm_table import ALGORITHMS
 from common.algorithms.cog_settings import CogSettings
 from common.run.client_settings import CODEC_KEYS
+from common.run.aggregation import Krum, TrimmedMean
 from common.errors import ConfigError
 from common.run.config import RunConfig, check_parameters
 from common.run.task import ServerTask, task_values
@@ -139,9 +140,9 @@ def check_given(owner: str, values: dict[str, Any]) -> None:
     """Raise ConfigError for a parameter value the run config (or `OWN_PARAMETER_CHECKS`) refuses.
 
     A value object (a codec, `BoundedInfluence`, `TrimmedMean`, `ServerTask`) checked itself when it was built;
-    an `aggregation` given by name is checked as the run-config key."""
+    any other `aggregation` (a name, or a value of the wrong type) is checked as the run-config key."""
     values = {name: value for name, value in values.items()
-              if not (name == "aggregation" and not isinstance(value, str)) and name != "bounded_influence"}
+              if not (name == "aggregation" and isinstance(value, (TrimmedMean, Krum))) and name != "bounded_influence"}
     if isinstance(values.get("task"), ServerTask):
         check_parameters(owner, task_values(values["task"]))
     for name, value in values.items():
