@@ -602,3 +602,41 @@ def test_supernode_script_runs_flower_under_the_activation_retry(tmp_path: Path)
                                          "--max-retries", "1"], tmp_path / "bin")
     assert result.returncode == 0, result.stderr
     assert len(calls.read_text().splitlines()) == 2 and "retrying in 2 s" in result.stderr
+
+
+def flaky_flwr(bin_dir: Path, unavailable: int) -> Path:
+    """A stand-in `flwr` whose first `unavailable` calls answer as Flower's CLI does before the SuperLink serves."""
+    bin_dir.mkdir(exist_ok=True)
+    calls = bin_dir / "flwr.calls"
+    script = bin_dir / "flwr"
+    script.write_text(
+        "#!/bin/bash\n"
+        f"echo \"$*\" >> '{calls}'\n"
+        f"if [ $(wc -l < '{calls}') -le {unavailable} ]; then\n"
+        "  echo 'Connection to the SuperLink is unavailable. Please check your network'; exit 1\n"
+        "fi\n"
+        "echo registered\n"
+    )
+    script.chmod(0o755)
+    return calls
+
+
+def test_registering_waits_for_a_superlink_that_does_not_answer_yet(tmp_path: Path) -> None:
+    """The walk-through starts the SuperLink and registers at once; on a loaded host its port opens before it
+    serves (a CI run lost the 45 MB deployment test so): the script tries again, saying so once."""
+    (tmp_path / "a.pub").write_text("key")
+    calls = flaky_flwr(tmp_path / "bin", unavailable=2)
+    result = run_script("register-supernodes.sh", ["fed", str(tmp_path / "a.pub")], tmp_path / "bin")
+    assert result.returncode == 0, result.stderr
+    assert len(calls.read_text().splitlines()) == 3
+    assert result.stderr.count("does not answer yet") == 1 and "registered a" in result.stdout
+
+
+def test_registering_gives_up_naming_the_connection_when_the_superlink_never_answers(tmp_path: Path) -> None:
+    (tmp_path / "a.pub").write_text("key")
+    flaky_flwr(tmp_path / "bin", unavailable=99)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}", "REGISTER_WAIT_S": "3"}
+    result = subprocess.run([str(DEPLOY / "register-supernodes.sh"), "fed", str(tmp_path / "a.pub")],
+                            capture_output=True, text=True, env=env, timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1] == f"register-supernodes.sh: registering {tmp_path / 'a.pub'} with 'fed' failed"
