@@ -27,13 +27,11 @@ stops the run with a ConfigError naming the path and what is wrong.
 
 from __future__ import annotations
 
-import importlib
 import inspect
-from typing import Any
 
 from common.algorithm_table import ALGORITHMS, Algorithm
 from common.errors import ConfigError
-from common.keys import check_choice
+from common.keys import check_choice, import_attribute  # noqa: F401 - re-exported for the client registry
 
 # how the error messages and the docs write a plugin's name
 PLUGIN_FORM = "package.module:Name"
@@ -42,23 +40,6 @@ PLUGIN_FORM = "package.module:Name"
 def is_plugin(name: str) -> bool:
     """Whether an algorithm name is a user's plugin, `package.module:Name` (a built-in name has no colon)."""
     return ":" in name
-
-
-def import_attribute(path: str, what: str) -> Any:
-    """The object `"package.module:attribute"` names; ConfigError starting with `what` and saying what failed."""
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute or ":" in attribute:
-        raise ConfigError(f"{what}: {path!r} is not an import path; write it as package.module:attribute")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 - any import failure: the same advice
-        raise ConfigError(
-            f"{what}: cannot import module {module_name!r} ({type(err).__name__}: {err}); it must be importable "
-            "on the server and on every SuperNode (inside the Flower app that `flwr run` ships, or installed on "
-            "every host)") from None
-    if not hasattr(module, attribute):
-        raise ConfigError(f"{what}: module {module_name!r} has no attribute {attribute!r}")
-    return getattr(module, attribute)
 
 
 def plugin_algorithm(path: str) -> Algorithm:

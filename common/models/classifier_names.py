@@ -7,10 +7,11 @@ config, and `import fedsynth.strategies`, do not load torch (tests/test_light_im
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 
 from common.data.datasets import DatasetInfo
+from common.errors import ConfigError
+from common.keys import import_attribute
 
 MODELS = ("cnn", "cnn-gn", "mlp", "mlp2", "convnet", "resnet18")
 # GroupNorm groups of resnet18 unless the run config says otherwise (`gn-groups`).
@@ -29,21 +30,10 @@ def is_user_model(name: str) -> bool:
 
 
 def user_factory(name: str) -> Callable[..., object]:
-    """The factory a `package.module:factory` name refers to; ValueError saying what failed."""
-    module_name, _, attribute = name.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"model {name!r}: write a user model as package.module:factory")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 - any import failure: the same advice
-        raise ValueError(
-            f"model {name!r}: cannot import module {module_name!r} ({type(err).__name__}: {err}); it must be "
-            "importable on the server and on every SuperNode (inside the Flower app that `flwr run` ships, or "
-            "installed on every host)"
-        ) from None
-    factory = getattr(module, attribute, None)
+    """The factory a `package.module:factory` name refers to; ConfigError (a ValueError) saying what failed."""
+    factory = import_attribute(name, f"model {name!r}", kind="callable")
     if not callable(factory):
-        raise ValueError(f"model {name!r}: module {module_name!r} has no callable {attribute!r}")
+        raise ConfigError(f"model {name!r}: {name.partition(':')[2]!r} is a {type(factory).__name__}, not a callable")
     return factory
 
 
