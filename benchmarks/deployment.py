@@ -102,10 +102,11 @@ if sys.argv and sys.argv[0].endswith("flower-supernode"):
 
 
 def deployment_rounds(rounds: int, poll_interval: float | None, workdir: Path, warm: bool = False,
-                      short_pull_sleep: bool = False) -> tuple[list[dict], list[float]]:
+                      short_pull_sleep: bool = False, entry: str | None = None) -> tuple[list[dict], list[float]]:
     """Per-round metrics of a trivial FedAvg run on a loopback SuperLink with 2 SuperNodes, and the
-    lifetimes of its ClientApp processes (cold, or `warm` ClientApp processes; `short_pull_sleep`: the
-    SuperNodes' 3 s sleep after an empty pull made 0.1 s, through a sitecustomize)."""
+    lifetimes of its ClientApp processes (cold, or `warm` ClientApp processes, whose tasks run `entry`
+    when given; `short_pull_sleep`: the SuperNodes' 3 s sleep after an empty pull made 0.1 s, through a
+    sitecustomize)."""
     results = workdir / "results"
     config = " ".join([
         'model="mlp"', f"num-server-rounds={rounds}", "local-steps=1", "batch-size=8", "central-eval=false",
@@ -113,6 +114,8 @@ def deployment_rounds(rounds: int, poll_interval: float | None, workdir: Path, w
         f'results-dir="{results}"', 'run-name="run"', "node-wait-timeout=120.0",
     ])
     extra = {"FLWR_SUPEREXEC_TASK_POLL_INTERVAL": str(poll_interval)} if poll_interval else {}
+    if entry:
+        extra["FEDSYNTH_WARM_CLIENTAPP_ENTRY"] = entry
     if short_pull_sleep:
         (workdir / "site").mkdir()
         (workdir / "site" / "sitecustomize.py").write_text(SHORT_PULL_SLEEP)
@@ -132,7 +135,9 @@ def deployment_rounds(rounds: int, poll_interval: float | None, workdir: Path, w
 
 VARIANTS = {  # name -> deployment_rounds keyword arguments
     "cold (a new `flwr-clientapp` process per message)": {},
-    "warm (`deploy/warm-clientapp`: forked from a warm server)": {"warm": True},
+    "warm, each task running Flower's `flwr-clientapp` function as is (the launcher before `task.py`)":
+        {"warm": True, "entry": "flwr.supernode.cli:flwr_clientapp"},
+    "warm (`deploy/warm-clientapp`: forked from a warm server, an installed FAB not extracted again)": {"warm": True},
     "warm, SuperNode pull sleep 3 s -> 0.1 s (measurement only)": {"warm": True, "short_pull_sleep": True},
 }
 
@@ -145,6 +150,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="FLWR_SUPEREXEC_TASK_POLL_INTERVAL for the SuperNodes (Flower's default: 1 s)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks/results/deployment.md")
     args = parser.parse_args(argv)
+    # This machine sets PYTHONDONTWRITEBYTECODE for every process; a SuperNode host or the image does not,
+    # and with it every task would compile the app's ~80 modules again (0.5 s of a warm task's life here).
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
     load_before = os.getloadavg()[0]
     floor = command_time("import torch", args.repeats)
@@ -167,7 +175,8 @@ def main(argv: list[str] | None = None) -> None:
         f"Command: `.venv/bin/python benchmarks/deployment.py --rounds {args.rounds}"
         + (f" --poll-interval {args.poll_interval:g}" if args.poll_interval else "") + "`; "
         f"loopback SuperLink + 2 SuperNodes, trivial FedAvg rounds (mlp, 1 local step), SuperExec task poll "
-        f"interval {poll}; the three deployments one after another in this run.",
+        f"interval {poll}; the deployments one after another in this run; no PYTHONDONTWRITEBYTECODE (a "
+        "SuperNode host or the image does not set it; this machine does), so an app's modules compile once.",
         "",
         f"- `python -c 'import torch'` (the floor, median of {args.repeats}): {floor:.2f} s",
         f"- a cold ClientApp process's imports: `flwr-clientapp`'s and `client_app.app` (median of {args.repeats}): "

@@ -42,8 +42,11 @@ NODES = 2
 
 
 def clean_env() -> dict[str, str]:
-    """This environment without the thread settings that would override the default rule."""
-    return {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    """This environment without the thread settings that would override the default rule, and without
+    PYTHONDONTWRITEBYTECODE (this machine sets it; a SuperNode host or the image does not, and with it every
+    deployed task compiles the app's modules again)."""
+    return {k: v for k, v in os.environ.items()
+            if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONDONTWRITEBYTECODE")}
 
 
 def rounds_of(folder: Path) -> list[dict]:
@@ -118,7 +121,7 @@ def main() -> None:
         f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after)", "",
         f"Command: `python benchmarks/deployment_vs_simulation.py --rounds {args.rounds}`: `make run`'s run config "
         f"(pyproject.toml defaults), {args.rounds} rounds, {NODES} nodes on this host, default threads, no "
-        "OMP_NUM_THREADS; simulation, then the deployment with cold and with warm ClientApp processes, one after "
+        "OMP_NUM_THREADS, no PYTHONDONTWRITEBYTECODE (set on this machine, not on a SuperNode host or in the image); simulation, then the deployment with cold and with warm ClientApp processes, one after "
         "another in this run.", "",
         "| engine | round times (s) | median round (s) | median server time (s) | ClientApp threads | wall (s) |",
         "| --- | --- | --- | --- | --- | --- |",

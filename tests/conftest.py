@@ -78,7 +78,7 @@ def write_fashion_mnist(root: Path, num_train: int = 1200, num_test: int = 300, 
 DEPLOYMENT_MODULES = (
     "test_deployment_failures.py", "test_own_data_deployment.py", "test_decentralized_deployment.py",
     "test_deployment_multihost.py", "test_fedsynsam_deployment.py", "test_fedcog_deployment.py",
-    "test_hf_datasets.py", "test_supernode_watchdog.py",
+    "test_hf_datasets.py", "test_supernode_watchdog.py", "test_warm_clientapp_deployment.py",
 )
 DOCKER_MODULE = "test_deployment_docker.py"
 

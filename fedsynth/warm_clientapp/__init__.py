@@ -14,9 +14,10 @@ Kubernetes executor), so the launcher works through `PATH`:
   real `flwr-clientapp` itself (exec, one log line) and starts a new warm server for the next task.
 - `server.py` is the warm server: it imports torch and Flower's `flwr-clientapp` entry point once (never
   initialising CUDA, and none of the app's modules), then forks one child per task. The child takes the
-  shim's file descriptors, environment, working directory and argv, and runs exactly what the
-  `flwr-clientapp` console script runs (`flwr.supernode.cli:flwr_clientapp`), then exits like an interpreter
-  would (non-daemon threads joined, atexit handlers run) with that status.
+  shim's file descriptors, environment, working directory and argv, and runs what the `flwr-clientapp`
+  console script runs (`flwr.supernode.cli:flwr_clientapp`, through `task.py`, which skips Flower's
+  re-extraction of a FAB that is installed already), then exits like an interpreter would (non-daemon threads
+  joined, atexit handlers run) with that status.
 
 Why fork per task rather than a long-lived worker: each task is still its own process (a crash, a leak, a
 `sys.exit` or a SIGKILL in one cannot touch the next), and the app is imported fresh in each child, from the

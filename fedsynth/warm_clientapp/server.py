@@ -13,8 +13,9 @@ Environment (read once, at start):
 - `FEDSYNTH_WARM_CLIENTAPP_PRELOAD`: comma-separated modules to import before forking (default
   `PRELOAD`). Nothing here may initialise CUDA (a forked child could not use it) or be one of the app's
   own modules (those come with each run's FAB and are imported fresh by each child).
-- `FEDSYNTH_WARM_CLIENTAPP_ENTRY`: `module:function` that a child runs (default: the `flwr-clientapp`
-  console script's, `flwr.supernode.cli:flwr_clientapp`).
+- `FEDSYNTH_WARM_CLIENTAPP_ENTRY`: `module:function` that a child runs (default `task.py`'s `run`: the
+  `flwr-clientapp` console script's function, `flwr.supernode.cli:flwr_clientapp`, without re-extracting an
+  installed FAB).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import atexit
 import ctypes
 import fcntl
 import importlib
+import importlib.util
 import json
 import os
 import random
@@ -37,7 +39,10 @@ import time
 import traceback
 
 LOG_PREFIX = "fedsynth warm-clientapp:"
-ENTRY = "flwr.supernode.cli:flwr_clientapp"
+# task.py, loaded from this folder under a name no app's own module can have (a FAB's top-level `task`
+# module must not find ours in sys.modules)
+TASK_MODULE = "fedsynth_warm_clientapp_task"
+ENTRY = f"{TASK_MODULE}:run"
 PRELOAD = "numpy,networkx,torch,flwr.supernode.cli,flwr.supernode.runtime.run_clientapp,flwr.clientapp"
 PR_SET_PDEATHSIG = 1
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
@@ -55,6 +60,14 @@ def preload(modules: list[str]) -> None:
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         raise RuntimeError("preloading initialised CUDA; a forked task could not use the GPU")
+
+
+def load_task_module() -> None:
+    """Import task.py (next to this file) as `TASK_MODULE`, so that forked tasks find it loaded."""
+    spec = importlib.util.spec_from_file_location(TASK_MODULE, os.path.join(os.path.dirname(__file__), "task.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[TASK_MODULE] = module
+    spec.loader.exec_module(module)
 
 
 def exit_status(code: object) -> int:
@@ -293,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     modules = [m for m in os.environ.get("FEDSYNTH_WARM_CLIENTAPP_PRELOAD", PRELOAD).split(",") if m]
     preload(modules)
+    load_task_module()
     listener = bind(args.socket)
     log(f"warm server {os.getpid()} ready in {time.monotonic() - start:.1f} s (preloaded {', '.join(modules)}; "
         f"owner {args.owner_pid})")
