@@ -40,6 +40,14 @@ EXTRA: dict[str, dict] = {
     "moon+cog": {"algorithm": "moon+cog", "model": "cnn", **COG, "cog-ablation": "hard-label"},
     "scaffold-cogflag": {"algorithm": "scaffold", "cog": True, **COG, "kd-weighting": "fixed", "cog-start-round": 0},
     "fedavgm-cog-noise": {"algorithm": "fedavgm+cog", "gen-budget": 8, "cog-ablation": "noise", "lr-decay": 0.9},
+    # the four arms of studies/fedcog-bounded-influence.toml, small (3 nodes: not its pairs partition): its runs
+    # came from several commits
+    **{f"study-{algorithm}{suffix}": {"algorithm": algorithm, "model": "cnn", "momentum": 0.9, "weight-decay": 1e-5,
+                                     "alpha": 0.05, **bounds,  # unequal nodes: the weight cap binds
+                                     **({**COG, "cog-start-round": 2, "kd-weighting": "balanced"} if "cog" in algorithm
+                                        else {})}
+       for algorithm in ("fedavg", "fedavg+cog")
+       for suffix, bounds in (("", {}), ("-bounded", {"bounded-influence": True}))},
 }
 
 
