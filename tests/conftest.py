@@ -114,6 +114,33 @@ def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return write_fashion_mnist(tmp_path_factory.mktemp("data"))
 
 
+@pytest.fixture(scope="session")
+def fid_classifier(tmp_path_factory: pytest.TempPathFactory, tiny_data_dir: Path) -> Path:
+    """The FID feature classifier of `tiny_data_dir` at the tiny diffusion task's side, trained once.
+
+    A diffusion run trains it on first use into its cache-dir (27 s on a 2-core machine, most of a tiny
+    diffusion run) and later runs on that cache-dir load it; tests that run the diffusion task many times
+    start their runs from a copy (`with_fid_classifier`). Its training on first use stays tested by the
+    diffusion runs that start from an empty cache-dir (test_simulation.py's FedDDPM+ case in both engines,
+    test_reliability.py, test_flower_start.py).
+    """
+    from common.metrics.fid_features import classifier_extractor, classifier_path
+    from tests.diffusion_tiny import TINY_DIFFUSION
+
+    cache, side = str(tmp_path_factory.mktemp("fid-classifier")), TINY_DIFFUSION["image-size"]
+    classifier_extractor("fashion-mnist", side, str(tiny_data_dir), cache)
+    return classifier_path("fashion-mnist", side, str(tiny_data_dir), cache)
+
+
+def with_fid_classifier(cache_dir: Path, classifier: Path) -> None:
+    """Put a trained classifier (`fid_classifier`) where a run with `cache-dir = cache_dir` looks for it."""
+    from common.metrics.fid_features import fid_cache_dir
+
+    target = fid_cache_dir(str(cache_dir)) / classifier.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(classifier, target)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def quiet_flower_environment(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     """Keep Flower and Ray state out of the home directory and off the network."""

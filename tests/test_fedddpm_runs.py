@@ -16,6 +16,7 @@ from server_app.influence import capped_counts
 from server_app.registry import SERVER_STRATEGIES, build_strategy
 from server_app.strategies.fedddpm import auxiliary_count
 from server_app.strategies.fedddpm_plus import FedDDPMPlus, quicktest, quicktest_due
+from tests.conftest import with_fid_classifier
 from tests.diffusion_tiny import TINY_DIFFUSION
 from fedsynth.inprocess import InProcessGrid
 from tests.test_inprocess_runs import base_config, run_inprocess
@@ -27,9 +28,17 @@ def diffusion_config(tmp_path, data_dir, **extra) -> dict:
     return base_config(tmp_path, data_dir, **{**TINY_DIFFUSION, **extra})
 
 
+@pytest.fixture(autouse=True)
+def trained_fid_classifier(tmp_path, fid_classifier) -> None:
+    """Each test's `base_config` cache-dir (tmp_path / "cache") starts with the session's trained classifier
+    (tests/conftest.py), as a second run on one cache-dir does: its training costs most of a tiny diffusion run."""
+    with_fid_classifier(tmp_path / "cache", fid_classifier)
+
+
 @pytest.fixture(scope="module")
-def fedddpm_run(tmp_path_factory, tiny_data_dir):
+def fedddpm_run(tmp_path_factory, tiny_data_dir, fid_classifier):
     tmp_path = tmp_path_factory.mktemp("fedddpm")
+    with_fid_classifier(tmp_path / "cache", fid_classifier)
     raw = diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm", **{"checkpoint-every": 1})
     return run_inprocess(raw, num_nodes=3) + (raw,)
 
@@ -61,13 +70,14 @@ def test_fedddpm_warms_up_builds_the_auxiliary_set_and_corrects_every_round(fedd
     assert strategy.auxiliary.min() >= -1 and strategy.auxiliary.max() <= 1
     assert np.isfinite(warmup["aux-fid"])
     for r in rounds[1:]:
-        assert r["answered"] == 3 and r["correction-epochs"] == 1 and np.isfinite(r["correction-loss"])
+        assert r["answered"] == 3 and r["failed"] == 0 and r["correction-epochs"] == 1 and np.isfinite(r["correction-loss"])
     assert np.isfinite(summary["final-fid"]) and summary["final-fid-round"] == 2
     assert summary["fid-features"].startswith("classifier") and summary["sampler"] == "ddim-5-of-T20"
     assert summary["aux-size"] == len(strategy.auxiliary)
     assert summary["aux-sampler"] == "ddpm-ancestral-T20"  # the paper's sampler, whatever the evaluation uses
     assert np.isfinite(warmup["aux-kid"])
-    for name in ("auxiliary.png", "samples-final.png", "samples-round-0002.png", "fid.png", "model.safetensors"):
+    for name in ("auxiliary.png", "samples-final.png", "samples-round-0002.png", "fid.png", "model.safetensors",
+                 "config.json", "summary.json", "accuracy.png", "bytes.png"):  # + test_inprocess_runs.py's files
         assert (results.path / name).is_file(), name
 
 

@@ -62,7 +62,21 @@ def test_one_iid_client_fedavg_equals_plain_sgd(tmp_path, tiny_data_dir):
         np.testing.assert_allclose(strategy.current[name], value, atol=1e-6, rtol=0)
 
 
-@pytest.mark.parametrize("algorithm", sorted(SERVER_STRATEGIES))
+# The algorithms that another test already runs for two rounds on 3 nodes in this same in-process engine, with
+# this test's checks: the cases of tests/test_simulation.py's TestEveryStrategyInFlowerSimulation run each
+# through `fedsynth run --engine inprocess` (and compare it with Flower's simulation engine), and plain FedDDPM
+# is tests/test_fedddpm_runs.py's `fedddpm_run`. Running them here again is the same code the same way.
+RUN_ELSEWHERE_INPROCESS = {"moon+cog", "scaffold", "fedsynsam", "oledfl-sam", "fedddpm+", "fedddpm"}
+
+
+def test_the_algorithms_left_out_below_run_in_process_elsewhere():
+    """RUN_ELSEWHERE_INPROCESS is exactly the simulation cases plus plain FedDDPM: a case dropped there is run here."""
+    from tests.test_simulation import SIMULATION_CASES
+
+    assert RUN_ELSEWHERE_INPROCESS == set(SIMULATION_CASES) | {"fedddpm"}
+
+
+@pytest.mark.parametrize("algorithm", sorted(set(SERVER_STRATEGIES) - RUN_ELSEWHERE_INPROCESS))
 def test_every_algorithm_two_rounds_inprocess(tmp_path, tiny_data_dir, algorithm):
     cog = {"gen-steps": 3, "gen-budget": 16, "cog-start-round": 2} if "cog" in algorithm else {}  # FedCOG, test size
     ddpm = TINY_DIFFUSION if "ddpm" in algorithm else {}  # FedDDPM (issue 5): the diffusion task, test size

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import subprocess
@@ -38,7 +39,7 @@ def small_run_config(tmp_path: Path, data_dir: Path, **extra) -> str:
 # QuickTest (FedDDPM+, a FedDDPM subclass). The other strategy classes (FedAvgM, the FedLESAM family, FedSMOO,
 # MoFedSAM's previous update, DynaFed) send arrays and metric records of the same kinds, through the same
 # ServerApp and ClientApp code: each runs under Flower's `start()` in test_flower_start.py and two rounds in
-# process for every registered algorithm in test_inprocess_runs.py, without Ray's start-up of ~10-20 s per run.
+# process in test_inprocess_runs.py, without Ray's start-up of ~10-20 s per run.
 # Plain FedAvg runs in the simulation engine in several other tests: 3 nodes x 2 rounds in test_hf_datasets.py,
 # 2 nodes in test_cli_reliability.py, and the tiny study.
 SIMULATION_CASES = {
@@ -103,8 +104,13 @@ def run_two_rounds(tmp_path: Path, tiny_data_dir: Path, algorithm: str, engine: 
         assert rounds[2]["stat-cog-disagreement"] == 1.0 and "stat-cog-generated" not in rounds[1]
     assert [r["round"] for r in rounds] == [0, 1, 2]
     assert all(r["answered"] == 3 for r in rounds[1:])
+    assert all(r["failed"] == 0 for r in rounds[1:])
     summary = json.loads((folder / "summary.json").read_text())
     assert summary["algorithm"] == algorithm and summary["num-nodes"] == 3
+    # the checks of test_inprocess_runs.py's two-round runs, which leave these cases to this class
+    assert math.isfinite(summary["final-fid"] if ddpm else summary["final-central-accuracy"])
+    for file in ("config.json", "accuracy.png", "bytes.png", "model.safetensors"):
+        assert (folder / file).is_file(), file
 
 
 def test_the_inprocess_engine_cannot_join_a_ray_cluster(tmp_path, capsys):
