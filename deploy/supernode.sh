@@ -101,7 +101,8 @@ else
 fi
 # --- warm ClientApp processes (fedsynth/warm_clientapp, docs/deployment.md) -------------------------
 # On by default: deploy/warm-clientapp goes first on PATH, so the ClientApp tasks that Flower starts by
-# name (`flwr-clientapp`) are forked from a warm process that has torch and Flower imported already.
+# name (`flwr-clientapp`) are forked from a warm process that has torch and Flower imported already; that
+# process starts with the node, when the SuperNode starts its SuperExec (`flower-superexec`, also by name).
 # FEDSYNTH_WARM_CLIENTAPP=0 turns it off (every task a new process, as plain Flower does). With
 # --isolation process, start the separate flower-superexec with this PATH (and switch) instead.
 warm_clientapp="${FEDSYNTH_WARM_CLIENTAPP:-1}"

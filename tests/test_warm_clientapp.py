@@ -221,7 +221,63 @@ def test_a_supernode_restart_ends_the_server_and_the_new_owner_gets_a_new_one(ho
     assert "warm=True" in host.shim("ok").stdout
 
 
+def start_superexec(host: Host, **env: str) -> subprocess.Popen:
+    """`flower-superexec` through the launcher (first on PATH), as a SuperNode starts it; the real one is a sleep.
+
+    The launcher execs the real one, so the process keeps its pid: the owner that its tasks' shims name."""
+    real = host.tmp / "bin" / "flower-superexec"
+    real.write_text("#!/bin/sh\nexec sleep 300\n")
+    real.chmod(0o755)
+    environ = {k: v for k, v in host.env.items() if k != "FEDSYNTH_WARM_CLIENTAPP_OWNER_PID"}
+    superexec = subprocess.Popen(["flower-superexec", "--runtime-api-address", "127.0.0.1:9094"],
+                                 env={**environ, **env}, cwd=host.tmp, stderr=host.log)
+    host.wait_for(lambda: is_the_real_superexec(superexec.pid))  # the launcher has done its part
+    return superexec
+
+
+def is_the_real_superexec(pid: int) -> bool:
+    with open(f"/proc/{pid}/cmdline") as cmdline:
+        return cmdline.read().split("\0")[:2] == ["sleep", "300"]
+
+
+def test_the_superexec_starts_the_server_so_the_first_task_runs_warm(host):
+    # a slow import: the first task comes while the server is still importing, and waits for it
+    (host.tmp / "lib" / "fake_preload.py").write_text("import time\ntime.sleep(2)\nLOADED = True\n")
+    superexec = start_superexec(host)
+    try:
+        host.env["FEDSYNTH_WARM_CLIENTAPP_OWNER_PID"] = str(superexec.pid)  # the tasks' parent, in a SuperNode
+        first = host.shim("ok")
+        assert first.returncode == 0 and "warm=True" in first.stdout and first.stderr == "", first.stderr
+        assert len(host.server_pids()) == 1
+        host.log.seek(0)
+        assert "no warm server" not in host.log.read()
+    finally:
+        superexec.kill()
+        superexec.wait()
+    (server,) = host.server_pids()
+    host.wait_for(lambda: not alive(server) and not host.socket_files())  # it ends with its SuperExec
+
+
+def test_a_task_does_not_wait_for_a_server_that_died_while_starting(host):
+    (host.tmp / "lib" / "fake_preload.py").write_text("import time\ntime.sleep(1)\nraise ImportError('no')\n")
+    superexec = start_superexec(host)
+    try:
+        host.env["FEDSYNTH_WARM_CLIENTAPP_OWNER_PID"] = str(superexec.pid)
+        start = time.monotonic()
+        first = host.shim("exit", "6")
+        assert first.returncode == 6 and "warm=False" in first.stdout and "no warm server" in first.stderr
+        assert time.monotonic() - start < 40, "waited for a server that had died"
+    finally:
+        superexec.kill()
+        superexec.wait()
+
+
 def test_off_switch_runs_the_real_command_and_starts_no_server(host):
+    superexec = start_superexec(host, FEDSYNTH_WARM_CLIENTAPP="0")  # it becomes the real one ...
+    time.sleep(0.5)
+    assert host.server_pids() == [] and not list(host.sockets.glob("*.lock"))  # ... and starts no server
+    superexec.kill()
+    superexec.wait()
     off = host.shim("exit", "5", env={**host.env, "FEDSYNTH_WARM_CLIENTAPP": "0"})
     assert off.returncode == 5 and "warm=False" in off.stdout and off.stderr == ""
     time.sleep(0.5)

@@ -1,7 +1,10 @@
 """The `flwr-clientapp` shim: hand one ClientApp task to the warm server, or run it cold if there is none.
 
 Run by `deploy/warm-clientapp/flwr-clientapp`, which sits first on the SuperNode's `PATH`. Stdlib only (it is
-a process per task too, and must start in milliseconds). Environment:
+a process per task too, and must start in milliseconds). `deploy/warm-clientapp/flower-superexec` runs
+`superexec_main`: the SuperNode starts its SuperExec by that name, so the warm server starts with the node,
+not with its first task, and the first round's tasks are warm too. A task that comes while the server is
+still importing waits for it (`STARTING_WAIT_S`) rather than import the same modules beside it. Environment:
 
 - `FEDSYNTH_WARM_CLIENTAPP=0` (or false/no/off): run the real `flwr-clientapp` directly, no warm server.
 - `FEDSYNTH_WARM_CLIENTAPP_DIR`: where the sockets live (default `$TMPDIR/fedsynth-warm-clientapp-<uid>`,
@@ -13,6 +16,7 @@ a process per task too, and must start in milliseconds). Environment:
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import os
@@ -21,9 +25,17 @@ import socket
 import struct
 import sys
 import tempfile
+import time
 
 LOG_PREFIX = "fedsynth warm-clientapp:"
 COMMAND = "flwr-clientapp"
+SUPEREXEC = "flower-superexec"
+# How long a task waits for a warm server that holds its lock but does not listen yet (still importing torch
+# and Flower: 2-3 s on an idle host, 19 s measured on a loaded 2-core one). Past it, or as soon as the starting
+# server dies (its lock is released), the task runs cold.
+STARTING_WAIT_S = 60.0
+# How long the SuperExec launcher waits for the server it started to take its lock (an interpreter's start).
+LOCK_WAIT_S = 10.0
 SERVER_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py")
 # The signals a shim passes on to its task (the ones a SuperNode's process group or an operator sends).
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
@@ -39,13 +51,13 @@ def enabled(environ: dict[str, str]) -> bool:
     return environ.get("FEDSYNTH_WARM_CLIENTAPP", "1").strip().lower() not in OFF_VALUES
 
 
-def find_real_command(shim_dir: str, environ: dict[str, str]) -> str | None:
-    """The `flwr-clientapp` that Flower would have run: the first on `PATH` that is not in `shim_dir`."""
-    if environ.get("FEDSYNTH_REAL_FLWR_CLIENTAPP"):
+def find_real_command(shim_dir: str, environ: dict[str, str], command: str = COMMAND) -> str | None:
+    """The `command` that Flower would have run: the first on `PATH` that is not in `shim_dir`."""
+    if command == COMMAND and environ.get("FEDSYNTH_REAL_FLWR_CLIENTAPP"):
         return environ["FEDSYNTH_REAL_FLWR_CLIENTAPP"]
     own = os.path.realpath(shim_dir)
     for entry in environ.get("PATH", os.defpath).split(os.pathsep):
-        candidate = os.path.join(entry or ".", COMMAND)
+        candidate = os.path.join(entry or ".", command)
         if os.path.realpath(entry or ".") != own and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
             return candidate
     return None
@@ -111,6 +123,35 @@ def connect(path: str) -> socket.socket:
         sock.close()
         raise
     return sock
+
+
+def server_starting(path: str) -> bool:
+    """Whether a warm server holds `path`'s lock (server.py takes it before importing anything)."""
+    try:
+        with open(f"{path}.lock", "a") as lock:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    except OSError:
+        pass
+    return False
+
+
+def connect_or_wait(path: str, wait_s: float = STARTING_WAIT_S) -> socket.socket:
+    """Connect to the warm server; if one is starting, wait for it to listen (up to `wait_s`, while it lives).
+
+    Raises the last connection error when there is no server, the starting one died, or the wait ran out.
+    """
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            return connect(path)
+        except (FileNotFoundError, ConnectionRefusedError):
+            if time.monotonic() >= deadline or not server_starting(path):
+                raise
+            time.sleep(0.05)
 
 
 def send_request(sock: socket.socket, argv: list[str], environ: dict[str, str], cwd: str) -> None:
@@ -193,7 +234,7 @@ def main(shim_dir: str) -> None:
     owner_pid = int(environ.get("FEDSYNTH_WARM_CLIENTAPP_OWNER_PID") or os.getppid())
     try:
         path = socket_path(socket_dir(environ), owner_pid, real)
-        sock = connect(path)
+        sock = connect_or_wait(path)
     except OSError as error:
         reason = error.strerror or str(error)
         if isinstance(error, PermissionError):
@@ -203,3 +244,33 @@ def main(shim_dir: str) -> None:
             start_server(real, path, owner_pid)
         os.execv(real, [real, *argv])
     run_warm(sock, [real, *argv])
+
+
+def superexec_main(shim_dir: str) -> None:
+    """`flower-superexec ARGS...`: start the warm server for this executor's tasks, then become the real one.
+
+    Flower's SuperNode starts its SuperExec as `flower-superexec` from `PATH` (and the compose ClientApp
+    services run it as their command). `exec` keeps this process's pid, which is the SuperExec's and so the
+    owner that its tasks' shims name (their parent): the server they look for is the one started here, while
+    the node connects and the ServerApp starts, instead of beside the first task. When off, or when anything
+    stops the server from starting, the SuperExec runs unchanged and the first task starts a server as before.
+    """
+    argv = sys.argv[1:]
+    environ = dict(os.environ)
+    real_superexec = find_real_command(shim_dir, environ, SUPEREXEC)
+    if real_superexec is None:
+        log(f"no {SUPEREXEC} on PATH beyond {shim_dir}")
+        sys.exit(127)
+    real = find_real_command(shim_dir, environ)
+    if enabled(environ) and real is not None:
+        owner_pid = int(environ.get("FEDSYNTH_WARM_CLIENTAPP_OWNER_PID") or os.getpid())
+        try:
+            path = socket_path(socket_dir(environ), owner_pid, real)
+            start_server(real, path, owner_pid)
+            # until the server holds its lock: a task that comes sooner must find it starting, not absent
+            deadline = time.monotonic() + LOCK_WAIT_S
+            while not server_starting(path) and not os.path.exists(path) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        except OSError as error:
+            log(f"could not start the warm server with the SuperExec ({error}); the first task will")
+    os.execv(real_superexec, [real_superexec, *argv])
