@@ -121,8 +121,8 @@ def fid_classifier(tmp_path_factory: pytest.TempPathFactory, tiny_data_dir: Path
     A diffusion run trains it on first use into its cache-dir (27 s on a 2-core machine, most of a tiny
     diffusion run) and later runs on that cache-dir load it; tests that run the diffusion task many times
     start their runs from a copy (`with_fid_classifier`). Its training on first use stays tested by the
-    diffusion runs that start from an empty cache-dir (test_simulation.py's FedDDPM+ case in both engines,
-    test_reliability.py, test_flower_start.py).
+    diffusion runs that start from an empty cache-dir (test_simulation.py's FedDDPM+ case, whose in-process
+    run then loads what its simulated run trained).
     """
     from common.metrics.fid_features import classifier_extractor, classifier_path
     from tests.diffusion_tiny import TINY_DIFFUSION

@@ -27,6 +27,7 @@ from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.handshake import handshake
 from common.algorithm_table import ALGORITHMS
 from server_app.registry import SERVER_STRATEGIES, build_strategy, decayed_lr, strategy_arguments
+from tests.conftest import with_fid_classifier
 from tests.diffusion_tiny import TINY_DIFFUSION
 
 # one algorithm per strategy class of the registry, with what its clients need to run in a few seconds
@@ -60,6 +61,13 @@ PUBLIC_CASES = [
     (strategies.FedDDPMPlus, "fedddpm+", {"num-server-rounds": 1}),
 ]
 
+
+@pytest.fixture(autouse=True)
+def trained_fid_classifier(tmp_path, fid_classifier) -> None:
+    """Each run's cache-dir (tmp_path / "cache") starts with the session's trained FID classifier
+    (tests/conftest.py): its training costs most of a tiny diffusion run, and is tested where runs start
+    from an empty cache-dir (test_simulation.py's FedDDPM+ case)."""
+    with_fid_classifier(tmp_path / "cache", fid_classifier)
 
 def test_the_cases_cover_every_server_rule() -> None:
     """The classes that differ only in the settings their nodes read share their server's code (a family)."""

@@ -20,10 +20,19 @@ from common.records import from_record
 from server_app.registry import SERVER_STRATEGIES
 from server_app.robust import bounded_updates
 from server_app.strategies.fedavg import weighted_mean
+from tests.conftest import with_fid_classifier
 from tests.diffusion_tiny import TINY_DIFFUSION
 from fedsynth.inprocess import InProcessGrid, run_federation
 
 REPO = Path(__file__).resolve().parent.parent
+
+
+@pytest.fixture(autouse=True)
+def trained_fid_classifier(tmp_path, fid_classifier) -> None:
+    """Each run's cache-dir (tmp_path / "cache") starts with the session's trained FID classifier
+    (tests/conftest.py): its training costs most of a tiny diffusion run, and is tested where runs start
+    from an empty cache-dir (test_simulation.py's FedDDPM+ case)."""
+    with_fid_classifier(tmp_path / "cache", fid_classifier)
 
 
 def config(tmp_path: Path, data_dir: Path, name: str, **extra) -> dict:
