@@ -116,11 +116,14 @@ def _check_run(folder: Path, nodes: int, logs: str = "") -> None:
 
 
 @pytest.mark.slow
-def test_a_federation_runs_from_a_local_hf_dataset_in_simulation(tmp_path, hf_data_dir):
+def test_a_federation_runs_from_a_local_hf_dataset_in_process(tmp_path, hf_data_dir):
+    """`fedsynth run --engine inprocess`: the ClientApp code that reads the dataset is the same in every engine,
+    and the loopback deployment below reads it in separate processes; Flower's simulation engine runs plain
+    FedAvg in test_cli_reliability.py and the tiny study, without another Ray start-up here."""
     from fedsynth.cli import main
 
     values = _run_config(tmp_path, hf_data_dir)
-    code = main(["run", "--app-dir", str(REPO), "--num-supernodes", "3",
+    code = main(["run", "--app-dir", str(REPO), "--num-supernodes", "3", "--engine", "inprocess",
                  "--run-config", " ".join(f"{k}={v}" for k, v in values.items())])
     assert code == 0
     _check_run(tmp_path / "results" / "run", 3)

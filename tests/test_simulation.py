@@ -40,8 +40,8 @@ def small_run_config(tmp_path: Path, data_dir: Path, **extra) -> str:
 # MoFedSAM's previous update, DynaFed) send arrays and metric records of the same kinds, through the same
 # ServerApp and ClientApp code: each runs under Flower's `start()` in test_flower_start.py and two rounds in
 # process in test_inprocess_runs.py, without Ray's start-up of ~10-20 s per run.
-# Plain FedAvg runs in the simulation engine in several other tests: 3 nodes x 2 rounds in test_hf_datasets.py,
-# 2 nodes in test_cli_reliability.py, and the tiny study.
+# Plain FedAvg runs in the simulation engine in other tests: 2 nodes in test_cli_reliability.py, the tiny study,
+# and the sites' folders in test_own_data_simulation.py.
 SIMULATION_CASES = {
     "moon+cog": "MOON with its and FedCOG's node state",
     "scaffold": "Scaffold: control variates both ways",
