@@ -33,7 +33,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from benchmarks.deployment_vs_simulation import clean_env, rounds_of  # noqa: E402
+from benchmarks.deployment_vs_simulation import host_environment, rounds_of  # noqa: E402
 from fedsynth.loopback import BIN, WARM_CLIENTAPP_DIR, LoopbackFederation, app_copy  # noqa: E402
 
 NODES = 2
@@ -52,22 +52,15 @@ def one_run(work: Path, app: Path, with_superexec: bool, wait: float) -> dict:
         plain.mkdir()
         (plain / "flower-superexec").symlink_to(BIN / "flower-superexec")
         path = f"{plain}{os.pathsep}{path}"
-    saved, env = dict(os.environ), clean_env()
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        with LoopbackFederation(work, num_nodes=NODES, node_config=f"supernodes-per-host={NODES}",
-                                extra_env={"PATH": path}, warm_clientapp=False) as federation:
-            time.sleep(wait)
-            start = time.monotonic()
-            run = federation.run(app, config, timeout=1800)
-            wall = time.monotonic() - start
-            if not (results / "run" / "summary.json").is_file():
-                raise SystemExit(run.stdout[-3000:] + run.stderr[-3000:] + federation.log_tails())
-            logs = "".join(f.read_text(errors="replace") for f in federation.logs.glob("supernode-*.log"))
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    with host_environment(), LoopbackFederation(work, num_nodes=NODES, node_config=f"supernodes-per-host={NODES}",
+                                                extra_env={"PATH": path}, warm_clientapp=False) as federation:
+        time.sleep(wait)
+        start = time.monotonic()
+        run = federation.run(app, config, timeout=1800)
+        wall = time.monotonic() - start
+        if not (results / "run" / "summary.json").is_file():
+            raise SystemExit(run.stdout[-3000:] + run.stderr[-3000:] + federation.log_tails())
+        logs = "".join(f.read_text(errors="replace") for f in federation.logs.glob("supernode-*.log"))
     rounds = rounds_of(results / "run")
     return {"wall": wall, "round-times": [r["round-time"] for r in rounds], "cold-tasks": logs.count("no warm server")}
 

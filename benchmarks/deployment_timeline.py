@@ -38,6 +38,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
+from benchmarks.deployment_vs_simulation import host_environment  # noqa: E402
 from fedsynth.loopback import LoopbackFederation  # noqa: E402
 
 NODES = 2
@@ -194,24 +195,15 @@ def main(argv: list[str] | None = None) -> None:
         (work / "site").mkdir()
         (work / "site" / "sitecustomize.py").write_text(TRACER)
         trace = work / "trace.txt"
-        env = {key: value for key, value in os.environ.items()
-               if key not in ("PYTHONDONTWRITEBYTECODE", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-        saved = dict(os.environ)
-        os.environ.clear()
-        os.environ.update(env)
         results = work / "results"
         config = " ".join([f"num-server-rounds={args.rounds}", f'cache-dir="{work / "cache"}"',
                            f'results-dir="{results}"', 'run-name="run"', "node-wait-timeout=600.0"])
-        try:
-            extra = {"PYTHONPATH": str(work / "site"), "DEPLOYMENT_TIMELINE_TRACE": str(trace)}
-            with LoopbackFederation(work, num_nodes=NODES, node_config=f"supernodes-per-host={NODES}",
-                                    extra_env=extra, warm_clientapp=not args.cold) as federation:
-                run = federation.run(REPO_ROOT, config, timeout=1800)
-                if not (results / "run" / "summary.json").is_file():
-                    raise SystemExit(run.stdout[-3000:] + run.stderr[-3000:] + federation.log_tails())
-        finally:
-            os.environ.clear()
-            os.environ.update(saved)
+        extra = {"PYTHONPATH": str(work / "site"), "DEPLOYMENT_TIMELINE_TRACE": str(trace)}
+        with host_environment(), LoopbackFederation(work, num_nodes=NODES, node_config=f"supernodes-per-host={NODES}",
+                                                    extra_env=extra, warm_clientapp=not args.cold) as federation:
+            run = federation.run(REPO_ROOT, config, timeout=1800)
+            if not (results / "run" / "summary.json").is_file():
+                raise SystemExit(run.stdout[-3000:] + run.stderr[-3000:] + federation.log_tails())
         rounds = [json.loads(line) for line in (results / "run" / "metrics.jsonl").read_text().splitlines()]
         events = read_trace(trace)
         durations, overheads = step_times(events), task_overheads(events)

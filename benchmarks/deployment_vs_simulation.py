@@ -31,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -49,6 +51,20 @@ def clean_env() -> dict[str, str]:
             if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYTHONDONTWRITEBYTECODE")}
 
 
+@contextmanager
+def host_environment() -> Iterator[None]:
+    """This process's environment as `clean_env()` while the block runs (a `LoopbackFederation` starts its
+    processes with it), restored afterwards."""
+    saved, host = dict(os.environ), clean_env()
+    os.environ.clear()
+    os.environ.update(host)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def rounds_of(folder: Path) -> list[dict]:
     return [r for r in (json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines())
             if r["round"] >= 1]
@@ -62,18 +78,11 @@ def deployed(rounds: int, work: Path, warm: bool = False) -> tuple[list[dict], f
     config = " ".join([f"num-server-rounds={rounds}", f'cache-dir="{work / "cache"}"', f'results-dir="{results}"',
                        'run-name="deployed"', "node-wait-timeout=600.0"])
     start = time.monotonic()
-    saved, env = dict(os.environ), clean_env()
-    os.environ.clear()
-    os.environ.update(env)
-    try:
-        with LoopbackFederation(work, num_nodes=NODES, node_config=f"supernodes-per-host={NODES}",
-                                warm_clientapp=warm) as federation:
-            run = federation.run(REPO_ROOT, config, timeout=1800)
-            if not (results / "deployed" / "summary.json").is_file():
-                raise SystemExit(run.stdout[-3000:] + run.stderr[-3000:] + federation.log_tails())
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    with host_environment(), LoopbackFederation(work, num_nodes=NODES, node_config=f"supernodes-per-host={NODES}",
+                                                warm_clientapp=warm) as federation:
+        run = federation.run(REPO_ROOT, config, timeout=1800)
+        if not (results / "deployed" / "summary.json").is_file():
+            raise SystemExit(run.stdout[-3000:] + run.stderr[-3000:] + federation.log_tails())
     return rounds_of(results / "deployed"), time.monotonic() - start
 
 
