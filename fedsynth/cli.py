@@ -11,7 +11,8 @@ how the run ended (EXIT_* below; `flwr run --stream` exits 0 even when it fails)
 runs several algorithms on the same split and seed and writes one markdown
 table and one plot; `fedsynth study FILE.toml` tests a paper's claims
 (`fedsynth.study.runner`); `fedsynth status RESULTS_DIR` says how a run ended
-(`fedsynth.status`).
+(`fedsynth.status`); `fedsynth monitor RESULTS_DIR` serves a live page and Prometheus
+metrics of the runs there (`fedsynth.monitor`).
 """
 
 from __future__ import annotations
@@ -161,7 +162,43 @@ def _parser() -> argparse.ArgumentParser:
                             "replies; the exit code says it (0 ok, 3 failed rounds, 1 failed, 4 not finished)")
     status.add_argument("results_dir", type=Path, metavar="RESULTS_DIR",
                         help="the run's results folder (printed as 'results folder: ...' when the run starts)")
+    _add_monitor_parser(sub)
     return parser
+
+
+def _add_monitor_parser(sub: argparse._SubParsersAction) -> None:
+    """`fedsynth monitor RESULTS_DIR [--host H] [--port P] [--token T] [--tls-certfile C --tls-keyfile K]`."""
+    monitor = sub.add_parser("monitor", help="a read-only live page and Prometheus /metrics of the runs and "
+                             "studies in a results folder (docs/deployment.md)")
+    monitor.add_argument("results_dir", type=Path, metavar="RESULTS_DIR",
+                         help="a run's results folder, a folder of them (e.g. results/), or a study's --out")
+    monitor.add_argument("--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1; any "
+                         "other needs --token)")
+    monitor.add_argument("--port", type=int, default=8765, help="the port (default 8765; 0 picks a free one)")
+    monitor.add_argument("--token", default=None, help="the token every request must carry (at least 16 "
+                         "characters; default: the environment's FEDSYNTH_MONITOR_TOKEN)")
+    monitor.add_argument("--tls-certfile", type=Path, default=None, help="serve HTTPS with this certificate")
+    monitor.add_argument("--tls-keyfile", type=Path, default=None, help="and this private key")
+
+
+def _monitor(args: argparse.Namespace) -> int:
+    from fedsynth.monitor.server import TOKEN_ENV, MonitorError, make_server
+
+    try:
+        server = make_server(args.results_dir, args.host, args.port, args.token or os.environ.get(TOKEN_ENV) or None,
+                             args.tls_certfile, args.tls_keyfile)
+    except MonitorError as err:
+        print(err, file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(f"fedsynth monitor: {server.monitor.root} on {server.url} (Prometheus: {server.url}metrics); Ctrl-C stops",
+          flush=True)
+    try:
+        server.serve_forever(poll_interval=0.5)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return EXIT_OK
 
 
 def _add_data_parser(sub: argparse._SubParsersAction) -> None:
@@ -192,6 +229,8 @@ def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if args.command == "data":
         return _fetch(args.dataset, args.dir)
+    if args.command == "monitor":
+        return _monitor(args)
     if args.command == "status":
         from fedsynth.status import run_status
 
