@@ -396,3 +396,82 @@ def test_another_interface_needs_a_token_and_the_cli_says_so(tmp_path, capsys):
     assert "is not a folder" in capsys.readouterr().err
     server = make_server(tmp_path, "0.0.0.0", 0, token=TOKEN)
     server.server_close()
+
+
+# ----- deploy/: the scrape config and the Grafana dashboard ---------------------------------------------------
+
+def test_the_grafana_dashboard_queries_only_metrics_the_monitor_serves(finished_run, tmp_path, serve):
+    import re
+
+    import yaml
+
+    shutil.copytree(finished_run / "fedavg-three-sites", tmp_path / "run")
+    (tmp_path / "study").mkdir()
+    (tmp_path / "study" / "ledger.jsonl").write_text(json.dumps({"key": "k", "cell": "fedavg", "exit-code": 0}) + "\n")
+    _, _, body = serve(tmp_path).get("/metrics")
+    served = {sample.name for family in text_string_to_metric_families(body.decode()) for sample in family.samples}
+    dashboard = json.loads((REPO / "deploy" / "grafana-dashboard.json").read_text())
+    queried = {name for panel in dashboard["panels"] for target in panel["targets"]
+               for name in re.findall(r"fedsynth_[a-z_]+", target["expr"])}
+    assert len(queried) >= 10 and queried <= served, queried - served
+    scrape = yaml.safe_load((REPO / "deploy" / "prometheus.yml").read_text())["scrape_configs"][0]
+    assert scrape["metrics_path"] == "/metrics" and scrape["authorization"]["type"] == "Bearer"
+
+
+def test_tls_with_the_deployments_own_certificate(tmp_path):
+    import datetime
+    import ssl
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "monitor")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(1).not_valid_before(now).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+            .sign(key, hashes.SHA256()))
+    (tmp_path / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (tmp_path / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                                         serialization.NoEncryption()))
+    (tmp_path / "results").mkdir()
+    server = make_server(tmp_path / "results", "127.0.0.1", 0, TOKEN, tmp_path / "cert.pem", tmp_path / "key.pem")
+    start(server)
+    try:
+        assert server.url.startswith("https://")
+        context = ssl.create_default_context(cafile=str(tmp_path / "cert.pem"))
+        connection = http.client.HTTPSConnection("localhost", server.server_address[1], context=context, timeout=10)
+        connection.request("GET", "/?token=" + TOKEN)
+        reply = connection.getresponse()
+        assert reply.status == 200 and "; Secure" in reply.getheader("Set-Cookie")
+        reply.read()
+        connection.close()
+        plain = http.client.HTTPConnection("127.0.0.1", server.server_address[1], timeout=5)
+        with pytest.raises((OSError, http.client.HTTPException)):
+            plain.request("GET", "/")
+            plain.getresponse()
+        plain.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+    with pytest.raises(MonitorError, match="cannot load the TLS certificate"):
+        make_server(tmp_path / "results", "127.0.0.1", 0, TOKEN, tmp_path / "key.pem", tmp_path / "cert.pem")
+
+
+def test_the_page_and_its_chart_library_ship_in_the_package():
+    """Every file the server serves matches pyproject's package-data for fedsynth.monitor (a wheel carries it)."""
+    import fnmatch
+    import tomllib
+
+    patterns = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"][
+        "fedsynth.monitor"]
+    static = REPO / "fedsynth" / "monitor" / "static"
+    shipped = [f"static/{name}" for name, _ in monitor_server.STATIC.values()] + ["static/uPlot-LICENSE"]
+    for path in shipped:
+        assert (REPO / "fedsynth" / "monitor" / path).is_file() and any(fnmatch.fnmatch(path, p) for p in patterns)
+    assert sorted(p.name for p in static.iterdir()) == sorted(path.split("/")[1] for path in shipped)
+    assert "MIT License" in (static / "uPlot-LICENSE").read_text()
+    assert (static / "uPlot.iife.min.js").read_text().startswith("/*! https://github.com/leeoniya/uPlot (v1.6.32) */")
