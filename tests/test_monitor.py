@@ -100,9 +100,12 @@ def test_metrics_parsed_by_prometheus_client_match_metrics_jsonl(finished_run, s
     status, headers, body = served.get("/metrics")
     assert status == 200 and headers["Content-Type"].startswith("text/plain; version=")
     samples = {}
+    listed = 0
     for family in text_string_to_metric_families(body.decode()):
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+            listed += 1
+    assert listed == len(samples), "a sample listed twice (Prometheus refuses the whole scrape)"
     run = ("run", "fedavg-three-sites")
 
     def value(name: str, **labels: str) -> float:
@@ -129,6 +132,24 @@ def test_metrics_parsed_by_prometheus_client_match_metrics_jsonl(finished_run, s
     assert value("fedsynth_node_train_examples", node="site-c") == nodes["site-c"]["num-train-examples"]
     assert value("fedsynth_round_central_accuracy") == records[-1]["central-accuracy"]
     assert value("fedsynth_round_train_loss") == trained[-1]["train-loss"]
+
+
+def test_hostile_metric_keys_give_one_valid_exposition(tmp_path, serve):
+    record = {"round": 1, "sampled": 1, "answered": 1, "answered-nodes": ['site"} evil 1\n'], "failures": [],
+              "central-accuracy": 0.5, "central_accuracy": 0.9, "duration_seconds": 7.0, "run_state": 1,
+              "é\nx{y=\"z\"}": 2.0, "fid": float("nan"), "big": 1e308}
+    (tmp_path / "run").mkdir()
+    (tmp_path / "run" / "metrics.jsonl").write_text(json.dumps(record) + "\n")
+    _, _, body = serve(tmp_path).get("/metrics")
+    samples = [(s.name, tuple(sorted(s.labels.items()))) for family in text_string_to_metric_families(body.decode())
+               for s in family.samples]
+    assert len(samples) == len(set(samples))
+    values = {name: s for name, s in samples}
+    assert "fedsynth_round_fid" not in values  # NaN is no value
+    text = body.decode()
+    assert "fedsynth_round_central_accuracy{run=\"run\"} 0.5" in text
+    assert "fedsynth_round_duration_seconds_count{run=\"run\"} 0.0" in text  # not the run's duration_seconds key
+    assert ('fedsynth_node_answered_replies_total{node="site\\"} evil 1\\n",run="run"} 1.0') in text
 
 
 def test_metric_names_and_reason_kinds():

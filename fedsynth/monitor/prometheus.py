@@ -5,7 +5,8 @@ units (`_seconds`, `_bytes`), `_total` for counters (a resumed run re-runs the r
 counter can go down: Prometheus reads that as a counter reset). Labels: `run` (the run folder, relative to the
 monitor's root), `node` (as results name it), `reason` (a dropped reply's kind: the words before its first `:`
 or `(`, so the label's values stay few; the page shows the whole reason). Each round's model metrics
-(`central-accuracy`, `train-loss`, `fid`, ...) are `fedsynth_round_<key>` gauges of their latest value.
+(`central-accuracy`, `train-loss`, `fid`, ...) are `fedsynth_round_<key>` gauges of their latest value (keys that
+name one metric, `train-loss` and Flower's `train_loss`, give one; a key that would name a metric above, none).
 """
 
 from __future__ import annotations
@@ -44,71 +45,75 @@ class MonitorCollector(Collector):
         yield from study_metrics(studies)
 
 
+RUN, NODE = ("run",), ("run", "node")
+# key: (family, name, help, labels) of each run metric but the per-key `fedsynth_round_<key>` gauges
+RUN_FAMILIES: dict[str, tuple[type, str, str, tuple[str, ...]]] = {
+    "state": (GaugeMetricFamily, "fedsynth_run_state", "1 for the run's current state (running, completed, "
+              "completed with failed rounds, failed, stopped, unknown), 0 for the others", ("run", "state")),
+    "last": (GaugeMetricFamily, "fedsynth_run_last_round", "the last training round recorded in metrics.jsonl", RUN),
+    "planned": (GaugeMetricFamily, "fedsynth_run_planned_rounds", "num-server-rounds of the run's config", RUN),
+    "failed": (CounterMetricFamily, "fedsynth_run_failed_rounds", "rounds with fewer than min-nodes usable replies",
+               RUN),
+    "up": (CounterMetricFamily, "fedsynth_run_uplink_bytes", "bytes of the replies' records, all rounds", RUN),
+    "down": (CounterMetricFamily, "fedsynth_run_downlink_bytes", "bytes of the sent messages' records, all rounds",
+             RUN),
+    "duration": (SummaryMetricFamily, "fedsynth_round_duration_seconds", "seconds of each training round", RUN),
+    "last-duration": (GaugeMetricFamily, "fedsynth_last_round_duration_seconds", "seconds of the last round", RUN),
+    "skipped": (CounterMetricFamily, "fedsynth_monitor_malformed_lines", "lines of metrics.jsonl the monitor skipped "
+                "as malformed", RUN),
+    "answered": (CounterMetricFamily, "fedsynth_node_answered_replies", "rounds whose reply of the node was used",
+                 NODE),
+    "dropped": (CounterMetricFamily, "fedsynth_node_dropped_replies", "replies of the node left out, by the kind of "
+                "their reason", ("run", "node", "reason")),
+    "online": (GaugeMetricFamily, "fedsynth_node_answered_last_round", "1 when the node answered the latest round",
+               NODE),
+    "examples": (GaugeMetricFamily, "fedsynth_node_train_examples", "the node's training examples (handshake)", NODE),
+}
+
+
 def run_metrics(runs: list[dict[str, Any]]) -> Iterator[Metric]:
     """The metric families of the runs' views."""
-    state = GaugeMetricFamily("fedsynth_run_state", "1 for the run's current state (running, completed, completed "
-                              "with failed rounds, failed, stopped, unknown), 0 for the others", labels=["run", "state"])
-    last = GaugeMetricFamily("fedsynth_run_last_round", "the last training round recorded in metrics.jsonl",
-                             labels=["run"])
-    planned = GaugeMetricFamily("fedsynth_run_planned_rounds", "num-server-rounds of the run's config",
-                                labels=["run"])
-    failed_rounds = CounterMetricFamily("fedsynth_run_failed_rounds", "rounds with fewer than min-nodes usable "
-                                        "replies", labels=["run"])
-    up = CounterMetricFamily("fedsynth_run_uplink_bytes", "bytes of the replies' records, all rounds",
-                             labels=["run"])
-    down = CounterMetricFamily("fedsynth_run_downlink_bytes", "bytes of the sent messages' records, all rounds",
-                               labels=["run"])
-    duration = SummaryMetricFamily("fedsynth_round_duration_seconds", "seconds of each training round",
-                                   labels=["run"])
-    last_duration = GaugeMetricFamily("fedsynth_last_round_duration_seconds", "seconds of the last round",
-                                      labels=["run"])
-    skipped = CounterMetricFamily("fedsynth_monitor_malformed_lines", "lines of metrics.jsonl the monitor skipped "
-                                  "as malformed", labels=["run"])
-    answered = CounterMetricFamily("fedsynth_node_answered_replies", "rounds whose reply of the node was used",
-                                   labels=["run", "node"])
-    dropped = CounterMetricFamily("fedsynth_node_dropped_replies", "replies of the node left out, by the kind of "
-                                  "their reason", labels=["run", "node", "reason"])
-    online = GaugeMetricFamily("fedsynth_node_answered_last_round", "1 when the node answered the latest round",
-                               labels=["run", "node"])
-    examples = GaugeMetricFamily("fedsynth_node_train_examples", "the node's training examples (handshake)",
-                                 labels=["run", "node"])
+    families = {key: kind(name, doc, labels=list(labels)) for key, (kind, name, doc, labels) in RUN_FAMILIES.items()}
+    reserved = {family.name for family in families.values()}
     latest: dict[str, GaugeMetricFamily] = {}
     for run in runs:
         rid = run["id"]
         for name in STATES:
-            state.add_metric([rid, name], 1.0 if run["state"] == name else 0.0)
-        last.add_metric([rid], run["last-round"])
+            families["state"].add_metric([rid, name], 1.0 if run["state"] == name else 0.0)
+        families["last"].add_metric([rid], run["last-round"])
         if run["planned-rounds"] is not None:
-            planned.add_metric([rid], run["planned-rounds"])
+            families["planned"].add_metric([rid], run["planned-rounds"])
         trained = [r for r in run["rounds"] if r["round"] >= 1]
-        failed_rounds.add_metric([rid], sum(1 for r in trained if r["skipped"]))
-        up.add_metric([rid], sum(r["uplink-bytes"] or 0 for r in trained))
-        down.add_metric([rid], sum(r["downlink-bytes"] or 0 for r in trained))
+        families["failed"].add_metric([rid], sum(1 for r in trained if r["skipped"]))
+        families["up"].add_metric([rid], sum(r["uplink-bytes"] or 0 for r in trained))
+        families["down"].add_metric([rid], sum(r["downlink-bytes"] or 0 for r in trained))
         times = [r["round-time"] for r in trained if r["round-time"] is not None]
-        duration.add_metric([rid], count_value=len(times), sum_value=sum(times))
+        families["duration"].add_metric([rid], count_value=len(times), sum_value=sum(times))
         if times:
-            last_duration.add_metric([rid], times[-1])
-        skipped.add_metric([rid], run["skipped-lines"])
+            families["last-duration"].add_metric([rid], times[-1])
+        families["skipped"].add_metric([rid], run["skipped-lines"])
         for node in run["nodes"]:
-            answered.add_metric([rid, node["name"]], node["answered-rounds"])
+            families["answered"].add_metric([rid, node["name"]], node["answered-rounds"])
             kinds: dict[str, int] = {}
             for drop in node["dropped"]:
                 kinds[reason_kind(drop["reason"])] = kinds.get(reason_kind(drop["reason"]), 0) + 1
             for kind, count in sorted(kinds.items()):
-                dropped.add_metric([rid, node["name"], kind], count)
-            online.add_metric([rid, node["name"]], 1.0 if node["online"] else 0.0)
+                families["dropped"].add_metric([rid, node["name"], kind], count)
+            families["online"].add_metric([rid, node["name"]], 1.0 if node["online"] else 0.0)
             if node["examples"] is not None:
-                examples.add_metric([rid, node["name"]], node["examples"])
+                families["examples"].add_metric([rid, node["name"]], node["examples"])
         values: dict[str, float] = {}
         for row in run["rounds"]:
             values.update(row["metrics"])  # each key's latest value (central-accuracy: every eval-every rounds)
+        named: dict[str, float] = {}  # `train-loss` and Flower's `train_loss` are one name: the first key wins
         for key, value in sorted(values.items()):
-            name = metric_name(key)
-            family = latest.setdefault(name, GaugeMetricFamily(name, f"the latest '{key}' of metrics.jsonl",
+            if metric_name(key) not in reserved:
+                named.setdefault(metric_name(key), value)
+        for name, value in named.items():
+            family = latest.setdefault(name, GaugeMetricFamily(name, "the latest value of its key in metrics.jsonl",
                                                                labels=["run"]))
             family.add_metric([rid], value)
-    yield from (state, last, planned, failed_rounds, up, down, duration, last_duration, skipped, answered, dropped,
-                online, examples, *latest.values())
+    yield from (*families.values(), *latest.values())
 
 
 def study_metrics(studies: list[dict[str, Any]]) -> Iterator[Metric]:
