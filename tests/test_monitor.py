@@ -496,3 +496,24 @@ def test_the_page_and_its_chart_library_ship_in_the_package():
     assert sorted(p.name for p in static.iterdir()) == sorted(path.split("/")[1] for path in shipped)
     assert "MIT License" in (static / "uPlot-LICENSE").read_text()
     assert (static / "uPlot.iife.min.js").read_text().startswith("/*! https://github.com/leeoniya/uPlot (v1.6.32) */")
+
+
+def test_the_fedsynth_monitor_command_serves_until_interrupted(finished_run):
+    import signal
+    import subprocess
+    import sys
+
+    process = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from fedsynth.cli import main; sys.exit(main())", "monitor",
+         str(finished_run), "--port", "0"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        line = process.stdout.readline()
+        assert line.startswith(f"fedsynth monitor: {finished_run.resolve()} on http://127.0.0.1:"), line
+        port = int(line.split("http://127.0.0.1:")[1].split("/")[0])
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        connection.request("GET", "/api/overview")
+        assert json.loads(connection.getresponse().read())["entries"][0]["state"] == "completed"
+        connection.close()
+    finally:
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=20) == 0

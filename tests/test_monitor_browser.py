@@ -23,6 +23,7 @@ from fedsynth.monitor.server import make_server, start
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 SITES = ("site-a", "site-b", "site-c")
+REPO = Path(__file__).resolve().parent.parent
 
 
 def _browser(profile: Path):
@@ -60,7 +61,10 @@ def test_the_page_shows_a_live_run_its_dropped_node_and_its_end(tmp_path, tiny_d
     grid = SlowGrid(3, raw, node_config=lambda p: {"partition-id": p, "num-partitions": 3, "name": SITES[p]},
                     delay=0.6)
     grid.faults[(1, 2, "train")] = "raise"  # site-b's round-2 reply is an error: dropped, with its reason
-    (tmp_path / "results").mkdir()
+    study = tmp_path / "results" / "fedcog-cpu-study"  # a study's --out beside the run: its report's claims
+    study.mkdir(parents=True)
+    shutil.copyfile(REPO / "benchmarks/results/studies/fedcog-cpu/ledger.jsonl", study / "ledger.jsonl")
+    shutil.copyfile(REPO / "benchmarks/results/studies/fedcog-cpu/report.md", study / "report.md")
     token = "a-token-of-32-characters-for-the-page"
     server = make_server(tmp_path / "results", "127.0.0.1", 0, token=token)
     start(server)
@@ -68,35 +72,37 @@ def test_the_page_shows_a_live_run_its_dropped_node_and_its_end(tmp_path, tiny_d
     summary: dict = {}
     run = threading.Thread(target=lambda: summary.update(run_federation(raw, grid)), daemon=True)
     try:
-        driver.get(f"{server.url}?token={token}")  # sets the HttpOnly cookie the page's requests carry
-        from selenium.webdriver.common.by import By
-
+        # ?token= sets the HttpOnly cookie the page's requests carry; #id= picks the run once its folder appears
+        driver.get(f"{server.url}?token={token}#id=fedavg-demo")
         run.start()
 
+        def texts(selector: str) -> list[str]:  # in one script: the page redraws its tables every 2 s
+            return driver.execute_script(
+                "return Array.from(document.querySelectorAll(arguments[0])).map(e => e.innerText)", selector)
+
         def rows() -> list[str]:
-            return [r.get_attribute("data-round") for r in driver.find_elements(By.CSS_SELECTOR, "#rounds tbody tr")]
+            return driver.execute_script(
+                "return Array.from(document.querySelectorAll('#rounds tbody tr')).map(r => r.dataset.round)")
 
         began = time.monotonic()
         _wait(lambda: "1" in rows(), 60, "round 1")
         print(f"round 1 shown after {time.monotonic() - began:.1f} s")
         assert run.is_alive(), "round 1 should appear while the run goes on"
-        assert "running" in driver.find_element(By.ID, "status").text
+        assert "running" in texts("#status")[0]
         assert "?token=" not in driver.current_url  # the page takes the token out of the address bar
         _wait(lambda: "2" in rows(), 30, "round 2")
-        _wait(lambda: "status: completed" in driver.find_element(By.ID, "status").text, 60, "the final status")
+        _wait(lambda: "status: completed" in texts("#status")[0], 60, "the final status")
         print(f"final status shown after {time.monotonic() - began:.1f} s")
         run.join(30)
         assert summary["status"] == "ok"
         assert rows() == ["4", "3", "2", "1", "0"]
-        nodes = {r.find_elements(By.TAG_NAME, "td")[0].text: r.text
-                 for r in driver.find_elements(By.CSS_SELECTOR, "#nodes tbody tr")}
+        nodes = {text.split("\t")[0]: text for text in texts("#nodes tbody tr")}
         assert set(nodes) == set(SITES)
         assert "round 2: error: injected failure" in nodes["site-b"]
-        round2 = driver.find_element(By.CSS_SELECTOR, '#rounds tbody tr[data-round="2"]').text
+        round2 = texts('#rounds tbody tr[data-round="2"]')[0]
         assert "2 / 3" in round2 and "site-b: error: injected failure" in round2
-        assert "dropped replies: round 2: site-b: error: injected failure" in driver.find_element(By.ID, "events").text
-        charts = driver.find_elements(By.CSS_SELECTOR, "#charts .uplot")
-        assert len(charts) == 4, "accuracy, loss, bytes and round time"
+        assert "dropped replies: round 2: site-b: error: injected failure" in texts("#events")[0]
+        assert len(texts("#charts .uplot")) == 4, "accuracy, loss, bytes and round time"
         logs = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
         assert not logs, logs
         shot = tmp_path / "monitor.png"
@@ -104,6 +110,13 @@ def test_the_page_shows_a_live_run_its_dropped_node_and_its_end(tmp_path, tiny_d
         assert shot.stat().st_size > 10_000
         if os.environ.get("FEDSYNTH_MONITOR_SCREENSHOT"):
             shutil.copyfile(shot, os.environ["FEDSYNTH_MONITOR_SCREENSHOT"])
+
+        driver.execute_script("document.querySelector('nav a[data-id=\"fedcog-cpu-study\"]').click()")
+        claims = _wait(lambda: texts("#claims tbody tr"), 10, "the study's claims")
+        assert any("fedavg+cog > fedavg" in c and "[+6.94, +14.28]" in c and "holds" in c for c in claims)
+        assert driver.execute_script("return document.getElementById('run').hidden")
+        assert "run(s) finished" in texts("#study-progress")[0]
+        assert texts("#arms tbody tr")
     finally:
         driver.quit()
         server.shutdown()

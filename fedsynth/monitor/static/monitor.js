@@ -4,7 +4,7 @@
 (function () {
   const POLL_MS = 2000;
   const charts = {};
-  let selected = new URLSearchParams(location.hash.slice(1)).get("id");
+  let selected = null;
   if (location.search.includes("token=")) history.replaceState(null, "", location.pathname + location.hash);
 
   function el(tag, text, cls) {
@@ -33,9 +33,11 @@
     const nav = document.getElementById("entries");
     const entries = overview.entries;
     document.getElementById("empty").hidden = entries.length > 0;
-    if (!selected || !entries.some(function (e) { return e.id === selected; })) {
-      selected = entries.length ? entries[0].id : null;
-    }
+    // the address's #id=... wins once that run or study exists (a run's folder appears when it starts)
+    const wanted = new URLSearchParams(location.hash.slice(1)).get("id");
+    const present = function (id) { return entries.some(function (e) { return e.id === id; }); };
+    if (wanted && present(wanted)) selected = wanted;
+    else if (!selected || !present(selected)) selected = entries.length ? entries[0].id : null;
     const links = entries.map(function (e) {
       const label = (e.id === "." ? overview.root : e.id) + " — " +
         (e.kind === "study" ? "study" : e.state);
@@ -158,6 +160,7 @@
       renderEntries(overview);
       if (selected !== null) {
         const view = await getJSON("/api/view?id=" + encodeURIComponent(selected));
+        if (view.id !== selected) return;  // a poll begun before a click: its view is not the one chosen now
         if (view.kind === "study") renderStudy(view); else renderRun(view);
       }
       document.getElementById("updated").textContent = "Last update: " + new Date().toLocaleTimeString();
