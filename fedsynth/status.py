@@ -5,7 +5,9 @@ also when some of its rounds were skipped (fewer than `min-nodes` usable replies
 only fedsynth's own `summary.json` says `completed-with-failed-rounds`. This
 command prints the run's status, why, which rounds failed, which rounds
 dropped whose replies and which waited for a node to come back, and exits with the code `fedsynth run` would have
-(EXIT_* in fedsynth/cli.py), so a script or an operator can act on it.
+(EXIT_* in fedsynth/cli.py), so a script or an operator can act on it. It reads metrics.jsonl as
+`fedsynth monitor` does (fedsynth/monitor/files.py): a round's line still being written waits for the next
+look, a damaged line is skipped and counted. `outcome` is the reading of summary.json both commands share.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from common.run.results import read_metrics
+from fedsynth.monitor.files import JsonLines, parse_json_lines
 from fedsynth.exit_codes import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_FAILED_ROUNDS, EXIT_OK
 from server_app.outcome import STATUS_FAILED, STATUS_FAILED_ROUNDS, STATUS_OK, failed_rounds
 
@@ -112,7 +114,8 @@ def run_status(folder: Path) -> tuple[int, list[str]]:
     if not folder.is_dir() or not (summary_path.is_file() or metrics_path.is_file()):
         return EXIT_NO_RUN, [f"fedsynth status: {folder} is not a run's results folder (no summary.json or "
                              "metrics.jsonl; the path is printed as 'results folder: ...' when a run starts)"]
-    rounds = read_metrics(metrics_path) if metrics_path.is_file() else []
+    metrics = parse_json_lines(metrics_path.read_bytes()) if metrics_path.is_file() else JsonLines()
+    rounds = metrics.records
     trained = trained_rounds(rounds)
     summary: Any = None
     if summary_path.is_file():
@@ -134,6 +137,8 @@ def run_status(folder: Path) -> tuple[int, list[str]]:
     names = _site_names(folder)
     lines += [f"dropped replies: {line}" for line in dropped_lines(rounds, names)]
     lines += [f"waited for a node to come back: {line}" for line in wait_lines(rounds, names)]
+    if metrics.malformed:
+        lines.append(f"metrics.jsonl: {metrics.malformed} malformed line(s) skipped")
     for key in ("final-central-accuracy", "final-local-test-accuracy", "final-fid"):
         if key in summary:
             lines.append(f"{key}: {summary[key]}")

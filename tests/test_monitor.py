@@ -268,6 +268,18 @@ def test_json_lines_being_written_or_malformed_are_skipped_not_fatal():
     assert [r["round"] for r in cut.records] == [2] and cut.malformed == 0
 
 
+def test_fedsynth_status_reads_metrics_jsonl_as_the_monitor_does(tmp_path, capsys):
+    (tmp_path / "metrics.jsonl").write_text('{"round": 1}\n{"round": 2, "failures": [{"node": 4, "partition": 3, '
+                                            '"reason": "timeout"}]}\nnot json\n{"round": 3, "fail')
+    assert cli_main(["status", str(tmp_path)]) == 4
+    assert "last round recorded: 2" in capsys.readouterr().out  # the half-written round 3 is not counted yet
+    (tmp_path / "summary.json").write_text(json.dumps(_summary("ok")))
+    assert cli_main(["status", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert "dropped replies: round 2: partition-3: timeout" in out
+    assert "metrics.jsonl: 1 malformed line(s) skipped" in out
+
+
 def test_a_run_folder_being_written_replaced_and_damaged(tmp_path, serve):
     folder = tmp_path / "results" / "run"
     folder.mkdir(parents=True)
@@ -415,6 +427,10 @@ def test_another_interface_needs_a_token_and_the_cli_says_so(tmp_path, capsys):
     assert "needs --token" in capsys.readouterr().err
     assert cli_main(["monitor", str(tmp_path / "nowhere")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+    taken = make_server(tmp_path, "127.0.0.1", 0)
+    with pytest.raises(MonitorError, match=f"cannot listen on 127.0.0.1:{taken.server_address[1]}"):
+        make_server(tmp_path, "127.0.0.1", taken.server_address[1])
+    taken.server_close()
     server = make_server(tmp_path, "0.0.0.0", 0, token=TOKEN)
     server.server_close()
 

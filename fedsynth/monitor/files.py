@@ -46,7 +46,9 @@ def _open_under(root: str, rel: PurePosixPath, directory: bool = False) -> int:
             extra = (os.O_DIRECTORY if (directory or not last) else os.O_NONBLOCK)
             try:
                 child = os.open(part, flags | extra, dir_fd=fd)
-            except OSError as err:
+            except FileNotFoundError:
+                raise
+            except OSError as err:  # ELOOP: a symlink; ENOTDIR, EACCES: not a folder, another user's
                 raise Unreadable(f"{rel}: {err.strerror} (symlinks are not followed)") from None
             os.close(fd)
             fd = child
@@ -136,14 +138,8 @@ class FolderReader:
         self._lock = threading.Lock()
 
     def _read(self, rel: str, kind: str) -> Any:
-        """The parsed file (kind "json", "jsonl" or "text"); raises Unreadable, FileNotFoundError when absent."""
-        path = PurePosixPath(rel)
-        try:
-            fd = _open_under(self.root, path)
-        except Unreadable as err:
-            if "No such file" in str(err):
-                raise FileNotFoundError(rel) from None
-            raise
+        """The parsed file (kind "json", "jsonl" or "text"); raises Unreadable, or FileNotFoundError when absent."""
+        fd = _open_under(self.root, PurePosixPath(rel))
         try:
             info = os.fstat(fd)
             if not stat.S_ISREG(info.st_mode):
@@ -202,7 +198,7 @@ class FolderReader:
         """The entries of a directory under the root (empty when absent or refused)."""
         try:
             fd = _open_under(self.root, PurePosixPath(rel), directory=True)
-        except Unreadable:
+        except (FileNotFoundError, Unreadable):
             return []
         try:
             return sorted(os.listdir(fd))[:MAX_ENTRIES]
@@ -217,7 +213,7 @@ class FolderReader:
         """
         try:
             fd = _open_under(self.root, PurePosixPath(rel) / ".lock")
-        except Unreadable:
+        except (FileNotFoundError, Unreadable):
             return False
         try:
             info = os.fstat(fd)
