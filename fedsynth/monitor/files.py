@@ -22,7 +22,7 @@ from typing import Any
 MAX_FILE_BYTES = 32 * 1024 * 1024   # per file: a 300-round run's metrics.jsonl is well under 1 MB
 MAX_LINE_BYTES = 4 * 1024 * 1024    # a longer JSON line is skipped as malformed
 MAX_DEPTH = 3                       # how deep under the root run folders and studies are looked for
-MAX_ENTRIES = 2000                  # directory entries looked at per scan
+MAX_ENTRIES = 20_000                # directory entries looked at per scan (a diffusion run keeps a grid per round)
 MAX_FOLDERS = 200                   # run folders and studies shown
 
 RUN_MARKERS = ("config.json", "metrics.jsonl", "summary.json")  # a folder holding one of them is a run's
