@@ -419,8 +419,9 @@ def test_every_route_needs_the_token_when_one_is_set(tmp_path, serve):
 def test_another_interface_needs_a_token_and_the_cli_says_so(tmp_path, capsys):
     with pytest.raises(MonitorError, match="needs --token"):
         make_server(tmp_path, "0.0.0.0", 0)
-    with pytest.raises(MonitorError, match="at least 16 characters"):
-        make_server(tmp_path, "127.0.0.1", 0, token="short")
+    for bad in ("short", "sixteen-or-more;Path=/x", "sixteen-or-more\r\nSet-Cookie: x=1", "sixteen or more chars"):
+        with pytest.raises(MonitorError, match="at least 16 characters of"):
+            make_server(tmp_path, "127.0.0.1", 0, token=bad)
     with pytest.raises(MonitorError, match="both --tls-certfile and --tls-keyfile"):
         make_server(tmp_path, "127.0.0.1", 0, tls_certfile=tmp_path / "c.pem")
     assert cli_main(["monitor", str(tmp_path), "--host", "0.0.0.0", "--port", "0"]) == 2

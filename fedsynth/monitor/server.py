@@ -14,7 +14,7 @@ to a path), `/metrics` (fedsynth/monitor/prometheus.py). Anything else is 404; a
 
 Safe by default: it listens on 127.0.0.1 and then answers only requests whose Host is a loopback name (a web
 page a browser loaded elsewhere cannot read it by DNS rebinding); any other address needs a token of at least
-16 characters (`--token` or FEDSYNTH_MONITOR_TOKEN), which every request must carry (`Authorization: Bearer`,
+16 characters (`--token` or FEDSYNTH_MONITOR_TOKEN; a bearer token's characters only), which every request must carry (`Authorization: Bearer`,
 the page's `?token=` once, which sets an HttpOnly cookie), compared in constant time. TLS with the
 deployment's own certificate and key is optional (`--tls-certfile`, `--tls-keyfile`).
 """
@@ -24,6 +24,7 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import re
 import socket
 import ssl
 import threading
@@ -49,6 +50,7 @@ MAX_HEADERS = 40             # 431 beyond
 MAX_CONNECTIONS = 16         # at once; 503 beyond
 CONNECTION_TIMEOUT = 10.0    # seconds a connection may take to send its request
 MIN_TOKEN_LENGTH = 16
+TOKEN_CHARACTERS = re.compile(r"[A-Za-z0-9._~+/=-]+")  # a bearer token's characters (RFC 6750), safe in a cookie
 TOKEN_ENV = "FEDSYNTH_MONITOR_TOKEN"
 COOKIE = "fedsynth-monitor-token"
 SCAN_EVERY = 2.0             # seconds between two looks for new run folders
@@ -286,8 +288,9 @@ class MonitorServer(ThreadingHTTPServer):
 def make_server(root: Path, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
                 tls_certfile: Path | None = None, tls_keyfile: Path | None = None) -> MonitorServer:
     """The monitor's server on host:port (not yet serving); raises MonitorError for a setup that is not safe."""
-    if token is not None and len(token) < MIN_TOKEN_LENGTH:
-        raise MonitorError(f"fedsynth monitor: --token must be at least {MIN_TOKEN_LENGTH} characters")
+    if token is not None and (len(token) < MIN_TOKEN_LENGTH or not TOKEN_CHARACTERS.fullmatch(token)):
+        raise MonitorError(f"fedsynth monitor: --token must be at least {MIN_TOKEN_LENGTH} characters of "
+                           "A-Z a-z 0-9 . _ ~ + / = - (e.g. `openssl rand -hex 24`): it goes into a cookie and a header")
     if not is_loopback(host) and token is None:
         raise MonitorError(f"fedsynth monitor: listening on {host} (not this machine's loopback) needs --token "
                            f"(or {TOKEN_ENV}): anyone who reaches {host} would see the runs")
