@@ -394,6 +394,15 @@ def test_idle_connections_are_capped_and_dropped(tmp_path, serve, monkeypatch):
     finally:
         for s in idle:
             s.close()
+    served.server.deadline = 1.0
+    with socket.create_connection(("127.0.0.1", served.port), timeout=5) as drip:  # a byte at a time, forever
+        began = time.monotonic()
+        with pytest.raises(OSError):
+            for byte in b"GET /" + b"a" * 100:
+                drip.sendall(bytes([byte]))
+                time.sleep(0.1)
+        assert time.monotonic() - began < 3
+    assert served.get("/api/view?id=run")[0] == 200
 
 
 # ----- the token and the interface --------------------------------------------------------------------------

@@ -48,7 +48,8 @@ MAX_URL_BYTES = 2048         # the longest request target answered (414 beyond)
 MAX_QUERY_FIELDS = 4
 MAX_HEADERS = 40             # 431 beyond
 MAX_CONNECTIONS = 16         # at once; 503 beyond
-CONNECTION_TIMEOUT = 10.0    # seconds a connection may take to send its request
+CONNECTION_TIMEOUT = 10.0    # seconds a connection may wait between two reads of its request
+CONNECTION_DEADLINE = 30.0   # seconds a connection may take in all
 MIN_TOKEN_LENGTH = 16
 TOKEN_CHARACTERS = re.compile(r"[A-Za-z0-9._~+/=-]+")  # a bearer token's characters (RFC 6750), safe in a cookie
 TOKEN_ENV = "FEDSYNTH_MONITOR_TOKEN"
@@ -250,6 +251,7 @@ class MonitorServer(ThreadingHTTPServer):
         self.loopback_only = token is None
         self.static = _static_files()
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.deadline = CONNECTION_DEADLINE
         if ":" in host.strip("[]"):
             self.address_family = socket.AF_INET6
         super().__init__((host.strip("[]"), port), _Handler)
@@ -268,6 +270,10 @@ class MonitorServer(ThreadingHTTPServer):
         super().process_request(request, client_address)
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """Serve one connection within CONNECTION_DEADLINE in all (a client sending a byte at a time is cut off)."""
+        deadline = threading.Timer(self.deadline, _cut, (request,))
+        deadline.daemon = True
+        deadline.start()
         try:
             if self.tls:
                 request.settimeout(CONNECTION_TIMEOUT)
@@ -276,6 +282,7 @@ class MonitorServer(ThreadingHTTPServer):
         except (OSError, ssl.SSLError):
             self.shutdown_request(request)
         finally:
+            deadline.cancel()
             self._slots.release()
 
     @property
@@ -283,6 +290,14 @@ class MonitorServer(ThreadingHTTPServer):
         host, port = self.server_address[:2]
         shown = f"[{host}]" if ":" in str(host) else host
         return f"{'https' if self.tls else 'http'}://{shown}:{port}/"
+
+
+def _cut(request: socket.socket) -> None:
+    """End a connection past its deadline: its thread's read or write fails and the thread ends."""
+    try:
+        request.shutdown(socket.SHUT_RDWR)
+    except OSError:
+        pass
 
 
 def make_server(root: Path, host: str = "127.0.0.1", port: int = 8765, token: str | None = None,
