@@ -146,6 +146,15 @@ def test_hostile_metric_keys_give_one_valid_exposition(tmp_path, serve):
     assert len(samples) == len(set(samples))
     values = {name: s for name, s in samples}
     assert "fedsynth_round_fid" not in values  # NaN is no value
+    (tmp_path / "run" / "metrics.jsonl").write_text(
+        json.dumps({**record, "big": 10**400}) + "\n" + json.dumps({"round": 10**400}) + "\n"
+        + json.dumps({"round": True}) + "\n" + json.dumps({"round": -1}) + "\n")
+    (tmp_path / "run" / "config.json").write_text(json.dumps({"num-server-rounds": 10**400}))
+    served = serve(tmp_path)
+    view = served.json("/api/view?id=run")
+    assert [r["round"] for r in view["rounds"]] == [1] and view["skipped-lines"] == 3
+    assert "big" not in view["rounds"][0]["metrics"] and view["planned-rounds"] is None
+    assert served.get("/metrics")[0] == 200
     text = body.decode()
     assert "fedsynth_round_central_accuracy{run=\"run\"} 0.5" in text
     assert "fedsynth_round_duration_seconds_count{run=\"run\"} 0.0" in text  # not the run's duration_seconds key
@@ -431,6 +440,9 @@ def test_another_interface_needs_a_token_and_the_cli_says_so(tmp_path, capsys):
     for bad in ("short", "sixteen-or-more;Path=/x", "sixteen-or-more\r\nSet-Cookie: x=1", "sixteen or more chars"):
         with pytest.raises(MonitorError, match="at least 16 characters of"):
             make_server(tmp_path, "127.0.0.1", 0, token=bad)
+    for port in (-1, 65536, 10**6):
+        with pytest.raises(MonitorError, match=f"--port {port} is not a port"):
+            make_server(tmp_path, "127.0.0.1", port)
     with pytest.raises(MonitorError, match="both --tls-certfile and --tls-keyfile"):
         make_server(tmp_path, "127.0.0.1", 0, tls_certfile=tmp_path / "c.pem")
     assert cli_main(["monitor", str(tmp_path), "--host", "0.0.0.0", "--port", "0"]) == 2

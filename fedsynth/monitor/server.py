@@ -209,7 +209,16 @@ class _Handler(BaseHTTPRequestHandler):
         if set_cookie:
             secure = "; Secure" if self.server.tls else ""
             headers["Set-Cookie"] = f"{COOKIE}={self.server.token}; HttpOnly; SameSite=Strict; Path=/{secure}"
-        route = target.path
+        try:
+            self._route(target.path, query, headers)
+        except (OSError, ValueError, TypeError, KeyError, RecursionError) as err:  # a folder changing under us
+            self._refuse(HTTPStatus.INTERNAL_SERVER_ERROR, f"could not read the results folder ({type(err).__name__}); "
+                         "the next request reads it again")
+
+    do_HEAD = do_GET
+
+    def _route(self, route: str, query: dict[str, list[str]], headers: dict[str, str]) -> None:
+        """The answer of a fixed route, or 404."""
         monitor = self.server.monitor
         if route in self.server.static:
             body, kind = self.server.static[route]
@@ -225,8 +234,6 @@ class _Handler(BaseHTTPRequestHandler):
                 return self._refuse(HTTPStatus.NOT_FOUND, "no run or study of that id under this monitor's folder")
             return self._json(view, headers)
         return self._refuse(HTTPStatus.NOT_FOUND, "no such page (routes: /, /api/overview, /api/view?id=, /metrics)")
-
-    do_HEAD = do_GET
 
     def _json(self, value: Any, headers: dict[str, str]) -> None:
         body = json.dumps(value, allow_nan=False, separators=(",", ":")).encode()
@@ -309,6 +316,8 @@ def make_server(root: Path, host: str = "127.0.0.1", port: int = 8765, token: st
     if not is_loopback(host) and token is None:
         raise MonitorError(f"fedsynth monitor: listening on {host} (not this machine's loopback) needs --token "
                            f"(or {TOKEN_ENV}): anyone who reaches {host} would see the runs")
+    if not 0 <= port <= 65535:
+        raise MonitorError(f"fedsynth monitor: --port {port} is not a port (0-65535; 0 picks a free one)")
     if (tls_certfile is None) != (tls_keyfile is None):
         raise MonitorError("fedsynth monitor: TLS needs both --tls-certfile and --tls-keyfile")
     context = None

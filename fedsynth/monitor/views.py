@@ -54,9 +54,22 @@ def run_state(summary: Any, rounds: list[dict[str, Any]], lock_held: bool | None
 
 def _number(value: Any) -> float | None:
     """A finite number of a record, else None (JSON allows NaN and Infinity, the page and Prometheus skip them)."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
-        return float(value)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        try:
+            number = float(value)
+        except OverflowError:  # an int of 400 digits
+            return None
+        return number if math.isfinite(number) else None
     return None
+
+
+MAX_ROUND = 10**9  # a record whose round is not an int in [0, MAX_ROUND] is left out as malformed
+
+
+def sane_records(lines: JsonLines) -> tuple[list[dict[str, Any]], int]:
+    """The records whose `round` is an int in [0, MAX_ROUND], and how many others there were."""
+    good = [r for r in lines.records if type(r.get("round")) is int and 0 <= r["round"] <= MAX_ROUND]
+    return good, lines.malformed + len(lines.records) - len(good)
 
 
 def round_rows(records: list[dict[str, Any]], names: dict[Any, str]) -> list[dict[str, Any]]:
@@ -132,15 +145,17 @@ def run_view(reader: FolderReader, rel: str) -> dict[str, Any]:
     config = reader.json(prefix + "config.json")
     config = config if isinstance(config, dict) else {}
     metrics: JsonLines = reader.json_lines(prefix + "metrics.jsonl")
+    records, malformed = sane_records(metrics)
     nodes = reader.json(prefix + "nodes.json")
     names = site_names(nodes)
-    planned = config.get("num-server-rounds") if isinstance(config.get("num-server-rounds"), int) else None
-    state, reason = run_state(reader.json(prefix + "summary.json"), metrics.records, reader.lock_held(rel), planned)
-    rounds = round_rows(metrics.records, names)
-    events = [f"dropped replies: {line}" for line in dropped_lines(metrics.records, names)]
-    events += [f"waited for a node to come back: {line}" for line in wait_lines(metrics.records, names)]
+    planned = config.get("num-server-rounds")
+    planned = planned if type(planned) is int and 0 <= planned <= MAX_ROUND else None
+    state, reason = run_state(reader.json(prefix + "summary.json"), records, reader.lock_held(rel), planned)
+    rounds = round_rows(records, names)
+    events = [f"dropped replies: {line}" for line in dropped_lines(records, names)]
+    events += [f"waited for a node to come back: {line}" for line in wait_lines(records, names)]
     events += [f"round {r['round']}: failed (fewer than min-nodes usable replies)" for r in rounds if r["skipped"]]
-    node_list = node_rows(nodes, metrics.records, names)
+    node_list = node_rows(nodes, records, names)
     events += [f"round {n['joined']}: {n['name']} joined late" for n in node_list if n["joined"]]
     events += [f"round {n['away-since']}: {n['name']} away since this round ("
                + (f"last answered round {n['last-answered']})" if n["last-answered"] else "never answered)")
@@ -148,9 +163,9 @@ def run_view(reader: FolderReader, rel: str) -> dict[str, Any]:
     return {
         "id": rel, "kind": "run", "state": state, "reason": reason,
         "algorithm": str(config.get("algorithm", "")), "dataset": str(config.get("dataset", "")),
-        "planned-rounds": planned, "last-round": max(trained_rounds(metrics.records), default=0),
+        "planned-rounds": planned, "last-round": max(trained_rounds(records), default=0),
         "rounds": rounds, "nodes": node_list, "events": sorted(events, key=_event_order),
-        "skipped-lines": metrics.malformed, "partial-line": metrics.partial, "truncated": metrics.truncated,
+        "skipped-lines": malformed, "partial-line": metrics.partial, "truncated": metrics.truncated,
     }
 
 
