@@ -17,12 +17,15 @@ from pathlib import Path
 
 import pytest
 
+from flwr.app import Context, RecordDict
+
 from fedsynth.inprocess import SlowGrid, run_federation
 from fedsynth.monitor.server import make_server, start
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 SITES = ("site-a", "site-b", "site-c")
+LATE = 1002  # site-c's node id
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -54,13 +57,22 @@ def _wait(condition, timeout: float, what: str):
     raise AssertionError(f"the page did not show {what} within {timeout} s")
 
 
-def test_the_page_shows_a_live_run_its_dropped_node_and_its_end(tmp_path, tiny_data_dir):
+def test_the_page_shows_a_live_run_its_dropped_and_late_nodes_and_its_end(tmp_path, tiny_data_dir):
     raw = {"data-dir": str(tiny_data_dir), "cache-dir": str(tmp_path / "cache"),
            "results-dir": str(tmp_path / "results"), "run-name": "fedavg-demo", "num-server-rounds": 4,
-           "local-steps": 2, "batch-size": 16, "model": "mlp"}
+           "local-steps": 2, "batch-size": 16, "model": "mlp", "node-wait-timeout": 0.5, "max-missing-nodes": 1,
+           "min-nodes": 2}
     grid = SlowGrid(3, raw, node_config=lambda p: {"partition-id": p, "num-partitions": 3, "name": SITES[p]},
                     delay=0.6)
     grid.faults[(1, 2, "train")] = "raise"  # site-b's round-2 reply is an error: dropped, with its reason
+    late = grid.contexts.pop(LATE)  # site-c connects during round 1 and takes part from round 2 (a late join)
+
+    def connect_site_c(reply):
+        grid.contexts[LATE] = Context(run_id=1, node_id=LATE, node_config=late.node_config, state=RecordDict(),
+                                      run_config=dict(raw))
+        return reply
+
+    grid.faults[(0, 1, "train")] = connect_site_c
     study = tmp_path / "results" / "fedcog-cpu-study"  # a study's --out beside the run: its report's claims
     study.mkdir(parents=True)
     shutil.copyfile(REPO / "benchmarks/results/studies/fedcog-cpu/ledger.jsonl", study / "ledger.jsonl")
@@ -99,9 +111,12 @@ def test_the_page_shows_a_live_run_its_dropped_node_and_its_end(tmp_path, tiny_d
         nodes = {text.split("\t")[0]: text for text in texts("#nodes tbody tr")}
         assert set(nodes) == set(SITES)
         assert "round 2: error: injected failure" in nodes["site-b"]
-        round2 = texts('#rounds tbody tr[data-round="2"]')[0]
-        assert "2 / 3" in round2 and "site-b: error: injected failure" in round2
-        assert "dropped replies: round 2: site-b: error: injected failure" in texts("#events")[0]
+        assert nodes["site-c"].split("\t")[5] == "round 2"  # joined late
+        round1, round2 = texts('#rounds tbody tr[data-round="1"]')[0], texts('#rounds tbody tr[data-round="2"]')[0]
+        assert "2 / 2" in round1 and "2 / 3" in round2 and "site-b: error: injected failure" in round2
+        events = texts("#events li")
+        assert "dropped replies: round 2: site-b: error: injected failure" in events
+        assert "round 2: site-c joined late" in events
         assert len(texts("#charts .uplot")) == 4, "accuracy, loss, bytes and round time"
         logs = [e for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
         assert not logs, logs
