@@ -127,8 +127,11 @@ def test_the_page_shows_a_live_run_its_dropped_and_late_nodes_and_its_end(tmp_pa
             shutil.copyfile(shot, os.environ["FEDSYNTH_MONITOR_SCREENSHOT"])
 
         driver.execute_script("document.querySelector('nav a[data-id=\"fedcog-cpu-study\"]').click()")
-        claims = _wait(lambda: texts("#claims tbody tr"), 10, "the study's claims")
+        _wait(lambda: driver.execute_script("return document.getElementById('run').hidden && "
+                                            "!document.getElementById('study').hidden"), 10, "the study")
+        claims = texts("#claims tbody tr")
         assert any("fedavg+cog > fedavg" in c and "[+6.94, +14.28]" in c and "holds" in c for c in claims)
+        time.sleep(2.5)  # the next poll shows the study still
         assert driver.execute_script("return document.getElementById('run').hidden")
         assert "run(s) finished" in texts("#study-progress")[0]
         assert texts("#arms tbody tr")

@@ -44,7 +44,12 @@
       const a = el("a", label, e.id === selected ? "current" : "");
       a.href = "#id=" + encodeURIComponent(e.id);
       a.dataset.id = e.id;
-      a.addEventListener("click", function () { selected = e.id; poll(); });
+      a.addEventListener("click", function (event) {  // the address says what is shown, before the next poll reads it
+        event.preventDefault();
+        history.replaceState(null, "", "#id=" + encodeURIComponent(e.id));
+        selected = e.id;
+        poll();
+      });
       return a;
     });
     nav.replaceChildren.apply(nav, entries.length > 1 ? links : []);
