@@ -63,7 +63,7 @@ def test_the_page_shows_a_live_run_its_dropped_and_late_nodes_and_its_end(tmp_pa
            "local-steps": 2, "batch-size": 16, "model": "mlp", "node-wait-timeout": 0.5, "max-missing-nodes": 1,
            "min-nodes": 2}
     grid = SlowGrid(3, raw, node_config=lambda p: {"partition-id": p, "num-partitions": 3, "name": SITES[p]},
-                    delay=0.6)
+                    delay=1.0)  # rounds of 1 s at least: the page polls every 2 s
     grid.faults[(1, 2, "train")] = "raise"  # site-b's round-2 reply is an error: dropped, with its reason
     late = grid.contexts.pop(LATE)  # site-c connects during round 1 and takes part from round 2 (a late join)
 
@@ -99,7 +99,7 @@ def test_the_page_shows_a_live_run_its_dropped_and_late_nodes_and_its_end(tmp_pa
         began = time.monotonic()
         _wait(lambda: "1" in rows(), 60, "round 1")
         print(f"round 1 shown after {time.monotonic() - began:.1f} s")
-        assert run.is_alive(), "round 1 should appear while the run goes on"
+        assert run.is_alive() and "4" not in rows(), "round 1 should appear while the run goes on"
         assert "running" in texts("#status")[0]
         assert "?token=" not in driver.current_url  # the page takes the token out of the address bar
         _wait(lambda: "2" in rows(), 30, "round 2")
