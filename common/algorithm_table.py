@@ -27,6 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 
+# the means a row's `mean` may name: the papers' two plain means of the updates
+PAPER_MEANS: tuple[str, ...] = ("weighted", "uniform")
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """One algorithm: its two halves by import path, the settings its client reads and what it runs on.
@@ -49,6 +53,9 @@ class Algorithm:
     projection_head : its client rule reads the model's `features` and a projection head (MOON's contrastive
         loss): the model is a built-in classifier built with `moon-projection-dim` projection outputs, and the
         node's previous model is kept for a resume.
+    mean : the server's mean of the updates its paper takes, "weighted" (by the clients' sample counts) or
+        "uniform" (1/S over the S answering clients): what `aggregation = "auto"` (the run config's default) and
+        its strategy class's `aggregation` default run (common/algorithms/paper_rules.py gives the source).
     """
 
     server: str = ""
@@ -61,6 +68,7 @@ class Algorithm:
     trains_ddpm: bool = False
     ddpm_only: bool = False
     projection_head: bool = False
+    mean: str = "weighted"
 
     @property
     def strategy_name(self) -> str:
@@ -108,7 +116,7 @@ _ROWS: dict[str, Algorithm] = {
     "fedlesam": Algorithm("fedlesam", ("sam-rho",), strategy=_S + "sam_baselines:FedLESAM",
                           client="client_app.sam_family:fedlesam_update"),
     "fedsynsam": Algorithm("fedsynsam", ("sam-rho", "synsam-beta", "synsam-mix"), strategy=_S + "fedsynsam:FedSynSAM",
-                           client="client_app.sam_family:fedsynsam_update"),
+                           client="client_app.sam_family:fedsynsam_update", mean="uniform"),
     "dynafed": Algorithm("dynafed", strategy=_S + "dynafed:DynaFed", client=_FEDAVG_CLIENT),
     "fedgamma": Algorithm("scaffold", ("sam-rho",), strategy=_S + "node_rules:FedGamma",
                           client="client_app.sam_family:fedgamma_update"),
@@ -121,9 +129,9 @@ _ROWS: dict[str, Algorithm] = {
     # FedDDPM (issue 5): diffusion models with server-side auxiliary correction; the clients run FedAvg's rule
     # on the DDPM loss (the warmup is client_app/diffusion.py's)
     "fedddpm": Algorithm("fedddpm", strategy=_S + "fedddpm:FedDDPM", client=_FEDAVG_CLIENT, trains_ddpm=True,
-                         ddpm_only=True),
+                         ddpm_only=True, mean="uniform"),
     "fedddpm+": Algorithm("fedddpm+", strategy=_S + "fedddpm_plus:FedDDPMPlus", client=_FEDAVG_CLIENT,
-                          trains_ddpm=True, ddpm_only=True),
+                          trains_ddpm=True, ddpm_only=True, mean="uniform"),
 }
 
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from common.keys import check_choice, check_text, key, require
 
 AGGREGATIONS = ("weighted", "uniform", "median", "trimmed-mean", "krum")
+# `aggregation = "auto"` (the default): the algorithm's paper mean (its row's `mean`), resolved by the run config
+AUTO_MEAN = "auto"
 # The bounds `bounded-influence = true` sets where their keys are left off (`bounded_influence_values`).
 BOUNDED_UPDATE_NORM_RATIO = 1.5
 BOUNDED_WEIGHT_SHARE = 0.4
@@ -31,9 +33,12 @@ class AggregationSettings:
     """Aggregation: the server's mean of the updates, the bounds on them, and the server step."""
 
     aggregation: str = key(
-        "weighted", "Server combination of the updates: weighted (by sample count) or uniform mean; robust: median "
-        "(coordinate-wise), trimmed-mean (trim-fraction cut each side), krum (byzantine-nodes); centralized only.",
-        "FedDDPM: uniform; Flower's FedMedian, FedTrimmedAvg, Krum",
+        AUTO_MEAN, "Server combination of the updates: auto (the algorithm's paper mean: uniform 1/S for fedsynsam, "
+        "fedddpm and fedddpm+, weighted by sample count for the others; docs/algorithms.md's table), weighted (by "
+        "sample count) or uniform mean; robust: median (coordinate-wise), trimmed-mean (trim-fraction cut each side), "
+        "krum (byzantine-nodes; centralized only). An explicit weighted or uniform runs that mean whatever the "
+        "algorithm.", "FedSynSAM eq. 24 and FedDDPM: uniform; McMahan et al. 2017: weighted; Flower's FedMedian, "
+        "FedTrimmedAvg, Krum",
     )
     trim_fraction: float = key(0.2, "aggregation = trimmed-mean: fraction beta of the updates cut at each end, "
                                "per coordinate; in [0, 0.5).", "FedTrimmedAvg")
