@@ -26,6 +26,7 @@ from common.algorithms.paper_rules import RULES, rule_of
 from common.errors import ConfigError
 from common.protocol import COMPRESSED_UPDATE, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, to_record
+from common.run.aggregation import bounded_influence_of
 from common.run.config import RunConfig, parse_run_config
 from common.uplink.encoding import encode_delta
 from common.uplink.spec import CompressionSpec, paper_levels
@@ -207,6 +208,23 @@ def test_bounded_influence_in_the_run_config_sets_both_bounds_and_an_explicit_va
     assert BOUNDED_INFLUENCE == public.BoundedInfluence()  # the option's defaults
     cfg = parse_run_config({"bounded-influence": True, "max-weight-share": 0.5}, SERVER_STRATEGIES)
     assert (cfg.max_update_norm_ratio, cfg.max_weight_share) == (1.5, 0.5)
+    # docs/reliability.md: set max-weight-share = 1 to keep the plain weighting; the off values win too
+    cfg = parse_run_config({"bounded-influence": True, "max-weight-share": 1}, SERVER_STRATEGIES)
+    assert (cfg.max_update_norm_ratio, cfg.max_weight_share) == (1.5, 1.0)
+    cfg = parse_run_config({"bounded-influence": True, "max-update-norm-ratio": 0}, SERVER_STRATEGIES)
+    assert (cfg.max_update_norm_ratio, cfg.max_weight_share) == (0.0, 0.4)
+    assert bounded_influence_of(cfg) == public.BoundedInfluence(update_norm_ratio=0.0)
+    # without the option an unset key is off, and an explicit bound is kept
+    cfg = parse_run_config({"max-weight-share": 0.5}, SERVER_STRATEGIES)
+    assert (cfg.max_update_norm_ratio, cfg.max_weight_share) == (0.0, 0.5)
+
+
+def test_the_unset_values_are_the_run_configs_alone() -> None:
+    """A class's BoundedInfluence holds bounds, not "unset": the run config's sentinels are refused there."""
+    with pytest.raises(ConfigError, match="'max-weight-share' = 0.0 is invalid here"):
+        public.BoundedInfluence(weight_share=0.0)
+    with pytest.raises(ConfigError, match="'max-update-norm-ratio' = -1.0 is invalid here"):
+        public.BoundedInfluence(update_norm_ratio=-1.0)
 
 
 def test_bounded_influence_clips_and_caps_and_each_round_says_so() -> None:

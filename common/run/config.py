@@ -62,10 +62,12 @@ class RunConfig(RunSettings, DataSettings, ModelSettings, LocalTrainingSettings,
             object.__setattr__(self, "fid_features", "random" if self.partition == NODE_PARTITION else "classifier")
         if self.aggregation == AUTO_MEAN:  # the algorithm's paper mean (its row's `mean`) when the user names none
             object.__setattr__(self, "aggregation", paper_mean(self.algorithm))
-        if self.bounded_influence:  # the option's bounds, where their keys are left off (config.json shows them)
-            ratio, share = bounded_influence_values(self.max_update_norm_ratio, self.max_weight_share)
-            object.__setattr__(self, "max_update_norm_ratio", ratio)
-            object.__setattr__(self, "max_weight_share", share)
+        # the bounds a run applies: a key left unset takes bounded-influence's bound or its off value; an explicit
+        # value stays (config.json shows the values applied)
+        ratio, share = bounded_influence_values(self.max_update_norm_ratio, self.max_weight_share,
+                                                self.bounded_influence)
+        object.__setattr__(self, "max_update_norm_ratio", ratio)
+        object.__setattr__(self, "max_weight_share", share)
 
     def as_dict(self) -> dict[str, Any]:
         """The config as run-config keys (dashes), as written to config.json, in `config_fields` order."""
