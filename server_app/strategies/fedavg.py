@@ -267,7 +267,7 @@ class FedAvg(RoundStrategy):
     def _node_config(self, partition_id: int) -> dict[str, Any]:
         """One node's own entries of its train message's config: where `notifies_accepted_scale` and the bounds
         scaled the node's last update, the scale and its round (`ACCEPTED_SCALE_KEYS`), so that the node scales
-        its own state change as the server did. None for a node whose state the server re-sends after a resume
+        its own state change as the server did. Nothing for a node whose state the server re-sends after a resume
         (SCAFFOLD's c_i, FedLESAM-D's g_i): the re-sent state is the server's already."""
         notice = self.accepted_scales.get(partition_id)
         if notice is None or (partition_id in self.restore_pending and self._node_state_records(partition_id)):
