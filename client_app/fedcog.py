@@ -53,7 +53,6 @@ from common.run.config import RunConfig
 from common.algorithms.plugins import algorithm_of
 from common.algorithms.cog_settings import CogSettings
 from common.data.datasets import normalization, run_dataset_info
-from common.algorithms.batch_statistics import frozen_batch_statistics
 from common.algorithms.fedcog import complementary_labels, generation_loss, kd_coefficients, kd_loss
 from common.algorithms.optimizers import Adam
 from common.protocol import CLIENT_STAT_PREFIX, STATE_COG_PREVIOUS_MODEL
@@ -160,8 +159,9 @@ class KnowledgeDistillation:
     KL(p_global || p_local)`, or with `hard_label` the cross-entropy against the
     global model's argmax (Table 5's ablation 3, as the reference code does).
     `disagreement` records whether the generation used the previous local model.
-    The generated batch's forward pass leaves BatchNorm's running statistics alone, so a
-    step moves them once, on the real batch (common/algorithms/batch_statistics.py).
+    The generated batch's forward pass runs in train mode and moves BatchNorm's running statistics after the real
+    batch's, as the reference code's step does (rui-ye/FedCOG fedcog.py `local_train_fedgen`: `net.train()`, then
+    `net(x)` on the real batch and `net(images)` on the generated one): a FedCOG step counts two batches.
     """
 
     def __init__(self, generated: GeneratedSet, c_real: float, c_kd: float, batch_size: int, seed: int,
@@ -175,8 +175,7 @@ class KnowledgeDistillation:
 
     def __call__(self, model: nn.Module, task_loss: torch.Tensor) -> torch.Tensor:
         index = torch.from_numpy(next(self.batches)).to(self.generated.inputs.device)
-        with frozen_batch_statistics(model):  # only the real batch moves BatchNorm's running statistics
-            student = model(self.generated.inputs[index])
+        student = model(self.generated.inputs[index])  # in train mode: BatchNorm tracks it too, as the reference
         if self.hard_label:
             extra = F.cross_entropy(student, self.hard_targets[index])
         else:

@@ -60,7 +60,9 @@ from client_app.rules import (
     endless_batches,
     ScaffoldResult,
 )
+from client_app.accepted_scale import apply_accepted_scale, keep_update_part
 from client_app.training import GradientRule, LocalJob, LocalResult, run_local_steps
+from common.algorithms.scaffold_control import scaffold_update_part
 from common.data.datasets import run_dataset_info
 from common.protocol import (
     CLIENT_STAT_PREFIX,
@@ -180,14 +182,19 @@ def fedsynsam_update(job: LocalJob) -> LocalResult:
 
 
 def scaffold_inputs(job: LocalJob) -> dict:
-    """SCAFFOLD's inputs of a round: the server's c and this node's c_i (None before its first round)."""
+    """SCAFFOLD's inputs of a round: the server's c and this node's c_i (None before its first round), scaled
+    first where the server clipped the update it came with (client_app/accepted_scale.py)."""
+    apply_accepted_scale(job, STATE_SCAFFOLD_CONTROL)
     return {"c_global": from_record(job.incoming.array_records[SCAFFOLD_CONTROL]),
             "c_local": _state_weights(job.state, STATE_SCAFFOLD_CONTROL)}
 
 
 def scaffold_outputs(job: LocalJob, result: ScaffoldResult) -> LocalResult:
-    """Keep c_i+ in node state and send c_i+ - c_i (the same key and record as `scaffold`)."""
+    """Keep c_i+ (and its change's update part) in node state and send c_i+ - c_i (the same key and record as
+    `scaffold`)."""
     job.state[STATE_SCAFFOLD_CONTROL] = to_record(result.control)
+    c_global = from_record(job.incoming.array_records[SCAFFOLD_CONTROL])
+    keep_update_part(job, STATE_SCAFFOLD_CONTROL, scaffold_update_part(result.control_delta, c_global))
     return LocalResult(result.train_loss, result.num_steps,
                        outgoing={SCAFFOLD_CONTROL_DELTA: to_record(result.control_delta)}, metrics=result.metrics)
 
@@ -212,12 +219,14 @@ def fedlesam_s_update(job: LocalJob) -> LocalResult:
 
 def fedlesam_d_update(job: LocalJob) -> LocalResult:
     """FedLESAM-D client: FedLESAM + FedDyn dynamic regulariser; sends g_i+ - g_i."""
+    apply_accepted_scale(job, STATE_DYN_GRADIENT)
     result = train_fedlesam_d(
         job.model, job.batches(), rho=float(job.setting("sam-rho")), alpha=float(job.setting("dyn-alpha")),
         previous_update=_incoming_weights(job, PREVIOUS_UPDATE),
         dyn_gradient=_state_weights(job.state, STATE_DYN_GRADIENT), optimizer=job.optimizer, loss_fn=job.loss_fn,
     )
     job.state[STATE_DYN_GRADIENT] = to_record(result.dyn_gradient)
+    keep_update_part(job, STATE_DYN_GRADIENT, result.correction)  # g_i+ - g_i = -alpha (w_i - w): all of it
     return LocalResult(result.train_loss, result.num_steps,
                        outgoing={DYNAMIC_CORRECTION: to_record(result.correction)}, metrics=result.metrics)
 
@@ -232,6 +241,7 @@ def fedsmoo_update(job: LocalJob) -> LocalResult:
     its own weight dual from the model updates (FedDyn), so only the
     perturbation correction is a second uplink record.
     """
+    apply_accepted_scale(job, STATE_DYN_GRADIENT)
     result = train_fedsmoo(
         job.model, job.batches(), rho=float(job.setting("sam-rho")), alpha=float(job.setting("dyn-alpha")),
         global_perturbation=_incoming_weights(job, GLOBAL_PERTURBATION),
@@ -239,6 +249,7 @@ def fedsmoo_update(job: LocalJob) -> LocalResult:
         optimizer=job.optimizer, loss_fn=job.loss_fn,
     )
     job.state[STATE_DYN_GRADIENT] = to_record(result.dyn_gradient)
+    keep_update_part(job, STATE_DYN_GRADIENT, result.correction)  # g_i+ - g_i = -alpha (w_i - w): all of it
     job.state[STATE_SMOO_MU] = to_record(result.mu)
     return LocalResult(result.train_loss, result.num_steps,
                        outgoing={PERTURBATION_DUAL: to_record(result.perturbation_dual)}, metrics=result.metrics)

@@ -14,11 +14,13 @@ from __future__ import annotations
 
 from flwr.app import RecordDict
 
+from client_app.accepted_scale import apply_accepted_scale, keep_update_part
 from client_app.rules import train_fedprox, train_fedsam, train_mofedsam, train_moon, train_scaffold
 from client_app.training import LocalJob, LocalResult, TrainResult, plain_rule, run_local_steps
 from common.protocol import (
     PREVIOUS_UPDATE, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_MOON_PREVIOUS_MODEL, STATE_SCAFFOLD_CONTROL,
 )
+from common.algorithms.scaffold_control import scaffold_update_part
 from common.records import Weights, from_record, to_record
 
 
@@ -49,12 +51,16 @@ def fedprox_update(job: LocalJob) -> LocalResult:
 
 
 def scaffold_update(job: LocalJob) -> LocalResult:
-    """SCAFFOLD client: after each step w <- w - lr (c - c_i); option-II control update."""
+    """SCAFFOLD client: after each step w <- w - lr (c - c_i); option-II control update. A c_i whose update the
+    server clipped is first scaled as the server scaled it (client_app/accepted_scale.py)."""
+    apply_accepted_scale(job, STATE_SCAFFOLD_CONTROL)
+    c_global = from_record(job.incoming.array_records[SCAFFOLD_CONTROL])
     result = train_scaffold(
-        job.model, job.batches(), c_global=from_record(job.incoming.array_records[SCAFFOLD_CONTROL]),
+        job.model, job.batches(), c_global=c_global,
         c_local=read_state_weights(job.state, STATE_SCAFFOLD_CONTROL), optimizer=job.optimizer, loss_fn=job.loss_fn,
     )
     write_state_weights(job.state, STATE_SCAFFOLD_CONTROL, result.control)
+    keep_update_part(job, STATE_SCAFFOLD_CONTROL, scaffold_update_part(result.control_delta, c_global))
     return _local(result, {SCAFFOLD_CONTROL_DELTA: to_record(result.control_delta)})
 
 

@@ -27,6 +27,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 
+# the means a row's `mean` may name: the papers' two plain means of the updates
+PAPER_MEANS: tuple[str, ...] = ("weighted", "uniform")
+
+
 @dataclass(frozen=True)
 class Algorithm:
     """One algorithm: its two halves by import path, the settings its client reads and what it runs on.
@@ -49,6 +53,13 @@ class Algorithm:
     projection_head : its client rule reads the model's `features` and a projection head (MOON's contrastive
         loss): the model is a built-in classifier built with `moon-projection-dim` projection outputs, and the
         node's previous model is kept for a resume.
+    state_follows_update : its node keeps a state that changes with its update (SCAFFOLD's c_i, FedDyn's g_i):
+        under bounded influence a node whose update was clipped is told the scale the server took, in its next
+        message's config (`ACCEPTED_SCALE_KEYS` of common/run/client_settings.py, beside `client_keys`), and its
+        strategy class's `notifies_accepted_scale` is True.
+    mean : the server's mean of the updates its paper takes, "weighted" (by the clients' sample counts) or
+        "uniform" (1/S over the S answering clients): what `aggregation = "auto"` (the run config's default) and
+        its strategy class's `aggregation` default run (common/algorithms/paper_rules.py gives the source).
     """
 
     server: str = ""
@@ -61,6 +72,8 @@ class Algorithm:
     trains_ddpm: bool = False
     ddpm_only: bool = False
     projection_head: bool = False
+    state_follows_update: bool = False
+    mean: str = "weighted"
 
     @property
     def strategy_name(self) -> str:
@@ -85,7 +98,7 @@ _ROWS: dict[str, Algorithm] = {
     "fedprox": Algorithm("fedavg", ("proximal-mu",), strategy=_S + "node_rules:FedProx",
                          client="client_app.updates:fedprox_update", cog_base=True, trains_ddpm=True),
     "scaffold": Algorithm("scaffold", strategy=_S + "scaffold:Scaffold", client="client_app.updates:scaffold_update",
-                          cog_base=True, trains_ddpm=True),
+                          cog_base=True, trains_ddpm=True, state_follows_update=True),
     "moon": Algorithm("fedavg", ("moon-mu", "moon-tau"), strategy=_S + "node_rules:MOON",
                       client="client_app.updates:moon_update", cog_base=True, projection_head=True),
     "fedsam": Algorithm("fedavg", ("sam-rho",), strategy=_S + "node_rules:FedSAM",
@@ -108,22 +121,22 @@ _ROWS: dict[str, Algorithm] = {
     "fedlesam": Algorithm("fedlesam", ("sam-rho",), strategy=_S + "sam_baselines:FedLESAM",
                           client="client_app.sam_family:fedlesam_update"),
     "fedsynsam": Algorithm("fedsynsam", ("sam-rho", "synsam-beta", "synsam-mix"), strategy=_S + "fedsynsam:FedSynSAM",
-                           client="client_app.sam_family:fedsynsam_update"),
+                           client="client_app.sam_family:fedsynsam_update", mean="uniform"),
     "dynafed": Algorithm("dynafed", strategy=_S + "dynafed:DynaFed", client=_FEDAVG_CLIENT),
     "fedgamma": Algorithm("scaffold", ("sam-rho",), strategy=_S + "node_rules:FedGamma",
-                          client="client_app.sam_family:fedgamma_update"),
+                          client="client_app.sam_family:fedgamma_update", state_follows_update=True),
     "fedlesam-s": Algorithm("fedlesam-s", ("sam-rho",), strategy=_S + "sam_baselines:FedLESAMS",
-                            client="client_app.sam_family:fedlesam_s_update"),
+                            client="client_app.sam_family:fedlesam_s_update", state_follows_update=True),
     "fedlesam-d": Algorithm("fedlesam-d", ("sam-rho", "dyn-alpha"), strategy=_S + "sam_baselines:FedLESAMD",
-                            client="client_app.sam_family:fedlesam_d_update"),
+                            client="client_app.sam_family:fedlesam_d_update", state_follows_update=True),
     "fedsmoo": Algorithm("fedsmoo", ("sam-rho", "dyn-alpha"), strategy=_S + "sam_baselines:FedSMOO",
-                         client="client_app.sam_family:fedsmoo_update"),
+                         client="client_app.sam_family:fedsmoo_update", state_follows_update=True),
     # FedDDPM (issue 5): diffusion models with server-side auxiliary correction; the clients run FedAvg's rule
     # on the DDPM loss (the warmup is client_app/diffusion.py's)
     "fedddpm": Algorithm("fedddpm", strategy=_S + "fedddpm:FedDDPM", client=_FEDAVG_CLIENT, trains_ddpm=True,
-                         ddpm_only=True),
+                         ddpm_only=True, mean="uniform"),
     "fedddpm+": Algorithm("fedddpm+", strategy=_S + "fedddpm_plus:FedDDPMPlus", client=_FEDAVG_CLIENT,
-                          trains_ddpm=True, ddpm_only=True),
+                          trains_ddpm=True, ddpm_only=True, mean="uniform"),
 }
 
 

@@ -138,7 +138,24 @@ def write_comparison(runs: dict[str, Path], folder: Path) -> None:
     fig.tight_layout()
     fig.savefig(folder / "comparison.png", dpi=100)
     plt.close(fig)
+    from fedsynth.study.report import mixed_means_note
+
+    means = {algorithm: _run_mean(run_dir) for algorithm, run_dir in runs.items()}
+    note = mixed_means_note({name: mean for name, mean in means.items() if mean is not None})
+    if note:
+        lines += ["", f"**Note**: {note}."]
     (folder / "comparison.md").write_text("\n".join(lines) + "\n")
+
+
+def _run_mean(run_dir: Path) -> str | None:
+    """The server mean a run ran (`aggregation` in its config.json), or None when its config.json lacks it."""
+    try:
+        written = json.loads((run_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    config = written.get("config", written) if isinstance(written, dict) else {}
+    mean = config.get("aggregation") if isinstance(config, dict) else None
+    return mean if isinstance(mean, str) else None
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from common.algorithms.paper_rules import rules_table_markdown, with_rules_table
 from common.run.config import config_fields
 from common.run.config_docs import configuration_page
 from common.keys import key_name
@@ -54,6 +55,14 @@ def test_configuration_page_is_generated_from_common_config():
     assert page == configuration_page(), (
         "docs/configuration.md is out of date: run python -m common.run.config_docs --markdown > docs/configuration.md")
     assert all(f"| `{key_name(f.name)}` |" in page for f in config_fields())
+
+
+def test_algorithms_page_table_is_generated_from_the_paper_rules():
+    # Regenerate with: python -m common.algorithms.paper_rules
+    page = (ROOT / "docs" / "algorithms.md").read_text()
+    assert page == with_rules_table(page), (
+        "docs/algorithms.md's paper-rule table is out of date: run python -m common.algorithms.paper_rules")
+    assert rules_table_markdown() in page
 
 
 def test_docs_links_between_pages_resolve():

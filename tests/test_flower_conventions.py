@@ -334,12 +334,13 @@ def test_a_public_class_takes_only_the_settings_its_server_uses():
 
 
 def test_the_defaults_are_the_run_configs():
-    """A public class's defaults are the run config's (one set of defaults; a change there flows through)."""
+    """A public class's defaults are the run config's for its algorithm (one set of defaults; a change there flows
+    through): `aggregation = "auto"` is FedSynSAM's paper mean, as the class's default."""
     import inspect
 
     from common.run.config import RunConfig
 
-    defaults = RunConfig()
+    defaults = RunConfig(algorithm="fedsynsam")
     for name in ("aggregation", "seed", "min_nodes", "server_lr", "sam_rho", "synsam_beta", "trajectory_rounds"):
         assert inspect.signature(strategies.FedSynSAM).parameters[name].default == getattr(defaults, name), name
     # the grouped values' defaults are the run config's too (their fields mirror its keys)

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 import json
 
@@ -19,9 +20,13 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 import fedsynth.strategies as public
+from common.algorithm_table import ALGORITHMS, PAPER_MEANS, Algorithm
 from common.algorithms.losses import scaffold_clipped_control_delta
+from common.algorithms.paper_rules import RULES, rule_of
+from common.errors import ConfigError
 from common.protocol import COMPRESSED_UPDATE, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, to_record
+from common.run.aggregation import bounded_influence_of
 from common.run.config import RunConfig, parse_run_config
 from common.uplink.encoding import encode_delta
 from common.uplink.spec import CompressionSpec, paper_levels
@@ -107,6 +112,92 @@ def test_a_hand_built_fedavg_gives_the_plain_weighted_mean_of_three_replies_exac
     assert "clipped-updates" not in metrics and "weight-cap-bound" not in metrics
 
 
+# ----- every name's rule is its paper's: the table, the classes, the run config ----------------------------
+
+
+def _base_rows() -> list[str]:
+    return [name for name in ALGORITHMS if not name.endswith("+cog")]
+
+
+def test_every_built_in_row_has_its_paper_rule_and_the_cog_rows_their_bases() -> None:
+    assert sorted(RULES) == sorted(_base_rows())
+    assert rule_of("scaffold+cog") is RULES["scaffold"]
+    with pytest.raises(KeyError):
+        rule_of("fednova")
+
+
+def test_the_papers_means_by_hand() -> None:
+    """FedSynSAM's eq. 24 and FedDDPM's Algorithm 1 average 1/S; the others weigh by samples (McMahan et al.)."""
+    uniform = sorted(name for name in ALGORITHMS if ALGORITHMS[name].mean == "uniform")
+    assert uniform == ["fedddpm", "fedddpm+", "fedsynsam"]
+    assert all(ALGORITHMS[name].mean in PAPER_MEANS for name in ALGORITHMS)
+
+
+@pytest.mark.parametrize("name", sorted(set(ALGORITHMS)))
+def test_the_run_configs_defaults_are_the_tables(name: str) -> None:
+    """`aggregation = "auto"` (the default) runs the row's mean; each own hyper-parameter has the table's value."""
+    cfg = parse_run_config({"algorithm": name}, SERVER_STRATEGIES)
+    assert cfg.aggregation == ALGORITHMS[name].mean
+    for key, value in rule_of(name).hyper_parameters.items():
+        assert getattr(cfg, key.replace("-", "_")) == value, (name, key)
+
+
+@pytest.mark.parametrize("name", sorted({row.strategy_name for row in ALGORITHMS.values()}))
+def test_each_public_class_built_with_no_arguments_has_the_tables_defaults(name: str) -> None:
+    cls = getattr(public, name)
+    built = cls()
+    rows = [algorithm for algorithm, row in ALGORITHMS.items() if row.strategy_name == name]
+    parameters = inspect.signature(cls).parameters
+    for algorithm in rows:
+        row = ALGORITHMS[algorithm]
+        if not row.decentralized:
+            assert built.aggregation == row.mean, (name, algorithm)
+        for key, value in rule_of(algorithm).hyper_parameters.items():
+            attribute = key.replace("-", "_")
+            if attribute in parameters:  # the others are node settings of fedsynth's app (FedCOG's generation)
+                assert _held_value(built, attribute) == value, (name, algorithm, key)
+
+
+def _held_value(strategy: object, attribute: str) -> object:
+    """A parameter's value as the strategy holds it: its attribute, or the field of a settings value it keeps
+    (FedSynSAM's `distillation`); AssertionError when it holds neither."""
+    if hasattr(strategy, attribute):
+        return getattr(strategy, attribute)
+    held = [getattr(value, attribute) for value in vars(strategy).values()
+            if dataclasses.is_dataclass(value) and hasattr(value, attribute)]
+    assert held, f"{type(strategy).__name__} holds no {attribute}"
+    return held[0]
+
+
+def test_an_explicit_mean_wins_over_the_papers() -> None:
+    assert parse_run_config({"algorithm": "fedsynsam", "aggregation": "weighted"}, SERVER_STRATEGIES).aggregation == (
+        "weighted")
+    assert parse_run_config({"algorithm": "fedavg", "aggregation": "uniform"}, SERVER_STRATEGIES).aggregation == (
+        "uniform")
+    assert public.FedSynSAM(aggregation="weighted").aggregation == "weighted"
+    with pytest.raises(ConfigError, match="aggregation = 'auto' is the run config's"):
+        FedAvg(aggregation="auto")
+
+
+def test_a_plugin_row_names_one_of_the_two_means() -> None:
+    from common.algorithms import plugins
+
+    with pytest.raises(ConfigError, match="its mean must be one of weighted, uniform"):
+        plugins.plugin_algorithm("tests.test_paper_rule_defaults:BAD_MEAN_ROW")
+
+
+BAD_MEAN_ROW = Algorithm(strategy="server_app.strategies.fedavg:FedAvg", client="client_app.updates:fedavg_update",
+                         mean="median")
+
+
+def test_a_uniform_fedsynsam_takes_the_plain_mean_of_three_replies() -> None:
+    """The same three replies as the weighted test above: FedSynSAM's default mean ignores the claimed counts."""
+    strategy = public.FedSynSAM(nodes=nodes(3))
+    arrays, _ = one_round(strategy, {"w": arr(0, 0)}, {0: ({"w": arr(1, 0)}, 10), 1: ({"w": arr(0, 2)}, 10),
+                                                        2: ({"w": arr(100, 100)}, 80)})
+    np.testing.assert_allclose(from_record(arrays)["w"], [101 / 3, 102 / 3], rtol=1e-6)
+
+
 # ----- the option -----------------------------------------------------------------------------------------
 
 
@@ -117,6 +208,23 @@ def test_bounded_influence_in_the_run_config_sets_both_bounds_and_an_explicit_va
     assert BOUNDED_INFLUENCE == public.BoundedInfluence()  # the option's defaults
     cfg = parse_run_config({"bounded-influence": True, "max-weight-share": 0.5}, SERVER_STRATEGIES)
     assert (cfg.max_update_norm_ratio, cfg.max_weight_share) == (1.5, 0.5)
+    # docs/reliability.md: set max-weight-share = 1 to keep the plain weighting; the off values win too
+    cfg = parse_run_config({"bounded-influence": True, "max-weight-share": 1}, SERVER_STRATEGIES)
+    assert (cfg.max_update_norm_ratio, cfg.max_weight_share) == (1.5, 1.0)
+    cfg = parse_run_config({"bounded-influence": True, "max-update-norm-ratio": 0}, SERVER_STRATEGIES)
+    assert (cfg.max_update_norm_ratio, cfg.max_weight_share) == (0.0, 0.4)
+    assert bounded_influence_of(cfg) == public.BoundedInfluence(update_norm_ratio=0.0)
+    # without the option an unset key is off, and an explicit bound is kept
+    cfg = parse_run_config({"max-weight-share": 0.5}, SERVER_STRATEGIES)
+    assert (cfg.max_update_norm_ratio, cfg.max_weight_share) == (0.0, 0.5)
+
+
+def test_the_unset_values_are_the_run_configs_alone() -> None:
+    """A class's BoundedInfluence holds bounds, not "unset": the run config's sentinels are refused there."""
+    with pytest.raises(ConfigError, match="'max-weight-share' = 0.0 is invalid here"):
+        public.BoundedInfluence(weight_share=0.0)
+    with pytest.raises(ConfigError, match="'max-update-norm-ratio' = -1.0 is invalid here"):
+        public.BoundedInfluence(update_norm_ratio=-1.0)
 
 
 def test_bounded_influence_clips_and_caps_and_each_round_says_so() -> None:

@@ -1,10 +1,11 @@
 """One update of BatchNorm's running statistics per local batch, however many forward passes a step makes.
 
 SAM and its relatives forward the same batch twice (at `w` and at `w + e`), FedSynSAM
-forwards a synthetic batch too, FedCOG a generated one. In train mode every forward of a
-BatchNorm layer moves its running mean and variance and adds 1 to `num_batches_tracked`, so
-such a step would count as two or three batches. The reference SAM implementation
-(davda54/sam, `disable_running_stats`) lets only the first pass, at `w`, move them.
+forwards a synthetic batch too. In train mode every forward of a BatchNorm layer moves its
+running mean and variance and adds 1 to `num_batches_tracked`, so such a step would count as
+two or three batches. The reference SAM implementation (davda54/sam, `disable_running_stats`)
+lets only the first pass, at `w`, move them. (FedCOG's KD pass on its generated batch does
+move them, as FedCOG's reference code does: client_app/fedcog.py.)
 
 `frozen_batch_statistics` is that switch. Inside it, every `_BatchNorm` module in train mode
 has `track_running_stats = False`: torch's BatchNorm forward then normalises by the batch's

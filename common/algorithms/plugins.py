@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import inspect
 
-from common.algorithm_table import ALGORITHMS, Algorithm
+from common.algorithm_table import ALGORITHMS, PAPER_MEANS, Algorithm
 from common.errors import ConfigError
 from common.keys import check_choice, import_attribute  # noqa: F401 - re-exported for the client registry
 
@@ -57,6 +57,9 @@ def plugin_algorithm(path: str) -> Algorithm:
     if algorithm.cog_base:
         raise ConfigError(f"{what}: cog_base is for fedsynth's own rows (the table generates their X+cog rows); "
                           "a plugin that runs FedCOG's client plug-in sets with_cog = True")
+    if algorithm.mean not in PAPER_MEANS:
+        raise ConfigError(f"{what}: its mean must be one of {', '.join(PAPER_MEANS)} (the server's mean by "
+                          f"default), not {algorithm.mean!r}")
     if not all(isinstance(key, str) for key in algorithm.client_keys):
         raise ConfigError(f"{what}: client_keys must be run-config key names, not {algorithm.client_keys!r}")
     check_halves(algorithm, what)

@@ -47,6 +47,16 @@ def scaffold_clipped_control_delta(
     }
 
 
+def scaffold_update_part(
+    control_delta: Mapping[str, np.ndarray],
+    c_global: Mapping[str, np.ndarray],
+) -> dict[str, np.ndarray]:
+    """The update's part of a client's option-II control change: (c_i+ - c_i) + c = (w - w_i) / (K lr), the part
+    `scaffold_clipped_control_delta` scales (a node keeps it to scale its own c_i the same way)."""
+    return {name: (control_delta[name].astype(np.float64) + c_global[name].astype(np.float64)).astype(np.float32)
+            for name in control_delta}
+
+
 def scaffold_server_control(
     c_global: Mapping[str, np.ndarray],
     control_deltas: Sequence[Mapping[str, np.ndarray]],

@@ -21,7 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Union
 
-from common.algorithms.aggregation_settings import BOUNDED_UPDATE_NORM_RATIO, BOUNDED_WEIGHT_SHARE
+from common.algorithms.aggregation_settings import (
+    BOUNDED_UPDATE_NORM_RATIO, BOUNDED_WEIGHT_SHARE, UNSET_UPDATE_NORM_RATIO, UNSET_WEIGHT_SHARE,
+)
+from common.errors import ConfigError
 from common.run.config import RunConfig, check_parameters
 
 
@@ -97,6 +100,12 @@ class BoundedInfluence:
     action: str = "clip"
 
     def __post_init__(self) -> None:
+        # the run config's "unset" values mean "the option's bound"; a value here is the bound itself
+        for name, value, unset in (("max-update-norm-ratio", self.update_norm_ratio, UNSET_UPDATE_NORM_RATIO),
+                                   ("max-weight-share", self.weight_share, UNSET_WEIGHT_SHARE)):
+            if value == unset and not isinstance(value, bool):
+                raise ConfigError(f"BoundedInfluence: run config key '{name}' = {value!r} is invalid here; "
+                                  "accepted: the bound itself (its default is the option's)")
         check_parameters("BoundedInfluence", {
             "max_update_norm_ratio": self.update_norm_ratio, "max_weight_share": self.weight_share,
             "max_update_norm": self.update_norm, "update_norm_action": self.action,

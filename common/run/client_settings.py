@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from common.algorithm_table import ALGORITHMS
+from common.algorithms.accepted_scale import ACCEPTED_SCALE_KEYS  # noqa: F401 - the optional per-node keys
 from common.algorithms.cog_settings import COG_KEYS
 from common.keys import config_value, require_settings  # noqa: F401 - the readers, re-exported
 from common.uplink.spec import CompressionSpec
@@ -34,6 +35,14 @@ ROUND_KEYS = ("server-round", "lr")
 RULE_KEYS: dict[str, tuple[str, ...]] = {
     name: algorithm.client_keys for name, algorithm in ALGORITHMS.items() if algorithm.client_keys
 }
+
+
+def optional_client_keys(algorithm: str) -> tuple[str, ...]:
+    """The settings a train message to a node running `algorithm` may carry beside `client_keys`, sent to one node
+    alone: under bounded influence, the scale the server took of that node's last clipped update and its round
+    (`ACCEPTED_SCALE_KEYS`, for the rows whose node state follows their update, `state_follows_update`)."""
+    row = ALGORITHMS.get(algorithm)
+    return ACCEPTED_SCALE_KEYS if row is not None and row.state_follows_update else ()
 
 
 def client_keys(algorithm: str, decentralized: bool = False, cog: bool = False) -> tuple[str, ...]:

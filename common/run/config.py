@@ -22,7 +22,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from common.algorithms.aggregation_settings import AggregationSettings, bounded_influence_values
+from common.algorithms.aggregation_settings import AUTO_MEAN, AggregationSettings, bounded_influence_values
 from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.cog_settings import CogSettings
 from common.algorithms.decentralized_settings import DecentralizedSettings
@@ -60,10 +60,14 @@ class RunConfig(RunSettings, DataSettings, ModelSettings, LocalTrainingSettings,
             object.__setattr__(self, "model", default_model(self.algorithm))
         if self.fid_features == "auto":  # no server data with partition = node: an extractor that needs none
             object.__setattr__(self, "fid_features", "random" if self.partition == NODE_PARTITION else "classifier")
-        if self.bounded_influence:  # the option's bounds, where their keys are left off (config.json shows them)
-            ratio, share = bounded_influence_values(self.max_update_norm_ratio, self.max_weight_share)
-            object.__setattr__(self, "max_update_norm_ratio", ratio)
-            object.__setattr__(self, "max_weight_share", share)
+        if self.aggregation == AUTO_MEAN:  # the algorithm's paper mean (its row's `mean`) when the user names none
+            object.__setattr__(self, "aggregation", paper_mean(self.algorithm))
+        # the bounds a run applies: a key left unset takes bounded-influence's bound or its off value; an explicit
+        # value stays (config.json shows the values applied)
+        ratio, share = bounded_influence_values(self.max_update_norm_ratio, self.max_weight_share,
+                                                self.bounded_influence)
+        object.__setattr__(self, "max_update_norm_ratio", ratio)
+        object.__setattr__(self, "max_weight_share", share)
 
     def as_dict(self) -> dict[str, Any]:
         """The config as run-config keys (dashes), as written to config.json, in `config_fields` order."""
@@ -156,6 +160,13 @@ def default_model(algorithm: str) -> str:
     (and for a name that is no algorithm, which `parse_run_config` refuses next)."""
     row = known_algorithm(algorithm)
     return "unet-paper-mnist" if row is not None and row.ddpm_only else "cnn"
+
+
+def paper_mean(algorithm: str) -> str:
+    """`aggregation = "auto"`: the mean the algorithm's paper takes (its row's `mean`: "uniform" for FedSynSAM and
+    FedDDPM/FedDDPM+), "weighted" for a name that is no algorithm (`parse_run_config` refuses it next)."""
+    row = known_algorithm(algorithm)
+    return row.mean if row is not None else "weighted"
 
 
 def config_fields() -> list[dataclasses.Field]:

@@ -71,14 +71,16 @@ def differences(ours: Mapping[str, Any], theirs: Mapping[str, Any]) -> list[str]
             for key in keys if json.dumps(ours.get(key)) != json.dumps(theirs.get(key))]
 
 
-def _bounds(config: Mapping[str, Any]) -> tuple[float, float]:
-    """(max-update-norm-ratio, max-weight-share) the run applied: `bounded-influence` fills a key left off."""
+def _bounds(config: Mapping[str, Any], resolved: bool) -> tuple[float, float]:
+    """(max-update-norm-ratio, max-weight-share) the run applied. An effective config (`resolved`) records them as
+    applied; a legacy entry's settings were read as the app then read them: `bounded-influence` filled a key left
+    at its off value (0, 1) with its bound (1.5, 0.4)."""
     ratio, share = float(config.get("max-update-norm-ratio", 0.0)), float(config.get("max-weight-share", 1.0))
-    if config.get("bounded-influence"):
-        # the app's own resolution (common/algorithms/aggregation_settings.py), not a copy of it
+    if config.get("bounded-influence") and not resolved:
         from common.algorithms import aggregation_settings
 
-        ratio, share = aggregation_settings.bounded_influence_values(ratio, share)
+        ratio = ratio if ratio != 0 else aggregation_settings.BOUNDED_UPDATE_NORM_RATIO
+        share = share if share != 1 else aggregation_settings.BOUNDED_WEIGHT_SHARE
     return ratio, share
 
 
@@ -90,12 +92,13 @@ def server_rule(entry: Mapping[str, Any]) -> str:
     rule is known from them.
     """
     config = entry.get("effective-config")
+    resolved = isinstance(config, Mapping)
     if not isinstance(config, Mapping):
         settings = entry.get("config", {})
         if not all(k in settings for k in ("aggregation", "max-update-norm-ratio", "max-weight-share")):
             return RULE_NOT_RECORDED
         config = settings
-    ratio, share = _bounds(config)
+    ratio, share = _bounds(config, resolved)
     parts = [f"aggregation {config.get('aggregation', 'weighted')}"]
     if float(config.get("max-update-norm", 0.0)) > 0:
         parts.append(f"max-update-norm {config['max-update-norm']:g} ({config.get('update-norm-action', 'clip')})")

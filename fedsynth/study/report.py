@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fedsynth.study.effective import effective_config
 from fedsynth.study.ledger import Ledger
 from fedsynth.study.scores import lower_is_better
 from fedsynth.study.statistics import Interval, t_interval
@@ -80,6 +81,36 @@ def provenance_lines(study: Study, ledger: Ledger) -> list[str]:
     return lines
 
 
+def mixed_means_note(means: Mapping[str, str]) -> str:
+    """A sentence when the arms (name -> the server mean it runs) do not all run one mean, else "".
+
+    A paper compares all its arms under one mean; since `aggregation = "auto"` runs each algorithm's paper mean
+    (uniform for FedSynSAM and FedDDPM, weighted for the others), two arms left at the default can differ in it.
+    """
+    if len(set(means.values())) <= 1:
+        return ""
+    arms = ", ".join(f"{name} {mean}" for name, mean in means.items())
+    return (f"the arms run different means ({arms}): the difference mixes the rule with the mean; set one "
+            "`aggregation` for every arm to compare the rules alone")
+
+
+def cell_mean(study: Study, cell: str) -> str | None:
+    """The server mean a cell's runs run (their effective `aggregation`), or None where the study's ledger keys
+    runs by their settings alone (made before provenance: the rule is not recorded)."""
+    if study.keyed_by_settings:
+        return None
+    arm, variant = next((arm, variant) for name, arm, variant in study.cells() if name == cell)
+    return str(effective_config(study.app_defaults, study.cell_overrides(arm, variant)).get("aggregation"))
+
+
+def claim_means_note(study: Study, cell_a: str, cell_b: str) -> str:
+    """`mixed_means_note` of a claim's two cells (empty when either cell's mean is not known)."""
+    means = {cell: cell_mean(study, cell) for cell in (cell_a, cell_b)}
+    if None in means.values():
+        return ""
+    return mixed_means_note({cell: str(mean) for cell, mean in means.items()})
+
+
 def render_markdown(study: Study, ledger: Ledger) -> str:
     """The text of report.md."""
     study = keyed_for(study, ledger)
@@ -111,16 +142,18 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
     lines.append("")
     if study.notes:
         lines += [study.notes.strip(), ""]
-    results = [claim_result(study, ledger, claim, cells) for claim in study.claims for cells in claim_cells(study, claim)]
+    cells = [cells for claim in study.claims for cells in claim_cells(study, claim)]
+    results = [claim_result(study, ledger, claim, c) for claim in study.claims for c in claim_cells(study, claim)]
     if results:
         lines += ["## Claims", ""]
-        for result in results:
+        for result, (_, cell_a, cell_b) in zip(results, cells):
             scale, digits = claim_format(study, result)
             where = f" ({result['variant']})" if result["variant"] else ""
+            note = claim_means_note(study, cell_a, cell_b)
             lines.append(f"- **{result['claim']}**{where}, {result['score']}: difference "
                          f"{_fmt(result['interval'].mean, scale, digits, True)}, 95 % CI "
                          f"{_interval_text(result['interval'], scale, digits, True)} over {result['interval'].n} seeds "
-                         f"→ **{result['verdict']}**")
+                         f"→ **{result['verdict']}**" + (f"; **note**: {note}" if note else ""))
         lines += ["", f"![Each claim's paired difference with its 95 % interval, coloured by verdict]({CLAIMS_FIGURE})",
                   "", "| claim | variant | score | pairs | A − B per seed | mean | 95 % CI | verdict |",
                   "| --- | --- | --- | --- | --- | --- | --- | --- |"]

@@ -29,6 +29,7 @@ from flwr.common.typing import Scalar
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from common.algorithms.accepted_scale import ACCEPTED_ROUND_KEY, ACCEPTED_SCALE_KEY
 from common.errors import ConfigError
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
 from common.records import Weights, from_record, message_array_bytes, parameter_names, to_record
@@ -106,6 +107,9 @@ class FedAvg(RoundStrategy):
 
     # FID's reference from the nodes' feature sums: fedsynth's app attaches one (server_app/registry.py)
     feature_reference: ClientFeatureReference | None = None
+    # Its nodes keep a state that changes with their update (SCAFFOLD's c_i, FedDyn's g_i): a node whose update the
+    # bounds scaled is told the scale in its next message, so that its state stays the server's (`_node_config`)
+    notifies_accepted_scale: bool = False
 
     def __init__(self, *, fraction_train: float = DEFAULTS.fraction_train,
                  fraction_evaluate: float = 1.0,
@@ -146,6 +150,9 @@ class FedAvg(RoundStrategy):
         self._trainable_cache: list[str] | None = None  # learnt from the first global model (`parameter_names`)
         self.node_models = NodeModels()  # the nodes' kept models: fedsynth's app gives the run's (registry.py)
         self.update_scales: dict[int, float] = {}  # the round's clip factor of each partition's update (1: none)
+        # partition -> (scale, round) of its last clipped update, told to the node until it answers a round that
+        # carried it (`notifies_accepted_scale`; common/algorithms/accepted_scale.py)
+        self.accepted_scales: dict[int, tuple[float, int]] = {}
 
     def _on_nodes_joined(self) -> None:
         if self.feature_reference is not None:
@@ -249,11 +256,23 @@ class FedAvg(RoundStrategy):
         """Restore what `state_arrays` returned."""
 
     def _state_meta(self) -> dict[str, Any]:
-        """JSON-serialisable scalar state (counters, EMA values, flags)."""
-        return {}
+        """JSON-serialisable scalar state (counters, EMA values, flags): here the notices not yet answered."""
+        return {"accepted-scales": {str(p): list(n) for p, n in self.accepted_scales.items()}} if (
+            self.accepted_scales) else {}
 
     def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
         """Restore what `state_meta` returned."""
+        self.accepted_scales = {int(p): (float(n[0]), int(n[1])) for p, n in meta.get("accepted-scales", {}).items()}
+
+    def _node_config(self, partition_id: int) -> dict[str, Any]:
+        """One node's own entries of its train message's config: where `notifies_accepted_scale` and the bounds
+        scaled the node's last update, the scale and its round (`ACCEPTED_SCALE_KEYS`), so that the node scales
+        its own state change as the server did. Nothing for a node whose state the server re-sends after a resume
+        (SCAFFOLD's c_i, FedLESAM-D's g_i): the re-sent state is the server's already."""
+        notice = self.accepted_scales.get(partition_id)
+        if notice is None or (partition_id in self.restore_pending and self._node_state_records(partition_id)):
+            return {}
+        return {ACCEPTED_SCALE_KEY: notice[0], ACCEPTED_ROUND_KEY: notice[1]}
 
     def _node_state_records(self, partition_id: int) -> dict[str, ArrayRecord]:
         """Node state the server can rebuild for a node (e.g. SCAFFOLD's c_i), sent after a resume.
@@ -293,7 +312,8 @@ class FedAvg(RoundStrategy):
             round_config["lr"] = self.lr_schedule(server_round)
         messages = []
         for node in sample_nodes(available, self.fraction_train, self.seed, server_round):
-            content = RecordDict({"arrays": arrays, "config": ConfigRecord(round_config)})
+            content = RecordDict({"arrays": arrays, "config": ConfigRecord({**round_config,
+                                                                            **self._node_config(node.partition_id)})})
             for name, record in extra.items():
                 content[name] = record
             if node.partition_id in self.restore_pending:
@@ -406,6 +426,10 @@ class FedAvg(RoundStrategy):
         factors = clip_factors([self._update_norm_of(r, d) if norm_bounded else 0.0 for r, d in zip(replies, deltas)],
                                self.max_update_norm, self.max_update_norm_ratio)
         self.update_scales = {self._partition_of(r): f for r, f in zip(replies, factors)}
+        if self.notifies_accepted_scale:
+            for reply in replies:  # it answered a message that carried its last notice: the node applied it
+                self.accepted_scales.pop(self._partition_of(reply), None)
+            self.accepted_scales.update({p: (f, server_round) for p, f in self.update_scales.items() if f < 1.0})
         deltas = [scale_update(d, f) for d, f in zip(deltas, factors)]
         if self.aggregation in ROBUST_AGGREGATIONS:
             mean_delta = combine_updates(deltas, self.aggregation, self.trim_fraction, self.byzantine_nodes)

@@ -80,6 +80,7 @@ from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
 from common.run.task import ServerTask, make_model
 from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.config import paper_mean
 from common.run.codecs import Codec
 from server_app.influence import capped_counts
 from server_app.messaging import match_replies, misaddressed_replies, sender_mismatch
@@ -133,7 +134,7 @@ class FedDDPM(FedAvg):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          aggregation: Aggregation = paper_mean("fedddpm"),
                           bounded_influence: BoundedInfluence | None = None,
                           codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,

@@ -28,6 +28,7 @@ from common.metrics.fid import GaussianStats
 from common.records import Weights, load_weights
 from common.run.task import ServerTask, make_model
 from common.run.aggregation import Aggregation, BoundedInfluence
+from common.run.config import paper_mean
 from common.run.codecs import Codec
 from server_app.fid_reference import ClientFeatureReference
 from server_app.strategies.node_table import NodeInfo
@@ -88,7 +89,7 @@ class FedDDPMPlus(FedDDPM):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          aggregation: Aggregation = paper_mean("fedddpm+"),
                           bounded_influence: BoundedInfluence | None = None,
                           codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,

@@ -37,7 +37,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.algorithms.synsam_settings import SynSAMSettings
-from common.run.config import REAL_ORACLE
+from common.run.config import REAL_ORACLE, paper_mean
 from common.data.datasets import load_run_dataset, run_dataset_info
 from common.protocol import SYNTHETIC_DATA
 from common.records import Weights, to_record
@@ -256,7 +256,7 @@ class FedSynSAM(TrajectoryStrategy):
                           max_failed_rounds: int = DEFAULTS.max_failed_rounds,
                           seed: int = DEFAULTS.seed,
                           server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
+                          aggregation: Aggregation = paper_mean("fedsynsam"),
                           bounded_influence: BoundedInfluence | None = None,
                           codec: Codec | None = None,
                           node_settings: dict[str, Scalar] | None = None,

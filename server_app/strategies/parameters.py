@@ -27,6 +27,7 @@ import textwrap
 from typing import Any, Callable
 
 from common.algorithm_table import ALGORITHMS
+from common.algorithms.aggregation_settings import AUTO_MEAN
 from common.algorithms.cog_settings import CogSettings
 from common.run.client_settings import CODEC_KEYS
 from common.run.aggregation import Krum, TrimmedMean
@@ -62,9 +63,10 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
             "your own data `ServerTask(model=..., partition=\"node\", image_channels=..., image_size=...,\n"
             "num_classes=...)` (common.run.task.ServerTask; its fields mean what the run-config keys of the same\n"
             "names mean).",
-    "aggregation": "How the server combines the updates: \"weighted\" (by `weighted_by_key`, the papers' mean),\n"
-                   "\"uniform\", \"median\", `TrimmedMean(fraction)` or `Krum(byzantine_nodes)` (run-config keys\n"
-                   "`aggregation`, `trim-fraction`, `byzantine-nodes`).",
+    "aggregation": "How the server combines the updates: \"weighted\" (by `weighted_by_key`), \"uniform\" (1/S),\n"
+                   "\"median\", `TrimmedMean(fraction)` or `Krum(byzantine_nodes)` (run-config keys `aggregation`,\n"
+                   "`trim-fraction`, `byzantine-nodes`). The default is the class's paper mean (uniform for FedSynSAM,\n"
+                   "FedDDPM and FedDDPMPlus, weighted for the others; common/algorithms/paper_rules.py).",
     "bounded_influence": "None: the paper's plain rule. `BoundedInfluence(update_norm_ratio, weight_share, update_norm,\n"
                          "action)` bounds each update's norm and caps each node's weight share; `BOUNDED_INFLUENCE` is\n"
                          "what the run config's `bounded-influence = true` sets (1.5x the lower-median update norm, a\n"
@@ -143,6 +145,9 @@ def check_given(owner: str, values: dict[str, Any]) -> None:
     any other `aggregation` (a name, or a value of the wrong type) is checked as the run-config key."""
     values = {name: value for name, value in values.items()
               if not (name == "aggregation" and isinstance(value, (TrimmedMean, Krum))) and name != "bounded_influence"}
+    if values.get("aggregation") == AUTO_MEAN:  # the run config resolves "auto" by its algorithm; a class has its own
+        raise ConfigError(f"{owner}: parameter aggregation = {AUTO_MEAN!r} is the run config's; a class takes "
+                          "\"weighted\", \"uniform\" or a robust mean (its default is its paper's mean)")
     if isinstance(values.get("task"), ServerTask):
         check_parameters(owner, task_values(values["task"]))
     for name, value in values.items():

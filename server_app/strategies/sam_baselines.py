@@ -167,6 +167,7 @@ class FedLESAMD(FedAvg):
     global update; nodes reply with their correction `g_i+ - g_i` in the record "dynamic-correction".
     """
 
+    notifies_accepted_scale = True  # g_i changes with the update: a clipped node scales its own change too
     reply_records = {DYNAMIC_CORRECTION: ("ArrayRecord(g_i+ - g_i over the trainable parameters: train_fedlesam_d's "
                                           "result.correction), which fedsynth.client.train_reply(msg, model, "
                                           "result, num_examples=n) adds")}
@@ -273,6 +274,7 @@ class FedSMOO(FedAvg):
     nodes reply with their perturbation correction in the record "perturbation-dual".
     """
 
+    notifies_accepted_scale = True  # g_i changes with the update: a clipped node scales its own change too
     reply_records = {PERTURBATION_DUAL: ("ArrayRecord(mu_i - e_i over the trainable parameters: train_fedsmoo's "
                                          "result.perturbation_dual), which fedsynth.client.train_reply(msg, model, "
                                          "result, num_examples=n) adds")}

@@ -35,6 +35,7 @@ class Scaffold(FedAvg):
     """
 
     control: Weights | None = None
+    notifies_accepted_scale = True  # c_i changes with the update: a clipped node scales its own change too
 
     def __init__(self, *, max_record_norm: float = DEFAULTS.max_record_norm,
                           fraction_train: float = DEFAULTS.fraction_train,
