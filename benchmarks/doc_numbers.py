@@ -15,6 +15,7 @@ its spaces left out):
 - `diff STUDY A B`: the paired difference A − B of the study's score for two arms the study file has no claim on;
   `diff-verdict STUDY A B` its verdict as for a claim "A > B" (holds, reversed, not resolved);
 - `interaction STUDY A B C D`: the paired difference of two differences, (A − B) − (C − D) per seed;
+  `interaction-verdict STUDY A B C D` its verdict as for a claim "(A − B) > (C − D)";
 - `spans STUDY ARM`: each report seed's spread (max − min) of the arm's last-k evaluations, in display units;
 - `swing STUDY ARM`: the arm's mean absolute change between consecutive evaluations (those after round 0, the
   model before training), averaged over its report seeds, in display units;
@@ -174,16 +175,28 @@ def diff_verdict_text(name: str, a: str, b: str) -> str:
     return verdict(t_interval(list(differences.values())), ">")
 
 
-def interaction_text(name: str, a: str, b: str, c: str, d: str) -> str:
-    """(A − B) − (C − D), paired per seed: how much the difference A − B changes from C − D."""
+def _interaction(name: str, a: str, b: str, c: str, d: str) -> tuple[list[float], float]:
+    """The per-seed (A − B) − (C − D) in display units, and the study's display scale."""
     from fedsynth.study.statistics import paired_differences
 
     study, ledger = _study(name)
     first = paired_differences(_scores(study, ledger, a), _scores(study, ledger, b))
     second = paired_differences(_scores(study, ledger, c), _scores(study, ledger, d))
-    both = paired_differences(first, second)
     scale = study.display_scale
-    return _interval_text([v * scale for v in both.values()], _digits("points" if scale == 100 else ""))
+    return [v * scale for v in paired_differences(first, second).values()], scale
+
+
+def interaction_text(name: str, a: str, b: str, c: str, d: str) -> str:
+    """(A − B) − (C − D), paired per seed: how much the difference A − B changes from C − D."""
+    values, scale = _interaction(name, a, b, c, d)
+    return _interval_text(values, _digits("points" if scale == 100 else ""))
+
+
+def interaction_verdict_text(name: str, a: str, b: str, c: str, d: str) -> str:
+    """The verdict of "(A − B) > (C − D)" from the same paired interval."""
+    from fedsynth.study.statistics import t_interval, verdict
+
+    return verdict(t_interval(_interaction(name, a, b, c, d)[0]), ">")
 
 
 def _curves(study, ledger, arm: str) -> list[list[float]]:
@@ -256,8 +269,8 @@ def beats_pairs_text(name: str, arm: str, others: str) -> str:
 KINDS: dict[str, Callable[..., str]] = {
     "claim": claim_text, "verdict": verdict_text, "pairs": pairs_text, "range": range_text, "mean": mean_text,
     "mean-range": mean_range_text, "sweep": sweep_text, "diff": diff_text, "diff-verdict": diff_verdict_text,
-    "interaction": interaction_text, "spans": spans_text, "swing": swing_text, "beats": beats_text,
-    "beats-pairs": beats_pairs_text,
+    "interaction": interaction_text, "interaction-verdict": interaction_verdict_text, "spans": spans_text,
+    "swing": swing_text, "beats": beats_text, "beats-pairs": beats_pairs_text,
 }
 
 
