@@ -135,6 +135,31 @@ def test_an_entry_whose_config_was_edited_is_refused_on_read_naming_it(data, tmp
     assert "**2 ledger line(s) failed the ledger's checks and are left out**" in text
 
 
+@pytest.mark.parametrize("field, value, reason", [
+    ("key-version", "2", "key-version '2' is not one this fedsynth knows"),
+    ("key-version", 7, "key-version 7 is not one this fedsynth knows"),
+    ("inputs", ["num-supernodes", 2], "key-version 2 needs an effective config and run inputs"),
+    ("effective-config", None, "key-version 2 needs an effective config and run inputs"),
+    ("key", "0" * 12, "its key is not the digest of its recorded effective config and run inputs"),
+])
+def test_a_hostile_key_field_is_refused_naming_the_entry(data, tmp_path, field, value, reason):
+    study = _study(data)
+    entry = {**_entries(study)[0], field: value}
+    ledger = _write(tmp_path / "ledger.jsonl", [entry])
+    assert ledger.entries == {} and reason in ledger.malformed[0] and f"entry {entry['key']} (a report" in ledger.malformed[0]
+
+
+def test_a_run_dir_that_is_no_run_folder_is_not_read(data, tmp_path):
+    study = _study(data)
+    entries = _entries(study)
+    (tmp_path / "device").mkdir()
+    (tmp_path / "device" / "metrics.jsonl").symlink_to("/dev/zero")  # not a regular file: never read
+    entries[0]["run-dir"] = str(tmp_path / "device")
+    entries[1]["run-dir"] = str(tmp_path / "missing")
+    check = check_run_folders(study, _write(tmp_path / "ledger.jsonl", entries))
+    assert check.disagree == [] and check.checked == 0 and check.elsewhere == 4
+
+
 def test_an_entry_stripped_of_config_and_provenance_is_refused(data, tmp_path):
     study = _study(data)
     entries = _entries(study)

@@ -39,6 +39,7 @@ from fedsynth.study.studyfile import Study
 
 METRICS_FILE = "metrics.jsonl"
 METRICS_DIGEST = "metrics-digest"
+MAX_METRICS_BYTES = 64 << 20  # a run's metrics.jsonl is KBs to a few MB; a larger file at run-dir is not read
 REPORT_TITLE = "# Study `"  # the first line of report.md (fedsynth/study/report.py)
 
 
@@ -118,8 +119,9 @@ def check_run_folders(study: Study, ledger: Ledger) -> FolderCheck:
             continue
         run_dir = entry.get("run-dir")
         folder = Path(run_dir) if isinstance(run_dir, str) and run_dir else None
-        if folder is None or not (folder / METRICS_FILE).is_file():
-            check.elsewhere += 1
+        if folder is None or not (folder / METRICS_FILE).is_file() \
+                or (folder / METRICS_FILE).stat().st_size > MAX_METRICS_BYTES:
+            check.elsewhere += 1  # not here (or not a run's file): not checkable
             continue
         where = f"entry {key} ({entry.get('cell')} {entry.get('phase')} seed {entry.get('seed')})"
         recorded = entry.get(METRICS_DIGEST)
