@@ -24,32 +24,6 @@ def _git(root, *args):
                         "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin", "HOME": str(root)})
 
 
-@needs_git
-def test_a_checkout_gives_its_commit_and_whether_a_tracked_file_changed(tmp_path):
-    _git(tmp_path, "init", "-q")
-    (tmp_path / "a.py").write_text("x = 1\n")
-    _git(tmp_path, "add", "a.py")
-    _git(tmp_path, "commit", "-q", "-m", "one")
-    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    (tmp_path / ".gitignore").write_text("ignored.txt\n.gitignore\n")
-    (tmp_path / "ignored.txt").write_text("a file git ignores\n")
-    assert git_state(tmp_path) == {"commit": head, "dirty": False, "git": "ok"}  # ignored files do not count
-    (tmp_path / "a.py").write_text("x = 2\n")
-    state = git_state(tmp_path)
-    assert (state["commit"], state["dirty"]) == (head, True)
-    assert commit_label(state) == head[:7] + "+dirty"
-
-
-@needs_git
-def test_an_untracked_file_a_run_could_import_makes_the_tree_dirty(tmp_path):
-    _git(tmp_path, "init", "-q")
-    (tmp_path / "a.py").write_text("x = 1\n")
-    _git(tmp_path, "add", "a.py")
-    _git(tmp_path, "commit", "-q", "-m", "one")
-    (tmp_path / "helper.py").write_text("y = 2\n")
-    assert git_state(tmp_path)["dirty"] is True
-
-
 def _checkout(tmp_path, name):
     root = tmp_path / name
     root.mkdir()
@@ -60,6 +34,25 @@ def _checkout(tmp_path, name):
     _git(root, "add", "a.py", "gone.py", ".gitignore")
     _git(root, "commit", "-q", "-m", "one")
     return root
+
+
+@needs_git
+def test_a_checkout_gives_its_commit_and_whether_a_tracked_file_changed(tmp_path):
+    root = _checkout(tmp_path, "run")
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    (root / "ignored.log").write_text("a file git ignores\n")
+    assert git_state(root) == {"commit": head, "dirty": False, "git": "ok"}  # ignored files do not count
+    (root / "a.py").write_text("x = 2\n")
+    state = git_state(root)
+    assert (state["commit"], state["dirty"]) == (head, True)
+    assert commit_label(state) == head[:7] + "+dirty"
+
+
+@needs_git
+def test_an_untracked_file_a_run_could_import_makes_the_tree_dirty(tmp_path):
+    root = _checkout(tmp_path, "run")
+    (root / "helper.py").write_text("y = 2\n")
+    assert git_state(root)["dirty"] is True
 
 
 @needs_git
