@@ -9,7 +9,8 @@ its spaces left out):
 
 - `claim STUDY A>B` / `verdict STUDY A>B` / `pairs STUDY A>B` / `range STUDY A>B`: a claim's paired difference
   with its 95 % interval (`−0.08 [−0.20, +0.04]`, in the report's units), its verdict, its number of paired seeds,
-  and its smallest and largest per-seed difference (`−4.15 to +1.61`); `A>B@VARIANT` names a variant's;
+  and its smallest and largest per-seed difference (`−4.15 to +1.61`); `A>B@VARIANT` names a variant's, and
+  `claim STUDY A>B SCORE` one of a claim tested on several scores (`rounds-to:0.85`, `central-accuracy`);
 - `mean STUDY ARM` / `mean-range STUDY ARM1,ARM2,...`: an arm's mean score over its report seeds, and the lowest
   and highest of several arms' means (`71-127`), in display units;
 - `diff STUDY A B`: the paired difference A − B of the study's score for two arms the study file has no claim on;
@@ -92,15 +93,20 @@ def _claim_result(name: str, text: str):
     return study, claim, claim_result(study, ledger, claim, cells[0])
 
 
-def claim_text(name: str, text: str) -> str:
+def claim_text(name: str, text: str, score: str = "") -> str:
+    """The claim's difference as its report prints it; `score` picks one of a claim tested on several (its metric
+    or score as the report's axis names it: `central-accuracy`, `rounds-to:0.85`)."""
     from fedsynth.study.figure import claim_bars
     from benchmarks.claims_figure import difference_text
 
     study, ledger = _study(name)
     claim_name, _, variant = text.partition("@")
     label = _claim(study, claim_name).text + (f" ({variant})" if variant else "")
-    [bar] = [bar for bar in claim_bars(study, ledger) if bar.label == label]
-    return difference_text(bar, _digits(unit(bar.unit)))
+    bars = [bar for bar in claim_bars(study, ledger) if bar.label == label and f" {score}" in bar.axis]
+    if len(bars) != 1:
+        raise KeyError(f"study {study.name}: claim {text!r} has {len(bars)} results"
+                       + (f" on {score!r}" if score else "; name one's score"))
+    return difference_text(bars[0], _digits(unit(bars[0].unit)))
 
 
 def verdict_text(name: str, text: str) -> str:
