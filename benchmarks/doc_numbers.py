@@ -32,6 +32,7 @@ its spaces left out):
 from __future__ import annotations
 
 import argparse
+import functools
 import math
 import re
 import sys
@@ -46,6 +47,7 @@ PAGES = [ROOT / "docs" / name for name in ("fedsynsam.md", "fedcog.md", "fedddpm
 MARKER = re.compile(r"<!-- n:(?P<spec>[^\n]*?) -->(?P<text>[^\n]*?)<!-- /n -->")
 
 
+@functools.lru_cache(maxsize=None)
 def _study(name: str):
     """The committed study and its ledger, read by the keys it was made with (`keyed_for`)."""
     from fedsynth.study.plan import keyed_for

@@ -296,3 +296,20 @@ def test_two_runs_with_equal_keys_give_bitwise_the_same_model_and_another_client
         models.append(model_fingerprint(folder / "model.safetensors"))
     assert keys[0] == keys[1] and models[0] == models[1]  # equal keys: bitwise the same model
     assert keys[2] != keys[0] and models[2] != models[0]  # the client count changes the model, and so the key
+
+
+def test_a_committed_ledger_of_key_version_1_remakes_its_report_unchanged_and_says_what_it_cannot_check(tmp_path,
+                                                                                                         capsys):
+    from fedsynth.cli import main
+
+    committed = STUDIES / "fedsynsam-confound"
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "ledger.jsonl").write_bytes((committed / "ledger.jsonl").read_bytes())
+    (out / "report.md").write_bytes((committed / "report.md").read_bytes())  # its own report: the same study
+    assert main(["study", str(ROOT / "studies" / "fedsynsam-confound.toml"), "--report-only", "--out", str(out),
+                 "--app-dir", str(ROOT)]) == 0
+    err = capsys.readouterr().err
+    assert "is keyed by key version 1: its entries record neither the client count nor the data's identity" in err
+    assert "15 ledger entries not checkable against their run folders" in err
+    assert (out / "report.md").read_text() == (committed / "report.md").read_text()  # the committed report is current

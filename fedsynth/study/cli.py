@@ -21,7 +21,9 @@ def add_study_parser(sub: Any) -> None:
     cmd.add_argument("file", type=Path, help="the study file (TOML), e.g. studies/fedsynsam-cpu.toml")
     cmd.add_argument("--out", type=Path, default=None,
                      help="ledger and report folder (default <results-dir>/studies/<name>); give "
-                          "benchmarks/results/studies/<name> to continue a committed study")
+                          "benchmarks/results/studies/<name> to continue a committed study (one keyed by today's "
+                          "run keys; an older ledger is refused, and only --report-only reads it); a folder "
+                          "holding another study's ledger is refused")
     cmd.add_argument("--runs-dir", type=Path, default=None, help="the runs' folders (default <results-dir>/studies/<name>/runs)")
     cmd.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1)")
     cmd.add_argument("--cpus-per-client", type=float, default=None, help="CPUs per ClientApp (default: the study file's)")
