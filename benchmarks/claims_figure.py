@@ -12,7 +12,8 @@ paper and unit, and `claims-<paper>.png` each paper's rows alone (on its method 
     python benchmarks/claims_figure.py            # print the table, write the figure
     python benchmarks/claims_figure.py --readme   # also replace the table in README.md
 
-A new study's claim goes into the README by adding a `Row` below and running `--readme` (at most 25 rows: the
+A row's setting and paper note may quote other numbers of the ledgers as `{n:SPEC}`, computed as the method pages'
+marked numbers are (benchmarks/doc_numbers.py). A new study's claim goes into the README by adding a `Row` below and running `--readme` (at most 25 rows: the
 Dir(0.01) FedSynSAM row and the 8-bit FedSAM-vs-FedAvg row gave way to the confound study's, FedDDPM+ against FedAvg
 (not resolved; FedDDPM+ against MoFedSAM stays) to the bounded-influence study's; their reports stay).
 """
@@ -68,7 +69,9 @@ ROWS = [
         "not in the paper (does the distillation hold FedSynSAM back?)"),
     Row("FedSynSAM", "fedsynsam-confound", "fedsynsam-normalized > fedsam", "",
         "the same; both ascent gradients scaled to unit norm before eq. 14's mix (an ablation)",
-        "not in the paper (does the raw mix's synthetic share hold it back?)"),
+        "not in the paper (does a normalised mix bring FedSynSAM to FedSAM's level? Normalised against the raw mix "
+        "directly: {n:diff fedsynsam-confound fedsynsam-normalized fedsynsam} points, "
+        "{n:diff-verdict fedsynsam-confound fedsynsam-normalized fedsynsam})"),
     Row("FedSynSAM", "fedsynsam-bucket-8b-tuned", "fedsynsam > fedsam", "qsgd8b",
         "Path(1), 8-bit qsgd in buckets, the tuned lr and rho", rule=CAP_HALF),
     Row("FedSynSAM", "fedsynsam-cpu-codecs", "fedsynsam > fedsam", "none",
@@ -94,7 +97,8 @@ ROWS = [
         "the same setting; the final model's FID of 5,000 samples; QuickTest never fired in 40 rounds, so FedDDPM+ "
         "ran as FedAvg and its one correction after the last round", "FedDDPM+ below every baseline", rule=PLAIN),
     Row("OledFL", "oledfl-long", "oledfl-sgd-b0.99 < dfedavg", "",
-        "rounds to 85 %; 100 nodes, random graph, MLP, 200 rounds, the paper's beta 0.99",
+        "rounds to 85 %, the largest difference of the report's sweep ({n:sweep oledfl-long oledfl-sgd-b0.99<dfedavg}); "
+        "100 nodes, random graph, MLP, 200 rounds, the paper's beta 0.99",
         "OledFL reaches a target in fewer rounds (CIFAR)", "rounds-to:0.85", rule=RELAY),
     Row("OledFL", "oledfl-long", "oledfl-sgd-b0.99 > dfedavg", "",
         "last-20 accuracy; 100 nodes, random graph, 200 rounds, beta 0.99", "OledFL more accurate (CIFAR)",
@@ -110,10 +114,13 @@ ROWS = [
     Row("FedCOG", "fedcog-cpu", "fedavg+cog > fedavg", "niid2",
         "Fashion-MNIST NIID-2 (pairs), 20 + 8 rounds, simple CNN", rule=PLAIN),
     Row("FedCOG", "fedcog-bounded-influence", "fedavg+cog-bounded > fedavg-bounded", "",
-        "the same NIID-2 cell, both arms under bounded-influence = true, 5 seeds (plain arms beside them: +10.39)",
+        "the same NIID-2 cell, both arms under bounded-influence = true, 5 seeds (plain arms beside them: "
+        "{n:claim fedcog-bounded-influence fedavg+cog>fedavg}; plain gain − bounded gain: "
+        "{n:interaction fedcog-bounded-influence fedavg+cog fedavg fedavg+cog-bounded fedavg-bounded})",
         "+9.57 (the paper's, which has no bound)"),
     Row("FedCOG", "fedcog-bounded-influence", "fedavg > fedavg-bounded", "",
-        "what bounded influence costs FedAvg's honest runs on that cell (FedAvg+COG: −0.28 [−1.60, +1.04])",
+        "plain FedAvg against bounded FedAvg on that cell, honest nodes; ten equal shares, so only the clip acted (the "
+        "0.4 cap cannot bind). FedAvg+COG: {n:claim fedcog-bounded-influence fedavg+cog>fedavg+cog-bounded}",
         "not in the paper (the bound is ours)"),
     Row("FedCOG", "fedcog-cpu", "fedavg+cog > fedavg", "niid1",
         "NIID-1 (Dirichlet 0.1), 20 + 8 rounds", rule=PLAIN),
@@ -199,6 +206,19 @@ def _digits(unit_name: str) -> int:
     return {"points": 2, "rounds": 1, "FID": 1}.get(unit_name, 3)
 
 
+NUMBER = re.compile(r"\{n:([^}]*)\}")
+
+
+def expand(text: str) -> str:
+    """A row's text with each `{n:SPEC}` replaced by the number benchmarks/doc_numbers.py computes for SPEC from the
+    ledgers (the README's own words then cannot drift from them either)."""
+    if "{n:" not in text:
+        return text
+    from benchmarks.doc_numbers import compute
+
+    return NUMBER.sub(lambda match: compute(match.group(1)), text)
+
+
 def table_markdown(rows: list[Row] = ROWS) -> str:
     """The README's claims table."""
     lines = ["| paper | claim (A vs B) | our setting | server rule | verdict | A − B [95 % CI] | paper's A − B | report |",
@@ -206,9 +226,9 @@ def table_markdown(rows: list[Row] = ROWS) -> str:
     for row, bar, unit_name in row_bars(rows):
         digits = _digits(unit_name)
         claim = f"{row.claim}" + (f" ({row.variant})" if row.variant else "")
-        paper = _signed(bar.paper, digits) if bar.paper is not None else (row.paper_note or "–")
+        paper = _signed(bar.paper, digits) if bar.paper is not None else (expand(row.paper_note) or "–")
         verdict = f"**{bar.verdict}**" if bar.verdict in ("holds", "reversed") else bar.verdict
-        lines.append(f"| {row.paper} | `{claim}` | {row.setting} | {row_rule(row)} | {verdict} | {difference_text(bar, digits)} "
+        lines.append(f"| {row.paper} | `{claim}` | {expand(row.setting)} | {row_rule(row)} | {verdict} | {difference_text(bar, digits)} "
                      f"{unit_name} | {paper} | [{row.study}](benchmarks/results/studies/{row.study}/report.md) |")
     return "\n".join(lines)
 

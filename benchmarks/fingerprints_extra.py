@@ -48,6 +48,17 @@ EXTRA: dict[str, dict] = {
                                         else {})}
        for algorithm in ("fedavg", "fedavg+cog")
        for suffix, bounds in (("", {}), ("-bounded", {"bounded-influence": True}))},
+    # the five arms of studies/fedsynsam-confound.toml, small (3 nodes, 3 rounds; its Path(1) split, bucketed qsgd,
+    # lr, rho, beta and uniform mean): its runs came from ten commits (benchmarks/results/fingerprints-confound-study.md)
+    **{f"confound-{arm}": {"algorithm": "fedsam" if arm == "fedsam" else "fedsynsam", "partition": "pathological",
+                           "classes-per-client": 1, "lr": 0.2, "sam-rho": 0.05, "synsam-beta": 0.9,
+                           "compression": "qsgd", "qsgd-scope": "bucket", "qsgd-bucket": 512, "levels": 17,
+                           "aggregation": "uniform", "trajectory-rounds": 1, "distill-iterations": 5,
+                           "synthetic-ipc": 2, **keys}
+       for arm, keys in (("fedsam", {}), ("fedsynsam", {}), ("fedsynsam-normalized", {"synsam-mix": "normalized"}),
+                         ("fedsynsam-oracle", {"synthetic-source": "real-oracle"}),
+                         ("fedsynsam-oracle-normalized", {"synthetic-source": "real-oracle",
+                                                          "synsam-mix": "normalized"}))},
 }
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from fedsynth.study.effective import settings_key
 from fedsynth.study.ledger import Ledger
 from tests.conftest import load_benchmark
 
@@ -51,10 +52,12 @@ def test_the_markdown_has_a_row_per_arm_with_mean_and_sd_over_seeds(details, tmp
         folder.mkdir()
         (folder / "metrics.jsonl").write_text("\n".join(json.dumps(r) for r in ROUNDS) + "\n")
         (folder / "summary.json").write_text(json.dumps({**SUMMARY, "final-fid": final}))
-        ledger.append({"key": f"k{seed}", "arm": "fedddpm+", "seed": seed, "phase": "report", "exit-code": 0,
-                       "run-dir": str(folder)})
-    ledger.append({"key": "gone", "arm": "fedavg", "seed": 0, "phase": "report", "exit-code": 0,
-                   "run-dir": str(tmp_path / "not-here")})
+        config = {"algorithm": "fedddpm+", "seed": seed}  # keyed as a ledger made before provenance: its settings
+        ledger.append({"key": settings_key(config), "config": config, "arm": "fedddpm+", "seed": seed,
+                       "phase": "report", "exit-code": 0, "run-dir": str(folder)})
+    config = {"algorithm": "fedavg", "seed": 0}
+    ledger.append({"key": settings_key(config), "config": config, "arm": "fedavg", "seed": 0, "phase": "report",
+                   "exit-code": 0, "run-dir": str(tmp_path / "not-here")})
     out = tmp_path / "details.md"
     assert details.main(["--ledger", str(ledger.path), "--out", str(out), "--last-k", "3"]) == 0
     text = out.read_text()

@@ -24,19 +24,76 @@ def _git(root, *args):
                         "GIT_COMMITTER_EMAIL": "t@t", "PATH": "/usr/bin:/bin", "HOME": str(root)})
 
 
+def _checkout(tmp_path, name):
+    root = tmp_path / name
+    root.mkdir()
+    _git(root, "init", "-q")
+    (root / "a.py").write_text("x = 1\n")
+    (root / "gone.py").write_text("old\n")
+    (root / ".gitignore").write_text("*.log\n")
+    _git(root, "add", "a.py", "gone.py", ".gitignore")
+    _git(root, "commit", "-q", "-m", "one")
+    return root
+
+
 @needs_git
 def test_a_checkout_gives_its_commit_and_whether_a_tracked_file_changed(tmp_path):
-    _git(tmp_path, "init", "-q")
-    (tmp_path / "a.py").write_text("x = 1\n")
-    _git(tmp_path, "add", "a.py")
-    _git(tmp_path, "commit", "-q", "-m", "one")
-    head = subprocess.run(["git", "-C", str(tmp_path), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    (tmp_path / "untracked.txt").write_text("not part of the code\n")
-    assert git_state(tmp_path) == {"commit": head, "dirty": False, "git": "ok"}  # untracked files do not count
-    (tmp_path / "a.py").write_text("x = 2\n")
-    state = git_state(tmp_path)
+    root = _checkout(tmp_path, "run")
+    head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    (root / "ignored.log").write_text("a file git ignores\n")
+    assert git_state(root) == {"commit": head, "dirty": False, "git": "ok"}  # ignored files do not count
+    (root / "a.py").write_text("x = 2\n")
+    state = git_state(root)
     assert (state["commit"], state["dirty"]) == (head, True)
     assert commit_label(state) == head[:7] + "+dirty"
+
+
+@needs_git
+def test_an_untracked_file_a_run_could_import_makes_the_tree_dirty(tmp_path):
+    root = _checkout(tmp_path, "run")
+    (root / "helper.py").write_text("y = 2\n")
+    assert git_state(root)["dirty"] is True
+
+
+@needs_git
+def test_a_changed_tree_keeps_the_patch_that_rebuilds_it_untracked_files_included(tmp_path):
+    root = _checkout(tmp_path, "run")
+    def staged():
+        return subprocess.run(["git", "-C", str(root), "ls-files", "--stage"], capture_output=True, text=True).stdout
+
+    index_before = staged()
+    (root / "a.py").write_text("x = 2\n")
+    (root / "gone.py").unlink()
+    (root / "pkg").mkdir()
+    (root / "pkg" / "new.py").write_text("z = 3\n")
+    (root / "blob.bin").write_bytes(bytes(range(256)))
+    (root / "run.log").write_text("ignored: not part of the code\n")
+    folder = tmp_path / "results"
+    folder.mkdir()
+    record = provenance.write_source_diff(git_state(root), folder, root=root)
+    assert record["dirty"] is True and record["source-diff"]["file"] == "source.diff"
+    patch = (folder / "source.diff").read_bytes()
+    import hashlib
+    assert record["source-diff"]["sha256"] == hashlib.sha256(patch).hexdigest()
+    assert staged() == index_before  # the checkout's own index holds what it held: nothing was added to it
+    assert git_state(root)["dirty"] is True and b"run.log" not in patch
+    rebuilt = _checkout(tmp_path, "rebuilt")  # the same commit elsewhere, the patch applied
+    subprocess.run(["git", "-C", str(rebuilt), "apply", str(folder / "source.diff")], check=True)
+    for name in ("a.py", "pkg/new.py", "blob.bin"):
+        assert (rebuilt / name).read_bytes() == (root / name).read_bytes(), name
+    assert not (rebuilt / "gone.py").exists()
+
+
+@needs_git
+def test_a_patch_too_large_to_keep_is_named_not_written(tmp_path, monkeypatch):
+    root = _checkout(tmp_path, "run")
+    (root / "data.bin").write_bytes(b"x" * 2048)
+    monkeypatch.setattr(provenance, "MAX_DIFF_BYTES", 1024)
+    record = provenance.write_source_diff(git_state(root), tmp_path, root=root)
+    assert record["source-diff"]["file"] is None and "over 1024: not kept" in record["source-diff"]["why"]
+    assert not (tmp_path / "source.diff").exists()
+    clean = _checkout(tmp_path, "clean")
+    assert "source-diff" not in provenance.write_source_diff(git_state(clean), tmp_path, root=clean)
 
 
 def test_a_folder_that_is_not_a_checkout_says_so_without_asking_an_enclosing_repository(tmp_path):

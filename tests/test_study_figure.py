@@ -63,7 +63,7 @@ def test_the_claim_figure_has_the_reports_numbers_and_the_papers_difference(tmp_
                 ("x", "b"): [0.75, 0.76, 0.77], ("y", "b"): [0.70, 0.71, 0.72]}
     for spec in report_runs(study, {}):
         value = accuracy[(spec.arm, spec.variant)][spec.seed]
-        ledger.append({"key": spec.key, "exit-code": 0, "rounds": 10,
+        ledger.append({**spec.recorded(), "exit-code": 0, "rounds": 10,
                        "scores": {"central-accuracy": {"last-k": value, "rounds-to:0.7": 4.0 + (spec.arm == "y")}}})
     write_report(study, ledger, tmp_path / "out")
     report = (tmp_path / "out" / "report.md").read_text()

@@ -43,7 +43,7 @@ def test_arms_are_tabulated_from_the_runs_folders(tmp_path, logged):
         if spec.arm == "x":  # y never distils: no row for it
             rounds.append({"round": 2, "distill-loss-start": 1.0, "distill-loss-end": ends[spec.arm, spec.seed]})
         (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rounds))
-        ledger.append({"key": spec.key, "exit-code": 0, "run-dir": str(folder)})
+        ledger.append({**spec.recorded(), "exit-code": 0, "run-dir": str(folder)})
     keys = ["distill-loss-start", "distill-loss-end"]
     table = logged.collect(study, ledger, keys, ("distill-loss-end", "distill-loss-start"))
     assert set(table) == {"x"} and table["x"][1]["distill-loss-end/distill-loss-start"] == pytest.approx(0.4)

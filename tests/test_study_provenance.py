@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from fedsynth.study.effective import effective_config, effective_key, server_rule
+from fedsynth.study.effective import effective_config, effective_key, run_key, server_rule
 from fedsynth.study.ledger import Ledger
 from fedsynth.study.report import render_markdown
 from fedsynth.study.reuse import ReuseRefused, reuse_runs
@@ -17,6 +17,7 @@ from fedsynth.study.runner import RunOutcome, StudyPaths, ledger_entry, run_stud
 from fedsynth.study.studyfile import StudyError, parse_study, report_runs
 
 CURVE = [[1, 0.2], [2, 0.5], [3, 0.7], [4, 0.6]]
+FASHION_MNIST = Path("/usr/share/datasets/fashion-mnist")  # the default data's files (benchmarks/fingerprints.py)
 
 
 def _study(**app_defaults):
@@ -28,12 +29,15 @@ def _study(**app_defaults):
 
 
 def _entry(spec, value: float, provenance: dict | None = None, effective: bool = True) -> dict:
-    entry = {"key": spec.key, "cell": spec.cell, "arm": spec.arm, "variant": "", "phase": "report",
-             "seed": spec.seed, "grid-point": {}, "config": spec.overrides, "exit-code": 0, "rounds": 4,
+    entry = {**spec.recorded(), "cell": spec.cell, "arm": spec.arm, "variant": "", "phase": "report",
+             "seed": spec.seed, "grid-point": {}, "exit-code": 0, "rounds": 4,
              "scores": {"central-accuracy": {"last-k": value}},
              "curves": {"central-accuracy": [[r, v + value] for r, v in CURVE], "local-test-accuracy": []}}
-    if effective:
-        entry["effective-config"] = spec.effective
+    if not effective:  # a ledger made before provenance: keyed by its study settings
+        entry = {**entry, "key": spec.settings_key}
+        for name in ("effective-config", "key-version", "inputs"):
+            entry.pop(name, None)
+    else:
         entry["provenance"] = provenance or {"commit": "abcdef1234567", "dirty": False, "fedsynth-version": "0.1.0",
                                              "flwr": "1.x", "torch": "2.x", "python": "3.11", "device": "cpu"}
     return entry
@@ -54,11 +58,15 @@ def test_two_runs_that_differ_only_in_a_default_get_different_keys():
     assert capped[0].effective["max-weight-share"] == 0.4 and "trim-fraction" in capped[0].effective  # every key
 
 
-def test_a_setting_equal_to_its_default_and_where_files_go_leave_the_key_as_it_is():
+def test_a_setting_equal_to_its_default_and_where_files_go_leave_the_key_as_it_is(tmp_path):
     plain = report_runs(_study(), {})[0]
     share = effective_config({}, {})["max-weight-share"]
     assert report_runs(_study(**{"max-weight-share": share}), {})[0].key == plain.key
-    assert report_runs(_study(**{"results-dir": "/elsewhere", "data-dir": "/data"}), {})[0].key == plain.key
+    same_files = tmp_path / "data"  # the same dataset's files in another folder: the same data, the same run
+    same_files.mkdir()
+    for path in FASHION_MNIST.glob("*-ubyte.gz"):
+        (same_files / path.name).symlink_to(path)
+    assert report_runs(_study(**{"results-dir": "/elsewhere", "data-dir": str(same_files)}), {})[0].key == plain.key
 
 
 def test_a_ledger_entry_from_before_node_return_wait_keeps_its_key():
@@ -67,7 +75,8 @@ def test_a_ledger_entry_from_before_node_return_wait_keeps_its_key():
     plain = report_runs(_study(), {})[0]
     assert report_runs(_study(**{"node-return-wait": 5.0}), {})[0].key == plain.key
     older = {k: v for k, v in plain.effective.items() if k != "node-return-wait"}
-    assert "node-return-wait" in plain.effective and effective_key(older) == plain.key
+    assert "node-return-wait" in plain.effective and run_key(older, plain.inputs) == plain.key
+    assert effective_key(older) == effective_key(plain.effective)  # and so in key version 1
 
 
 def test_reuse_of_a_ledger_made_under_another_effective_config_is_refused_naming_the_keys(tmp_path):

@@ -26,8 +26,14 @@ def _study(arms: dict, last_k: int = 2, claims: list | None = None):
 CURVE = [[1, 0.2], [2, 0.5], [3, 0.7], [4, 0.6]]
 
 
-def _entry(key: str, exit_code: int = 0, curve: list | None = None) -> dict:
-    return {"key": key, "cell": "base", "arm": "base", "variant": "", "phase": "report", "exit-code": exit_code,
+PROVENANCE = {"commit": "abcdef1234567", "dirty": False, "fedsynth-version": "0.1.0", "flwr": "1.x", "torch": "2.x",
+              "python": "3.11", "device": "cpu"}
+
+
+def _entry(spec, exit_code: int = 0, curve: list | None = None) -> dict:
+    """A finished run's entry, as the runner records it (a spec's key, configs and inputs; or a bare key)."""
+    recorded = {"key": spec} if isinstance(spec, str) else {**spec.recorded(), "provenance": PROVENANCE}
+    return {**recorded, "cell": "base", "arm": "base", "variant": "", "phase": "report", "exit-code": exit_code,
             "rounds": 4, "scores": {"central-accuracy": {"last-k": 0.123, "seconds-to:0.6": 42.0}},
             "curves": {"central-accuracy": curve if curve is not None else CURVE, "local-test-accuracy": []}}
 
@@ -82,7 +88,7 @@ def test_a_run_of_the_same_config_is_entered_under_this_studys_cell(tmp_path):
     ablation = _study({"base": {"algorithm": "fedavg"}, "new": {"algorithm": "fedavg", "lr": 0.5}})
     source = Ledger(tmp_path / "main.jsonl")
     for spec in report_runs(main, {}):
-        source.append(_entry(spec.key, exit_code=1 if (spec.arm, spec.seed) == ("fedavg", 1) else 0))
+        source.append(_entry(spec, exit_code=1 if (spec.arm, spec.seed) == ("fedavg", 1) else 0))
     ledger = Ledger(tmp_path / "ablation.jsonl")
     assert reuse_runs(ablation, ledger, [source]) == 1  # fedavg seed 0; seed 1 failed; "new" has another config
     [entry] = ledger.entries.values()
@@ -101,7 +107,7 @@ def test_the_command_reuses_and_reports_and_refuses_a_missing_ledger(tmp_path):
     study = load_study(study_file)
     source = Ledger(tmp_path / "main.jsonl")
     for spec in report_runs(study, {}):
-        source.append(_entry(spec.key))
+        source.append(_entry(spec))
     command = [sys.executable, "-m", "fedsynth.cli", "study", str(study_file), "--out", str(tmp_path / "out")]
     dry = subprocess.run([*command, "--dry-run", "--reuse", str(source.path)], capture_output=True, text=True, cwd=ROOT)
     assert dry.returncode == 0 and dry.stdout.count("[reused]") == 4
@@ -126,8 +132,8 @@ def test_a_malformed_ledger_entry_is_named_and_left_out_not_a_crash(tmp_path):
     ledger = Ledger(tmp_path / "out" / "ledger.jsonl")
     specs = report_runs(study, {})
     for spec in specs[1:]:
-        ledger.append(_entry(spec.key))
-    ledger.append({**_entry(specs[0].key), "scores": "x"})  # a hand-edited line
+        ledger.append(_entry(spec))
+    ledger.append({**_entry(specs[0]), "scores": "x"})  # a hand-edited line
     reread = Ledger(ledger.path)
     assert specs[0].key not in reread and len(reread.entries) == len(specs) - 1
     assert reread.malformed == [f"line {len(specs)}: 'scores' must be a table, not str"]
@@ -157,7 +163,7 @@ def test_report_runs_another_study_finished_at_the_tuned_values_are_reused_not_r
     study = parse_study(raw, Path("s.toml"))
     source = Ledger(tmp_path / "other.jsonl")
     for spec in report_runs(study, {"x": {"lr": 0.2}}):
-        source.append({"key": spec.key, "exit-code": 0, "rounds": 2,
+        source.append({**spec.recorded(), "provenance": PROVENANCE, "exit-code": 0, "rounds": 2,
                        "curves": {"central-accuracy": [[1, 0.5], [2, 0.6]], "local-test-accuracy": []}})
     ran: list[tuple[str, dict]] = []
 

@@ -40,7 +40,7 @@ def _ledger(tmp_path, study, curves):
         if spec.arm not in curves:
             continue
         points = [[5 * (i + 1), v] for i, v in enumerate(curves[spec.arm][spec.seed])]
-        ledger.append({"key": spec.key, "exit-code": 0, "rounds": 5 * len(points), "curves": {"central-accuracy": points},
+        ledger.append({**spec.recorded(), "exit-code": 0, "rounds": 5 * len(points), "curves": {"central-accuracy": points},
                        "scores": {"central-accuracy": {"last-k": points[-1][1]}}})
     return Ledger(tmp_path / "ledger.jsonl")
 

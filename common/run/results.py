@@ -25,7 +25,7 @@ from flwr.common.logger import log
 
 from common.algorithms.plugins import algorithm_label
 from common.run.config import ConfigError, RunConfig
-from common.run.provenance import gather
+from common.run.provenance import SOURCE_DIFF_FILE, gather, write_source_diff
 
 
 def results_root(results_dir: str) -> Path:
@@ -216,6 +216,9 @@ class RunResults:
         """provenance.json: what started the run; each resume appends what resumed it to its "resumed" list."""
         path = self.path / PROVENANCE_FILE
         record = gather(self.cfg.device)
+        # a changed tree: the patch that rebuilds it, beside this file (each resume its own)
+        resumes = len(list(self.path.glob("source-resumed-*.diff")))
+        record = write_source_diff(record, self.path, f"source-resumed-{resumes + 1}.diff" if resumed else SOURCE_DIFF_FILE)
         if resumed:
             try:
                 previous = json.loads(path.read_text())

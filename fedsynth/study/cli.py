@@ -21,7 +21,9 @@ def add_study_parser(sub: Any) -> None:
     cmd.add_argument("file", type=Path, help="the study file (TOML), e.g. studies/fedsynsam-cpu.toml")
     cmd.add_argument("--out", type=Path, default=None,
                      help="ledger and report folder (default <results-dir>/studies/<name>); give "
-                          "benchmarks/results/studies/<name> to continue a committed study")
+                          "benchmarks/results/studies/<name> to continue a committed study (one keyed by today's "
+                          "run keys; an older ledger is refused, and only --report-only reads it); a folder "
+                          "holding another study's ledger is refused")
     cmd.add_argument("--runs-dir", type=Path, default=None, help="the runs' folders (default <results-dir>/studies/<name>/runs)")
     cmd.add_argument("--jobs", type=int, default=1, help="runs at once, each in its own process (default 1)")
     cmd.add_argument("--cpus-per-client", type=float, default=None, help="CPUs per ClientApp (default: the study file's)")
@@ -70,9 +72,24 @@ def run_config_check(app_dir: Path) -> Callable[[dict[str, Any]], None]:
     return check
 
 
+def _unchecked_note(study: Any, ledger: Any) -> None:
+    """On stderr, what the report could not check: an old key version, entries whose run folders are elsewhere."""
+    from fedsynth.study.checks import check_run_folders
+    from fedsynth.study.plan import keyed_for
+
+    read_as = keyed_for(study, ledger)
+    if not read_as.keyed_by_settings and read_as.key_version < study.key_version:
+        print(f"fedsynth study: {ledger.path} is keyed by key version {read_as.key_version}: its entries record "
+              "neither the client count nor the data's identity (docs/studies.md)", file=sys.stderr)
+    note = check_run_folders(read_as, ledger).note()
+    if note:
+        print(f"fedsynth study: {note}", file=sys.stderr)
+
+
 def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     """Exit codes: 0 the study (or the part asked for) finished, 2 the study file is wrong, 1 runs failed."""
     from common.run.results import results_root
+    from fedsynth.study.checks import other_study_in
     from fedsynth.study.ledger import Ledger, LedgerError
     from fedsynth.study.runner import StudyPaths, run_study, simulation_executor
     from fedsynth.study.plan import keyed_for, plan, total_runs
@@ -132,6 +149,10 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
         pending = len(study.cells()) * len(study.report_seeds) - len(report)
         print(f"{total_runs(study)} runs in all; {pending} report runs wait for tuning")
         return 0
+    other = other_study_in(study, ledger, paths.out)
+    if other is not None:  # its report would be overwritten, its ledger mixed with this study's runs
+        print(f"fedsynth study: {other}", file=sys.stderr)
+        return 2
     try:
         if sources or not args.report_only:
             refuse_before_provenance(study, ledger)
@@ -144,6 +165,7 @@ def study_command(args: argparse.Namespace, app_dir: Path) -> int:
     if args.report_only:
         write_report(study, ledger, paths.out)
         print(f"report: {paths.out / 'report.md'}")
+        _unchecked_note(study, ledger)
         return 0
     if args.ray_address:
         from fedsynth.ray_cluster import ClusterError, check_cluster

@@ -9,8 +9,19 @@ and written out with every key (`RunConfig.as_dict`). Keys that say only where
 files go or how a run is resumed (`NOT_IN_KEY`) are left out of the digest, so a
 ledger stays valid on another machine or results folder.
 
-Ledgers made before this (entries without `effective-config`) were keyed by the
-study's settings alone (`settings_key`); docs/studies.md says how they are read.
+The key has versions, recorded in each entry as `key-version`:
+
+- 2 (today's): the effective config and the run's inputs outside it, the client
+  count and the data's identity (`fedsynth.study.inputs`), recorded as `inputs`;
+- 1 (an entry with an effective config and no `key-version`): the effective config
+  alone. Such ledgers are read for their reports; their runs are not reused nor
+  continued, since their keys do not say how many clients ran or on which data;
+- 0 (no effective config: a ledger made before provenance): the study's settings
+  alone (`settings_key`).
+
+`expected_key` recomputes an entry's key from what it records, so a ledger checks
+itself on every read (fedsynth/study/ledger.py); docs/studies.md says how old
+ledgers are read.
 """
 
 from __future__ import annotations
@@ -39,6 +50,10 @@ def digest(config: Mapping[str, Any]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
+KEY_VERSION = 2  # the run key of runs made now: effective config and run inputs (see the module's docstring)
+RUN_INPUTS = "inputs"  # the entry field (and the key's part) holding the run's inputs outside its run config
+
+
 def settings_key(overrides: Mapping[str, Any]) -> str:
     """The run key of ledgers made before provenance: a digest of the study's own settings alone."""
     return digest(overrides)
@@ -47,6 +62,40 @@ def settings_key(overrides: Mapping[str, Any]) -> str:
 def effective_key(effective: Mapping[str, Any]) -> str:
     """The run key: a digest of the effective config without the `NOT_IN_KEY` keys."""
     return digest({k: v for k, v in effective.items() if k not in NOT_IN_KEY})
+
+
+def run_key(effective: Mapping[str, Any], inputs: Mapping[str, Any]) -> str:
+    """The run key of version 2: a digest of the effective config (without `NOT_IN_KEY`) and the run's inputs."""
+    return digest({**{k: v for k, v in effective.items() if k not in NOT_IN_KEY}, RUN_INPUTS: dict(inputs)})
+
+
+def key_version(entry: Mapping[str, Any]) -> Any:
+    """The key version of a ledger entry: its `key-version`, else 1 with an effective config, else 0."""
+    if "key-version" in entry:
+        return entry["key-version"]
+    return 1 if isinstance(entry.get("effective-config"), Mapping) else 0
+
+
+def key_problem(entry: Mapping[str, Any]) -> str | None:
+    """Why a ledger entry's key is not the digest of what it records (edited or damaged), or None when it is."""
+    version = key_version(entry)
+    config, inputs = entry.get("effective-config"), entry.get(RUN_INPUTS)
+    if version == 0:
+        computed, of = settings_key(entry.get("config") if isinstance(entry.get("config"), Mapping) else {}), \
+            "study settings (it records no effective config: a ledger made before provenance keys by them)"
+    elif version == 1 and isinstance(config, Mapping):
+        computed, of = effective_key(config), "effective config"
+    elif version == KEY_VERSION and isinstance(config, Mapping) and isinstance(inputs, Mapping):
+        computed, of = run_key(config, inputs), "effective config and run inputs"
+    elif version in (1, KEY_VERSION):
+        return f"key-version {version} needs an effective config{' and run inputs' if version == 2 else ''}, " \
+               "which the entry lacks"
+    else:
+        return f"key-version {version!r} is not one this fedsynth knows (0 to {KEY_VERSION})"
+    if computed != entry.get("key"):
+        return (f"its key is not the digest of its recorded {of}, which is {computed}: the entry was edited after "
+                "its run, or damaged")
+    return None
 
 
 def effective_config(defaults: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:

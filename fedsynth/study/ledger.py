@@ -18,6 +18,13 @@ byte-range lock, so it holds across hosts; the torn fragment is kept in
 An entry whose fields have the wrong types (a hand-edited or damaged line,
 e.g. `"scores": "x"`) is left out and listed in `malformed` with its line and
 reason, so the report never crashes on it and its run counts as not done.
+
+A ledger checks itself on every read: an entry whose key is not the digest of
+what it records (its effective config and run inputs, or for old entries what
+their key version digested: `fedsynth.study.effective.key_problem`) was edited
+after its run; it is left out the same way (never reused, never in a report)
+and named in `malformed`. `Ledger(path, check_keys=False)` reads the file alone,
+for tests of the file's mechanics.
 """
 
 from __future__ import annotations
@@ -29,6 +36,8 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+from fedsynth.study.effective import key_problem
 
 MAX_CURVE_POINTS = 200
 
@@ -54,8 +63,9 @@ class Ledger:
     run the whole study again and append to nothing).
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, check_keys: bool = True) -> None:
         self.path = Path(path)
+        self.check_keys = check_keys
         self.entries: dict[str, dict[str, Any]] = {}
         self.malformed: list[str] = []  # "line N: reason" of each entry left out
         self.reload()
@@ -142,6 +152,11 @@ class Ledger:
             reason = malformed_reason(entry)
             if reason is not None:
                 self.malformed.append(f"line {number}: {reason}")
+                continue
+            reason = key_problem(entry) if self.check_keys else None
+            if reason is not None:
+                self.malformed.append(f"line {number}: entry {entry['key']} ({entry.get('cell')} {entry.get('phase')} "
+                                      f"seed {entry.get('seed')}): {reason}; refused for reuse and left out of reports")
                 continue
             yield entry
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from common.run.provenance import commit_label
-from fedsynth.study.effective import differences, server_rule, settings_key
+from fedsynth.study.effective import KEY_VERSION, RUN_INPUTS, differences, key_version, server_rule, settings_key
 from fedsynth.study.ledger import Ledger
 from fedsynth.study.scores import lower_is_better
 from fedsynth.study.studyfile import RunSpec, Study, report_runs, tuning_runs
@@ -112,16 +112,21 @@ def is_before_provenance(entry: Mapping[str, Any]) -> bool:
 
 
 def keyed_for(study: Study, ledger: Ledger) -> Study:
-    """The study keyed as its ledger is: by settings when the ledger was made before provenance, else as given.
+    """The study keyed as its ledger is: by the key version its entries have (fedsynth/study/effective.py).
 
-    A ledger is read by the study's effective-config keys when any of its entries has
-    one of them; else, when entries recorded without an effective config match the
-    study's settings keys (a ledger made before provenance), by those; else as given.
+    A ledger is read by the study's keys (version 2) when any of its entries has one
+    of them; else by version 1 keys (the effective config alone) when entries match
+    those; else, when entries recorded without an effective config match the study's
+    settings keys (a ledger made before provenance), by those; else as given.
     """
     if study.keyed_by_settings or not ledger.entries:
         return study
     if any(spec.key in ledger for spec in every_possible_run(study)):
         return study
+    if study.key_version >= KEY_VERSION:
+        first = replace(study, key_version=1)
+        if any(spec.key in ledger for spec in every_possible_run(first)):
+            return first
     old = replace(study, keyed_by_settings=True)
     if any(is_before_provenance(ledger.entries.get(spec.key, {EFFECTIVE_CONFIG: {}}))
            for spec in every_possible_run(old)):
@@ -149,8 +154,17 @@ def other_config_text(ledger: Ledger, spec: RunSpec, entry: Mapping[str, Any]) -
     if is_before_provenance(entry):
         return (f"{where} records no effective config (made before provenance): the defaults it ran under are "
                 f"unknown, so it is not this study's run {spec.key}")
-    return (f"{where} ran under an effective config that differs from this study's {spec.key} in: "
-            + "; ".join(differences(spec.effective or {}, entry[EFFECTIVE_CONFIG])))
+    changed = differences(spec.effective or {}, entry[EFFECTIVE_CONFIG])
+    configs = len(changed)
+    if spec.inputs is not None and key_version(entry) != KEY_VERSION:
+        changed.append(f"its key (version {key_version(entry)}) does not cover the client count nor the data's "
+                       "identity, which it did not record")
+    elif spec.inputs is not None:
+        theirs = entry.get(RUN_INPUTS) or {}
+        changed += [f"input {name} {json.dumps(theirs.get(name, 'absent'))} vs {json.dumps(value)}"
+                    for name, value in spec.inputs.items() if theirs.get(name) != value]
+    what = "an effective config that differs" if len(changed) == configs else "an effective config or inputs that differ"
+    return f"{where} ran under {what} from this study's {spec.key} in: " + "; ".join(changed)
 
 
 def planned_entries(study: Study, ledger: Ledger, cells: set[str] | None = None) -> list[tuple[RunSpec, dict[str, Any]]]:

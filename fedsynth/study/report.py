@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from fedsynth.study.checks import FolderCheck, check_run_folders
 from fedsynth.study.effective import effective_config
 from fedsynth.study.ledger import Ledger
 from fedsynth.study.scores import lower_is_better
@@ -52,6 +53,9 @@ def provenance_lines(study: Study, ledger: Ledger) -> list[str]:
     if study.keyed_by_settings:
         lines.append("- **Made before provenance**: the ledger's entries record neither their effective config nor "
                      "their commit, and their run keys digest the study's settings alone (docs/studies.md).")
+    if ledger.malformed:
+        lines.append(f"- **{len(ledger.malformed)} ledger line(s) failed the ledger's checks and are left out**: "
+                     + "; ".join(ledger.malformed[:5]) + ("; ..." if len(ledger.malformed) > 5 else "") + ".")
     rules = rules_by_cell(study, ledger)
     if len(rules) == 1:
         lines.append(f"- Server rule of every run: {next(iter(rules))}.")
@@ -111,9 +115,12 @@ def claim_means_note(study: Study, cell_a: str, cell_b: str) -> str:
     return mixed_means_note({cell: str(mean) for cell, mean in means.items()})
 
 
-def render_markdown(study: Study, ledger: Ledger) -> str:
-    """The text of report.md."""
+def render_markdown(study: Study, ledger: Ledger, folders: FolderCheck | None = None) -> str:
+    """The text of report.md, from the entries that agree with their run folders where those are here
+    (`folders`, `fedsynth.study.checks.check_run_folders`, made when not given)."""
     study = keyed_for(study, ledger)
+    folders = folders or check_run_folders(study, ledger)
+    ledger = folders.ledger
     tuning, report, chosen = plan(study, ledger)
     done = sum(1 for spec in tuning + report if spec.key in ledger)
     total = total_runs(study)
@@ -134,6 +141,7 @@ def render_markdown(study: Study, ledger: Ledger) -> str:
         "- Claims: paired difference A − B over report seeds, two-sided 95 % Student-t interval; **holds** when the "
         "interval is on the claimed side of 0, **reversed** on the other side, **not resolved** when it contains 0.",
         *provenance_lines(study, ledger),
+        *folders.lines(),
     ]
     reused = Counter(ledger.entries[spec.key]["reused-from"] for spec in tuning + report
                      if "reused-from" in ledger.entries.get(spec.key, {}))
@@ -314,8 +322,10 @@ def write_report(study: Study, ledger: Ledger, out: Path) -> None:
     A ledger made before provenance is read by the keys it was made with (`keyed_for`).
     """
     study = keyed_for(study, ledger)
+    folders = check_run_folders(study, ledger)  # the entries that disagree with their run folders are left out
+    ledger = folders.ledger
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(render_markdown(study, ledger))
+    (out / "report.md").write_text(render_markdown(study, ledger, folders))
     write_runs_csv(study, ledger, out / "runs.csv")
     plot_curves(study, ledger, out / "curves.png")
     if study.claims:  # a part of a study may have none; then there is nothing to draw

@@ -21,9 +21,13 @@ Seconds-to scores need the rounds' times, which a ledger does not keep: they
 are taken from the other ledger when it scored the same target, else left out.
 
 A run the other ledger holds with the same study settings under another
-effective config (a default changed between them), or without a recorded one
-(a ledger made before provenance), is not the same run: `ReuseRefused` names
-both keys and the keys that differ, and nothing is copied.
+effective config (a default changed between them) or other inputs (another
+client count or data), or without a recorded one (a ledger made before
+provenance, or keyed by key version 1, which covers neither the client count nor
+the data), is not the same run: `ReuseRefused` names both keys and the keys that
+differ, and nothing is copied. So is an entry of the right key that records no
+effective config or no provenance, and a key that two sources hold with
+different results (fedsynth/study/checks.py): both are named.
 """
 
 from __future__ import annotations
@@ -32,6 +36,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from fedsynth.study.checks import result_of, source_disagreements, without_provenance
+from fedsynth.study.effective import KEY_VERSION
 from fedsynth.study.ledger import MAX_CURVE_POINTS, Ledger
 from fedsynth.study.scores import score_run
 from fedsynth.study.plan import other_config_text, plan, read_rounds, runs_under_other_configs
@@ -96,8 +102,9 @@ class ReuseRefused(ValueError):
 def refusals(study: Study, specs: Sequence[RunSpec], ledger: Ledger, sources: Sequence[Ledger]) -> list[str]:
     """Why each run of `specs` that neither this ledger nor any source holds by key is not taken from a source
     that holds it with the same study settings (another effective config, or none recorded)."""
-    if study.keyed_by_settings:
-        return [f"study {study.name} is read with keys of its settings alone (a ledger made before provenance): "
+    if study.keyed_by_settings or study.key_version < KEY_VERSION:
+        return [f"study {study.name} is read with keys of an older version (its ledger was made before "
+                f"{'provenance' if study.keyed_by_settings else 'run keys covered the client count and data'}): "
                 "it takes no runs from other ledgers"]
     missing = [spec for spec in specs if spec.key not in ledger and not any(spec.key in s for s in sources)]
     return [other_config_text(source, spec, entry) for source in sources
@@ -111,25 +118,40 @@ def reusable(study: Study, specs: Sequence[RunSpec], ledger: Ledger, sources: Se
     """
     refused = refusals(study, specs, ledger, sources) if sources else []
     if refused:
-        shown = refused[:5] + ([f"... and {len(refused) - 5} more"] if len(refused) > 5 else [])
-        raise ReuseRefused("--reuse refused: runs of the same study settings under another effective config are "
-                           "not the same runs (docs/studies.md):\n  " + "\n  ".join(shown))
-    found: dict[str, dict[str, Any]] = {}
+        _refuse("runs of the same study settings under another effective config or inputs are not the same runs",
+                refused)
+    candidates: dict[str, list[tuple[Ledger, dict[str, Any], str]]] = {}
+    unrecorded: list[str] = []
     for spec in specs:
-        if spec.key in ledger or spec.key in found:
+        if spec.key in ledger or spec.key in candidates:
             continue
         for source in sources:
             entry = source.get(spec.key)
             if entry is None or entry.get("exit-code") != 0:
                 continue
+            lacking = without_provenance(entry)
+            if lacking is not None:
+                unrecorded.append(f"ledger {source.path} entry {spec.key} ({spec.cell} {spec.phase} seed {spec.seed}) "
+                                  f"{lacking}: what it ran is unknown")
+                continue
             scores = rescore(study, entry, spec.phase)
             if scores is None:
                 continue
-            found[spec.key] = {**entry, "cell": spec.cell, "arm": spec.arm, "variant": spec.variant,
-                               "phase": spec.phase, "seed": spec.seed, "grid-point": spec.grid_point,
-                               "scores": scores, "reused-from": str(source.path)}
-            break
-    return found
+            copied = {**entry, "cell": spec.cell, "arm": spec.arm, "variant": spec.variant, "phase": spec.phase,
+                      "seed": spec.seed, "grid-point": spec.grid_point, "scores": scores, "study": study.name,
+                      "reused-from": str(source.path)}
+            candidates.setdefault(spec.key, []).append((source, copied, result_of(entry, scores)))
+    if unrecorded:
+        _refuse("an entry without an effective config or provenance is not reused", unrecorded)
+    disagree = source_disagreements(candidates)
+    if disagree:
+        _refuse("two ledgers disagree on one key", disagree)
+    return {key: found[0][1] for key, found in candidates.items()}
+
+
+def _refuse(why: str, texts: list[str]) -> None:
+    shown = texts[:5] + ([f"... and {len(texts) - 5} more"] if len(texts) > 5 else [])
+    raise ReuseRefused(f"--reuse refused: {why} (docs/studies.md):\n  " + "\n  ".join(shown))
 
 
 def reuse_runs(study: Study, ledger: Ledger, sources: Sequence[Ledger]) -> int:

@@ -32,11 +32,13 @@ from common.run.interrupt import STOP, raise_if_stopped
 from common.run.provenance import gather
 from common.run.results import PROVENANCE_FILE
 from fedsynth.app_process import app_process_env
+from fedsynth.study.checks import METRICS_DIGEST, metrics_digest, other_study_in
+from fedsynth.study.inputs import partition_record
 from fedsynth.study.ledger import Ledger, thin
 from fedsynth.study.claims import Claim, Claims
 from fedsynth.study.scores import curve, score_run
 from fedsynth.study.sharpness import SHARPNESS, Measurer, can_measure, lacks_sharpness, sharpness_scores
-from fedsynth.study.plan import EFFECTIVE_CONFIG, keyed_for, plan, read_rounds, total_runs
+from fedsynth.study.plan import keyed_for, plan, read_rounds, total_runs
 from fedsynth.study.report import write_report
 from fedsynth.study.reuse import reuse_runs
 from fedsynth.study.studyfile import RunSpec, Study, StudyError
@@ -134,16 +136,16 @@ def ledger_entry(study: Study, spec: RunSpec, folder: Path, outcome: RunOutcome)
         scores[SHARPNESS] = measured
     curves = {m: thin([[r, v] for r, v, _ in curve(rounds, m)]) for m in study.metrics}
     identity: dict[str, Any] = {
-        "key": spec.key, "cell": spec.cell, "arm": spec.arm, "variant": spec.variant, "phase": spec.phase,
-        "seed": spec.seed, "grid-point": spec.grid_point, "config": spec.overrides}
+        **spec.recorded(), "study": study.name, "cell": spec.cell, "arm": spec.arm, "variant": spec.variant,
+        "phase": spec.phase, "seed": spec.seed, "grid-point": spec.grid_point}
     if spec.effective is not None:
-        identity[EFFECTIVE_CONFIG] = spec.effective
         identity["provenance"] = run_provenance(folder, str(spec.effective.get("device", "auto")))
     return {
         **identity,
         "exit-code": outcome.exit_code, "seconds": round(outcome.seconds, 2),
         "rounds": max((int(r.get("round", 0)) for r in rounds), default=0),
         "scores": scores, "curves": curves, "run-dir": str(folder), "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
+        METRICS_DIGEST: metrics_digest(folder), "partition": partition_record(folder),
     }
 
 
@@ -339,14 +341,25 @@ def measure_recorded_runs(study: Study, ledger: Ledger, paths: StudyPaths, measu
 
 
 def refuse_before_provenance(study: Study, ledger: Ledger) -> None:
-    """Raise StudyError when the ledger was made before provenance: running on it would mix rules unseen.
+    """Raise StudyError when the ledger is another study's (`fedsynth.study.checks.other_study_in`), or was made
+    before provenance or before run keys covered the run's inputs: running on it would mix rules unseen.
 
     Its entries are keyed by their study settings and record no effective config, so the
     defaults they ran under are unknown; runs made now would run again under new keys and
     sit beside them. Their report is remade with `--report-only`; the study runs anew on
     another `--out` (docs/studies.md).
     """
-    if study.keyed_by_settings or not keyed_for(study, ledger).keyed_by_settings:
+    other = other_study_in(study, ledger, ledger.path.parent)
+    if other is not None:
+        raise StudyError(other)
+    read_as = keyed_for(study, ledger)
+    if not study.keyed_by_settings and not read_as.keyed_by_settings and read_as.key_version < study.key_version:
+        raise StudyError(
+            f"ledger {ledger.path} was made before run keys covered the client count and the data (key version "
+            f"{read_as.key_version}): its entries do not record how many clients ran nor on which data, so runs made "
+            f"now would sit beside them under other keys. Nothing was run. `--report-only` remakes its report from "
+            f"it; to run the study under today's code, give another --out (docs/studies.md)")
+    if study.keyed_by_settings or not read_as.keyed_by_settings:
         return
     raise StudyError(
         f"ledger {ledger.path} was made before provenance: its {len(ledger.entries)} entries record no effective "

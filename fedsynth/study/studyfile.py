@@ -21,7 +21,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from fedsynth.study.effective import effective_config, effective_key, settings_key
+from fedsynth.study.effective import KEY_VERSION, effective_config, effective_key, run_key, settings_key
+from fedsynth.study.inputs import run_inputs
 from fedsynth.study.scores import lower_is_better
 from fedsynth.study.sharpness import SHARPNESS
 
@@ -129,6 +130,8 @@ class Study:
     app_defaults: dict[str, Any] = field(default_factory=dict)
     # True: run keys are digests of the study's settings alone, as in ledgers made before provenance (reading them).
     keyed_by_settings: bool = False
+    # The key version runs are keyed by (fedsynth/study/effective.py): 1 to read a ledger made before run inputs.
+    key_version: int = KEY_VERSION
 
     @property
     def metrics(self) -> list[str]:
@@ -146,9 +149,12 @@ class Study:
 
     def run_spec(self, cell: str, arm: str, variant: str, phase: str, seed: int, grid_point: dict[str, Any],
                  overrides: dict[str, Any]) -> "RunSpec":
-        """One run, with its effective config (None when keyed by settings: a ledger from before provenance)."""
+        """One run, with its effective config (None when keyed by settings: a ledger from before provenance) and its
+        inputs outside the run config (None when keyed by key version 1)."""
         effective = None if self.keyed_by_settings else effective_config(self.app_defaults, overrides)
-        return RunSpec(cell, arm, variant, phase, seed, grid_point, overrides, effective)
+        inputs = (run_inputs(effective, self.num_supernodes)
+                  if effective is not None and self.key_version >= KEY_VERSION else None)
+        return RunSpec(cell, arm, variant, phase, seed, grid_point, overrides, effective, inputs)
 
 
 @dataclass(frozen=True)
@@ -163,15 +169,29 @@ class RunSpec:
     grid_point: dict[str, Any]
     overrides: dict[str, Any] = field(repr=False)  # the study's settings of this run
     effective: dict[str, Any] | None = field(default=None, repr=False)  # every run-config key, defaults resolved
+    inputs: dict[str, Any] | None = field(default=None, repr=False)  # client count, data identity (study/inputs.py)
 
     @property
     def key(self) -> str:
-        """A digest of everything that decides the run (its effective config): same key, same run.
+        """A digest of everything that decides the run (its effective config and inputs): same key, same run.
 
         A spec without an effective config (`Study.keyed_by_settings`) has the key
-        ledgers made before provenance used: a digest of the study's settings alone.
+        ledgers made before provenance used: a digest of the study's settings alone;
+        one without inputs the key of version 1, the effective config alone.
         """
-        return settings_key(self.overrides) if self.effective is None else effective_key(self.effective)
+        if self.effective is None:
+            return settings_key(self.overrides)
+        return effective_key(self.effective) if self.inputs is None else run_key(self.effective, self.inputs)
+
+    def recorded(self) -> dict[str, Any]:
+        """The fields of its ledger entry that its key digests (a ledger checks them on every read): the key, the
+        study settings, and the effective config and inputs where the key covers them."""
+        record: dict[str, Any] = {"key": self.key, "config": self.overrides}
+        if self.effective is not None:
+            record["effective-config"] = self.effective
+        if self.inputs is not None:
+            record.update({"key-version": KEY_VERSION, "inputs": self.inputs})
+        return record
 
     @property
     def settings_key(self) -> str:
