@@ -205,9 +205,10 @@ def test_superlink_script_starts_tls_and_node_auth_by_default(tmp_path: Path, pk
     result = run_script("superlink.sh", ["--certs", str(pki), "--database", str(tmp_path / "s.db")], tmp_path / "bin")
     assert result.returncode == 0, result.stderr
     argv = launcher.read_text().split("\0")[:-1]
-    assert argv[:5] == [str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "60000", "--", "flower-superlink"]
+    assert argv[:7] == [str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "60000", "--busy-limit", "60", "--",
+                        "flower-superlink"]
     assert argv[argv.index("--database") + 1] == str(tmp_path / "s.db")
-    assert rejected_flags("flower-superlink", argv[5:]) == []
+    assert rejected_flags("flower-superlink", argv[7:]) == []
     # Flower's own wait (5 s) runs flower-superlink itself
     result = run_script("superlink.sh", ["--certs", str(pki), "--database", str(tmp_path / "s.db"),
                                          "--busy-timeout", "5"], tmp_path / "bin")
@@ -507,6 +508,100 @@ def test_a_busy_state_database_is_answered_with_a_retryable_503_and_other_errors
         assert any(d is not None and d.__qualname__.startswith("busy_state_answers_503") for d in dispatches)
     finally:
         sql_mixin.SQLITE_PRAGMAS, superlink_main.http_error_translator = before_pragmas, before_translator
+
+
+def locked_state_app(tmp_path: Path, launcher, streak):  # type: ignore[no-untyped-def]
+    """A FastAPI app behind the launcher's middleware, on Flower's own SQL store with a 0.1 s busy timeout: a write
+    endpoint, a read endpoint, and one that raises text-only look-alikes of the busy error."""
+    import sqlite3
+
+    from fastapi import FastAPI
+    from flwr.supercore.error import http_error_translator
+    from flwr.supercore.object_store.sql_object_store import SqlObjectStore
+    from sqlalchemy import text
+    from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware
+
+    launcher.set_busy_timeout(100)
+    store = SqlObjectStore(str(tmp_path / "state.db"))
+    store.initialize()
+    app = FastAPI(middleware=[Middleware(BaseHTTPMiddleware,
+                                         dispatch=launcher.busy_state_answers_503(http_error_translator, streak))])
+
+    @app.post("/v1/fleet/push-object")
+    def push_object() -> dict:
+        with store.session() as session:
+            session.execute(text("CREATE TABLE IF NOT EXISTS t (x INTEGER)"))
+            session.execute(text("INSERT INTO t VALUES (1)"))
+        return {}
+
+    @app.post("/v1/fleet/pull-object")
+    def pull_object() -> dict:
+        with store.session() as session:
+            session.execute(text("SELECT 1"))
+        return {}
+
+    @app.post("/v1/fleet/look-alike/{kind}")
+    def look_alike(kind: str) -> dict:
+        if kind == "text":
+            raise ValueError("database is locked")
+        raise sqlite3.OperationalError("database is locked")  # made by hand: no SQLite result code
+
+    return app
+
+
+def test_a_database_locked_longer_than_the_bound_ends_in_an_operator_readable_error_within_it(tmp_path, capfd) -> None:
+    """503s while the lock is young; once the database has answered busy for --busy-limit seconds with no write
+    through, one error naming the database and Flower's own 500, so the nodes' retries end. A read that succeeds
+    meanwhile (SQLite lets readers through) does not reset the bound; a write that succeeds does."""
+    import sqlite3
+
+    import flwr.supercore.sql_mixin as sql_mixin
+    from fastapi.testclient import TestClient
+    from sqlalchemy import Engine, event
+
+    launcher = superlink_state_launcher()
+    before = sql_mixin.SQLITE_PRAGMAS
+    streak = launcher.BusyStreak(1.5, str(tmp_path / "state.db"))
+    listener = launcher.note_writes(streak)
+    try:
+        client = TestClient(locked_state_app(tmp_path, launcher, streak), raise_server_exceptions=False)
+        assert client.post("/v1/fleet/push-object").status_code == 200
+        holder = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")  # a lock that is not released within the bound
+        started = time.monotonic()
+        statuses = []
+        while time.monotonic() - started < 5 and 500 not in statuses:
+            statuses.append(client.post("/v1/fleet/push-object").status_code)
+            assert client.post("/v1/fleet/pull-object").status_code in (200, 503)
+            time.sleep(0.1)
+        took = time.monotonic() - started
+        assert statuses[0] == 503 and statuses[-1] == 500 and set(statuses) == {503, 500}, statuses
+        assert 1.5 <= took < 1.5 + 1.5, took  # the bound, plus one busy wait and the loop's own steps
+        errors = [line for line in capfd.readouterr().err.splitlines() if line.startswith("superlink-state.py: ERROR")]
+        assert len(errors) == 1 and f"the state database {tmp_path / 'state.db'} has been locked for" in errors[0]
+        assert "longer than --busy-limit 1.5 s" in errors[0] and "answering as Flower does (HTTP 500)" in errors[0]
+        assert client.post("/v1/fleet/push-object").status_code == 500  # still Flower's, no second error line
+        assert "superlink-state.py: ERROR" not in capfd.readouterr().err
+        holder.execute("ROLLBACK")
+        assert client.post("/v1/fleet/push-object").status_code == 200  # a write through: the spell is over
+        holder.execute("BEGIN EXCLUSIVE")
+        assert client.post("/v1/fleet/push-object").status_code == 503  # a new spell starts with 503s again
+        holder.execute("ROLLBACK")
+        # only SQLite's own busy error is answered 503: look-alikes by text are Flower's 500
+        assert client.post("/v1/fleet/look-alike/text").status_code == 500
+        assert client.post("/v1/fleet/look-alike/hand-made").status_code == 500
+    finally:
+        event.remove(Engine, "after_cursor_execute", listener)
+        sql_mixin.SQLITE_PRAGMAS = before
+
+
+def test_the_superlink_state_launcher_refuses_a_bad_busy_limit() -> None:
+    for value in ("0", "-1", "nan", "1e9"):
+        done = subprocess.run([sys.executable, str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "100",
+                               "--busy-limit", value, "--", "flower-superlink", "--version"], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2 and "--busy-limit must be" in done.stderr, (value, done.stderr)
 
 
 def test_the_superlink_state_launcher_sets_the_busy_timeout_of_flowers_sqlite_connections(tmp_path: Path) -> None:
