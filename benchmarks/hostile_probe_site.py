@@ -104,7 +104,7 @@ def normal_task_ends_normally(site: WarmSite, seconds: float = 0.5) -> str | Non
     took = time.monotonic() - started
     if proc.returncode != 0 or "done warm=True" not in out:
         return f"the normal task beside it ended with {proc.returncode} ({out.strip()!r})"
-    if took > seconds + DEADLINE_S:
+    if took > seconds + 2 * DEADLINE_S:  # slack for a loaded host; the old server held it 10 s
         return f"the normal task beside it was held up ({took:.1f} s for {seconds} s of work)"
     return None
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import contextlib
 import ctypes
 import fcntl
 import importlib
@@ -425,13 +426,22 @@ class WarmServer:
         conn.close()
 
     def shim_gone(self, pid: int) -> None:
-        """The shim's end closed (it sends nothing after its request): kill its task, as the shim was."""
+        """The shim's end closed (it sends nothing after its request): kill its task, as the shim was.
+
+        Anything it does send after its request is read and dropped (left unread, it would wake this loop for ever).
+        """
         conn = self.tasks[pid][0]
         try:
-            if conn.recv(1, socket.MSG_PEEK):
+            conn.setblocking(False)
+            if conn.recv(65536):
                 return
+        except BlockingIOError:
+            return
         except OSError:
             pass
+        finally:
+            with contextlib.suppress(OSError):
+                conn.setblocking(True)
         self.selector.unregister(conn)
         self.gone_shims.add(conn)
         os.kill(pid, signal.SIGKILL)

@@ -265,10 +265,13 @@ def send_request(sock: socket.socket, argv: list[str], environ: dict[str, str], 
 
 
 def read_lines(sock: socket.socket):
-    """The server's replies, one text line at a time, until it closes the connection."""
+    """The server's replies, one text line at a time, until it closes (or resets) the connection."""
     buffer = b""
     while True:
-        chunk = sock.recv(4096)
+        try:
+            chunk = sock.recv(4096)
+        except ConnectionResetError:
+            chunk = b""
         if not chunk:
             return
         buffer += chunk
@@ -291,7 +294,10 @@ def run_warm(sock: socket.socket, argv: list[str]) -> str:
 
     Returns the server's reason when it refused the request before starting anything (the caller runs it cold).
     """
-    send_request(sock, argv, dict(os.environ), os.getcwd())
+    try:
+        send_request(sock, argv, dict(os.environ), os.getcwd())
+    except OSError as error:  # closed on us before the request was in (a server that refuses, or stopping)
+        return f"the warm server closed the connection before the request was sent ({error.strerror or error})"
     child = 0
 
     def forward(signum: int, _frame: object) -> None:
