@@ -9,7 +9,9 @@ with it. The families (issue 54's reliability pass):
 - run-config: bad values for run-config keys (`parse_run_config`) and bad `--run-config` texts (`parse_overrides`);
 - replies: hostile train and evaluate replies to a strategy's `start()` on an in-process grid (Flower's Message API);
 - files: checkpoints, a study's ledger, a site's data folder and a user's model factory that are wrong;
-- cli: the `fedsynth` command given bad arguments (`fedsynth.cli.main(argv)`).
+- cli: the `fedsynth` command given bad arguments (`fedsynth.cli.main(argv)`);
+- warm-server, watchdog, state-503: a site's warm ClientApp server, its SuperNode's watchdog and the SuperLink's
+  busy state database, each with a hostile neighbour (`hostile_probe_site.py`).
 
 Each outcome is one of: handled (refused or recorded with a message naming the part at fault, or the documented
 behaviour), silently wrong (accepted or run on to a wrong, NaN or garbage result without a word, outside a documented
@@ -120,10 +122,11 @@ def all_cases(work: Path) -> list[Case]:
     import hostile_probe_config
     import hostile_probe_files
     import hostile_probe_replies
+    import hostile_probe_site
 
     return (hostile_probe_config.constructor_cases() + hostile_probe_config.run_config_cases()
             + hostile_probe_replies.reply_cases() + hostile_probe_files.file_cases(work)
-            + hostile_probe_config.cli_cases(work))
+            + hostile_probe_config.cli_cases(work) + hostile_probe_site.site_cases(work))
 
 
 def report(results: list[tuple[Case, str, str, float]], seconds: float, before: str = "") -> str:

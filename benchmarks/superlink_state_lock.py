@@ -11,12 +11,14 @@ This drives Flower's own `SqlObjectStore` as the SuperLink does: `--nodes` threa
 and push a reply of resnet18's shapes (11.7M float32 parameters, ~45 MB) with Flower's 2 concurrent
 pushes per node, while a reader pulls them back as the ServerApp does, `--rounds` times, on a host
 as loaded as it is (plus `--burn` busy processes). It counts the pushes and pulls that failed with
-`database is locked` and the slowest one, for the busy timeout given.
+SQLite's busy error (`database is locked`, told apart from other errors as deploy/superlink-state.py tells it:
+the sqlite3 module's result code, not the text) and the slowest one, for the busy timeout given.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import multiprocessing
 import tempfile
 import threading
@@ -25,6 +27,15 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import numpy as np
+
+
+def superlink_state_launcher():  # type: ignore[no-untyped-def]
+    """deploy/superlink-state.py as a module (its name has a dash): its `is_busy_state` classifies the errors."""
+    path = Path(__file__).resolve().parent.parent / "deploy" / "superlink-state.py"
+    spec = importlib.util.spec_from_file_location("superlink_state", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def resnet18_shapes() -> list[tuple[int, ...]]:
@@ -48,6 +59,7 @@ def run(busy_timeout_ms: int, nodes: int, rounds: int, burn: int) -> dict[str, f
                                      for k, v in sql_mixin.SQLITE_PRAGMAS)
     shapes = resnet18_shapes()
     rng = np.random.default_rng(0)
+    is_busy_state = superlink_state_launcher().is_busy_state
     stats = {"pushes": 0, "pulls": 0, "locked": 0, "other-errors": 0, "slowest-push-s": 0.0, "slowest-pull-s": 0.0}
     lock = threading.Lock()
 
@@ -56,7 +68,7 @@ def run(busy_timeout_ms: int, nodes: int, rounds: int, burn: int) -> dict[str, f
             stats[f"{kind}es" if kind == "push" else f"{kind}s"] += 1
             stats[f"slowest-{kind}-s"] = max(stats[f"slowest-{kind}-s"], seconds)
             if error is not None:
-                stats["locked" if "database is locked" in str(error) else "other-errors"] += 1
+                stats["locked" if is_busy_state(error) else "other-errors"] += 1
 
     def timed(kind: str, call) -> None:
         start = time.monotonic()

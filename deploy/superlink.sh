@@ -2,7 +2,8 @@
 # Start a SuperLink with TLS and SuperNode authentication (the default), for the fedsynth app.
 #
 #   deploy/superlink.sh --certs DIR [--name superlink] [--host 0.0.0.0] [--port 8000]
-#                       [--database PATH [--busy-timeout SECONDS]] [--isolation subprocess|process]
+#                       [--database PATH [--busy-timeout SECONDS] [--busy-limit SECONDS]]
+#                       [--isolation subprocess|process]
 #                       [--superexec-secret FILE] [--insecure] [-- extra flower-superlink flags]
 #
 # --certs DIR holds ca.crt and NAME.crt/NAME.key (deploy/pki.sh); NAME.crt's subjectAltName must
@@ -13,7 +14,10 @@
 # for the write lock: large replies (~45 MB, resnet18) from several sites on a loaded host then fail
 # with `database is locked` (HTTP 500, not retried by the SuperNodes). With a file, the SuperLink
 # therefore runs under deploy/superlink-state.py, which sets that wait to --busy-timeout seconds
-# (default 60; 5 runs Flower's own flower-superlink unchanged).
+# (default 60; 5 runs Flower's own flower-superlink unchanged). A request that still finds the database
+# busy is answered 503 (retried by the nodes) for at most --busy-limit seconds of busy answers with no
+# write through (default 60); then the SuperLink logs an error naming the database and answers 500, as
+# Flower does, so the retries end.
 #
 # Runtime dependency installation is disabled: by default a SuperLink runs `uv sync` for every run
 # and installs the app's dependencies into a fresh environment (torch with CUDA wheels, ~5 GB and
@@ -25,7 +29,7 @@
 set -euo pipefail
 
 certs="" name="superlink" host="0.0.0.0" port="8000" database="" isolation="subprocess"
-secret="" insecure=0 extra=() busy_timeout="60"
+secret="" insecure=0 extra=() busy_timeout="60" busy_limit="60"
 die() { echo "superlink.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
     case "$1" in --insecure|--|-h|--help) ;; -*) [ $# -ge 2 ] || die "$1 needs a value (see --help)" ;; esac
@@ -36,6 +40,7 @@ while [ $# -gt 0 ]; do
         --port) port="$2"; shift 2 ;;
         --database) database="$2"; shift 2 ;;
         --busy-timeout) busy_timeout="$2"; shift 2 ;;
+        --busy-limit) busy_limit="$2"; shift 2 ;;
         --isolation) isolation="$2"; shift 2 ;;
         --superexec-secret) secret="$2"; shift 2 ;;
         --insecure) insecure=1; shift ;;
@@ -46,6 +51,7 @@ while [ $# -gt 0 ]; do
 done
 
 [[ "$busy_timeout" =~ ^[1-9][0-9]*$ ]] || die "--busy-timeout must be a positive whole number of seconds"
+[[ "$busy_limit" =~ ^[1-9][0-9]*$ ]] || die "--busy-limit must be a positive whole number of seconds"
 if [ -n "$database" ] && [ "$database" != ":memory:" ]; then
     dir="$(dirname -- "$database")"
     mkdir -p -- "$dir" 2>/dev/null || die "cannot create the database directory $dir (for --database $database)"
@@ -81,7 +87,8 @@ if [ -n "$database" ] && [[ "$database" != ":memory:" && "$database" != ":flwr-i
     flower="$(command -v flower-superlink)" || die "flower-superlink is not on PATH (install deploy/requirements.txt)"
     python="$(head -n 1 "$flower" | sed -n 's|^#! *||p')"
     [[ -n "$python" && "$python" != */sh && "$python" != */bash ]] || python=python3
-    exec $python "$(dirname "$0")/superlink-state.py" --busy-timeout-ms "$(( busy_timeout * 1000 ))" -- \
+    exec $python "$(dirname "$0")/superlink-state.py" --busy-timeout-ms "$(( busy_timeout * 1000 ))" \
+        --busy-limit "$busy_limit" -- \
         flower-superlink "${args[@]}" "${extra[@]}"
 fi
 exec flower-superlink "${args[@]}" "${extra[@]}"

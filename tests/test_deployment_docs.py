@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import supernode_standin
+
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
 DOCS = [REPO / "docs" / "deployment.md", DEPLOY / "README.md"]
@@ -74,20 +76,14 @@ def captured(tmp_path_factory: pytest.TempPathFactory) -> str:
     # A SuperNode the SuperLink refuses to activate (a stand-in flower-supernode refused as Flower refuses):
     # retried, then given up on.
     refused = tmp / "refused-bin"
-    refused.mkdir()
-    (refused / "flower-supernode").write_text("#!/bin/sh\necho 'Failed to activate SuperNode.' >&2\nexit 1\n")
-    (refused / "flower-supernode").chmod(0o755)
+    supernode_standin.write(refused, supernode_standin.REFUSED)
     out.append(subprocess.run([str(DEPLOY / "retry-activation.sh"), "--retry-every", "1", "--activation-wait", "2",
                                "--", "flower-supernode"], capture_output=True, text=True, timeout=60,
                               env={**os.environ, "PATH": f"{refused}{os.pathsep}{os.environ['PATH']}"}).stderr)
     # A SuperNode that Flower deactivated after an unretried HTTP error but left running: stopped, started again.
     stalled = tmp / "stalled-bin"
-    stalled.mkdir()
-    (stalled / "flower-supernode").write_text(
-        f"#!/bin/sh\n[ -f {stalled}/ran ] && exit 0\ntouch {stalled}/ran\n"
-        "echo \"ERROR :     Server error '500 Internal Server Error' for url 'https://x:1/v1/fleet/pull-messages'\"\n"
-        "exec sleep 30\n")
-    (stalled / "flower-supernode").chmod(0o755)
+    supernode_standin.write(stalled, "if CALL > 1:\n    sys.exit(0)\n"
+                            + supernode_standin.left_offline("https://x:1/v1/fleet/pull-messages") + "time.sleep(30)\n")
     out.append(subprocess.run([str(DEPLOY / "retry-activation.sh"), "--retry-every", "1", "--", "flower-supernode"],
                               capture_output=True, text=True, timeout=60,
                               env={**os.environ, "PATH": f"{stalled}{os.pathsep}{os.environ['PATH']}"}).stderr)

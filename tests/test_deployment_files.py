@@ -20,6 +20,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import textwrap
 import time
 import tomllib
 from functools import cache
@@ -27,6 +28,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+
+from tests import supernode_standin
 
 REPO = Path(__file__).resolve().parent.parent
 DEPLOY = REPO / "deploy"
@@ -205,9 +208,10 @@ def test_superlink_script_starts_tls_and_node_auth_by_default(tmp_path: Path, pk
     result = run_script("superlink.sh", ["--certs", str(pki), "--database", str(tmp_path / "s.db")], tmp_path / "bin")
     assert result.returncode == 0, result.stderr
     argv = launcher.read_text().split("\0")[:-1]
-    assert argv[:5] == [str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "60000", "--", "flower-superlink"]
+    assert argv[:7] == [str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "60000", "--busy-limit", "60", "--",
+                        "flower-superlink"]
     assert argv[argv.index("--database") + 1] == str(tmp_path / "s.db")
-    assert rejected_flags("flower-superlink", argv[5:]) == []
+    assert rejected_flags("flower-superlink", argv[7:]) == []
     # Flower's own wait (5 s) runs flower-superlink itself
     result = run_script("superlink.sh", ["--certs", str(pki), "--database", str(tmp_path / "s.db"),
                                          "--busy-timeout", "5"], tmp_path / "bin")
@@ -384,21 +388,11 @@ def test_pki_keys_are_private_and_node_keys_are_ecdsa_384(pki: Path) -> None:
 # ----- deploy/retry-activation.sh: a SuperNode restarted while the SuperLink still holds its session
 
 
-def flaky_supernode(bin_dir: Path, refusals: int, final: str = "exit 0") -> Path:
-    """A stand-in `flower-supernode` refused like Flower refuses a held session `refusals` times, then `final`."""
-    bin_dir.mkdir(exist_ok=True)
-    calls = bin_dir / "calls"
-    script = bin_dir / "flower-supernode"
-    script.write_text(
-        "#!/bin/sh\n"
-        f"echo x >> '{calls}'\n"
-        f"if [ $(wc -l < '{calls}') -le {refusals} ]; then\n"
-        "  echo 'ERROR :     Exit Code: 305'; echo 'Failed to activate SuperNode.' >&2; exit 1\n"
-        "fi\n"
-        f"{final}\n"
-    )
-    script.chmod(0o755)
-    return calls
+def flaky_supernode(bin_dir: Path, refusals: int, final: str = "sys.exit(0)\n") -> Path:
+    """A stand-in `flower-supernode` refused like Flower refuses a held session `refusals` times (Flower's exit
+    record), then running `final` (Python)."""
+    return supernode_standin.write(bin_dir, f"if CALL <= {refusals}:\n" + textwrap.indent(supernode_standin.REFUSED, "    ")
+                                   + final)
 
 
 def retry(bin_dir: Path, *options: str) -> subprocess.CompletedProcess:
@@ -414,7 +408,8 @@ def test_a_refused_activation_is_retried_with_a_line_saying_why(tmp_path: Path) 
     assert len(calls.read_text().splitlines()) == 3
     lines = [line for line in result.stderr.splitlines() if line.startswith("retry-activation.sh: ")]
     assert len(lines) == 2 and all("may still hold this node's previous session" in line for line in lines), lines
-    assert "Failed to activate SuperNode." in result.stdout  # the node's own output still shows (on stdout)
+    assert "Failed to activate SuperNode." in result.stdout  # the node's own output still shows, where it wrote it
+    assert all("(Flower's exit code 305)" in line for line in lines), lines
 
 
 def test_a_refusal_that_outlasts_any_held_session_gives_up_with_exit_78(tmp_path: Path) -> None:
@@ -428,15 +423,17 @@ def test_a_refusal_that_outlasts_any_held_session_gives_up_with_exit_78(tmp_path
 
 
 def test_other_failures_pass_through_at_once(tmp_path: Path) -> None:
-    calls = flaky_supernode(tmp_path / "bin", refusals=0, final="echo 'CERTIFICATE_VERIFY_FAILED' >&2; exit 1")
+    calls = flaky_supernode(tmp_path / "bin", refusals=0,
+                            final="print('CERTIFICATE_VERIFY_FAILED', file=sys.stderr)\nsys.exit(1)\n")
     result = retry(tmp_path / "bin", "--retry-every", "1")
-    assert result.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in result.stdout
+    assert result.returncode == 1 and "CERTIFICATE_VERIFY_FAILED" in result.stderr
     assert len(calls.read_text().splitlines()) == 1 and "retry-activation.sh" not in result.stderr
 
 
 def test_sigterm_reaches_the_supernode(tmp_path: Path) -> None:
-    flaky_supernode(tmp_path / "bin", refusals=0, final=f"trap 'echo stopped > {tmp_path}/stopped; exit 0' TERM\n"
-                                                         "while :; do sleep 0.1; done")
+    flaky_supernode(tmp_path / "bin", refusals=0,
+                    final=f"def stop(*_):\n    open({str(tmp_path / 'stopped')!r}, 'w').write('stopped')\n"
+                          "    sys.exit(0)\nsignal.signal(signal.SIGTERM, stop)\ntime.sleep(60)\n")
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.Popen([str(DEPLOY / "retry-activation.sh"), "--", "flower-supernode"], env=env)
     time.sleep(1.5)
@@ -509,6 +506,100 @@ def test_a_busy_state_database_is_answered_with_a_retryable_503_and_other_errors
         sql_mixin.SQLITE_PRAGMAS, superlink_main.http_error_translator = before_pragmas, before_translator
 
 
+def locked_state_app(tmp_path: Path, launcher, streak):  # type: ignore[no-untyped-def]
+    """A FastAPI app behind the launcher's middleware, on Flower's own SQL store with a 0.1 s busy timeout: a write
+    endpoint, a read endpoint, and one that raises text-only look-alikes of the busy error."""
+    import sqlite3
+
+    from fastapi import FastAPI
+    from flwr.supercore.error import http_error_translator
+    from flwr.supercore.object_store.sql_object_store import SqlObjectStore
+    from sqlalchemy import text
+    from starlette.middleware import Middleware
+    from starlette.middleware.base import BaseHTTPMiddleware
+
+    launcher.set_busy_timeout(100)
+    store = SqlObjectStore(str(tmp_path / "state.db"))
+    store.initialize()
+    app = FastAPI(middleware=[Middleware(BaseHTTPMiddleware,
+                                         dispatch=launcher.busy_state_answers_503(http_error_translator, streak))])
+
+    @app.post("/v1/fleet/push-object")
+    def push_object() -> dict:
+        with store.session() as session:
+            session.execute(text("CREATE TABLE IF NOT EXISTS t (x INTEGER)"))
+            session.execute(text("INSERT INTO t VALUES (1)"))
+        return {}
+
+    @app.post("/v1/fleet/pull-object")
+    def pull_object() -> dict:
+        with store.session() as session:
+            session.execute(text("SELECT 1"))
+        return {}
+
+    @app.post("/v1/fleet/look-alike/{kind}")
+    def look_alike(kind: str) -> dict:
+        if kind == "text":
+            raise ValueError("database is locked")
+        raise sqlite3.OperationalError("database is locked")  # made by hand: no SQLite result code
+
+    return app
+
+
+def test_a_database_locked_longer_than_the_bound_ends_in_an_operator_readable_error_within_it(tmp_path, capfd) -> None:
+    """503s while the lock is young; once the database has answered busy for --busy-limit seconds with no write
+    through, one error naming the database and Flower's own 500, so the nodes' retries end. A read that succeeds
+    meanwhile (SQLite lets readers through) does not reset the bound; a write that succeeds does."""
+    import sqlite3
+
+    import flwr.supercore.sql_mixin as sql_mixin
+    from fastapi.testclient import TestClient
+    from sqlalchemy import Engine, event
+
+    launcher = superlink_state_launcher()
+    before = sql_mixin.SQLITE_PRAGMAS
+    streak = launcher.BusyStreak(1.5, str(tmp_path / "state.db"))
+    listener = launcher.note_writes(streak)
+    try:
+        client = TestClient(locked_state_app(tmp_path, launcher, streak), raise_server_exceptions=False)
+        assert client.post("/v1/fleet/push-object").status_code == 200
+        holder = sqlite3.connect(tmp_path / "state.db", isolation_level=None)
+        holder.execute("BEGIN EXCLUSIVE")  # a lock that is not released within the bound
+        started = time.monotonic()
+        statuses = []
+        while time.monotonic() - started < 5 and 500 not in statuses:
+            statuses.append(client.post("/v1/fleet/push-object").status_code)
+            assert client.post("/v1/fleet/pull-object").status_code in (200, 503)
+            time.sleep(0.1)
+        took = time.monotonic() - started
+        assert statuses[0] == 503 and statuses[-1] == 500 and set(statuses) == {503, 500}, statuses
+        assert 1.5 <= took < 1.5 + 1.5, took  # the bound, plus one busy wait and the loop's own steps
+        errors = [line for line in capfd.readouterr().err.splitlines() if line.startswith("superlink-state.py: ERROR")]
+        assert len(errors) == 1 and f"the state database {tmp_path / 'state.db'} has been locked for" in errors[0]
+        assert "longer than --busy-limit 1.5 s" in errors[0] and "answering as Flower does (HTTP 500)" in errors[0]
+        assert client.post("/v1/fleet/push-object").status_code == 500  # still Flower's, no second error line
+        assert "superlink-state.py: ERROR" not in capfd.readouterr().err
+        holder.execute("ROLLBACK")
+        assert client.post("/v1/fleet/push-object").status_code == 200  # a write through: the spell is over
+        holder.execute("BEGIN EXCLUSIVE")
+        assert client.post("/v1/fleet/push-object").status_code == 503  # a new spell starts with 503s again
+        holder.execute("ROLLBACK")
+        # only SQLite's own busy error is answered 503: look-alikes by text are Flower's 500
+        assert client.post("/v1/fleet/look-alike/text").status_code == 500
+        assert client.post("/v1/fleet/look-alike/hand-made").status_code == 500
+    finally:
+        event.remove(Engine, "after_cursor_execute", listener)
+        sql_mixin.SQLITE_PRAGMAS = before
+
+
+def test_the_superlink_state_launcher_refuses_a_bad_busy_limit() -> None:
+    for value in ("0", "-1", "nan", "1e9"):
+        done = subprocess.run([sys.executable, str(DEPLOY / "superlink-state.py"), "--busy-timeout-ms", "100",
+                               "--busy-limit", value, "--", "flower-superlink", "--version"], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2 and "--busy-limit must be" in done.stderr, (value, done.stderr)
+
+
 def test_the_superlink_state_launcher_sets_the_busy_timeout_of_flowers_sqlite_connections(tmp_path: Path) -> None:
     import flwr.supercore.sql_mixin as sql_mixin
     from flwr.supercore.object_store.sql_object_store import SqlObjectStore
@@ -531,34 +622,25 @@ def test_the_superlink_state_launcher_sets_the_busy_timeout_of_flowers_sqlite_co
     assert done.returncode == 0 and done.stdout.startswith("Flower version: "), done.stdout + done.stderr
 
 
-def stalled_supernode(bin_dir: Path, error_line: str) -> Path:
-    """A stand-in `flower-supernode` that, on its first start, logs `error_line` and then lives on doing nothing
-    (as Flower does after an unretried HTTP error: node deactivated, process alive); started again, it exits 0."""
-    bin_dir.mkdir(exist_ok=True)
-    calls = bin_dir / "calls"
-    script = bin_dir / "flower-supernode"
-    script.write_text(
-        "#!/bin/bash\n"
-        f"echo x >> '{calls}'\n"
-        f"if [ $(wc -l < '{calls}') -eq 1 ]; then\n"
-        "  echo 'INFO :      SuperNode ID: 5'\n"
-        f"  echo {shlex.quote(error_line)}\n"
-        "  echo 'For more information check: https://developer.mozilla.org/en-US/docs/Web/HTTP/Status/500'\n"
-        "  exec sleep 8\n"  # alive, as Flower's Runtime API thread keeps it; exits 0 by itself if not stopped
-        "fi\n"
-        "exit 0\n"
-    )
-    script.chmod(0o755)
-    return calls
+def stalled_supernode(bin_dir: Path, first_start: str, starts: int = 1) -> Path:
+    """A stand-in `flower-supernode` that, on its first `starts` starts, runs `first_start` (Python: Flower's record,
+    or what a ClientApp prints) and then lives on doing nothing (as Flower does after an unretried HTTP error: node
+    deactivated, process alive); started again after that, it exits 0."""
+    return supernode_standin.write(bin_dir, f"if CALL <= {starts}:\n    print('INFO :      SuperNode ID: 5')\n"
+                                   + textwrap.indent(first_start, "    ")
+                                   + "    print(LINE, flush=True)\n    time.sleep(8)\n"  # alive; ends by itself
+                                   + "sys.exit(0)\n")
 
 
-# Flower 1.42's own line (tests/test_supernode_watchdog.py sees it from a real SuperNode), with its colours
+# Flower 1.42's own console line (tests/test_supernode_watchdog.py sees it from a real SuperNode), with its colours
 LEFT_OFFLINE_LINE = ("\x1b[91mERROR \x1b[0m:     Server error '500 Internal Server Error' for url "
                      "'https://127.0.0.1:9092/v1/fleet/pull-messages'")
+FLOWER_LEFT_IT_OFFLINE = f"LINE = {LEFT_OFFLINE_LINE!r}\n" + supernode_standin.left_offline()
+AN_APP_PRINTS_IT = f"LINE = {LEFT_OFFLINE_LINE!r}\nprint(LINE, file=sys.stderr)\n"  # no record: only output
 
 
 def test_watchdog_restarts_a_supernode_that_flower_left_offline_while_its_process_lives(tmp_path: Path) -> None:
-    calls = stalled_supernode(tmp_path / "bin", LEFT_OFFLINE_LINE)
+    calls = stalled_supernode(tmp_path / "bin", FLOWER_LEFT_IT_OFFLINE)
     start = time.monotonic()
     result = retry(tmp_path / "bin", "--retry-every", "1", "--stop-grace", "2")
     took = time.monotonic() - start
@@ -566,13 +648,91 @@ def test_watchdog_restarts_a_supernode_that_flower_left_offline_while_its_proces
     assert len(calls.read_text().splitlines()) == 2  # stopped and started again
     assert 2 <= took < 7, took  # after the grace, not after the stand-in's 8 s: the watchdog stopped it
     assert ("retry-activation.sh: the SuperLink answered this SuperNode with an error Flower does not retry, and "
-            "Flower deactivated the node but left its process running") in result.stderr
+            "Flower deactivated the node but left its process running (Flower's record: HTTP 500 for "
+            "/v1/fleet/pull-messages; it would stay offline); stopped it, starting it again in 1 s (restart 1 of at "
+            "most 10 in a row)") in result.stderr
     assert LEFT_OFFLINE_LINE in result.stdout
+
+
+def test_a_clientapp_printing_flowers_500_line_does_not_restart_its_node(tmp_path: Path) -> None:
+    """Flower passes a ClientApp's output through to the node's: a line there is not one of Flower's records."""
+    calls = stalled_supernode(tmp_path / "bin", AN_APP_PRINTS_IT + "print('Failed to activate SuperNode.')\n")
+    result = retry(tmp_path / "bin", "--retry-every", "1", "--stop-grace", "1")
+    assert result.returncode == 0 and len(calls.read_text().splitlines()) == 1, result.stderr
+    assert LEFT_OFFLINE_LINE in result.stderr and "retry-activation.sh" not in result.stderr
+
+
+def test_watchdog_restarts_back_off_and_end_in_exit_75_for_the_supervisor(tmp_path: Path) -> None:
+    calls = stalled_supernode(tmp_path / "bin", FLOWER_LEFT_IT_OFFLINE, starts=100)
+    start = time.monotonic()
+    result = retry(tmp_path / "bin", "--retry-every", "1", "--stop-grace", "0", "--max-restarts", "3",
+                   "--max-backoff", "3")
+    took = time.monotonic() - start
+    assert result.returncode == 75, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("retry-activation.sh: ")]
+    delays = [int(re.search(r"starting it again in (\d+) s", line).group(1)) for line in lines[:-1]]
+    assert delays == [1, 2, 3] and len(calls.read_text().splitlines()) == 4, lines
+    assert [f"restart {n} of at most 3 in a row" in line for n, line in enumerate(lines[:-1], 1)] == [True] * 3
+    assert "after 3 restarts in a row" in lines[-1] and "giving up with exit 75" in lines[-1], lines[-1]
+    assert 6 <= took < 20, took
+
+
+WATCHDOG_RECORDS_OF_FLOWER = textwrap.dedent("""
+    import importlib.util, logging, sys
+    import httpx
+    from flwr.supercore import log
+    from flwr.supercore.exit import ExitCode, flwr_exit
+
+    spec = importlib.util.spec_from_file_location("supernode_records", sys.argv[1])
+    records = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(records)
+    logging.getLogger("flwr").addHandler(records.WatchdogRecords(int(sys.argv[2])))
+
+    def http_error(url):
+        request = httpx.Request("POST", url)
+        return httpx.HTTPStatusError("Server error", request=request, response=httpx.Response(500, request=request))
+
+    log(logging.ERROR, http_error("https://h:1/v1/fleet/pull-messages"))  # as flwr/supernode/fleet_http_connection
+    log(logging.ERROR, "Failed to send message %s: %s", "1a2b", http_error("https://h:1/v1/fleet/push-object"))
+    log(logging.INFO, http_error("https://h:1/v1/fleet/pull-messages"))
+    log(logging.ERROR, http_error("https://h:1/v1/control/list-runs"))
+    log(logging.ERROR, "Server error '500 Internal Server Error' for url 'https://h:1/v1/fleet/pull-messages'")
+    log(logging.ERROR, "Exit Code: 305 (but no refusal)")
+    flwr_exit(ExitCode.SUPERNODE_CONNECTION_ERROR,
+              "Failed to initialize the connection to the SuperLink.\\n[code: 3] Failed to activate SuperNode.")
+""")
+
+
+def test_the_watchdogs_records_are_flowers_own_log_records() -> None:
+    """deploy/supernode-records.py's handler on Flower's logger, fed by Flower's own functions as the SuperNode
+    calls them: the HTTP error that ended the connection and a refused activation's exit make a record; a
+    handled error, a lower level, another request and plain text do not."""
+    read_end, write_end = os.pipe()
+    done = subprocess.run([sys.executable, "-c", WATCHDOG_RECORDS_OF_FLOWER, str(DEPLOY / "supernode-records.py"),
+                           str(write_end)], pass_fds=[write_end], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "FLWR_TELEMETRY_ENABLED": "0"})
+    os.close(write_end)
+    assert done.returncode == 1 and "Failed to activate SuperNode" in done.stderr, done.stderr
+    with os.fdopen(read_end) as lines:
+        assert lines.read().splitlines() == ["deactivated 500 /v1/fleet/pull-messages", "refused 305"]
+
+
+def test_a_process_the_node_starts_cannot_write_the_watchdogs_records(tmp_path: Path) -> None:
+    """A ClientApp is a child of the node: it does not hold the records' descriptor, even when asked to keep fds."""
+    forged = "import os; os.write(3, b'deactivated 500 /v1/fleet/pull-messages' + bytes([10]))"
+    calls = stalled_supernode(tmp_path / "bin", "LINE = 'a task ran'\nimport subprocess\n"
+                              f"task = subprocess.run([sys.executable, '-c', {forged!r}], close_fds=False, "
+                              "capture_output=True, text=True)\n"
+                              "print('task:', task.returncode, task.stderr.splitlines()[-1:])\n")
+    result = retry(tmp_path / "bin", "--retry-every", "1", "--stop-grace", "0")
+    assert result.returncode == 0 and len(calls.read_text().splitlines()) == 1, result.stderr
+    assert "task: 1 ['OSError: [Errno 9] Bad file descriptor']" in result.stdout, result.stdout
+    assert "retry-activation.sh" not in result.stderr
 
 
 def test_a_supervisor_stopping_the_script_within_the_watchdogs_grace_is_not_answered_by_a_restart(
         tmp_path: Path) -> None:
-    calls = stalled_supernode(tmp_path / "bin", LEFT_OFFLINE_LINE)
+    calls = stalled_supernode(tmp_path / "bin", FLOWER_LEFT_IT_OFFLINE)
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.Popen([str(DEPLOY / "retry-activation.sh"), "--stop-grace", "5", "--", "flower-supernode"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -588,8 +748,10 @@ def test_a_supervisor_stopping_the_script_within_the_watchdogs_grace_is_not_answ
 
 def test_watchdog_leaves_a_supernode_alone_after_an_error_flower_handles(tmp_path: Path) -> None:
     # a failed push is logged and the node goes on pulling: nothing to restart
-    calls = stalled_supernode(tmp_path / "bin", "ERROR :     Failed to send message 1a2b: Server error '500 Internal "
-                                                "Server Error' for url 'https://127.0.0.1:9092/v1/fleet/push-object'")
+    calls = stalled_supernode(tmp_path / "bin", "LINE = 'a handled error'\n"
+                                                "FLOWER.error('Failed to send message %s: %s', '1a2b', \"Server error "
+                                                "'500 Internal Server Error' for url "
+                                                "'https://127.0.0.1:9092/v1/fleet/push-object'\")\n")
     result = retry(tmp_path / "bin", "--retry-every", "1")
     assert result.returncode == 0 and len(calls.read_text().splitlines()) == 1
     assert "retry-activation.sh" not in result.stderr

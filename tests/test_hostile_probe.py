@@ -45,3 +45,28 @@ def test_a_refusal_is_handled_only_when_it_names_the_part_at_fault():
     assert probe.refused_naming(lambda: 5, ("lr",), accepted_ok=True)[0] == probe.HANDLED
     verdict = probe.run_isolated(probe.Case("t", "verdict", lambda: (probe.WRONG, "accepted")))
     assert verdict[:2] == (probe.WRONG, "accepted")
+
+
+def load_family(name: str):
+    """A family module of the probe (it imports `hostile_probe`, loaded above), from benchmarks/."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_site_family_probes_the_warm_server_the_watchdog_and_the_busy_state():
+    site = load_family("hostile_probe_site")
+    cases = site.site_cases(None)
+    families = {case.family for case in cases}
+    assert families == {"warm-server", "watchdog", "state-503"}
+    names = " ".join(case.name for case in cases)
+    for words in ("nested", "trickling", "sends nothing", "40 MB", "4 GiB", "impostor", "symlinked", "too long",
+                  "Flower's 500 line", "forges a record", "locked past --busy-limit", "text says"):
+        assert words in names, words
+    # a few of them, run as the probe runs them (each in a forked child, with its timeout): handled on this code
+    for name in ("an impostor replaces the socket", "an owner gone at start",
+                 "Flower's own record of a 500 on its pull (control: restarts)"):
+        (case,) = [c for c in cases if c.name == name]
+        outcome, detail, _ = probe.run_isolated(case)
+        assert outcome == probe.HANDLED, (name, outcome, detail)

@@ -9,19 +9,26 @@ runs in tests/test_warm_clientapp_deployment.py.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
 import textwrap
+import threading
 import time
+import traceback
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIM_DIR = ROOT / "deploy" / "warm-clientapp"
+SERVER_PY = ROOT / "fedsynth" / "warm_clientapp" / "server.py"
+DEADLINE_S = 2.0  # the warm server's request deadline in these tests (FEDSYNTH_WARM_CLIENTAPP_REQUEST_DEADLINE_S)
 sys.path.insert(0, str(ROOT))
 
 FAKE_TASK = textwrap.dedent('''
@@ -41,6 +48,14 @@ FAKE_TASK = textwrap.dedent('''
             sys.path.insert(0, rest[0])
             import fake_app
             print(f"app version={fake_app.VERSION}", flush=True)
+        if mode == "sleep":
+            time.sleep(float(rest[0]))
+            print("slept", flush=True)
+        if mode == "touch":
+            open(rest[0], "w").close()
+        if mode == "syspath":
+            import json
+            print("path=" + json.dumps(sys.path), flush=True)
         if mode == "wait":
             signal.signal(signal.SIGTERM, lambda *_: sys.exit(3))
             print("ready", flush=True)
@@ -69,7 +84,7 @@ class Host:
             "PYTHONPATH": str(tmp / "lib"), "FEDSYNTH_WARM_CLIENTAPP_DIR": str(self.sockets),
             "FEDSYNTH_WARM_CLIENTAPP_OWNER_PID": str(self.owner.pid),
             "FEDSYNTH_WARM_CLIENTAPP_PRELOAD": "fake_preload", "FEDSYNTH_WARM_CLIENTAPP_ENTRY": "fake_task:main",
-            "FAKE_X": "seven",
+            "FAKE_X": "seven", "FEDSYNTH_WARM_CLIENTAPP_REQUEST_DEADLINE_S": str(DEADLINE_S),
         }
 
     def cold(self, *args: str) -> subprocess.CompletedProcess:
@@ -331,3 +346,367 @@ def test_compose_clientapp_executors_run_warm_by_default_with_a_switch(tmp_path)
         assert service["environment"]["FEDSYNTH_WARM_CLIENTAPP"] == "${FEDSYNTH_WARM_CLIENTAPP:-1}"
     script = (ROOT / "deploy" / "compose-nodes.sh").read_text()
     assert script.count("FEDSYNTH_WARM_CLIENTAPP: \\${FEDSYNTH_WARM_CLIENTAPP:-1}") == 1
+
+
+# ----- a hostile neighbour: each case against the real server, with a normal task running beside it
+
+def normal_task(host: Host, seconds: float = 1.0, running: bool = True) -> tuple[subprocess.Popen, float, str]:
+    """A warm task that sleeps `seconds` and exits 0, through the shim; with `running`, returned once it runs."""
+    started = time.monotonic()
+    proc = subprocess.Popen(["flwr-clientapp", "sleep", str(seconds)], env=host.env, cwd=host.tmp,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return proc, started, proc.stdout.readline() if running else ""
+
+
+def finishes_normally(task: tuple[subprocess.Popen, float, str], seconds: float = 1.0) -> None:
+    """The normal task ended as it would alone: warm, status 0, its output, and not held up by its neighbour."""
+    proc, started, first = task
+    stdout, stderr = proc.communicate(timeout=60)
+    stdout = first + stdout
+    took = time.monotonic() - started
+    assert proc.returncode == 0 and "warm=True" in stdout and "slept" in stdout and stderr == "", (stdout, stderr)
+    # the old server, reading one request at a time, held it 10 s (its per-recv timeout) or until the neighbour left;
+    # the slack is for a loaded host
+    assert took < seconds + 2 * DEADLINE_S, f"the normal task took {took:.1f} s"
+
+
+def raw_connection(host: Host) -> socket.socket:
+    (path,) = host.socket_files()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(path))
+    return sock
+
+
+def send_header(sock: socket.socket, size: int) -> None:
+    """A request's start as the shim sends it: the 4-byte length with three fds alongside."""
+    devnull = os.open(os.devnull, os.O_RDWR)
+    socket.send_fds(sock, [struct.pack("!I", size)], [devnull, devnull, devnull])
+    os.close(devnull)
+
+
+def answer(sock: socket.socket, timeout: float = DEADLINE_S + 10) -> str:
+    """What the server says before it closes the connection."""
+    sock.settimeout(timeout)
+    data = b""
+    while chunk := sock.recv(4096):
+        data += chunk
+    sock.close()
+    return data.decode()
+
+
+def still_serves(host: Host) -> None:
+    after = host.shim("ok")
+    assert after.returncode == 0 and "warm=True" in after.stdout, after.stderr
+    assert len(host.server_pids()) == 1 and alive(host.server_pids()[0])
+
+
+def test_json_nested_past_the_recursion_limit_ends_that_connection_only(host):
+    host.start_warm()
+    task = normal_task(host)
+    sock = raw_connection(host)
+    payload = b"[" * 100_000 + b"]" * 100_000
+    send_header(sock, len(payload))
+    sock.sendall(payload)
+    assert answer(sock).startswith("error request JSON is nested deeper than Python's recursion limit")
+    finishes_normally(task)
+    still_serves(host)
+
+
+def test_an_oversized_length_is_refused_before_anything_is_read(host):
+    host.start_warm()
+    task = normal_task(host)
+    for size in (40_000_000, 2**32 - 1):  # 40 MB took the old server 29 s to read; 4 GiB is the field's most
+        sock = raw_connection(host)
+        send_header(sock, size)
+        started = time.monotonic()
+        assert answer(sock) == f"error request of {size} bytes is over the cap of {4 * 1024 * 1024} bytes\n"
+        assert time.monotonic() - started < 1.5
+    finishes_normally(task)
+    still_serves(host)
+
+
+def test_a_trickling_client_holds_up_nobody_and_is_cut_at_the_request_deadline(host):
+    host.start_warm()
+    sock = raw_connection(host)
+    send_header(sock, 1000)
+
+    def trickle() -> None:
+        try:
+            for _ in range(40):
+                sock.send(b" ")
+                time.sleep(0.25)
+        except OSError:
+            pass  # the server closed it
+
+    trickler = threading.Thread(target=trickle, daemon=True)
+    trickler.start()
+    started = time.monotonic()
+    finishes_normally(normal_task(host, 0.2, running=False), 0.2)  # the old server read one request at a time: this waited
+    reply = answer(sock)
+    assert reply.startswith("error the request not complete by the request deadline"), reply
+    assert time.monotonic() - started < DEADLINE_S + 2
+    still_serves(host)
+
+
+def test_a_client_that_sends_nothing_holds_up_nobody(host):
+    host.start_warm()
+    silent = raw_connection(host)
+    started = time.monotonic()
+    finishes_normally(normal_task(host, 0.2, running=False), 0.2)
+    assert answer(silent) == f"error no request within the request deadline ({DEADLINE_S:g} s)\n"
+    assert DEADLINE_S - 0.5 < time.monotonic() - started < DEADLINE_S + 2
+    still_serves(host)
+
+
+MALFORMED = [
+    (b'{"argv": "x", "env": {}, "cwd": "/"}', "argv is not a non-empty list of strings"),
+    (b'{"argv": ["a"], "env": {"A": 1}, "cwd": "/"}', "env is not an object of strings"),
+    (b'[1, 2]', "not an object of argv, env and cwd"),
+    (b'\xff\xfe', "request is not JSON"),
+]
+
+
+def test_a_malformed_request_is_refused_naming_what_is_wrong(host):
+    host.start_warm()
+    task = normal_task(host)
+    for payload, reason in MALFORMED:
+        sock = raw_connection(host)
+        send_header(sock, len(payload))
+        sock.sendall(payload)
+        assert reason in answer(sock), payload
+    finishes_normally(task)
+    still_serves(host)
+
+
+def as_user(uid: int, action) -> int:
+    """Run `action` in a forked child with the user id `uid`; the child's exit status (0: it returned)."""
+    pid = os.fork()
+    if pid == 0:
+        status = 1
+        try:
+            os.setgid(uid)
+            os.setuid(uid)
+            action()
+            status = 0
+        except BaseException:  # noqa: BLE001 - shown in the test's output
+            traceback.print_exc()
+        finally:
+            os._exit(status)
+    return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+
+
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="another user's process needs root to be made")
+NOBODY = 65534
+
+
+@needs_root
+def test_another_users_connection_is_refused_by_the_server(host):
+    host.start_warm()
+    task = normal_task(host)
+    (path,) = host.socket_files()
+    os.chmod(host.sockets, 0o711)  # as if the folder were open to others: the server's own check must hold
+    os.chmod(path, 0o666)
+    read_end, write_end = os.pipe()
+    ran = host.tmp / "intruder-task-ran"
+
+    def intrude() -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(str(path))
+        payload = json.dumps({"argv": ["x", "touch", str(ran)], "env": {}, "cwd": "/"}).encode()
+        try:
+            send_header(sock, len(payload))
+            sock.sendall(payload)
+            reply = answer(sock)
+        except (BrokenPipeError, ConnectionResetError):  # refused before its request was read: closed unread
+            reply = "reset"
+        os.write(write_end, reply.encode())
+
+    try:
+        assert as_user(NOBODY, intrude) == 0
+    finally:
+        os.chmod(host.sockets, 0o700)
+        os.chmod(path, 0o600)
+    os.close(write_end)
+    with os.fdopen(read_end) as reply:
+        assert reply.read() in ("reset", f"error runs as uid {NOBODY}, not as this SuperNode's uid {os.getuid()}\n")
+    assert not ran.exists()
+    host.log.seek(0)
+    assert f"runs as uid {NOBODY}" in host.log.read()
+    finishes_normally(task)
+    still_serves(host)
+
+
+def impostor(path: Path, uid: int | None = None) -> tuple[threading.Thread, list[bytes]]:
+    """A listener that takes `path`'s place (bound beside it, renamed over it) and records what it is sent."""
+    temporary = path.with_name("impostor")
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(temporary))
+    if uid is not None:  # the peer credentials are the listening process's: listen as that user
+        pid = os.fork()
+        if pid == 0:
+            os.setuid(uid)
+            listener.listen(1)
+            listener.settimeout(30)
+            try:
+                conn, _ = listener.accept()
+                conn.settimeout(5)
+                conn.recv(4096)
+            finally:
+                os._exit(0)
+        time.sleep(0.3)  # it listens
+    else:
+        listener.listen(1)
+    os.rename(temporary, path)
+    received: list[bytes] = []
+
+    def serve() -> None:
+        if uid is not None:
+            return
+        listener.settimeout(30)
+        conn, _ = listener.accept()
+        conn.settimeout(5)
+        data, fds, _, _ = socket.recv_fds(conn, 65536, 3)
+        received.append(data)
+        received.extend(str(fd).encode() for fd in fds)
+        conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return thread, received
+
+
+@pytest.mark.parametrize("other_user", [False, pytest.param(True, marks=needs_root)])
+def test_a_task_is_never_handed_to_an_impostor_socket(host, other_user):
+    host.start_warm()
+    task = normal_task(host)
+    (path,) = host.socket_files()
+    thread, received = impostor(path, NOBODY if other_user else None)
+    cold = host.shim("exit", "4")
+    assert cold.returncode == 4 and "warm=False" in cold.stdout  # the task ran, cold, with its own status
+    reason = f"runs as uid {NOBODY}" if other_user else "is not the warm server that holds its lock"
+    assert reason in cold.stderr and f"{path}" in cold.stderr and "running" in cold.stderr, cold.stderr
+    thread.join(10)
+    assert received in ([], [b""])  # no argv, no environment, no fds
+    finishes_normally(task)
+
+
+def test_a_symlinked_socket_folder_is_refused_and_the_task_runs_cold(host, tmp_path):
+    host.start_warm()
+    task = normal_task(host)
+    target = Path(tempfile.mkdtemp(prefix="wt-"))
+    link = Path(tempfile.mkdtemp(prefix="wl-")) / "s"
+    link.symlink_to(target)
+    env = {**host.env, "FEDSYNTH_WARM_CLIENTAPP_DIR": str(link)}
+    cold = host.shim("exit", "3", env=env)
+    assert cold.returncode == 3 and "warm=False" in cold.stdout
+    assert f"the warm ClientApp folder {link} is a symbolic link" in cold.stderr, cold.stderr
+    time.sleep(0.5)
+    assert list(target.iterdir()) == []  # no server was started there
+    finishes_normally(task)
+
+
+def direct_server(host: Host, socket_path: str, owner: int | None = None) -> subprocess.CompletedProcess:
+    """server.py started as the shim starts it, preloading a module that leaves a marker when imported."""
+    (host.tmp / "lib" / "marker_preload.py").write_text(
+        f"open({str(host.tmp / 'imported')!r}, 'w').close()\n")
+    env = {**host.env, "FEDSYNTH_WARM_CLIENTAPP_PRELOAD": "marker_preload"}
+    return subprocess.run([sys.executable, str(SERVER_PY), "--socket", socket_path, "--owner-pid",
+                           str(owner or host.owner.pid), "--real", str(host.real)], env=env, capture_output=True,
+                          text=True, timeout=60)
+
+
+def test_a_socket_path_too_long_for_unix_sockets_is_refused_at_start_naming_the_folder(host):
+    host.start_warm()
+    task = normal_task(host)
+    folder = Path(tempfile.mkdtemp(prefix="wlong-")) / ("d" * 90)
+    folder.mkdir(mode=0o700)
+    cold = host.shim("exit", "5", env={**host.env, "FEDSYNTH_WARM_CLIENTAPP_DIR": str(folder)})
+    assert cold.returncode == 5 and "warm=False" in cold.stdout
+    assert f"the warm ClientApp folder {folder} is too long for a unix socket" in cold.stderr, cold.stderr
+    assert list(folder.iterdir()) == []
+    started = direct_server(host, str(folder / "0123456789abcdef.sock"))
+    assert started.returncode == 2 and f"{folder}" in started.stderr and "too long" in started.stderr
+    assert "Traceback" not in started.stderr
+    assert not (host.tmp / "imported").exists()  # refused before importing anything
+    finishes_normally(task)
+
+
+def test_the_server_refuses_a_symlinked_folder_before_importing_anything(host):
+    host.start_warm()
+    task = normal_task(host)
+    target = Path(tempfile.mkdtemp(prefix="wt-"))
+    link = Path(tempfile.mkdtemp(prefix="wl-")) / "s"
+    link.symlink_to(target)
+    started = direct_server(host, str(link / "0123456789abcdef.sock"))
+    assert started.returncode == 2 and f"{link} is a symbolic link" in started.stderr, started.stderr
+    assert not (host.tmp / "imported").exists() and list(target.iterdir()) == []
+    finishes_normally(task)
+
+
+def test_a_server_whose_owner_is_gone_at_start_ends_without_a_traceback(host):
+    host.start_warm()
+    task = normal_task(host)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    folder = Path(tempfile.mkdtemp(prefix="wg-"))
+    started = direct_server(host, str(folder / "0123456789abcdef.sock"), owner=gone.pid)
+    assert started.returncode == 0 and started.stderr == "" and started.stdout == ""
+    assert not (host.tmp / "imported").exists() and not list(folder.glob("*.sock"))
+    finishes_normally(task)
+
+
+def test_a_flood_of_silent_connections_is_cut_off_and_tasks_still_run(host):
+    host.start_warm()
+    task = normal_task(host)
+    flood = [raw_connection(host) for _ in range(64)]  # each read on its own thread until the deadline
+    time.sleep(0.3)
+    extra = raw_connection(host)
+    assert answer(extra, timeout=5) == ""  # refused at once: closed
+    during = host.shim("exit", "7")  # refused too while the flood lasts: it runs cold, with its own status
+    assert during.returncode == 7 and "running" in during.stderr, during.stderr
+    host.log.seek(0)
+    assert "refused a connection: 64 connections are sending their requests already" in host.log.read()
+    for sock in flood:
+        sock.close()
+    finishes_normally(task)
+    host.wait_for(lambda: host.shim("ok").stdout.count("warm=True") == 1, timeout=DEADLINE_S + 10)
+
+
+def test_a_warm_tasks_sys_path_is_a_cold_tasks(host, tmp_path):
+    host.start_warm()  # the server's own PYTHONPATH: lib
+    (tmp_path / "extra").mkdir()
+    env = {**host.env, "PYTHONPATH": os.pathsep.join([str(tmp_path / "extra"), "", str(host.tmp / "lib"),
+                                                      "relative-entry"])}
+    paths = []
+    for run in (lambda: subprocess.run([str(host.real), "syspath"], env=env, cwd=host.tmp, capture_output=True,
+                                       text=True, timeout=60),
+                lambda: host.shim("syspath", env=env)):
+        result = run()
+        assert result.returncode == 0, result.stderr
+        paths.append(json.loads(result.stdout.split("path=", 1)[1].splitlines()[0]))
+    cold, warm = paths
+    assert str(tmp_path / "extra") in cold and warm == cold, "\n".join(map(str, (cold, warm)))
+
+
+def cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def test_a_client_that_sends_more_after_its_request_costs_the_server_nothing(host):
+    host.start_warm()
+    (server,) = host.server_pids()
+    task = normal_task(host)
+    sock = raw_connection(host)
+    payload = json.dumps({"argv": [str(host.real), "sleep", "1.5"], "env": host.env, "cwd": str(host.tmp)}).encode()
+    send_header(sock, len(payload))
+    sock.sendall(payload + b"junk" * 1000)
+    before = cpu_seconds(server)
+    for _ in range(10):
+        sock.sendall(b"more junk")
+        time.sleep(0.1)
+    assert cpu_seconds(server) - before < 0.5  # read and dropped, not a loop woken for ever by unread bytes
+    reply = answer(sock)
+    assert reply.startswith("pid ") and reply.endswith("exit 0\n"), reply
+    finishes_normally(task)

@@ -8,10 +8,19 @@ still importing waits for it (`STARTING_WAIT_S`) rather than import the same mod
 
 - `FEDSYNTH_WARM_CLIENTAPP=0` (or false/no/off): run the real `flwr-clientapp` directly, no warm server.
 - `FEDSYNTH_WARM_CLIENTAPP_DIR`: where the sockets live (default `$TMPDIR/fedsynth-warm-clientapp-<uid>`,
-  created with mode 0700; refused if another user owns it or others may enter it).
+  created with mode 0700; refused, and every task run cold with a line naming it, if it is a symbolic link,
+  not a folder, another user's, open to others, or so long that a socket path in it would pass the 107 bytes
+  a unix socket path may have).
 - `FEDSYNTH_WARM_CLIENTAPP_OWNER_PID`: whose life bounds the warm server (default: this shim's parent,
   the SuperExec). Tests set it; deployments leave it alone.
 - `FEDSYNTH_REAL_FLWR_CLIENTAPP`: the real command (default: the next `flwr-clientapp` on `PATH`).
+
+Whom a task is handed to: only the warm server of this socket, checked on the connected socket itself
+(`SO_PEERCRED`), not from a file: its user is ours and its pid is the pid that holds the socket's lock (the
+server a launcher started for this owner takes that lock before anything else, `/proc/locks` names the
+holder). A process that replaced the socket file gets nothing (no argv, environment or fds): the task runs
+cold, with a line naming the socket, the peer and the lock's holder. Within one user, this is as far as a
+check can go: a process of the SuperNode's own user may also trace or kill the SuperNode itself.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import struct
 import sys
 import tempfile
@@ -40,6 +50,17 @@ SERVER_PY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "server.py"
 # The signals a shim passes on to its task (the ones a SuperNode's process group or an operator sends).
 FORWARDED_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2)
 OFF_VALUES = ("0", "false", "no", "off")
+# sun_path holds 108 bytes with the closing NUL (Linux `struct sockaddr_un`)
+MAX_SOCKET_PATH_BYTES = 107
+SOCKET_NAME_BYTES = len("0123456789abcdef.sock")  # socket_path's names: 16 hex digits of a hash
+
+
+class WarmPathError(OSError):
+    """The socket folder or path cannot be used (a symbolic link, another user's, open to others, too long)."""
+
+
+class NotOurServer(OSError):
+    """The process behind the socket is not the warm server of this socket (another user, or not its lock's holder)."""
 
 
 def log(message: str) -> None:
@@ -77,15 +98,79 @@ def interpreter_of(script: str) -> list[str]:
     return [sys.executable]
 
 
+def check_folder(folder: str) -> None:
+    """Refuse a socket folder that is a symbolic link, not a folder, not ours alone, or too long for a socket in it.
+
+    `lstat`, so a symbolic link is seen as one (the folder and the names in it are the parts the project makes;
+    the folders above it are the operator's).
+    """
+    try:
+        info = os.lstat(folder)
+    except OSError as error:
+        raise WarmPathError(f"the warm ClientApp folder {folder} cannot be read: {error.strerror}") from error
+    if stat.S_ISLNK(info.st_mode):
+        raise WarmPathError(f"the warm ClientApp folder {folder} is a symbolic link; it must be a real folder")
+    if not stat.S_ISDIR(info.st_mode):
+        raise WarmPathError(f"the warm ClientApp folder {folder} is not a folder")
+    if info.st_uid != os.getuid() or info.st_mode & 0o077:
+        raise WarmPathError(f"the warm ClientApp folder {folder} must belong to uid {os.getuid()} with mode 0700 "
+                            f"(it has uid {info.st_uid}, mode {stat.S_IMODE(info.st_mode):04o})")
+    longest = len(os.fsencode(os.path.join(folder, "x" * SOCKET_NAME_BYTES)))
+    if longest > MAX_SOCKET_PATH_BYTES:
+        raise WarmPathError(f"the warm ClientApp folder {folder} is too long for a unix socket in it ({longest} bytes "
+                            f"with the socket's name, at most {MAX_SOCKET_PATH_BYTES}); set FEDSYNTH_WARM_CLIENTAPP_DIR "
+                            "to a shorter folder")
+
+
 def socket_dir(environ: dict[str, str]) -> str:
-    """The private folder for the sockets (created 0700; refused if it is not ours alone)."""
+    """The private folder for the sockets (created 0700; refused by `check_folder` if it is unfit)."""
     folder = environ.get("FEDSYNTH_WARM_CLIENTAPP_DIR") or os.path.join(
         tempfile.gettempdir(), f"fedsynth-warm-clientapp-{os.getuid()}")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    info = os.stat(folder)
-    if info.st_uid != os.getuid() or info.st_mode & 0o077:
-        raise PermissionError(f"{folder} must belong to uid {os.getuid()} with mode 0700")
+    try:
+        os.mkdir(folder, 0o700)
+    except FileExistsError:
+        pass
+    except OSError as error:
+        raise WarmPathError(f"the warm ClientApp folder {folder} cannot be made: {error.strerror}") from error
+    check_folder(folder)
     return folder
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """(pid, uid, gid) of the process at the other end of a connected unix socket, from the kernel."""
+    return struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+
+
+def lock_holder(lock_path: str) -> int | None:
+    """The pid that holds the `flock` on `lock_path` (from /proc/locks), or None when no process holds it."""
+    try:
+        fd = os.open(lock_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+    finally:
+        os.close(fd)
+    device = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    with open("/proc/locks") as locks:
+        for line in locks:
+            fields = line.split()
+            # "1: FLOCK  ADVISORY  WRITE 4242 00:2a:1234 0 EOF" (a waiting lock has "->" after the number)
+            if len(fields) >= 6 and fields[1] == "FLOCK" and fields[3] == "WRITE" and fields[5] == device:
+                return int(fields[4])
+    return None
+
+
+def check_server(sock: socket.socket, path: str) -> None:
+    """Refuse a peer that is not this socket's warm server: another user, or not the holder of the socket's lock."""
+    pid, uid, _ = peer_credentials(sock)
+    if uid != os.getuid():
+        raise NotOurServer(f"the process behind {path} (pid {pid}) runs as uid {uid}, not as this SuperNode's uid "
+                           f"{os.getuid()}")
+    holder = lock_holder(f"{path}.lock")
+    if pid != holder:
+        raise NotOurServer(f"the process behind {path} (pid {pid}) is not the warm server that holds its lock "
+                           f"({'none holds it' if holder is None else f'pid {holder}'})")
 
 
 def socket_path(folder: str, owner_pid: int, real: str) -> str:
@@ -116,9 +201,14 @@ def start_server(real: str, path: str, owner_pid: int) -> None:
 
 
 def connect(path: str) -> socket.socket:
+    """A connection to the warm server of `path`, after `check_server` (a refused peer is sent nothing)."""
+    info = os.lstat(path)  # FileNotFoundError: no server
+    if not stat.S_ISSOCK(info.st_mode):
+        raise NotOurServer(f"{path} is not a unix socket")
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
         sock.connect(path)
+        check_server(sock, path)
     except OSError:
         sock.close()
         raise
@@ -128,14 +218,17 @@ def connect(path: str) -> socket.socket:
 def server_starting(path: str) -> bool:
     """Whether a warm server holds `path`'s lock (server.py takes it before importing anything)."""
     try:
-        with open(f"{path}.lock", "a") as lock:
-            try:
-                fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return True
-            fcntl.flock(lock, fcntl.LOCK_UN)
+        fd = os.open(f"{path}.lock", os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        pass
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)  # releases the lock if we took it
     return False
 
 
@@ -172,10 +265,13 @@ def send_request(sock: socket.socket, argv: list[str], environ: dict[str, str], 
 
 
 def read_lines(sock: socket.socket):
-    """The server's replies, one text line at a time, until it closes the connection."""
+    """The server's replies, one text line at a time, until it closes (or resets) the connection."""
     buffer = b""
     while True:
-        chunk = sock.recv(4096)
+        try:
+            chunk = sock.recv(4096)
+        except ConnectionResetError:
+            chunk = b""
         if not chunk:
             return
         buffer += chunk
@@ -193,9 +289,15 @@ def die_like(signum: int) -> None:
     os._exit(128 + signum)
 
 
-def run_warm(sock: socket.socket, argv: list[str]) -> None:
-    """Hand the task over, pass signals on to it, and end as it ended. Never returns."""
-    send_request(sock, argv, dict(os.environ), os.getcwd())
+def run_warm(sock: socket.socket, argv: list[str]) -> str:
+    """Hand the task over, pass signals on to it, and end as it ended; never returns once the task has started.
+
+    Returns the server's reason when it refused the request before starting anything (the caller runs it cold).
+    """
+    try:
+        send_request(sock, argv, dict(os.environ), os.getcwd())
+    except OSError as error:  # closed on us before the request was in (a server that refuses, or stopping)
+        return f"the warm server closed the connection before the request was sent ({error.strerror or error})"
     child = 0
 
     def forward(signum: int, _frame: object) -> None:
@@ -214,11 +316,16 @@ def run_warm(sock: socket.socket, argv: list[str]) -> None:
         elif kind == "signal":
             die_like(int(value))
         elif kind == "error":
+            if not child:
+                return value
             log(f"the warm server could not run the task: {value}")
             os._exit(1)
+    if not child:
+        return "the warm server closed the connection before starting the task"
     # The server went away mid-task; its children die with it (PR_SET_PDEATHSIG = SIGKILL), so did the task.
     log("the warm server ended during the task; the task was killed with it")
     die_like(signal.SIGKILL)
+    return ""  # not reached
 
 
 def main(shim_dir: str) -> None:
@@ -237,13 +344,16 @@ def main(shim_dir: str) -> None:
         sock = connect_or_wait(path)
     except OSError as error:
         reason = error.strerror or str(error)
-        if isinstance(error, PermissionError):
+        if isinstance(error, (WarmPathError, NotOurServer, PermissionError)):
             log(f"{error}; running {real} cold")
         else:
             log(f"no warm server ({reason}); running {real} cold and starting a warm server for the next task")
             start_server(real, path, owner_pid)
         os.execv(real, [real, *argv])
-    run_warm(sock, [real, *argv])
+    refusal = run_warm(sock, [real, *argv])
+    sock.close()
+    log(f"the warm server refused the task ({refusal}); running {real} cold")
+    os.execv(real, [real, *argv])
 
 
 def superexec_main(shim_dir: str) -> None:
@@ -271,6 +381,8 @@ def superexec_main(shim_dir: str) -> None:
             deadline = time.monotonic() + LOCK_WAIT_S
             while not server_starting(path) and not os.path.exists(path) and time.monotonic() < deadline:
                 time.sleep(0.01)
+        except WarmPathError as error:
+            log(f"{error}; every ClientApp task runs cold")
         except OSError as error:
             log(f"could not start the warm server with the SuperExec ({error}); the first task will")
     os.execv(real_superexec, [real_superexec, *argv])
