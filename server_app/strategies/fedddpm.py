@@ -203,7 +203,7 @@ class FedDDPM(FedAvg):
             self.warmup(grid, arrays)
         return super().configure_train(server_round, arrays, config, grid)
 
-    def _run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """What this algorithm adds to summary.json."""
         return {"aux-size": 0 if self.auxiliary is None else int(len(self.auxiliary)),
                 "aux-sampler": self.aux_sampler.label}

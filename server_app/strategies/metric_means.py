@@ -44,8 +44,14 @@ def checked_evaluate_metrics(nodes: list[NodeInfo], replies: Iterable[Message], 
 
     One reply per known node; a malformed one is logged and left out (server_app/reply_checks.py).
     """
+    return [metrics for _, metrics in checked_evaluate_replies(nodes, replies, known_partitions)]
+
+
+def checked_evaluate_replies(nodes: list[NodeInfo], replies: Iterable[Message],
+                             known_partitions: bool = True) -> list[tuple[Message, MetricRecord]]:
+    """The evaluate replies `checked_evaluate_metrics` keeps, each with its metrics (fedsynth's names added)."""
     node_of = {n.node_id: n for n in nodes}
-    good: dict[int, MetricRecord] = {}
+    good: dict[int, tuple[Message, MetricRecord]] = {}
     for reply in replies:
         node = node_of.get(reply.metadata.src_node_id)
         if node is None or node.node_id in good or reply.has_error():
@@ -58,5 +64,5 @@ def checked_evaluate_metrics(nodes: list[NodeInfo], replies: Iterable[Message], 
             log(WARNING, "evaluation: dropped the reply of node %s (partition %s): %s",
                 node.node_id, node.partition_id, reason)
         elif metrics["num-examples"] > 0:
-            good[node.node_id] = metrics
+            good[node.node_id] = (reply, metrics)
     return list(good.values())
