@@ -20,7 +20,7 @@ from common.algorithms.local_training_settings import LocalTrainingSettings
 from common.errors import ConfigError
 from common.keys import NODE, sent_to_nodes
 from common.run.client_settings import (
-    MESSAGE_KEYS, RECIPE_KEYS, ROUND_KEYS, LocalRecipe, check_train_settings, client_keys,
+    MESSAGE_KEYS, MESSAGE_ONLY_SETTINGS, RECIPE_KEYS, ROUND_KEYS, LocalRecipe, check_train_settings, client_keys,
 )
 from common.run.config import RunConfig, config_fields, parse_run_config
 from server_app.registry import SERVER_STRATEGIES, train_config_of
@@ -127,6 +127,18 @@ def test_the_node_refuses_exactly_what_the_run_config_refuses(key) -> None:
             assert f"'{key}'" in reason and len(reason) < 400, (key, reason[:500])
     # every key has a range or a choice that some candidate breaks, except a switch (a bool)
     assert refused > 0 or _kind(key) is bool, key
+
+
+@pytest.mark.parametrize("key", sorted(MESSAGE_ONLY_SETTINGS))
+def test_a_setting_that_is_no_run_config_key_is_checked_by_its_own_declaration(key) -> None:
+    """`server-round`, and any setting a strategy declares in MESSAGE_ONLY_SETTINGS: what its check refuses is
+    refused naming the key, the rest passes; a hostile value (NaN, a huge text, a list) is refused."""
+    accepted, ok = MESSAGE_ONLY_SETTINGS[key]
+    for value in [*_CANDIDATES[int], *_CANDIDATES[float], "abc", [1], b"x", math.nan, math.inf, True]:
+        reason = _refusal({**_GOOD, key: value})
+        assert (reason is None) == ok(value), (key, value, reason)
+        if reason is not None:
+            assert f"{key!r}" in reason and accepted in reason and len(reason) < 400
 
 
 def test_the_issues_examples_and_the_round_are_refused_naming_them() -> None:

@@ -27,7 +27,7 @@ with `lr = -1` or `sam-rho = -0.5`.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -98,6 +98,18 @@ RULE_KEYS: dict[str, tuple[str, ...]] = {
 
 # who a refused value's error names as its source
 TRAIN_MESSAGE = "train message refused"
+
+
+def _integer_at_least(low: int) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+# The settings a train message carries that are no run-config key, each with what it accepts and its check: the
+# node checks them as it checks the schema's keys (`check_train_settings`). A strategy that sends a setting of its
+# own to the nodes declares it here.
+MESSAGE_ONLY_SETTINGS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "server-round": ("an integer >= 0 (0: FedDDPM's warm-up)", _integer_at_least(0)),
+}
 # run-config key -> its field name, for the keys a train message is checked for
 _FIELD_OF_KEY: dict[str, str] = {key_name(f.name): f.name for f in config_fields()}
 
@@ -108,16 +120,15 @@ def check_train_settings(config: Mapping[str, Any], required: Iterable[str]) -> 
     A key of `required` the config lacks is a ValueError naming every missing key (`missing_message`). Then each
     value the config carries under a key of the schema (`MESSAGE_KEYS`) or of `required` is checked exactly as
     the run config checks that key (common/run/config.py `check_parameters`: its type, finite, then its part's
-    range and choices), and `server-round` must be an integer >= 0 (0: FedDDPM's warm-up): a ConfigError names
+    range and choices), and each of `MESSAGE_ONLY_SETTINGS` (`server-round`) by its own check: a ConfigError names
     the key, the value and what is accepted. Keys outside the schema (a developer's own `node_settings`,
     FedDDPM's `phase`) are the reading rule's business.
     """
     required = tuple(required)
     require_settings(config, required)
-    if "server-round" in config:
-        value = config["server-round"]
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise ConfigError(f"{TRAIN_MESSAGE}: 'server-round' = {shown(value)} is invalid; accepted: an integer >= 0")
+    for key, (accepted, ok) in MESSAGE_ONLY_SETTINGS.items():
+        if key in config and not ok(config[key]):
+            raise ConfigError(f"{TRAIN_MESSAGE}: {key!r} = {shown(config[key])} is invalid; accepted: {accepted}")
     checked = set(MESSAGE_KEYS) | set(required)
     check_parameters(TRAIN_MESSAGE, {_FIELD_OF_KEY[key]: value for key, value in config.items()
                                      if key in checked and key in _FIELD_OF_KEY})
