@@ -83,6 +83,25 @@ def test_reply_metrics_fedsynth_does_not_read_are_averaged_into_result_as_flower
     assert from_record(ours.arrays)["w"].tolist() == from_record(flowers.arrays)["w"].tolist()
 
 
+def test_a_metric_a_node_names_never_overwrites_a_field_of_the_rounds_record() -> None:
+    """fedsynth's round log (and so metrics.jsonl) keeps a node-named mean under "reply-": a node that reports
+    "answered", "central-accuracy" or "clipped-updates" changes none of the round's own fields."""
+    def forging(msg: Message, context) -> Message:
+        reply = _train(msg, context)
+        reply.content.metric_records["metrics"].update({"answered": 99.0, "central-accuracy": 1.0,
+                                                         "clipped-updates": 7.0})
+        return reply
+
+    strategy = FedAvg(fraction_evaluate=0.0, bounded_influence=strategies.BoundedInfluence(weight_share=0.9))
+    result = strategy.start(ClientAppGrid(2, forging), to_record(MODEL), num_rounds=1, timeout=10)
+    record = strategy.round_log.latest.as_record()
+    assert record["answered"] == 2 and record["clipped-updates"] == 0 and "central-accuracy" not in record
+    assert record["reply-central-accuracy"] == 1.0 and record["reply-my-score"] == pytest.approx(20 / 30)
+    assert "my-score" not in record
+    metrics = result.train_metrics_clientapp[1]
+    assert metrics["my-score"] == pytest.approx(20 / 30) and metrics["clipped-updates"] == 0  # the strategy's wins
+
+
 def test_the_metric_aggregation_functions_add_their_record_to_the_rounds_metrics() -> None:
     def highest(records: list[RecordDict], weighted_by_key: str) -> MetricRecord:
         scores = [record.metric_records["metrics"]["my-score"] for record in records]

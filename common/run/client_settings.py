@@ -32,14 +32,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from common.algorithm_table import ALGORITHMS
+from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.cog_settings import COG_KEYS
 from common.errors import ConfigError
 from common.keys import config_value, key_name, require_settings, sent_to_nodes, shown  # noqa: F401 - readers
 from common.run.config import check_parameters, config_fields
 from common.uplink.spec import CompressionSpec
 
-# run-config keys of the uplink codec: every centralized rule may compress its update
-CODEC_KEYS = ("compression", "bits", "levels", "qsgd-scope", "qsgd-bucket", "topk-ratio", "error-feedback")
+# run-config keys of the uplink codec (its part's keys): every centralized rule may compress its update
+CODEC_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in dataclasses.fields(CodecSettings))
 # the run-config keys a train message may carry: those the node reads (side NODE or BOTH, common/keys.py)
 MESSAGE_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in config_fields() if sent_to_nodes(f))
 
@@ -83,8 +84,6 @@ class LocalRecipe:
 
 # a recipe field's type, by its annotation's name (the module's annotations are text)
 _TYPES: dict[str, type] = {"int": int, "float": float, "str": str}
-
-
 # the local training recipe's keys: every train message of fedsynth's app carries them
 RECIPE_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in dataclasses.fields(LocalRecipe))
 # what every round's train message carries, whatever the algorithm: the round and its local learning rate

@@ -50,7 +50,8 @@ from server_app.strategies.node_table import NodeInfo, NodeTable, sample_nodes, 
 from server_app.strategies.reply_collection import RoundOutcome, collect_replies
 from server_app.strategies.round_log import Failure, RoundEntry, RoundLog
 from server_app.strategies.metric_means import (  # noqa: F401 - re-exported: weighted_metric, checked_evaluate_metrics
-    checked_evaluate_metrics, checked_evaluate_replies, local_test_summary, weighted_metric,
+    REPLY_METRIC_PREFIX, checked_evaluate_metrics, checked_evaluate_replies, local_test_summary, other_metric_means,
+    weighted_metric,
 )
 from server_app.wire import (
     WEIGHTED_BY_KEY, contract_violation_error, largest_weight_note,
@@ -332,11 +333,19 @@ class RoundStrategy(Strategy):
             )
         return False
 
-    def _finish_round(self, metrics: MetricRecord | None, good: list[Message], **fields: Any) -> None:
-        """Add the aggregated metrics, `fields` and the end time to the round's log entry; note a carried evaluation."""
-        self.round_log.update(metrics=dict(metrics) if metrics is not None else {}, outcome=fields,
-                              finished_at=time.monotonic(), stops_run=self._stop_requested())
+    def _finish_round(self, metrics: MetricRecord | None, good: list[Message], **fields: Any) -> MetricRecord | None:
+        """Add the aggregated metrics, `fields` and the end time to the round's log entry; note a carried evaluation.
+
+        Returns the round's metrics for `Result`: `metrics` and, as Flower's FedAvg averages every reply metric, the
+        mean of each numeric one of the good replies' that fedsynth does not read itself (`other_metric_means`;
+        `metrics` win a clash). The round log keeps those means under `REPLY_METRIC_PREFIX` ("reply-my-score"),
+        so that a name a node chose never overwrites a field of the round's record.
+        """
         carried = [r.content.metric_records["metrics"] for r in good]
+        others = other_metric_means(carried, self.max_weight_share, self.weighted_by_key) if metrics is not None else {}
+        own = dict(metrics) if metrics is not None else {}
+        self.round_log.update(metrics={**own, **{REPLY_METRIC_PREFIX + k: v for k, v in others.items()}},
+                              outcome=fields, finished_at=time.monotonic(), stops_run=self._stop_requested())
         if carried and all("local-test-accuracy" in m for m in carried):
             tested = [m for m in carried if m.get("num-test-examples", 0) > 0]
             self._evaluation_carried = MetricRecord({
@@ -344,6 +353,7 @@ class RoundStrategy(Strategy):
                                       self.max_weight_share) if tested else {}),
                 "num-nodes": len(tested), "carried-in-train-replies": 1,
             })
+        return None if metrics is None else MetricRecord({**others, **own})
 
     # ----- evaluation ----------------------------------------------------------------------
     def _evaluate_messages(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,

@@ -43,7 +43,7 @@ from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo, sample_nodes
 from server_app.strategies.node_models import NodeModels
 from server_app.strategies.parameters import DEFAULTS, documented
-from server_app.wire import FLOWER_METRIC_NAMES, WEIGHTED_BY_KEY, reply_contract_text, with_flower_metric_names
+from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text, with_flower_metric_names
 from common.run.aggregation import Aggregation, BoundedInfluence, aggregation_rule, bounds
 from common.run.client_settings import codec_settings
 from common.run.codecs import Codec, codec_spec
@@ -370,7 +370,8 @@ class FedAvg(RoundStrategy):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Drop failed, late and malformed replies (each recorded in `round_log`), then aggregate the rest.
 
-        Fewer than `min_nodes` good replies leave the model unchanged (None, None).
+        Fewer than `min_nodes` good replies leave the model unchanged (None, None). The metrics are the
+        strategy's and the means of the replies' other numeric metrics (`_finish_round`).
         """
         replies = list(replies)
         if self.round_log.latest is None:  # a round that sent nothing
@@ -386,8 +387,7 @@ class FedAvg(RoundStrategy):
             return None, None
         self._count_short_round(server_round, len(good))
         arrays, metrics = self._aggregate_good(server_round, good)
-        self._finish_round(metrics, good)
-        return arrays, metrics
+        return arrays, self._finish_round(metrics, good)
 
     def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Average the updates of checked replies (in partition order) and take the server step."""
@@ -431,46 +431,16 @@ class FedAvg(RoundStrategy):
             type(self).__name__, len(self.node_table.nodes), self.fraction_train, self.aggregation, self.server_lr)
 
 
-# The reply metrics fedsynth reads itself (the counts and ids, the loss, the local evaluation of the received model,
-# a decentralized node's bookkeeping): every other numeric one is averaged into the round's metrics
-# (`other_metric_means`), as Flower's FedAvg averages every metric of its replies.
-OWN_REPLY_METRICS = frozenset({
-    "num-examples", "partition-id", "train-loss", "local-test-accuracy", "local-test-loss", "num-test-examples",
-    "local-steps", "own-model-round", "ole-direction-norm", *FLOWER_METRIC_NAMES,
-})
-
-
-def _numeric(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def other_metric_means(metrics: list[Mapping[str, Any]], max_share: float,
-                       weighted_by_key: str = WEIGHTED_BY_KEY) -> dict[str, Any]:
-    """The `weighted_by_key`-weighted mean (capped shares) of each numeric reply metric fedsynth does not read
-    itself (not in `OWN_REPLY_METRICS`, not the weighting key, not a per-client statistic `CLIENT_STAT_PREFIX`), over
-    the replies that carry it, as Flower's `aggregate_metricrecords` averages every metric. (The reply checks refuse
-    a train reply whose metrics are not finite numbers, or more than `MAX_REPLY_METRICS` of them.)"""
-    skip = OWN_REPLY_METRICS | {weighted_by_key}
-    out: dict[str, Any] = {}
-    for key in sorted({k for m in metrics for k in m if k not in skip and not k.startswith(CLIENT_STAT_PREFIX)}):
-        carried = [m for m in metrics if key in m]
-        if all(_numeric(m[key]) for m in carried):
-            out[key] = weighted_metric([float(m[key]) for m in carried], [m[weighted_by_key] for m in carried],
-                                       max_share)
-    return out
-
-
 def reply_metric_means(metrics: list[Mapping[str, Any]], max_share: float,
                        weighted_by_key: str = WEIGHTED_BY_KEY) -> dict[str, Any]:
-    """Sample-weighted train loss and test-count weighted local test accuracy of train replies (capped shares),
-    and the mean of every other numeric metric they carry (`other_metric_means`)."""
+    """Sample-weighted train loss and test-count weighted local test accuracy of train replies (capped shares)."""
     out = {"train-loss": weighted_metric([m["train-loss"] for m in metrics], [m[weighted_by_key] for m in metrics],
                                          max_share)}
     tested = [m for m in metrics if m.get("num-test-examples", 0) > 0]
     if tested:
         out["local-test-accuracy"] = weighted_metric([m["local-test-accuracy"] for m in tested],
                                                      [m["num-test-examples"] for m in tested], max_share)
-    return {**other_metric_means(metrics, max_share, weighted_by_key), **with_flower_metric_names(out)}
+    return with_flower_metric_names(out)
 
 
 def aggregate_metrics(replies: list[Message], max_share: float, weighted_by_key: str = WEIGHTED_BY_KEY) -> MetricRecord:

@@ -367,7 +367,7 @@ class DecentralizedRelay(RoundStrategy):
                                    self.max_weight_share),
              "consensus-distance": consensus_distance(self.models, mean)},
             self.train_metrics_aggr_fn, answered, self.weighted_by_key)
-        self._finish_round(metrics, answered, **{"state-lost": state_lost})
+        metrics = self._finish_round(metrics, answered, **{"state-lost": state_lost})
         if len(good) < self.min_nodes:
             self.round_log.update(below_min_nodes=True)
         self._count_short_round(server_round, len(good), "the nodes that answered mix on")
