@@ -125,7 +125,7 @@ def cmd_oracle(work: Path, codec: str) -> None:
 
 def cmd_floor(work: Path, codec: str) -> None:
     """At w^r: the clients' clean mean update against the compressed one the server applied."""
-    from flwr.app import RecordDict
+    from flwr.app import ConfigRecord, RecordDict
 
     from client_app.training import LocalJob
     from client_app.updates import fedsam_update
@@ -134,10 +134,11 @@ def cmd_floor(work: Path, codec: str) -> None:
     from common.metrics.evaluation import as_tensors
     from common.data.partition import PartitionSpec, load_client_data
     from common.records import load_weights, model_weights
+    from server_app.registry import train_config_of
 
     trajectory = load_trajectory(work, codec)
-    cfg = RunConfig(model="mlp", partition="pathological", classes_per_client=1, local_steps=10, batch_size=128,
-                    lr=0.05, sam_rho=0.05)
+    cfg = RunConfig(algorithm="fedsam", model="mlp", partition="pathological", classes_per_client=1, local_steps=10,
+                    batch_size=128, lr=0.05, sam_rho=0.05)
     spec = PartitionSpec(dataset=cfg.dataset, partition=cfg.partition, num_partitions=10, seed=0, alpha=cfg.alpha,
                          classes_per_client=1, local_test_fraction=cfg.local_test_fraction)
     data = [load_client_data(spec, p, "", str(work / "cache")) for p in range(10)]
@@ -154,8 +155,9 @@ def cmd_floor(work: Path, codec: str) -> None:
             model = make_model(cfg)
             load_weights(model, trajectory[r])
             x, y = as_tensors(data[p].x_train, data[p].y_train, cfg.dataset, torch.device("cpu"))
+            sent = RecordDict({"config": ConfigRecord(train_config_of(cfg, r + 1))})  # the train message's config
             fedsam_update(LocalJob(cfg=cfg, server_round=r + 1, partition_id=p, model=model, x=x, y=y,
-                                   device=torch.device("cpu"), incoming=RecordDict(), state=RecordDict()))
+                                   device=torch.device("cpu"), incoming=sent, state=RecordDict()))
             w = model_weights(model)
             deltas.append({k: (w[k] - trajectory[r][k]).astype(np.float32) for k in w})
         clean = np.mean([flat(d) for d in deltas], axis=0)

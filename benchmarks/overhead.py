@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import RecordDict
+from flwr.app import ConfigRecord, RecordDict
 
 from client_app.training import LocalJob
 from client_app.registry import CLIENT_UPDATES
@@ -40,7 +40,7 @@ from common.data.partition import PartitionSpec, load_client_data
 from common.records import load_weights, model_weights
 from common.run.task import make_model
 from server_app.evaluation import CentralEvaluator
-from server_app.registry import SERVER_STRATEGIES
+from server_app.registry import SERVER_STRATEGIES, train_config_of
 from server_app.strategies.fedavg import weighted_mean
 
 
@@ -50,6 +50,7 @@ def plain_loop(raw: dict[str, Any], num_clients: int) -> dict[str, Any]:
     spec = PartitionSpec(cfg.dataset, cfg.partition, num_clients, cfg.seed, cfg.alpha,
                          cfg.classes_per_client, cfg.local_test_fraction)
     device = torch.device("cpu")
+    messages = {r: train_config_of(cfg, r) for r in range(1, cfg.num_server_rounds + 1)}  # each round's config
     start = time.monotonic()
     weights = model_weights(make_model(cfg, seeded=True))
     evaluator = CentralEvaluator(cfg)
@@ -65,7 +66,8 @@ def plain_loop(raw: dict[str, Any], num_clients: int) -> dict[str, Any]:
             evaluate_model(model, *as_tensors(data.x_test, data.y_test, cfg.dataset, device))
             x, y = as_tensors(data.x_train, data.y_train, cfg.dataset, device)
             job = LocalJob(cfg=cfg, server_round=server_round, partition_id=pid, model=model, x=x, y=y,
-                           device=device, incoming=RecordDict(), state=RecordDict())
+                           device=device, incoming=RecordDict({"config": ConfigRecord(messages[server_round])}),
+                           state=RecordDict())
             CLIENT_UPDATES[cfg.algorithm](job)
             local = model_weights(model)
             deltas.append({k: local[k] - weights[k] for k in weights})

@@ -7,17 +7,19 @@ that must survive between rounds lives in `Context.state`.
 
 A train message is read as a Flower developer's client reads it
 (docs/library.md, "What each strategy sends and expects"): the round's `lr`,
-the uplink codec and every setting of the algorithm's rule come from the
-message's config, which the server's strategy fills (SPEC 3: "every setting a
-client needs ... sent in the train message's ConfigRecord"); a message that
-lacks one is refused naming the key (`required_settings`), never completed
-from the run config. What stays the node's: its data, device and threads (node
-config), and from the run config, as a Flower app's ClientApp reads
-`local-epochs` from its own, the task (dataset, model, seed, partitioning) and
-the local recipe (`local-epochs` / `local-steps`, `batch-size`, `momentum`,
-`weight-decay`, `clip-grad-norm`, `local-optimizer`; client_app/training.py),
-which client rule runs (`algorithm`, `cog`), and where FedCOG's image grid goes
-(`run-name`, `results-dir`).
+the local training recipe (`local-epochs` / `local-steps`, `batch-size`,
+`momentum`, `weight-decay`, `clip-grad-norm`, `local-optimizer`), the uplink
+codec and every setting of the algorithm's rule come from the message's
+config, which the server fills (SPEC 3: "every setting a client needs ... sent
+in the train message's ConfigRecord"). Before it trains, the node checks that
+config against the run config's own schema and checks
+(common/run/client_settings.py `check_train_settings`): a missing, mistyped,
+NaN or infinite, or out-of-range value is refused naming the key, never
+completed from the run config, and the error reply is the server's record of
+that node's failure with its reason. What stays the node's: its data, device
+and threads (node config), and from the run config the task (dataset, model,
+seed, partitioning), which client rule runs (`algorithm`, `cog`), and where
+FedCOG's image grid goes (`run-name`, `results-dir`).
 """
 
 from __future__ import annotations
@@ -31,13 +33,13 @@ from flwr.app import ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
 from client_app.decentralized import gossip_start_model, is_gossip_round
-from client_app.diffusion import diffusion_train, feature_sums_reply, is_warmup
+from client_app.diffusion import WARMUP_KEYS, diffusion_train, feature_sums_reply, is_warmup
 from client_app.threads import torch_threads, usable_cores
 from client_app.training import LocalJob
 from client_app.registry import CLIENT_UPDATES, client_update
 from client_app.train_reply import uplink_codec_of, uplink_records
 from common.algorithms.plugins import algorithm_of
-from common.run.client_settings import ROUND_KEYS, client_keys, require_settings
+from common.run.client_settings import RECIPE_KEYS, ROUND_KEYS, check_train_settings, client_keys
 from common.data.settings import NODE_PARTITION
 from common.run.config import ConfigError, RunConfig, cog_enabled, parse_run_config
 from common.data.datasets import run_dataset_info
@@ -209,9 +211,11 @@ def fid_stats(msg: Message, context: Context) -> Message:
 
 
 def required_settings(cfg: RunConfig) -> tuple[str, ...]:
-    """The keys a train message of this run must carry in its config: the round, its `lr`, and what the
-    algorithm's rule reads (the codec, the rule's settings, FedCOG's: common/run/client_settings.py)."""
-    return ROUND_KEYS + client_keys(cfg.algorithm, algorithm_of(cfg.algorithm).decentralized, cog_enabled(cfg))
+    """The keys a train message of this run must carry in its config: the round, its `lr`, the local training
+    recipe, and what the algorithm's rule reads (the codec, the rule's settings, FedCOG's:
+    common/run/client_settings.py)."""
+    return ROUND_KEYS + RECIPE_KEYS + client_keys(cfg.algorithm, algorithm_of(cfg.algorithm).decentralized,
+                                                  cog_enabled(cfg))
 
 
 @app.train()
@@ -221,8 +225,8 @@ def train(msg: Message, context: Context) -> Message:
     config = msg.content.config_records.get("config")
     if config is None:
         raise ValueError("the train message has no 'config' record (the round's settings)")
-    if not is_warmup(config):  # FedDDPM's warm-up carries its own settings (client_app/diffusion.py)
-        require_settings(config, required_settings(cfg))
+    # every value checked as the run config checks its key; FedDDPM's warm-up carries its own settings
+    check_train_settings(config, WARMUP_KEYS + RECIPE_KEYS if is_warmup(config) else required_settings(cfg))
     server_round = int(config["server-round"])
     restore_node_state(msg.content, context.state)
     if is_gossip_round(msg.content):  # decentralized FL: start from the mix of the neighbours' models

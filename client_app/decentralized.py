@@ -103,18 +103,18 @@ def sam_rule(job: LocalJob) -> GradientRule:
     return sam_gradients(job.model, job.loss_fn, float(job.setting("sam-rho")))
 
 
-def decentralized_round(job: LocalJob, rule: RuleFactory, *, ole: bool = False, **cfg_changes) -> LocalResult:
+def decentralized_round(job: LocalJob, rule: RuleFactory, *, ole: bool = False, **recipe_changes) -> LocalResult:
     """Ole restart (optional), local steps with `rule`, then keep z_i^t in state.
 
-    `cfg_changes` adjust the local optimisation of one rule (D-PSGD's single
-    step, DFedAvgM's momentum) without touching the run's config.
+    `recipe_changes` adjust the round's local training recipe for one rule (D-PSGD's single step, DFedAvgM's
+    momentum) without touching what the message said.
     """
     own_previous, own_round = own_model(job.state, job.cfg)
     metrics: dict[str, float] = {"own-model-round": own_round}
     if ole:  # ||x_i - z_i^{t-1}||: the Ole direction before scaling by beta
         metrics["ole-direction-norm"] = ole_restart(job.model, own_previous, float(job.setting("ole-beta")))
-    if cfg_changes:
-        job.cfg = dataclasses.replace(job.cfg, **cfg_changes)
+    if recipe_changes:
+        job.recipe = dataclasses.replace(job.recipe, **recipe_changes)
     result = run_local_steps(job, rule(job))
     keep_own_model(job.state, model_weights(job.model), job.server_round)
     result.metrics.update(metrics)

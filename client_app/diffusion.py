@@ -12,9 +12,10 @@ The ClientApp's `train` hands diffusion runs (a `unet*` model) to
 
 A message whose config has `phase = "warmup"` is FedDDPM's warmup: the node
 trains its own DDPM from the received initial model for `warmup-epochs` over its
-local data (or `warmup-steps` steps) at the message's `lr` and uploads it once,
-uncompressed, with its sample count m_i. Those three come from the message, as a
-round's `lr` and codec do (client_app/app.py); a warm-up without them is refused.
+local data (or `warmup-steps` steps) at the message's `lr`, with the message's
+local training recipe otherwise, and uploads it once, uncompressed, with its
+sample count m_i. They come from the message, as a round's `lr` and codec do
+(client_app/app.py); a warm-up without them is refused.
 
 The `fid_stats` query returns the sums (sum f, sum f f^T, n) of the features
 of the node's training images under the extractor the server names (and, for
@@ -37,6 +38,7 @@ from client_app.training import LocalJob, plain_rule, run_local_steps
 from client_app.registry import client_update
 from client_app.train_reply import uplink_codec_of, uplink_records
 from common.keys import require_settings
+from common.run.client_settings import LocalRecipe
 from common.run.config import RunConfig
 from common.data.datasets import run_dataset_info
 from common.models.diffusion import image_side, loss_for, seeded_generator, to_diffusion_input
@@ -66,11 +68,12 @@ def is_warmup(config: Mapping[str, Any]) -> bool:
     return str(config.get(DIFFUSION_PHASE, "")) == WARMUP_PHASE
 
 
-def warmup_config(cfg: RunConfig, config: Mapping[str, Any]) -> RunConfig:
-    """The run config of the warmup: `warmup-steps` steps or `warmup-epochs` passes, as the warm-up message says
+def warmup_recipe(config: Mapping[str, Any]) -> LocalRecipe:
+    """The local training recipe of the warmup: the message's, for `warmup-steps` steps or `warmup-epochs` passes
     (its `lr` is the job's: `LocalJob.lr`); ValueError names a key the message lacks."""
     require_settings(config, WARMUP_KEYS)
-    return dataclasses.replace(cfg, local_epochs=int(config["warmup-epochs"]), local_steps=int(config["warmup-steps"]))
+    return dataclasses.replace(LocalRecipe.from_config(config), local_epochs=int(config["warmup-epochs"]),
+                               local_steps=int(config["warmup-steps"]))
 
 
 def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id: int, data: ClientData,
@@ -80,10 +83,9 @@ def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id
     server_round = int(config["server-round"])
     warmup = is_warmup(config)
     x, y = diffusion_tensors(cfg, data, device)
-    job_cfg = warmup_config(cfg, config) if warmup else cfg
     job = LocalJob(
-        cfg=job_cfg, server_round=server_round, partition_id=partition_id, model=model, x=x, y=y, device=device,
-        incoming=msg.content, state=context.state,
+        cfg=cfg, server_round=server_round, partition_id=partition_id, model=model, x=x, y=y, device=device,
+        incoming=msg.content, state=context.state, recipe=warmup_recipe(config) if warmup else None,
         loss_fn=loss_for(cfg, seeded_generator(cfg.seed, server_round, partition_id,
                                                _WARMUP_STREAM if warmup else _ROUND_STREAM)),
     )

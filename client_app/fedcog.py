@@ -237,8 +237,8 @@ def fedcog_distillation(
 def plug_in(job: LocalJob, settings: CogSettings) -> dict[str, float]:
     """Generate this round's complementary set and add FedCOG's KD term to the job's loss.
 
-    `settings` are the ones the server sent; the KD batch is the node's `batch-size`. Returns the per-client
-    statistics reported in the reply's metrics.
+    `settings` are the ones the server sent; the KD batch is the recipe's `batch-size` (`job.batch_size`). Returns
+    the per-client statistics reported in the reply's metrics.
     """
     cfg = job.cfg
     num_classes = run_dataset_info(cfg).num_classes
@@ -246,7 +246,7 @@ def plug_in(job: LocalJob, settings: CogSettings) -> dict[str, float]:
     plugin = fedcog_distillation(
         job.model, np.bincount(job.y.cpu().numpy(), minlength=num_classes),
         previous_model=from_record(previous) if previous is not None else None, input_shape=tuple(job.x.shape[1:]),
-        settings=settings, batch_size=cfg.batch_size,
+        settings=settings, batch_size=job.batch_size,
         generation_seed=derived_seed(cfg.seed, job.server_round, job.partition_id, 1),
         distillation_seed=derived_seed(cfg.seed, job.server_round, job.partition_id, 2),
     )

@@ -169,7 +169,7 @@ def fedsynsam_update(job: LocalJob) -> LocalResult:
     cfg = job.cfg
     trained = train_fedsynsam(
         job.model, job.batches(), synthetic_x=synthetic[0], synthetic_y=synthetic[1], rho=float(job.setting("sam-rho")),
-        beta=float(job.setting("synsam-beta")), mix=str(job.setting("synsam-mix")), synthetic_batch_size=cfg.batch_size,
+        beta=float(job.setting("synsam-beta")), mix=str(job.setting("synsam-mix")), synthetic_batch_size=job.batch_size,
         synthetic_seed=[cfg.seed, job.server_round, job.partition_id, 5], optimizer=job.optimizer,
         loss_fn=job.loss_fn,
     )

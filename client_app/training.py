@@ -15,14 +15,15 @@ batch order) to that same loop.
 
 Where a `LocalJob`'s values come from is the contract a Flower developer's
 client keeps (docs/library.md, "What each strategy sends and expects"):
-- from the train message's config (`LocalJob.setting`, `LocalJob.lr`): the
+- from the train message's config (`LocalJob.setting`, `LocalJob.lr`,
+  `LocalJob.recipe`), checked by the ClientApp before the job is built: the
   round's learning rate `lr` (the server's schedule computes it once), the
-  uplink codec and every setting of the algorithm's rule (`sam-rho`,
-  `proximal-mu`, FedCOG's, ...: common/run/client_settings.py `client_keys`);
-- from the run config (`LocalJob.cfg`), as a Flower app's ClientApp reads
-  `local-epochs` from its run config: the task (dataset, model, seed) and the
-  node's local recipe: `local-epochs` / `local-steps`, `batch-size`,
-  `momentum`, `weight-decay`, `clip-grad-norm`, `local-optimizer`;
+  local training recipe (`local-epochs` / `local-steps`, `batch-size`,
+  `momentum`, `weight-decay`, `clip-grad-norm`, `local-optimizer`:
+  common/run/client_settings.py `LocalRecipe`), the uplink codec and every
+  setting of the algorithm's rule (`sam-rho`, `proximal-mu`, FedCOG's, ...:
+  `client_keys`);
+- from the run config (`LocalJob.cfg`): the task (dataset, model, seed);
 - from the node: its data, device and threads (client_app/app.py).
 """
 
@@ -39,6 +40,7 @@ from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from common.keys import config_value
+from common.run.client_settings import LocalRecipe
 from common.run.config import RunConfig
 from common.models.diffusion import optimizer_kind
 from common.algorithms.optimizers import SGD, Adam, make_optimizer
@@ -150,7 +152,8 @@ class LocalJob:
     """Everything a client update rule needs for one round on one node.
 
     `incoming` is the train message's content: its `"config"` record holds the round's settings (the module
-    docstring says which values come from there and which from `cfg`).
+    docstring says which values come from there and which from `cfg`). `recipe` is the round's local training
+    recipe: the message's (`LocalRecipe.from_config`) unless given (FedDDPM's warm-up gives its own length).
     """
 
     cfg: RunConfig
@@ -165,9 +168,12 @@ class LocalJob:
     loss_fn: LossFn = classification_loss
     global_params: list[torch.Tensor] = field(default_factory=list)
     loss_plugins: list[LossPlugin] = field(default_factory=list)
+    recipe: LocalRecipe | None = None
 
     def __post_init__(self) -> None:
         self.global_params = [p.detach().clone() for p in self.model.parameters()]
+        if self.recipe is None:
+            self.recipe = LocalRecipe.from_config(self.settings)
 
     def add_loss_plugin(self, plugin: LossPlugin) -> None:
         """Route the task loss through a plug-in (FedCOG's KD term).
@@ -202,18 +208,25 @@ class LocalJob:
     @property
     def num_steps(self) -> int:
         """K: local steps this round."""
-        return local_step_count(len(self.y), self.cfg)
+        return local_step_count(len(self.y), self.recipe)
+
+    @property
+    def batch_size(self) -> int:
+        """The round's mini-batch size (`batch-size`)."""
+        return self.recipe.batch_size
 
     @property
     def optimizer(self) -> LocalOptimizer:
-        """This round's local optimizer (`local-optimizer`: Adam by default for the diffusion task)."""
-        cfg = self.cfg
-        return LocalOptimizer(lr=self.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay,
-                              kind=optimizer_kind(cfg), clip_grad_norm=cfg.clip_grad_norm)
+        """This round's local optimizer, as the recipe says (`local-optimizer`; `auto`, which fedsynth's server
+        resolves before sending, is Adam for the diffusion task and SGD otherwise)."""
+        recipe = self.recipe
+        return LocalOptimizer(lr=self.lr, momentum=recipe.momentum, weight_decay=recipe.weight_decay,
+                              kind=optimizer_kind(self.cfg, recipe.local_optimizer),
+                              clip_grad_norm=recipe.clip_grad_norm)
 
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
         """This round's K batches, in the order seeded by (seed, round, partition id)."""
-        return tensor_batches(self.x, self.y, self.cfg.batch_size, self.num_steps,
+        return tensor_batches(self.x, self.y, self.recipe.batch_size, self.num_steps,
                               [self.cfg.seed, self.server_round, self.partition_id])
 
 
@@ -227,15 +240,17 @@ class LocalResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def local_step_count(num_examples: int, cfg: RunConfig) -> int:
-    """K = local-steps if set, else local-epochs full passes of ceil(n / batch) batches."""
-    if cfg.local_steps > 0:
-        return cfg.local_steps
-    return cfg.local_epochs * max(1, -(-num_examples // cfg.batch_size))
+def local_step_count(num_examples: int, recipe: LocalRecipe | RunConfig) -> int:
+    """K = local-steps if set, else local-epochs full passes of ceil(n / batch) batches (of a recipe, or of a run
+    config's keys of the same names)."""
+    if recipe.local_steps > 0:
+        return recipe.local_steps
+    return recipe.local_epochs * max(1, -(-num_examples // recipe.batch_size))
 
 
 def batch_indices(num_examples: int, cfg: RunConfig, server_round: int, partition_id: int) -> Iterator[np.ndarray]:
-    """Index batches of one round (the order `LocalJob.batches` draws): seeded by (seed, round, partition)."""
+    """Index batches of one round (the order `LocalJob.batches` draws for the run config's recipe): seeded by
+    (seed, round, partition)."""
     positions = torch.arange(num_examples)
     for index, _ in tensor_batches(positions, positions, cfg.batch_size, local_step_count(num_examples, cfg),
                                    [cfg.seed, server_round, partition_id]):

@@ -7,9 +7,13 @@ text of its row in docs/configuration.md; `require`, `check_choice` and `check_t
 `ConfigError` a part's `check` raises, worded the same for every key so a user can fix the run from
 the message alone. A base module: every floor of common/ declares keys.
 
-A node reads the keys its rule needs from the train message's config, where the server's strategy put
-them under their run-config names: `config_value` and `require_settings` have no fallback value and
-refuse a message that lacks a key, naming it and whose duty it was to send it.
+A key also says which side reads it (`side`): `SERVER` (the server, or each app from its own run config),
+`NODE` (the node reads it from the train message, where the server's strategy put it under its run-config
+name: the local training recipe, a rule's weights such as `sam-rho`) or `BOTH` (the server uses it and sends
+it, the node reads it from the message: the uplink codec). The `NODE` and `BOTH` keys are the schema of a
+train message: the node checks every one a message carries with the key's own run-config check
+(common/run/client_settings.py `check_train_settings`). `config_value` and `require_settings` have no
+fallback value and refuse a message that lacks a key, naming it and whose duty it was to send it.
 """
 
 from __future__ import annotations
@@ -22,9 +26,23 @@ from typing import Any
 from common.errors import ConfigError
 
 
-def key(default: Any, meaning: str, source: str = "") -> Any:
-    """A run-config key: its default, its meaning and where the default comes from (docs/configuration.md)."""
-    return dataclasses.field(default=default, metadata={"meaning": meaning, "source": source})
+# Which side reads a key (`key`'s `side`): the server (or each app from its run config), the node from its
+# train message, or both (the server uses it and sends it to the node)
+SERVER, NODE, BOTH = "server", "node", "both"
+SIDES = (SERVER, NODE, BOTH)
+
+
+def key(default: Any, meaning: str, source: str = "", side: str = SERVER) -> Any:
+    """A run-config key: its default, its meaning, where the default comes from (docs/configuration.md) and the
+    side that reads it (`SIDES`; `NODE` and `BOTH` keys travel in the train message)."""
+    if side not in SIDES:
+        raise ValueError(f"key side {side!r} is not one of {', '.join(SIDES)}")
+    return dataclasses.field(default=default, metadata={"meaning": meaning, "source": source, "side": side})
+
+
+def sent_to_nodes(field: dataclasses.Field) -> bool:
+    """Whether a settings field's key travels in the train message (its side is `NODE` or `BOTH`)."""
+    return field.metadata.get("side", SERVER) in (NODE, BOTH)
 
 
 def key_name(field_name: str) -> str:
@@ -32,10 +50,17 @@ def key_name(field_name: str) -> str:
     return field_name.replace("_", "-")
 
 
+def shown(value: Any, limit: int = 80) -> str:
+    """`repr(value)` for an error message, cut to about `limit` characters (a huge value must not flood the
+    message, the log or an error reply that carries it back to the server)."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 def require(condition: bool, name: str, value: Any, accepted: str) -> None:
     """Raise ConfigError naming the key `name`, its value and the accepted values unless `condition` holds."""
     if not condition:
-        raise ConfigError(f"run config key '{name}' = {value!r} is invalid; accepted: {accepted}")
+        raise ConfigError(f"run config key '{name}' = {shown(value)} is invalid; accepted: {accepted}")
 
 
 def check_choice(name: str, value: str, choices: Iterable[str]) -> None:

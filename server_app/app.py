@@ -5,7 +5,7 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from flwr.app import Context
+from flwr.app import ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
 from common.run.config import RunConfig, parse_run_config
@@ -16,7 +16,7 @@ from server_app.wire import is_transient
 from server_app.messaging import polling_grid
 from server_app.recorder import RunRecorder
 from server_app.decentralized_report import warn_if_ole_diverges
-from server_app.registry import SERVER_STRATEGIES, build_strategy, strategy_class
+from server_app.registry import SERVER_STRATEGIES, build_strategy, strategy_class, train_config
 from server_app.strategies.base import RoundStrategy, TooManyFailedRounds
 
 app = ServerApp()
@@ -61,7 +61,7 @@ def run_strategy(grid: Grid, cfg: RunConfig, strategy: RoundStrategy, results: R
     initial_arrays = recorder.initial_arrays()
     try:
         result = strategy.start(grid, initial_arrays, num_rounds=cfg.num_server_rounds, timeout=cfg.round_timeout,
-                                evaluate_fn=recorder)
+                                train_config=ConfigRecord(train_config(cfg)), evaluate_fn=recorder)
     except RunInterrupted:
         recorder.on_interrupt()
         raise

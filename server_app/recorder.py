@@ -28,8 +28,8 @@ entry, the phases, the times), its node table (`strategy.node_table`: the nodes
 a checkpoint names, whether a resume may differ by whole sites, the partition of
 a node that went away), and its state through `state_dict`/`load_state_dict`.
 Three hooks of the strategy remain, each for what only the algorithm knows:
-`_check_restored` (can restored state continue with this model), `_run_summary`
-(what it adds to summary.json) and `_evaluate_on_every_node` (the final
+`check_restored` (can restored state continue with this model), `run_summary`
+(what it adds to summary.json) and `evaluate_on_every_node` (the final
 evaluation, on every node of its table).
 
 What `start()` cannot express is here, with its reason: an interrupted run
@@ -111,7 +111,7 @@ class RunRecorder:
         except (KeyError, TypeError, ValueError, AttributeError) as err:  # nothing is written yet: refuse cleanly
             raise CheckpointError(f"checkpoint {results.path} holds a strategy state {type(strategy).__name__} cannot "
                                   f"use ({type(err).__name__}: {err}); delete it to start over") from None
-        problem = strategy._check_restored(template)
+        problem = strategy.check_restored(template)
         if problem:
             raise CheckpointError(problem)
         results.restore_rounds(ckpt.metrics)
@@ -238,7 +238,7 @@ class RunRecorder:
             summary["final-central-accuracy"] = central[-1]["central-accuracy"]
             summary["final-central-loss"] = central[-1]["central-loss"]
             summary["best-central-accuracy"] = max(r["central-accuracy"] for r in central)
-        summary.update(strategy._run_summary(results.rounds))
+        summary.update(strategy.run_summary(results.rounds))
         if algorithm_of(cfg.algorithm).decentralized:
             summary.update(decentralized_summary(cfg, results.rounds))
         if self.diffusion is not None:
@@ -246,7 +246,7 @@ class RunRecorder:
         conclude(summary, results, weights)
         # a DDPM has no local test accuracy: the nodes evaluate classifiers only
         if self.diffusion is None:
-            final = strategy._evaluate_on_every_node(grid, to_record(weights), cfg.num_server_rounds, cfg.round_timeout,
+            final = strategy.evaluate_on_every_node(grid, to_record(weights), cfg.num_server_rounds, cfg.round_timeout,
                                                     cfg.reply_poll_interval)
             if final is not None:
                 summary.update({f"final-{key}": value for key, value in dict(final).items()})

@@ -29,6 +29,8 @@ from common.records import module_parameter_names
 from common.run.aggregation import aggregation_of, bounded_influence_of
 from common.run.codecs import codec_of
 from common.algorithms.cog_settings import CogSettings
+from common.models.diffusion import optimizer_kind
+from common.run.client_settings import LocalRecipe
 from common.run.config import RunConfig, cog_enabled
 from common.run.task import make_model, task_of
 from server_app.fid_reference import ClientFeatureReference
@@ -72,6 +74,14 @@ def cog_node_settings(cfg: RunConfig) -> dict[str, Any] | None:
     if not cog_enabled(cfg) or "cog_settings" in inspect.signature(SERVER_STRATEGIES[cfg.algorithm]).parameters:
         return None
     return {**CogSettings.of(cfg).cog_config(), "cog-start-round": cfg.first_cog_round(cfg.num_server_rounds)}
+
+
+def train_config(cfg: RunConfig) -> dict[str, Any]:
+    """`start()`'s `train_config` for the run `cfg`: the local training recipe (`LocalRecipe`: local-epochs or
+    local-steps, batch-size, momentum, weight-decay, clip-grad-norm, and local-optimizer with `auto` resolved by
+    the task), which every train message then carries beside the round's lr, so that the nodes train by the
+    server's recipe and never parse their run config for it."""
+    return LocalRecipe.of(cfg, local_optimizer=optimizer_kind(cfg)).config()
 
 
 def run_parameter_names(cfg: RunConfig) -> list[str]:
@@ -127,11 +137,11 @@ def build_strategy(cfg: RunConfig, nodes: list[NodeInfo] | None = None) -> Round
 
 def train_config_of(cfg: RunConfig, server_round: int) -> dict[str, Any]:
     """The config of round `server_round`'s train message in the run `cfg`: what the app's strategy sends its
-    nodes (the round, its lr, the codec and the rule's settings), for a test or a benchmark that runs a client
-    rule without a server."""
+    nodes (the round, its lr, the local training recipe, the codec and the rule's settings), for a test or a
+    benchmark that runs a client rule without a server."""
     strategy = build_strategy(cfg)
     strategy.num_rounds = cfg.num_server_rounds  # start()'s, as fedsynth's app passes it
-    config: dict[str, Any] = {**strategy._client_config(), "server-round": server_round}
+    config: dict[str, Any] = {**strategy._client_config(), **train_config(cfg), "server-round": server_round}
     if strategy.lr_schedule is not None:
         config["lr"] = strategy.lr_schedule(server_round)
     return config

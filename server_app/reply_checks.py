@@ -25,6 +25,7 @@ MAX_NUM_PARTITIONS = 100_000  # a thousand times the studies' largest federation
 MAX_PARTITION_ID = 2**31 - 1  # the range of the ids derived from site names (common/data/site_data.py: site_key)
 MAX_EXAMPLES = 2**53  # counts stay exact as float64 weights; a larger claim is refused, a smaller lie is capped
 MAX_NODE_NAME = 200  # characters of a node's `name`, which labels it in logs and results
+MAX_REPLY_METRICS = 256  # metrics in one train reply (fedsynth's carry ~15; each other one becomes a round metric)
 
 
 def is_int(value: Any) -> bool:
@@ -80,10 +81,13 @@ def check_train_metrics(metrics: Mapping[str, Any] | None, partition_id: int | N
     `partition-id`, when the node is known, must be its own (a ClientApp that
     is not fedsynth's may leave it out: `partition_required` False); `train-loss` a
     finite number; a local test accuracy in [0, 1] with a non-negative
-    `num-test-examples`; and every other value a finite number.
+    `num-test-examples`; every other value a finite number; at most
+    `MAX_REPLY_METRICS` of them.
     """
     if metrics is None:
         return "reply lacks the 'metrics' record"
+    if len(metrics) > MAX_REPLY_METRICS:
+        return f"reply carries {len(metrics)} metrics, more than {MAX_REPLY_METRICS}"
     reason = _first(
         _all_scalars_finite(metrics),
         _integer(metrics, "num-examples", 1),
@@ -136,6 +140,8 @@ def check_evaluate_metrics(metrics: Mapping[str, Any] | None, partition_id: int 
     """Why an evaluate reply's metrics are unusable, or None (`num-examples` may be 0: no local test split)."""
     if metrics is None:
         return "reply lacks the 'metrics' record"
+    if len(metrics) > MAX_REPLY_METRICS:
+        return f"reply carries {len(metrics)} metrics, more than {MAX_REPLY_METRICS}"
     reason = _first(
         _all_scalars_finite(metrics),
         _integer(metrics, "num-examples", 0, max_examples),

@@ -105,6 +105,8 @@ BROKEN = {
     "client_not_callable": ("badplugins:CONSTANT_CLIENT", "its client 'badplugins:CONSTANT' is not a function"),
     "client_signature": ("badplugins:TWO_ARGUMENT_CLIENT", "must take one argument, the LocalJob"),
     "unknown_key": ("badplugins:UNKNOWN_KEY", "client_keys are run-config keys"),
+    "forwarding": ("badplugins:FORWARDING", r"its strategy 'badplugins:Forwarding': Forwarding's constructor takes "
+                   r"\*\*kwargs; .* would keep its parent's defaults"),
 }
 
 
@@ -126,6 +128,10 @@ def broken_plugins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
         "UNKNOWN_KEY = Algorithm(strategy='fedsynth.strategies:FedAvg', client='badplugins:update',\n"
         "                        client_keys=('nova-rho',))\n"
         "NOT_FEDSYNTHS = Algorithm(strategy='flwr.serverapp.strategy:FedAvg', client='badplugins:update')\n"
+        "class Forwarding(FedAvg):\n"
+        "    def __init__(self, *, nova_rho: float = 0.1, **kwargs):\n"
+        "        super().__init__(**kwargs)\n"
+        "FORWARDING = Algorithm(strategy='badplugins:Forwarding', client='badplugins:update')\n"
     )
     sys.path.insert(0, str(root))
     yield

@@ -1,8 +1,11 @@
 """fedsynth's ClientApp reads the round's settings from its train message, as a Flower developer's client does.
 
 docs/library.md ("What each strategy sends and expects"): the round's `lr`, the uplink codec and every setting of
-the node's rule travel in the train message's config; fedsynth's own ClientApp trains at the `lr` its message
-carries (not its run config's), and refuses a message that lacks a setting its rule needs, naming the key.
+the node's rule travel in the train message's config, and so does the local training recipe; fedsynth's own
+ClientApp trains at the `lr` and by the recipe its message carries (not its run config's), and refuses a message
+that lacks a setting its rule needs, or carries a value the run config would refuse, naming the key; the server
+records that refusal as the node's failure, with its reason (tests/test_train_message_checks.py checks every key
+of the message's schema).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ from flwr.app import ConfigRecord, Context, Message, MessageType, RecordDict
 
 from client_app.app import app as client_app
 from client_app.app import required_settings
+from common.errors import ConfigError
+from fedsynth.inprocess import InProcessGrid
 from common.algorithm_table import ALGORITHMS
 from common.algorithms.cog_settings import COG_KEYS, CogSettings
 from common.algorithm_table import COG_BASES
@@ -20,7 +25,7 @@ from common.records import from_record, model_weights, to_record
 from common.run.client_settings import compression_from_config
 from common.run.config import parse_run_config
 from common.run.task import make_model
-from server_app.registry import SERVER_STRATEGIES, train_config_of
+from server_app.registry import SERVER_STRATEGIES, build_strategy, train_config, train_config_of
 
 
 def _run_config(tmp_path, data_dir, **keys) -> dict:
@@ -108,3 +113,44 @@ def test_the_codec_is_read_from_the_message_without_fallback_values() -> None:
         compression_from_config({"compression": "qsgd", "levels": 0, "qsgd-scope": "tensor", "qsgd-bucket": 512})
     with pytest.raises(KeyError, match="'topk-ratio'"):
         compression_from_config({"compression": "topk"})
+
+
+def test_the_clientapp_trains_by_the_recipe_of_its_message_not_its_run_configs(tmp_path, tiny_data_dir) -> None:
+    """local-steps, batch-size, momentum and the optimizer come from the message, as the lr does."""
+    mine = _run_config(tmp_path, tiny_data_dir)  # 2 steps of 8, no momentum
+    theirs = _run_config(tmp_path, tiny_data_dir, **{"local-steps": 3, "batch-size": 4, "momentum": 0.5})
+    sent = train_config_of(parse_run_config(theirs, SERVER_STRATEGIES), 1)
+    assert (sent["local-steps"], sent["batch-size"], sent["momentum"], sent["local-optimizer"]) == (3, 4, 0.5, "sgd")
+    reply = _train(mine, sent)
+    assert reply.content.metric_records["metrics"]["local-steps"] == 3
+    reference = _model(_train(theirs, sent))
+    assert all(np.array_equal(_model(reply)[name], value) for name, value in reference.items())
+
+
+@pytest.mark.parametrize(("algorithm", "key", "value"), [
+    ("fedavg", "lr", -1.0), ("fedavg", "lr", "abc"), ("fedavg", "lr", float("nan")), ("fedavg", "lr", float("inf")),
+    ("fedsam", "sam-rho", -0.5), ("fedprox", "proximal-mu", -10.0), ("fedavg", "momentum", 1.5),
+    ("fedavg", "local-steps", -1), ("fedavg", "bits", 1), ("moon", "moon-tau", 0.0),
+])
+def test_the_clientapp_refuses_a_value_the_run_config_refuses_naming_its_key(tmp_path, tiny_data_dir, algorithm,
+                                                                            key, value) -> None:
+    raw = _run_config(tmp_path, tiny_data_dir, algorithm=algorithm)
+    config = {**train_config_of(parse_run_config(raw, SERVER_STRATEGIES), 1), key: value}
+    with pytest.raises(ConfigError, match=f"train message refused: run config key '{key}'"):
+        _train(raw, config)
+
+
+def test_the_server_records_a_refused_value_as_that_nodes_failure_with_the_reason(tmp_path, tiny_data_dir) -> None:
+    """A server whose FedProx sends proximal-mu = -10 (its constructor refuses it; this one was changed after):
+    each node refuses to train, the round keeps the model, and the round log names the key for every node."""
+    raw = _run_config(tmp_path, tiny_data_dir, algorithm="fedprox")
+    cfg = parse_run_config(raw, SERVER_STRATEGIES)
+    grid = InProcessGrid(2, raw)
+    strategy = build_strategy(cfg)
+    strategy.proximal_mu = -10.0
+    arrays = to_record(model_weights(make_model(cfg, seeded=True)))
+    replies = grid.send_and_receive(strategy.configure_train(1, arrays, ConfigRecord(train_config(cfg)), grid))
+    assert strategy.aggregate_train(1, replies) == (None, None)
+    failures = strategy.round_log.latest.failures
+    assert [failure.partition for failure in failures] == [0, 1]
+    assert all("run config key 'proximal-mu' = -10.0 is invalid" in failure.reason for failure in failures)

@@ -254,16 +254,21 @@ def test_the_fid_stats_phase_by_hand() -> None:
 
 
 def test_fedsynths_client_trains_the_warm_up_the_server_asked_for() -> None:
-    """The warm-up's length and lr travel in its message (as every setting a node's rule reads); a warm-up
-    message without them is refused naming the key, not completed from the run config."""
-    from client_app.diffusion import warmup_config
+    """The warm-up's length, lr and the rest of its recipe travel in its message (as every setting a node's rule
+    reads); a warm-up message without them is refused naming the key, not completed from the run config."""
+    from client_app.diffusion import warmup_recipe
+    from common.run.client_settings import LocalRecipe
     from common.run.config import RunConfig
 
     cfg = RunConfig(algorithm="fedddpm", model="unet-small", warmup_epochs=200, warmup_steps=0, lr_decay=0.9)
-    asked = warmup_config(cfg, {"server-round": 0, "phase": "warmup", "warmup-epochs": 3, "warmup-steps": 7,
-                                "lr": 0.001})
-    assert (asked.local_epochs, asked.local_steps) == (3, 7)
+    recipe = LocalRecipe.of(cfg, local_optimizer="adam").config()
+    asked = warmup_recipe({**recipe, "server-round": 0, "phase": "warmup", "warmup-epochs": 3, "warmup-steps": 7,
+                           "lr": 0.001})
+    assert (asked.local_epochs, asked.local_steps, asked.local_optimizer) == (3, 7, "adam")
     with pytest.raises(ValueError, match="'warmup-epochs', 'warmup-steps'"):
-        warmup_config(cfg, {"server-round": 0, "phase": "warmup", "lr": 0.001})
+        warmup_recipe({**recipe, "server-round": 0, "phase": "warmup", "lr": 0.001})
     with pytest.raises(ValueError, match="'lr'"):
-        warmup_config(cfg, {"server-round": 0, "phase": "warmup", "warmup-epochs": 3, "warmup-steps": 7})
+        warmup_recipe({**recipe, "server-round": 0, "phase": "warmup", "warmup-epochs": 3, "warmup-steps": 7})
+    with pytest.raises(ValueError, match="'batch-size'"):
+        warmup_recipe({**{k: v for k, v in recipe.items() if k != "batch-size"}, "server-round": 0,
+                       "phase": "warmup", "warmup-epochs": 3, "warmup-steps": 7, "lr": 0.001})

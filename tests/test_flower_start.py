@@ -26,7 +26,7 @@ from fedsynth import strategies
 from fedsynth.inprocess import InProcessGrid, run_federation
 from server_app.handshake import handshake
 from common.algorithm_table import ALGORITHMS
-from server_app.registry import SERVER_STRATEGIES, build_strategy, decayed_lr, strategy_arguments
+from server_app.registry import SERVER_STRATEGIES, build_strategy, decayed_lr, strategy_arguments, train_config
 from tests.conftest import with_fid_classifier
 from tests.diffusion_tiny import TINY_DIFFUSION
 
@@ -112,7 +112,8 @@ def test_start_drops_an_error_reply_and_aggregates_the_good_one(tmp_path, tiny_d
         calls.append(server_round)
         return MetricRecord({"norm": float(sum(np.abs(v).sum() for v in from_record(arrays).values()))})
 
-    result = strategy.start(grid, to_record(initial), num_rounds=1, timeout=60, evaluate_fn=evaluate_fn)
+    result = strategy.start(grid, to_record(initial), num_rounds=1, timeout=60, evaluate_fn=evaluate_fn,
+                            train_config=ConfigRecord(train_config(cfg)))  # the local training recipe
 
     report = strategy.round_log.latest.as_record()
     assert report["failed"] == 1 and report["failures"][0]["partition"] == 1
@@ -137,7 +138,7 @@ def test_start_on_the_public_class_equals_fedsynth_run(tmp_path, tiny_data_dir, 
                       lr_schedule=partial(decayed_lr, cfg.lr, cfg.lr_decay))
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))),
                             num_rounds=cfg.num_server_rounds, timeout=60,
-                            train_config=ConfigRecord({"lr": cfg.lr}))  # the lr comes from start()
+                            train_config=ConfigRecord({"lr": cfg.lr, **train_config(cfg)}))  # lr, recipe: start()'s
     final = from_record(result.arrays)
     assert final.keys() == expected.keys()
     for name in expected:
@@ -152,9 +153,9 @@ def test_fedddpm_runs_its_warmup_and_correction_under_start(tmp_path, tiny_data_
     strategy = strategies.FedDDPM(**public_arguments(strategies.FedDDPM, raw),
                                   nodes=handshake(grid, cfg), fraction_evaluate=0.0)
     assert strategy.auxiliary is None
-    # fedsynth's ClientApp trains at the lr its messages carry: start()'s train_config here (no lr_schedule)
+    # fedsynth's ClientApp trains at the lr and by the recipe its messages carry: start()'s train_config here
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=1, timeout=120,
-                            train_config=ConfigRecord({"lr": cfg.lr}))
+                            train_config=ConfigRecord({"lr": cfg.lr, **train_config(cfg)}))
     phases = [phase.phase for phase in strategy.round_log.phases]
     assert phases == ["warmup"]  # no recorder drained them: they are the strategy's record of the run
     assert all(message.content["config"]["lr"] == cfg.lr for message in strategy._warmup_sent)
@@ -175,7 +176,7 @@ def test_fedddpm_plus_corrects_at_the_last_round_of_start(tmp_path, tiny_data_di
     strategy = strategies.FedDDPMPlus(**public_arguments(strategies.FedDDPMPlus, raw),
                                       nodes=handshake(grid, cfg), fraction_evaluate=0.0)
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=3, timeout=120,
-                            train_config=ConfigRecord({"lr": 0.003}))
+                            train_config=ConfigRecord({"lr": 0.003, **train_config(cfg)}))
     assert (strategy.stopped_at, strategy.stop_reason) == (3, "last-round")
     assert strategy._oneshot_rate() == 0.003  # the one-shot correction trains at start()'s lr
     assert set(result.train_metrics_clientapp) == {1, 2, 3}
@@ -197,7 +198,7 @@ def test_dp_fixed_clipping_wraps_fedsam(tmp_path, tiny_data_dir) -> None:
                               sam_rho=0.05, fraction_evaluate=0.0)
     dp = DifferentialPrivacyServerSideFixedClipping(inner, noise_multiplier=0.1, clipping_norm=1.0, num_sampled_clients=2)
     initial = model_weights(make_model(cfg, seeded=True))
-    result = dp.start(grid, to_record(initial), num_rounds=2, timeout=60)
+    result = dp.start(grid, to_record(initial), num_rounds=2, timeout=60, train_config=ConfigRecord(train_config(cfg)))
     assert set(result.train_metrics_clientapp) == {1, 2}
     final = from_record(result.arrays)
     assert all(np.isfinite(value).all() for value in final.values())

@@ -11,8 +11,9 @@ The targets, beside Flower's FedAvg:
   each; a class whose nodes read their own settings adds those (FedSAM's `sam_rho`, ...), at most 18; the
   classes whose server trains a model itself take that training's settings too (FedSynSAM and DynaFed 30,
   FedDDPM 27, FedDDPM+ 35: the distillation's and the diffusion task's keys);
-- public methods: Flower's 6 and `state_dict` / `load_state_dict` (a resumable run), 8 (FedDDPM's also
-  `warmup`, for a developer's own round loop: 9);
+- public methods: Flower's 6, `state_dict` / `load_state_dict` (a resumable run) and the three documented hooks an
+  app around `start()` calls (`run_summary`, `check_restored`, `evaluate_on_every_node`), 11 (FedDDPM's also
+  `warmup`, for a developer's own round loop: 12);
 - depth below `Strategy`: at most 4 (FedAvg 2: FedAvg -> RoundStrategy -> Strategy; Flower: 1);
 - `help(FedAvg)`: at most 1.5x Flower's lines.
 """
@@ -32,8 +33,8 @@ FLOWER = {"parameters": 10, "public methods": 6, "depth": 1, "help lines": 120} 
 SERVER_TRAINS_A_MODEL = {"FedSynSAM": 30, "DynaFed": 30, "FedDDPM": 27, "FedDDPMPlus": 35}
 MAX_PARAMETERS = {"FedAvg": 15, **SERVER_TRAINS_A_MODEL}
 MAX_PARAMETERS_OTHERWISE = 18
-MAX_PUBLIC_METHODS = {"FedDDPM": 9, "FedDDPMPlus": 9}
-MAX_PUBLIC_METHODS_OTHERWISE = 8
+MAX_PUBLIC_METHODS = {"FedDDPM": 12, "FedDDPMPlus": 12}
+MAX_PUBLIC_METHODS_OTHERWISE = 11
 MAX_DEPTH = 4
 MAX_HELP_RATIO = 1.5
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.keys import check_choice, check_text, key, require
+from common.keys import BOTH, check_choice, check_text, key, require
 
 
 @dataclass(frozen=True)
@@ -20,18 +20,21 @@ class CodecSettings:
 
     compression: str = key(
         "none", "Uplink codec for each client's update w_i - w: none, qsgd, topk (any centralized algorithm).",
-        "SPEC 3.5",
+        "SPEC 3.5", side=BOTH,
     )
-    bits: int = key(4, "qsgd: bits per coordinate on the wire (1 sign bit + bits-1 level bits).", "FedSynSAM: 4, 8")
+    bits: int = key(4, "qsgd: bits per coordinate on the wire (1 sign bit + bits-1 level bits).", "FedSynSAM: 4, 8",
+                    side=BOTH)
     levels: int = key(0, "qsgd: number of levels s, overriding bits (0: s = 2^(bits-1) - 1); the FedSynSAM paper's "
-                      "b-bit form is 2^b + 1 (17: 6 bits per coordinate; 257: 10 bits).", "SPEC 3.5; FedSynSAM eq. 3")
+                      "b-bit form is 2^b + 1 (17: 6 bits per coordinate; 257: 10 bits).", "SPEC 3.5; FedSynSAM eq. 3",
+                      side=BOTH)
     qsgd_scope: str = key("tensor", "qsgd: one norm per tensor, per model (the whole update, FedSynSAM eq. 3) "
-                          "or per bucket of qsgd-bucket coordinates of the whole update.", "SPEC 3.5")
-    qsgd_bucket: int = key(512, "qsgd-scope = bucket: coordinates per bucket (one float32 norm each).", "SPEC 3.5")
+                          "or per bucket of qsgd-bucket coordinates of the whole update.", "SPEC 3.5", side=BOTH)
+    qsgd_bucket: int = key(512, "qsgd-scope = bucket: coordinates per bucket (one float32 norm each).", "SPEC 3.5",
+                           side=BOTH)
     topk_ratio: float = key(0.1, "topk: fraction of each tensor's coordinates kept (largest magnitudes).",
-                            "FedSynSAM: 0.1, 0.25")
+                            "FedSynSAM: 0.1, 0.25", side=BOTH)
     error_feedback: bool = key(
-        False, "Compress the update plus last round's compression error (kept in node state).", "SPEC 3.5"
+        False, "Compress the update plus last round's compression error (kept in node state).", "SPEC 3.5", side=BOTH,
     )
 
     def check(self) -> None:

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from common.algorithms.cog_names import COG_ABLATIONS, KD_WEIGHTINGS
-from common.keys import check_choice, check_text, config_value, key, key_name, require
+from common.keys import NODE, check_choice, check_text, config_value, key, key_name, require
 
 
 @dataclass(frozen=True)
@@ -30,29 +30,32 @@ class CogSettings:
 
     cog: bool = key(
         False, "Turn FedCOG on over the configured base algorithm (fedavg, fedavgm, fedprox, scaffold, moon); "
-        "the same as algorithm = \"X+cog\" (\"fedcog\" = \"fedavg+cog\").", "SPEC 4.2",
+        "the same as algorithm = \"X+cog\" (\"fedcog\" = \"fedavg+cog\").", "SPEC 4.2", side=NODE,
     )
     cog_start_round: int = key(
         0, "First FedCOG round; earlier rounds run the base unchanged. 0: the paper's schedule scaled to "
-        "num-server-rounds (round 51 of 70, 15 of 20).", "FedCOG: 50 base + 20 FedCOG rounds",
+        "num-server-rounds (round 51 of 70, 15 of 20).", "FedCOG: 50 base + 20 FedCOG rounds", side=NODE,
     )
-    gen_budget: int = key(256, "FedCOG: generation budget G, split over the classes a client lacks.", "FedCOG: 256")
-    gen_steps: int = key(100, "FedCOG: Adam steps on the generated inputs.", "FedCOG: 100 (Table 10)")
-    gen_lr: float = key(0.01, "FedCOG: Adam learning rate of the inputs (betas 0.5, 0.9).", "FedCOG code: 0.01")
+    gen_budget: int = key(256, "FedCOG: generation budget G, split over the classes a client lacks.", "FedCOG: 256",
+                          side=NODE)
+    gen_steps: int = key(100, "FedCOG: Adam steps on the generated inputs.", "FedCOG: 100 (Table 10)", side=NODE)
+    gen_lr: float = key(0.01, "FedCOG: Adam learning rate of the inputs (betas 0.5, 0.9).", "FedCOG code: 0.01",
+                      side=NODE)
     lambda_dis: float = key(0.1, "FedCOG: weight of the disagreement term 1 - JS(global, previous local).",
-                            "FedCOG: 0.1")
+                            "FedCOG: 0.1", side=NODE)
     kd_weighting: str = key(
         "balanced", "FedCOG: balanced (c_real, c_kd from real vs missing sample counts) or fixed "
-        "(c_real = 1, c_kd = lambda-kd).", "FedCOG A.2.2 and code",
+        "(c_real = 1, c_kd = lambda-kd).", "FedCOG A.2.2 and code", side=NODE,
     )
-    lambda_kd: float = key(0.01, "FedCOG: KD weight with kd-weighting = fixed.", "FedCOG: 0.01")
+    lambda_kd: float = key(0.01, "FedCOG: KD weight with kd-weighting = fixed.", "FedCOG: 0.01", side=NODE)
     cog_ablation: str = key(
         "none", "FedCOG Table 5: none (full), noise (Gaussian inputs, not optimised), global-only "
         "(no disagreement term), hard-label (CE on the global model's argmax instead of KD).", "FedCOG Table 5",
+        side=NODE,
     )
     cog_grid_partition: int = key(
         0, "FedCOG: the node with this partition id writes fedcog-generated.png (its generated inputs per "
-        "class) to its results folder each FedCOG round; -1: none. Needs run-name.", "FedCOG Fig. 5",
+        "class) to its results folder each FedCOG round; -1: none. Needs run-name.", "FedCOG Fig. 5", side=NODE,
     )
 
     def check(self) -> None:

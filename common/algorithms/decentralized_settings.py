@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from common.algorithms.gossip import parse_targets
 from common.algorithms.topology import MIXINGS, TOPOLOGIES
 from common.errors import ConfigError
-from common.keys import check_choice, check_text, key, require
+from common.keys import NODE, check_choice, check_text, key, require
 
 
 @dataclass(frozen=True)
@@ -36,13 +36,13 @@ class DecentralizedSettings:
         "SPEC 4.5; DisPFL code",
     )
     ole_beta: float = key(0.99, "OledFL: Ole coefficient beta, start from x_i + beta (x_i - z_i^{t-1}); in [0, 1).",
-                          "OledFL: 0.99 CIFAR-10, 0.8 CIFAR-100")
+                          "OledFL: 0.99 CIFAR-10, 0.8 CIFAR-100", side=NODE)
     relay_mixing: bool = key(
         False, "Decentralized: the relay sends each node the weighted sum of its neighbours' models (one model) "
         "instead of every neighbour's model; same numbers, less traffic.", "SPEC 4.5",
     )
     dfedavgm_momentum: float = key(0.9, "DFedAvgM: local SGD momentum (buffer reset every round).",
-                                   "DFedAvgM: 0.9")
+                                   "DFedAvgM: 0.9", side=NODE)
     target_accuracies: str = key(
         "0.7,0.75,0.8", "Comma-separated accuracies of the average model; the summary reports the first round "
         "reaching each (decentralized runs).", "OledFL Table III",

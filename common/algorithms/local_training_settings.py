@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from common.keys import check_choice, check_text, key, require
+from common.keys import NODE, check_choice, check_text, key, require
 
 # The `local-optimizer` key's values (common/algorithms/optimizers.py builds sgd and adam); auto: adam for the
 # diffusion task, sgd otherwise (common/models/diffusion.py `optimizer_kind`). Here, not beside the optimizers:
@@ -23,29 +23,30 @@ OPTIMIZERS = ("auto", "sgd", "adam")
 class LocalTrainingSettings:
     """Local training: epochs or steps, batch, learning rate, optimizer, and the client rules' weights."""
 
-    local_epochs: int = key(1, "Local epochs per round (when local-steps is 0).")
-    local_steps: int = key(0, "Local SGD steps per round K; 0 means use local-epochs.")
-    batch_size: int = key(32, "Local mini-batch size.")
-    lr: float = key(0.05, "Local learning rate eta.")
+    local_epochs: int = key(1, "Local epochs per round (when local-steps is 0).", side=NODE)
+    local_steps: int = key(0, "Local SGD steps per round K; 0 means use local-epochs.", side=NODE)
+    batch_size: int = key(32, "Local mini-batch size.", side=NODE)
+    lr: float = key(0.05, "Local learning rate eta.", side=NODE)
     lr_decay: float = key(1.0, "Per-round decay: lr * lr-decay^(round-1).", "OledFL: 0.998")
-    momentum: float = key(0.0, "Local SGD momentum (buffer reset every round).")
-    weight_decay: float = key(0.0, "Local SGD weight decay.")
+    momentum: float = key(0.0, "Local SGD momentum (buffer reset every round).", side=NODE)
+    weight_decay: float = key(0.0, "Local SGD weight decay.", side=NODE)
     clip_grad_norm: float = key(
         0.0, "Local training: clip each step's gradient to this global L2 norm (as torch.nn.utils.clip_grad_norm_, "
-        "before weight decay); 0: off.", "OledFL/DisPFL code: 10",
+        "before weight decay); 0: off.", "OledFL/DisPFL code: 10", side=NODE,
     )
     local_optimizer: str = key(
         "auto", "Optimizer of local training and of FedDDPM's server epochs: sgd, adam, or auto (adam for the "
-        "diffusion task, sgd otherwise); a new one every round.", "FedDDPM: Adam",
+        "diffusion task, sgd otherwise); a new one every round.", "FedDDPM: Adam", side=NODE,
     )
-    proximal_mu: float = key(0.01, "FedProx proximal weight mu.", "FedProx")
-    moon_mu: float = key(1.0, "MOON contrastive weight mu.", "MOON; FedCOG used 0.01")
-    moon_tau: float = key(0.5, "MOON temperature tau.", "MOON")
+    proximal_mu: float = key(0.01, "FedProx proximal weight mu.", "FedProx", side=NODE)
+    moon_mu: float = key(1.0, "MOON contrastive weight mu.", "MOON; FedCOG used 0.01", side=NODE)
+    moon_tau: float = key(0.5, "MOON temperature tau.", "MOON", side=NODE)
     moon_projection_dim: int = key(256, "MOON projection-head output size.", "MOON")
-    sam_rho: float = key(0.05, "SAM perturbation radius rho.", "FedSAM")
-    mofedsam_alpha: float = key(0.1, "MoFedSAM weight of the local SAM gradient.", "MoFedSAM")
+    sam_rho: float = key(0.05, "SAM perturbation radius rho.", "FedSAM", side=NODE)
+    mofedsam_alpha: float = key(0.1, "MoFedSAM weight of the local SAM gradient.", "MoFedSAM", side=NODE)
     dyn_alpha: float = key(
-        0.1, "fedlesam-d / fedsmoo: weight alpha of the FedDyn-style dynamic regulariser.", "FedDyn; FedSMOO"
+        0.1, "fedlesam-d / fedsmoo: weight alpha of the FedDyn-style dynamic regulariser.", "FedDyn; FedSMOO",
+        side=NODE,
     )
 
     def check(self) -> None:

@@ -22,7 +22,8 @@ code. The module must be importable on the server and on every SuperNode, as a m
 
 Both halves are imported and checked whenever the run config is parsed (`parse_run_config`, on the server
 and on each node, before any work), so a missing module, a missing attribute or a value of the wrong type
-stops the run with a ConfigError naming the path and what is wrong.
+stops the run with a ConfigError naming the path and what is wrong; so does a strategy whose constructor
+forwards `**kwargs` (`refuse_forwarding`: the app could not fill what it forwards).
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ def check_halves(algorithm: Algorithm, what: str) -> None:
     if not (inspect.isclass(strategy) and issubclass(strategy, Strategy)):
         raise ConfigError(f"{what}: its strategy {algorithm.strategy!r} is not a strategy class (a subclass of one "
                           "of fedsynth.strategies' classes)")
+    refuse_forwarding(strategy, f"{what}: its strategy {algorithm.strategy!r}")
     client = import_attribute(algorithm.client, f"{what}: its client")
     if not callable(client) or inspect.isclass(client):
         raise ConfigError(f"{what}: its client {algorithm.client!r} is not a function (update(job: LocalJob) -> "
@@ -84,6 +86,28 @@ def check_halves(algorithm: Algorithm, what: str) -> None:
         raise ConfigError(f"{what}: its client {algorithm.client!r} must take one argument, the LocalJob") from None
     except ValueError:  # no signature to read (a builtin): left to the call
         pass
+
+
+def refuse_forwarding(cls: type, what: str) -> None:
+    """Refuse a strategy class whose constructor takes `**kwargs` (or `*args`), naming the class.
+
+    fedsynth's app builds a strategy from the parameters its constructor names (each from the run-config key of
+    its name, server_app/registry.py), so whatever such a constructor forwards to its parent would silently keep
+    the parent's defaults: the run would ignore the run config's keys for them.
+    """
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):  # no signature to read: left to the call
+        return
+    for parameter in parameters:
+        if parameter.kind in (parameter.VAR_KEYWORD, parameter.VAR_POSITIONAL):
+            star = "**" if parameter.kind is parameter.VAR_KEYWORD else "*"
+            raise ConfigError(
+                f"{what}: {cls.__name__}'s constructor takes {star}{parameter.name}; fedsynth's app builds a strategy "
+                "from the keyword parameters its constructor names (each from the run-config key of its name), so "
+                f"what {cls.__name__} forwards through {star}{parameter.name} would keep its parent's defaults and "
+                "ignore the run config: name every parameter it takes (def __init__(self, *, fraction_train: float "
+                "= ..., ...)) and pass each to super().__init__")
 
 
 def algorithm_of(name: str) -> Algorithm:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from common.keys import check_choice, check_text, key, require
+from common.keys import NODE, check_choice, check_text, key, require
 
 # The distillation's trajectory-matching loss (server_app/distillation.py `matching_loss`).
 MATCHING_LOSSES = ("normalized", "paper")
@@ -53,11 +53,12 @@ class SynSAMSettings:
         "diagnostic",
     )
     synsam_beta: float = key(
-        0.9, "FedSynSAM: weight of the local gradient in the ascent direction (1 - beta: synthetic).", "FedSynSAM"
+        0.9, "FedSynSAM: weight of the local gradient in the ascent direction (1 - beta: synthetic).", "FedSynSAM",
+        side=NODE,
     )
     synsam_mix: str = key(
         "paper", "FedSynSAM ascent mix: paper (beta grad_local + (1 - beta) grad_syn) or normalized (an ablation, "
-        "not the paper's: each gradient scaled to unit norm before mixing).", "FedSynSAM eq. 14; ablation",
+        "not the paper's: each gradient scaled to unit norm before mixing).", "FedSynSAM eq. 14; ablation", side=NODE,
     )
     matching_loss: str = key(
         "normalized", "fedsynsam/dynafed distillation loss: normalized (||w_hat - w^{r+s}||^2 / ||w^r - w^{r+s}||^2, "

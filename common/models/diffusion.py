@@ -81,11 +81,13 @@ def num_timesteps(cfg: DiffusionTask) -> int:
     return cfg.diffusion_timesteps or UNET_PRESETS[cfg.model].timesteps
 
 
-def optimizer_kind(cfg: DiffusionTask) -> str:
-    """`local-optimizer`, with `auto` meaning Adam for the diffusion task (FedDDPM) and SGD otherwise."""
-    if cfg.local_optimizer == "auto":
+def optimizer_kind(cfg: DiffusionTask, kind: str | None = None) -> str:
+    """`local-optimizer` (`kind`, else the run config's), with `auto` meaning Adam for the diffusion task (FedDDPM)
+    and SGD otherwise."""
+    kind = cfg.local_optimizer if kind is None else kind
+    if kind == "auto":
         return "adam" if is_diffusion(cfg) else "sgd"
-    return cfg.local_optimizer
+    return kind
 
 
 # ----- models -----------------------------------------------------------------------

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.keys import check_choice, check_text, key, require
+from common.keys import NODE, check_choice, check_text, key, require
 from common.models.diffusion_names import FID_EXTRACTORS, SAMPLERS
 
 
@@ -72,10 +72,10 @@ class DiffusionSettings:
     )
     warmup_epochs: int = key(
         200, "FedDDPM(+): epochs each node trains its own DDPM before round 1 (uploaded once).",
-        "FedDDPM: 200 MNIST, 400 CIFAR-10, 600 CIFAR-100",
+        "FedDDPM: 200 MNIST, 400 CIFAR-10, 600 CIFAR-100", side=NODE,
     )
     warmup_steps: int = key(0, "FedDDPM(+): warmup length in local steps instead of epochs; 0: use warmup-epochs.",
-                            "CPU presets")
+                            "CPU presets", side=NODE)
     warmup_timeout: float = key(7200.0, "FedDDPM(+): seconds to wait for the nodes' warm models.")
     aux_fraction: float = key(
         0.1, "FedDDPM(+): the server samples aux-fraction * m_i images from node i's warm model (kept on the "

@@ -11,23 +11,82 @@ weights travel in the `gossip` record of each node's own message.)
 
 `client_keys` names what a node running an algorithm reads from its message;
 the server's strategies send exactly those (server_app/strategies/, and
-server_app/registry.py for FedCOG's settings on an `X+cog` row). No reader here
-has a fallback value: a message that lacks a key is refused naming it.
+server_app/registry.py for FedCOG's settings on an `X+cog` row, and the local
+training recipe, `LocalRecipe`, on every run). No reader here has a fallback
+value: a message that lacks a key is refused naming it.
+
+The schema of a train message is the run config's own: the keys whose `side`
+is `NODE` or `BOTH` (common/keys.py; `MESSAGE_KEYS`), each with its type,
+default, meaning and the check of the part that declares it. The node checks
+what it received with that same check before it trains (`check_train_settings`):
+a missing, mistyped, NaN or infinite, or out-of-range value is refused naming
+the key, as the run config refuses it, so a server cannot make a node train
+with `lr = -1` or `sam-rho = -0.5`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from common.algorithm_table import ALGORITHMS
 from common.algorithms.accepted_scale import ACCEPTED_SCALE_KEYS  # noqa: F401 - the optional per-node keys
+from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.cog_settings import COG_KEYS
-from common.keys import config_value, require_settings  # noqa: F401 - the readers, re-exported
+from common.errors import ConfigError
+from common.keys import config_value, key_name, require_settings, sent_to_nodes, shown  # noqa: F401 - readers
+from common.run.config import check_parameters, config_fields
 from common.uplink.spec import CompressionSpec
 
-# run-config keys of the uplink codec: every centralized rule may compress its update
-CODEC_KEYS = ("compression", "bits", "levels", "qsgd-scope", "qsgd-bucket", "topk-ratio", "error-feedback")
+# run-config keys of the uplink codec (its part's keys): every centralized rule may compress its update
+CODEC_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in dataclasses.fields(CodecSettings))
+# the run-config keys a train message may carry: those the node reads (side NODE or BOTH, common/keys.py)
+MESSAGE_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in config_fields() if sent_to_nodes(f))
+
+
+@dataclass(frozen=True)
+class LocalRecipe:
+    """How a node trains in a round, beside the round's `lr`: what every train message of fedsynth's app carries.
+
+    Each field is the run-config key of its name (common/algorithms/local_training_settings.py declares its
+    type, default, meaning and check): `local-epochs` / `local-steps` and `batch-size` give the step count K,
+    `momentum`, `weight-decay`, `clip-grad-norm` and `local-optimizer` (sgd or adam; the server resolves
+    `auto` by its task) the optimizer. The node takes it from its message (`from_config`), never from its run
+    config, so a server and its nodes cannot disagree on it.
+    """
+
+    local_epochs: int
+    local_steps: int
+    batch_size: int
+    momentum: float
+    weight_decay: float
+    clip_grad_norm: float
+    local_optimizer: str
+
+    @classmethod
+    def of(cls, settings: Any, local_optimizer: str | None = None) -> "LocalRecipe":
+        """The recipe of a run config (any object with these attributes), `local_optimizer` resolved if given."""
+        values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)}
+        return cls(**{**values, **({"local_optimizer": local_optimizer} if local_optimizer else {})})
+
+    def config(self) -> dict[str, Any]:
+        """This recipe as a train message's config entries, under the run-config keys (`RECIPE_KEYS`)."""
+        return {key_name(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_config(cls, config: Mapping[str, Any]) -> "LocalRecipe":
+        """The recipe a train message's config carries (checked by `check_train_settings` before); ValueError
+        names every key it lacks."""
+        require_settings(config, RECIPE_KEYS)
+        return cls(**{f.name: _TYPES[str(f.type)](config[key_name(f.name)]) for f in dataclasses.fields(cls)})
+
+
+# a recipe field's type, by its annotation's name (the module's annotations are text)
+_TYPES: dict[str, type] = {"int": int, "float": float, "str": str}
+# the local training recipe's keys: every train message of fedsynth's app carries them
+RECIPE_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in dataclasses.fields(LocalRecipe))
 # what every round's train message carries, whatever the algorithm: the round and its local learning rate
 ROUND_KEYS = ("server-round", "lr")
 
@@ -43,6 +102,44 @@ def optional_client_keys(algorithm: str) -> tuple[str, ...]:
     (`ACCEPTED_SCALE_KEYS`, for the rows whose node state follows their update, `state_follows_update`)."""
     row = ALGORITHMS.get(algorithm)
     return ACCEPTED_SCALE_KEYS if row is not None and row.state_follows_update else ()
+
+
+# who a refused value's error names as its source
+TRAIN_MESSAGE = "train message refused"
+
+
+def _integer_at_least(low: int) -> Callable[[Any], bool]:
+    return lambda value: isinstance(value, int) and not isinstance(value, bool) and value >= low
+
+
+# The settings a train message carries that are no run-config key, each with what it accepts and its check: the
+# node checks them as it checks the schema's keys (`check_train_settings`). A strategy that sends a setting of its
+# own to the nodes declares it here.
+MESSAGE_ONLY_SETTINGS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "server-round": ("an integer >= 0 (0: FedDDPM's warm-up)", _integer_at_least(0)),
+}
+# run-config key -> its field name, for the keys a train message is checked for
+_FIELD_OF_KEY: dict[str, str] = {key_name(f.name): f.name for f in config_fields()}
+
+
+def check_train_settings(config: Mapping[str, Any], required: Iterable[str]) -> None:
+    """Refuse a train message's config that the node must not train with, naming the key.
+
+    A key of `required` the config lacks is a ValueError naming every missing key (`missing_message`). Then each
+    value the config carries under a key of the schema (`MESSAGE_KEYS`) or of `required` is checked exactly as
+    the run config checks that key (common/run/config.py `check_parameters`: its type, finite, then its part's
+    range and choices), and each of `MESSAGE_ONLY_SETTINGS` (`server-round`) by its own check: a ConfigError names
+    the key, the value and what is accepted. Keys outside the schema (a developer's own `node_settings`,
+    FedDDPM's `phase`) are the reading rule's business.
+    """
+    required = tuple(required)
+    require_settings(config, required)
+    for key, (accepted, ok) in MESSAGE_ONLY_SETTINGS.items():
+        if key in config and not ok(config[key]):
+            raise ConfigError(f"{TRAIN_MESSAGE}: {key!r} = {shown(config[key])} is invalid; accepted: {accepted}")
+    checked = set(MESSAGE_KEYS) | set(required)
+    check_parameters(TRAIN_MESSAGE, {_FIELD_OF_KEY[key]: value for key, value in config.items()
+                                     if key in checked and key in _FIELD_OF_KEY})
 
 
 def client_keys(algorithm: str, decentralized: bool = False, cog: bool = False) -> tuple[str, ...]:

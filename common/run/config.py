@@ -35,7 +35,7 @@ from common.data.hf_datasets import is_hf
 from common.data.settings import NODE_PARTITION, DataSettings
 from common.data.site_data import node_shape_info
 from common.errors import ConfigError
-from common.keys import check_choice, key_name, require
+from common.keys import check_choice, key_name, require, shown
 from common.models.classifier_names import MODELS, check_model_fits, is_user_model
 from common.models.diffusion_names import UNET_PRESETS
 from common.models.diffusion_settings import DiffusionSettings
@@ -182,21 +182,21 @@ def _coerce(key: str, value: Any, default: Any) -> Any:
             return value
         if isinstance(value, str) and value.lower() in ("true", "false"):
             return value.lower() == "true"
-        raise ConfigError(f"run config key '{key}': expected true or false, got {value!r}")
+        raise ConfigError(f"run config key '{key}': expected true or false, got {shown(value)}")
     if expected is int:
         if isinstance(value, bool) or not isinstance(value, int):
             if isinstance(value, float) and value.is_integer():
                 return int(value)
-            raise ConfigError(f"run config key '{key}': expected an integer, got {value!r}")
+            raise ConfigError(f"run config key '{key}': expected an integer, got {shown(value)}")
         return value
     if expected is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConfigError(f"run config key '{key}': expected a number, got {value!r}")
+            raise ConfigError(f"run config key '{key}': expected a number, got {shown(value)}")
         if not math.isfinite(value):
-            raise ConfigError(f"run config key '{key}': expected a finite number, got {value!r}")
+            raise ConfigError(f"run config key '{key}': expected a finite number, got {shown(value)}")
         return float(value)
     if not isinstance(value, str):
-        raise ConfigError(f"run config key '{key}': expected a string, got {value!r}")
+        raise ConfigError(f"run config key '{key}': expected a string, got {shown(value)}")
     return value
 
 

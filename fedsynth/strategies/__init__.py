@@ -27,7 +27,15 @@ Options every centralized class shares are one value each, not a key each:
 - `aggregation`: "weighted" (the papers' sample-weighted mean), "uniform", "median", `TrimmedMean(fraction)`
   or `Krum(byzantine_nodes)`;
 - `task` (the strategies whose server builds the model itself: FedSynSAM's and DynaFed's distillation,
-  FedDDPM's sampling): `ServerTask(model=..., dataset=...)`.
+  FedDDPM's sampling): `ServerTask(model=..., dataset=...)`;
+- `cog_settings` (FedCOG): `CogSettings(gen_budget=..., ...)`, FedCOG's generation and distillation settings.
+`LocalRecipe` is the local training recipe fedsynth's ClientApp reads from each train message (local-steps,
+batch-size, momentum, ...): pass `LocalRecipe(...).config()` in `start()`'s `train_config` beside the "lr".
+Flower's own FedAvg parameters are taken with Flower's meaning (`arrayrecord_key`, `configrecord_key`,
+`min_available_nodes`, `weighted_by_key`, `train_metrics_aggr_fn`, `evaluate_metrics_aggr_fn`: its record is added
+to each round's metrics; every numeric reply metric fedsynth does not read itself is averaged into them, as Flower
+averages it), or refused naming the parameter to use (`min_train_nodes`, `min_evaluate_nodes`); an unknown keyword
+is refused naming the class and the nearest parameter.
 A value is checked when it is built, with the run config's message: `QSGD(bits=1)` fails as `bits = 1` does.
 
 A class takes only what its server uses or sends: the round's sampling and checks, the aggregation, and the
@@ -59,7 +67,9 @@ from typing import Any
 
 from common.algorithms.plugins import import_attribute
 from common.algorithm_table import ALGORITHMS
+from common.algorithms.cog_settings import CogSettings
 from common.run.aggregation import BOUNDED_INFLUENCE, BoundedInfluence, Krum, TrimmedMean
+from common.run.client_settings import LocalRecipe
 from common.run.codecs import QSGD, TopK
 from common.run.task import ServerTask
 from server_app.fid_reference import NoFeatureSums
@@ -87,7 +97,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = sorted([
-    "BOUNDED_INFLUENCE", "BoundedInfluence", "Krum", "NodeInfo", "NoFeatureSums", "QSGD", "ReplyContractError",
-    "ServerTask", "TooManyFailedRounds", "TopK", "TrimmedMean", "WarmupFailed", "WrapperRefused",
+    "BOUNDED_INFLUENCE", "BoundedInfluence", "CogSettings", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
+    "ReplyContractError", "ServerTask", "TooManyFailedRounds", "TopK", "TrimmedMean", "WarmupFailed", "WrapperRefused",
     *_STRATEGY_PATHS,
 ])

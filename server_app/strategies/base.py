@@ -35,7 +35,7 @@ FedDDPM+ sends nothing once its one-shot correction is done.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
 from typing import Any, Callable
 
@@ -49,12 +49,30 @@ from server_app.messaging import send_and_receive
 from server_app.strategies.node_table import NodeInfo, NodeTable, sample_nodes, wait_for_nodes
 from server_app.strategies.reply_collection import RoundOutcome, collect_replies
 from server_app.strategies.round_log import Failure, RoundEntry, RoundLog
-from server_app.strategies.metric_means import (  # noqa: F401 - weighted_metric: re-exported for the strategies
-    checked_evaluate_metrics, local_test_summary, weighted_metric,
+from server_app.strategies.metric_means import (  # noqa: F401 - re-exported: weighted_metric, checked_evaluate_metrics
+    REPLY_METRIC_PREFIX, checked_evaluate_metrics, checked_evaluate_replies, local_test_summary, other_metric_means,
+    weighted_metric,
 )
 from server_app.wire import (
     WEIGHTED_BY_KEY, contract_violation_error, largest_weight_note,
 )
+
+
+# Flower's `train_metrics_aggr_fn` / `evaluate_metrics_aggr_fn`: (the replies' RecordDicts, weighted_by_key) -> metrics
+MetricsAggregation = Callable[[list[RecordDict], str], MetricRecord]
+
+
+def with_own_aggregation(metrics: Mapping[str, Any], fn: MetricsAggregation | None, replies: Sequence[Message],
+                         weighted_by_key: str) -> MetricRecord:
+    """`metrics` with the MetricRecord of a user's aggregation function `fn` of the replies added (its entries win),
+    as Flower's FedAvg returns `train_metrics_aggr_fn`'s record."""
+    if fn is None:
+        return MetricRecord(dict(metrics))
+    own = fn([reply.content for reply in replies], weighted_by_key)
+    if not isinstance(own, MetricRecord):
+        raise TypeError(f"the metric aggregation function {getattr(fn, '__name__', fn)!r} (train_metrics_aggr_fn or "
+                        f"evaluate_metrics_aggr_fn) returned a {type(own).__name__}, not a flwr.app.MetricRecord")
+    return MetricRecord({**dict(metrics), **dict(own)})
 
 
 class TooManyFailedRounds(RuntimeError):
@@ -96,6 +114,10 @@ class RoundStrategy(Strategy):
                  weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1) -> None:
         self.weighted_by_key = weighted_by_key
         self.min_available_nodes = min_available_nodes
+        # Flower's FedAvg parameters every class takes (server_app/strategies/parameters.py `FLOWER_PARAMETERS`)
+        self.arrayrecord_key, self.configrecord_key = "arrays", "config"
+        self.train_metrics_aggr_fn: MetricsAggregation | None = None
+        self.evaluate_metrics_aggr_fn: MetricsAggregation | None = None
         self.num_rounds: int | None = None  # start()'s num_rounds, once start() runs
         self.timeout: float | None = None   # start()'s timeout, for the exchanges of multi-phase methods
         self.train_config = ConfigRecord()  # start()'s train_config
@@ -198,12 +220,19 @@ class RoundStrategy(Strategy):
         """Why a (non-error) train reply must be dropped, or None."""
         raise NotImplementedError
 
-    def _run_summary(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
-        """What this algorithm adds to a run's summary.json, from its round records."""
+    # ----- public hooks an app around `start()` calls (fedsynth's recorder, server_app/recorder.py) ----------
+    def run_summary(self, rounds: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """What this algorithm adds to a run's summary: a JSON-able dict of its own fields (FedDDPM's warm-up
+        time, FedDDPM+'s stopping round), computed from `rounds`, the rounds' records as `metrics.jsonl` holds
+        them (one dict per round, run-config-key names). A plugin overrides it to report its own; default {}."""
         return {}
 
-    def _check_restored(self, template: dict[str, Any]) -> str | None:
-        """Why state restored from a checkpoint cannot continue a run of this model, or None."""
+    def check_restored(self, template: dict[str, Any]) -> str | None:
+        """Why the server state `load_state_dict` restored cannot continue a run of this model, or None.
+
+        `template` is the run's model as {name: numpy array} (the names, shapes and dtypes of the global model);
+        a strategy that keeps arrays shaped like the model (a relay's node models) compares them with it. The
+        returned text is the refusal a resumed run ends with, before any round."""
         return None
 
     # ----- the node table ------------------------------------------------------------------
@@ -304,11 +333,19 @@ class RoundStrategy(Strategy):
             )
         return False
 
-    def _finish_round(self, metrics: MetricRecord | None, good: list[Message], **fields: Any) -> None:
-        """Add the aggregated metrics, `fields` and the end time to the round's log entry; note a carried evaluation."""
-        self.round_log.update(metrics=dict(metrics) if metrics is not None else {}, outcome=fields,
-                              finished_at=time.monotonic(), stops_run=self._stop_requested())
+    def _finish_round(self, metrics: MetricRecord | None, good: list[Message], **fields: Any) -> MetricRecord | None:
+        """Add the aggregated metrics, `fields` and the end time to the round's log entry; note a carried evaluation.
+
+        Returns the round's metrics for `Result`: `metrics` and, as Flower's FedAvg averages every reply metric, the
+        mean of each numeric one of the good replies' that fedsynth does not read itself (`other_metric_means`;
+        `metrics` win a clash). The round log keeps those means under `REPLY_METRIC_PREFIX` ("reply-my-score"),
+        so that a name a node chose never overwrites a field of the round's record.
+        """
         carried = [r.content.metric_records["metrics"] for r in good]
+        others = other_metric_means(carried, self.max_weight_share, self.weighted_by_key) if metrics is not None else {}
+        own = dict(metrics) if metrics is not None else {}
+        self.round_log.update(metrics={**own, **{REPLY_METRIC_PREFIX + k: v for k, v in others.items()}},
+                              outcome=fields, finished_at=time.monotonic(), stops_run=self._stop_requested())
         if carried and all("local-test-accuracy" in m for m in carried):
             tested = [m for m in carried if m.get("num-test-examples", 0) > 0]
             self._evaluation_carried = MetricRecord({
@@ -316,6 +353,7 @@ class RoundStrategy(Strategy):
                                       self.max_weight_share) if tested else {}),
                 "num-nodes": len(tested), "carried-in-train-replies": 1,
             })
+        return None if metrics is None else MetricRecord({**others, **own})
 
     # ----- evaluation ----------------------------------------------------------------------
     def _evaluate_messages(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
@@ -347,14 +385,21 @@ class RoundStrategy(Strategy):
     def _evaluation_metrics(self, replies: Iterable[Message]) -> MetricRecord | None:
         """Test-count weighted local accuracy and loss of the checked evaluate replies; None if none is usable."""
         table = self.node_table
-        metrics = checked_evaluate_metrics(table.nodes, replies, known_partitions=table.from_handshake)
-        if not metrics:
+        checked = checked_evaluate_replies(table.nodes, replies, known_partitions=table.from_handshake)
+        if not checked:
             return None
-        return MetricRecord({**local_test_summary(metrics, self.max_weight_share), "num-nodes": len(metrics)})
+        metrics = [m for _, m in checked]
+        summary = {**local_test_summary(metrics, self.max_weight_share), "num-nodes": len(metrics)}
+        return with_own_aggregation(summary, self.evaluate_metrics_aggr_fn, [r for r, _ in checked],
+                                    self.weighted_by_key)
 
-    def _evaluate_on_every_node(self, grid: Grid, arrays: ArrayRecord, server_round: int, timeout: float | None,
+    def evaluate_on_every_node(self, grid: Grid, arrays: ArrayRecord, server_round: int, timeout: float | None,
                                poll_interval: float = 0.05) -> MetricRecord | None:
-        """Every node evaluates `arrays` on its local test split (fedsynth's final evaluation, after start())."""
+        """Every node of the node table evaluates `arrays` (the model's ArrayRecord) on its local test split, as
+        round `server_round`'s evaluate message, waiting at most `timeout` seconds (polling every `poll_interval`);
+        returns the test-count weighted local accuracy and loss, their range and "num-nodes" of the checked replies
+        (`evaluate_metrics_aggr_fn`'s record added), or None when no reply is usable. fedsynth's app calls it once
+        after `start()` for the final model; a strategy without a global model (the relay) still evaluates `arrays`."""
         self._ensure_nodes(grid)
         sent = self._evaluate_messages(server_round, arrays, ConfigRecord({}), self.node_table.nodes)
         return self._evaluation_metrics(send_and_receive(grid, sent, timeout, poll_interval))

@@ -39,7 +39,7 @@ from server_app.influence import bounded_weights, cap_binds
 from server_app.outcome import non_finite_arrays
 from server_app.robust import ROBUST_AGGREGATIONS, clip_factors, combine_updates, scale_update, update_norm
 from server_app.reply_checks import check_train_metrics, check_weight_key
-from server_app.strategies.base import RoundStrategy, weighted_metric
+from server_app.strategies.base import RoundStrategy, weighted_metric, with_own_aggregation
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo, sample_nodes
 from server_app.strategies.node_models import NodeModels
@@ -390,7 +390,8 @@ class FedAvg(RoundStrategy):
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Drop failed, late and malformed replies (each recorded in `round_log`), then aggregate the rest.
 
-        Fewer than `min_nodes` good replies leave the model unchanged (None, None).
+        Fewer than `min_nodes` good replies leave the model unchanged (None, None). The metrics are the
+        strategy's and the means of the replies' other numeric metrics (`_finish_round`).
         """
         replies = list(replies)
         if self.round_log.latest is None:  # a round that sent nothing
@@ -406,8 +407,7 @@ class FedAvg(RoundStrategy):
             return None, None
         self._count_short_round(server_round, len(good))
         arrays, metrics = self._aggregate_good(server_round, good)
-        self._finish_round(metrics, good)
-        return arrays, metrics
+        return arrays, self._finish_round(metrics, good)
 
     def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Average the updates of checked replies (in partition order) and take the server step."""
@@ -436,7 +436,8 @@ class FedAvg(RoundStrategy):
         else:
             mean_delta = weighted_mean(deltas, self._aggregation_weights(replies))
         self.current = self._server_step(mean_delta, replies)
-        metrics = aggregate_metrics(replies, self.max_weight_share, self.weighted_by_key)
+        metrics = with_own_aggregation(aggregate_metrics(replies, self.max_weight_share, self.weighted_by_key),
+                                       self.train_metrics_aggr_fn, replies, self.weighted_by_key)
         if non_finite := non_finite_arrays(self.current):  # a record, so the library path says it too
             metrics["non-finite-model"] = len(non_finite)
             log(WARNING, "round %d: the server step gave a global model with NaN or inf in %d array(s), e.g. "
@@ -455,7 +456,7 @@ class FedAvg(RoundStrategy):
 
 
 def reply_metric_means(metrics: list[Mapping[str, Any]], max_share: float,
-                       weighted_by_key: str = WEIGHTED_BY_KEY) -> dict[str, float]:
+                       weighted_by_key: str = WEIGHTED_BY_KEY) -> dict[str, Any]:
     """Sample-weighted train loss and test-count weighted local test accuracy of train replies (capped shares)."""
     out = {"train-loss": weighted_metric([m["train-loss"] for m in metrics], [m[weighted_by_key] for m in metrics],
                                          max_share)}

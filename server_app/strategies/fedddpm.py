@@ -204,7 +204,7 @@ class FedDDPM(FedAvg):
             self.warmup(grid, arrays)
         return super().configure_train(server_round, arrays, config, grid)
 
-    def _run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
         """What this algorithm adds to summary.json."""
         return {"aux-size": 0 if self.auxiliary is None else int(len(self.auxiliary)),
                 "aux-sampler": self.aux_sampler.label}
@@ -228,17 +228,18 @@ class FedDDPM(FedAvg):
         """One TRAIN message per node of the node table: the run's initial model and the warm-up's config.
 
         Content: `RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": 0, "phase": "warmup",
-        "warmup-epochs": ..., "warmup-steps": ..., "lr": ...})})`. A node answers it as a train message, except
-        that it trains its own DDPM from `arrays` for "warmup-steps" steps (0: "warmup-epochs" epochs) at "lr"
-        (round 1's: `lr_schedule(1)`, else `start()`'s `train_config` "lr"; absent when neither is given) and
-        replies with that model (see `_aggregate_warmup`).
+        "warmup-epochs": ..., "warmup-steps": ..., "lr": ...})})`, beside `start()`'s `train_config` (fedsynth's
+        app puts the local training recipe there: batch-size, the optimizer, ...). A node answers it as a train
+        message, except that it trains its own DDPM from `arrays` for "warmup-steps" steps (0: "warmup-epochs"
+        epochs) at "lr" (round 1's: `lr_schedule(1)`, else `start()`'s `train_config` "lr"; absent when neither is
+        given) and replies with that model (see `_aggregate_warmup`).
         """
         self._ensure_nodes(grid)
         self._warmup_started = time.monotonic()
         self._warmup_initial = from_record(arrays)
         record = to_record(self._warmup_initial)
-        config = {"server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE, "warmup-epochs": self.warmup_epochs,
-                  "warmup-steps": self.warmup_steps, **self._warmup_lr()}
+        config = {**self.train_config, "server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE,
+                  "warmup-epochs": self.warmup_epochs, "warmup-steps": self.warmup_steps, **self._warmup_lr()}
         messages = [
             Message(RecordDict({MODEL: record, "config": ConfigRecord(config)}), dst_node_id=node.node_id,
                     message_type=MessageType.TRAIN)

@@ -196,5 +196,5 @@ class FedDDPMPlus(FedDDPM):
             return self._correct(weights, self.oneshot_epochs, self._oneshot_rate())
         return weights
 
-    def _run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-        return {**super()._run_summary(rounds), "stopped-at-round": self.stopped_at, "stop-reason": self.stop_reason}
+    def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        return {**super().run_summary(rounds), "stopped-at-round": self.stopped_at, "stop-reason": self.stop_reason}

@@ -20,10 +20,12 @@ with the name it travels under when the nodes read it; the few others are descri
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import inspect
 import math
 import textwrap
+from collections.abc import Iterable
 from typing import Any, Callable
 
 from common.algorithm_table import ALGORITHMS
@@ -169,16 +171,68 @@ def check_node_settings_keys(owner: str, arguments: dict[str, Any]) -> None:
                               f"its nodes from its parameter {name} = {arguments[name]!r}; set {name} instead")
 
 
+# Flower's FedAvg parameters that every class takes with Flower's meaning, beside its own (`checked_init` keeps
+# them on the strategy as attributes of the same name): the reply records' names, which fedsynth's nodes read
+# under Flower's defaults only, and the metric aggregation functions, `(replies' RecordDicts, weighted_by_key)
+# -> MetricRecord`, whose record is added to the round's train (evaluate) metrics, as Flower's FedAvg returns it.
+FLOWER_PARAMETERS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    "arrayrecord_key": ('"arrays", the record fedsynth\'s nodes read the model from and reply with',
+                        lambda v: v == "arrays"),
+    "configrecord_key": ('"config", the record fedsynth\'s nodes read the round\'s settings from',
+                         lambda v: v == "config"),
+    "train_metrics_aggr_fn": ("None or a function (list of reply RecordDicts, weighted_by_key) -> MetricRecord",
+                              lambda v: v is None or callable(v)),
+    "evaluate_metrics_aggr_fn": ("None or a function (list of reply RecordDicts, weighted_by_key) -> MetricRecord",
+                                 lambda v: v is None or callable(v)),
+}
+FLOWER_DEFAULTS: dict[str, Any] = {"arrayrecord_key": "arrays", "configrecord_key": "config",
+                                   "train_metrics_aggr_fn": None, "evaluate_metrics_aggr_fn": None}
+# Flower's parameters whose meaning fedsynth's classes do not have: (Flower's meaning, the parameters to use instead)
+FLOWER_ONLY: dict[str, tuple[str, str]] = {
+    "min_train_nodes": ("the fewest nodes sampled for training",
+                        "it samples fraction_train of the nodes (the decentralized relay: all of them) and needs "
+                        "min_nodes good replies: use fraction_train and min_nodes"),
+    "min_evaluate_nodes": ("the fewest nodes sampled for evaluation",
+                           "it samples fraction_evaluate of the nodes: use fraction_evaluate"),
+}
+
+
+def refuse_unknown_parameters(owner: str, given: Iterable[str], valid: Iterable[str]) -> None:
+    """TypeError naming `owner` and the nearest valid parameter for a keyword that is none of `valid`, or the
+    fedsynth parameters to use for a Flower parameter fedsynth's classes do not have (`FLOWER_ONLY`)."""
+    valid = list(valid)
+    for name in given:
+        if name in valid:
+            continue
+        if name in FLOWER_ONLY:
+            meaning, instead = FLOWER_ONLY[name]
+            raise TypeError(f"{owner}: parameter {name!r} is Flower's ({meaning}), which {owner} does not take; "
+                            f"{instead}")
+        close = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        raise TypeError(f"{owner}: unknown parameter {name!r}; {hint}{owner}'s parameters: {', '.join(valid)}")
+
+
 def checked_init(init: Callable[..., None]) -> Callable[..., None]:
     """`init` (a strategy's `__init__`) that first checks the values it was given (`check_given`).
 
     A value that is the parameter's own default is not checked again (the run config's defaults pass, and a
-    default of None means "not given").
+    default of None means "not given"). An unknown keyword is refused naming the class and the nearest valid
+    parameter (`refuse_unknown_parameters`); Flower's `FLOWER_PARAMETERS` are taken, checked and kept as
+    attributes after `init`.
     """
     signature = inspect.signature(init)
+    own = [name for name in signature.parameters if name != "self"]
 
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+        owner = type(self).__name__
+        refuse_unknown_parameters(owner, kwargs, own + list(FLOWER_PARAMETERS))
+        flower = {name: kwargs.pop(name) for name in list(kwargs) if name in FLOWER_PARAMETERS and name not in own}
+        for name, value in flower.items():
+            accepted, ok = FLOWER_PARAMETERS[name]
+            if not ok(value):
+                raise ConfigError(f"{owner}: parameter {name} = {value!r} is invalid; accepted: {accepted}")
         bound = signature.bind(self, *args, **kwargs)
         given = {name: value for name, value in list(bound.arguments.items())[1:]
                  if name in signature.parameters and value is not signature.parameters[name].default}
@@ -186,6 +240,8 @@ def checked_init(init: Callable[..., None]) -> Callable[..., None]:
         bound.apply_defaults()
         check_node_settings_keys(type(self).__name__, dict(list(bound.arguments.items())[1:]))
         init(self, *args, **kwargs)
+        for name, value in flower.items():
+            setattr(self, name, value)
 
     return __init__
 
@@ -210,6 +266,13 @@ def parameter_section(cls: type) -> str:
         shown = getattr(default, "__name__", None) or repr(default)
         lines.append(f"{parameter.name} : {parameter.annotation} (default: {shown})")
         lines.extend("    " + line.strip() for line in parameter_meaning(parameter.name).splitlines())
+    lines.append("Flower's FedAvg parameters, taken with Flower's meaning:")
+    for name, (accepted, _) in FLOWER_PARAMETERS.items():
+        lines.append(f"{name} (default: {FLOWER_DEFAULTS[name]!r})")
+        lines.append(f"    {accepted}.")
+    lines.append("    A function's MetricRecord is added to the round's metrics (`Result`), beside fedsynth's means.")
+    for name, (meaning, instead) in FLOWER_ONLY.items():
+        lines.append(f"{name}: refused ({meaning} in Flower); {instead}.")
     return "\n".join(lines)
 
 

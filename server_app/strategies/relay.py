@@ -58,7 +58,7 @@ from common.run.aggregation import BoundedInfluence, bounds
 from server_app.checkpoint import CheckpointError
 from server_app.reply_checks import check_train_metrics
 from server_app.robust import clip_update, update_norm
-from server_app.strategies.base import RoundStrategy
+from server_app.strategies.base import RoundStrategy, with_own_aggregation
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedavg import reply_metric_means
@@ -217,7 +217,7 @@ class DecentralizedRelay(RoundStrategy):
         """Restore what `_checkpoint_arrays` returned."""
         self._load_state_arrays(groups)
 
-    def _check_restored(self, template: Weights) -> str | None:
+    def check_restored(self, template: Weights) -> str | None:
         """Why the restored node models cannot continue a run of this model, or None."""
         return next((p for p in (check_weights(m, template, "checkpointed node model") for m in self.models) if p), None)
 
@@ -361,10 +361,13 @@ class DecentralizedRelay(RoundStrategy):
         self.restore_pending -= set(good)
         self.completed_round = server_round
         mean = average_model(self.models)
-        metrics = MetricRecord({**self._reply_metrics([good[i].content.metric_records["metrics"] for i in sorted(good)],
-                                                      self.max_weight_share),
-                                "consensus-distance": consensus_distance(self.models, mean)})
-        self._finish_round(metrics, [good[i] for i in sorted(good)], **{"state-lost": state_lost})
+        answered = [good[i] for i in sorted(good)]
+        metrics = with_own_aggregation(
+            {**self._reply_metrics([reply.content.metric_records["metrics"] for reply in answered],
+                                   self.max_weight_share),
+             "consensus-distance": consensus_distance(self.models, mean)},
+            self.train_metrics_aggr_fn, answered, self.weighted_by_key)
+        metrics = self._finish_round(metrics, answered, **{"state-lost": state_lost})
         if len(good) < self.min_nodes:
             self.round_log.update(below_min_nodes=True)
         self._count_short_round(server_round, len(good), "the nodes that answered mix on")

@@ -1,0 +1,74 @@
+"""The lists the docs and tests keep of the algorithms are checked against the algorithm table.
+
+A row added to common/algorithm_table.py fails here until the README's and docs/algorithms.md's algorithm tables
+name it and docs/library.md's "What each strategy sends and expects" has its class's row naming the settings its
+nodes read (the row's `client_keys`) and the records and metrics its reply carries (the class's `reply_records`
+and `reply_metrics`); a name in those tables that is no row fails too. The class count is the table's.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from common.algorithm_table import ALGORITHMS, COG_BASES
+from common.algorithms.topology import TOPOLOGIES
+from fedsynth import strategies
+
+ROOT = Path(__file__).resolve().parent.parent
+STRATEGY_NAMES = sorted({row.strategy_name for row in ALGORITHMS.values()})
+BASE_ROWS = [name for name, row in ALGORITHMS.items() if not (row.with_cog and name.endswith("+cog"))]
+
+
+def _table(text: str, header: str) -> list[list[str]]:
+    """The rows (cells) of the markdown table whose header line starts with `header`."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(header))
+    rows = []
+    for line in lines[start + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def _names(cell: str) -> set[str]:
+    """The algorithm-like names a cell writes in backticks (topologies and the `X+cog` pattern left out)."""
+    tokens = set(re.findall(r"`([a-z][a-z0-9+-]*)`", cell))
+    return {token for token in tokens if token not in TOPOLOGIES and token != "X+cog"}
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/algorithms.md"])
+def test_the_algorithm_tables_name_every_row_and_only_rows(page) -> None:
+    text = (ROOT / page).read_text()
+    rows = _table(text, "| family | algorithms |")
+    named = set().union(*(_names(row[1]) for row in rows))
+    assert set(BASE_ROWS) <= named, sorted(set(BASE_ROWS) - named)
+    assert named <= set(ALGORITHMS), sorted(named - set(ALGORITHMS))
+    cog_cell = next(row[1] for row in rows if "fedcog" in row[1])
+    spelled = {name for name in ALGORITHMS if name.endswith("+cog")} <= named
+    assert spelled or re.search(r"`X\+cog` for X in " + ", ".join(f"`{base}`" for base in COG_BASES), cog_cell), cog_cell
+
+
+def test_librarys_table_has_a_row_per_strategy_class_naming_what_it_sends_and_expects() -> None:
+    rows = _table((ROOT / "docs/library.md").read_text(), "| class | client function")
+    by_class: dict[str, list[str]] = {}
+    for row in rows:
+        for name in re.findall(r"`(\w+)`", row[0]):
+            by_class[name] = row
+    assert sorted(by_class) == STRATEGY_NAMES
+    for name in STRATEGY_NAMES:
+        row, cls = by_class[name], getattr(strategies, name)
+        keys = {key for algorithm in ALGORITHMS.values() if algorithm.strategy_name == name
+                for key in algorithm.client_keys}
+        assert keys <= set(re.findall(r"`([a-z][\w-]*)`", row[3])), (name, keys, row[3])
+        replies = set(getattr(cls, "reply_records", {})) | set(getattr(cls, "reply_metrics", {}))
+        assert replies <= set(re.findall(r"`([a-z][\w-]*)`", row[4])), (name, replies, row[4])
+
+
+def test_fedsynth_strategies_exports_one_class_per_table_strategy() -> None:
+    classes = [name for name in strategies.__all__
+               if isinstance(getattr(strategies, name), type) and hasattr(getattr(strategies, name), "configure_train")]
+    assert sorted(classes) == STRATEGY_NAMES
