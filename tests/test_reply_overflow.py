@@ -1,0 +1,99 @@
+"""A reply whose update alone would make the global model non-finite is refused before any mean, naming the node and
+the round (server_app/reply_checks.py `model_overflow`): under the plain mean, a robust mean and with a codec, a
+qsgd payload of norm 3e38 or top-k values of 1e30 no longer reach the model and sink the next round on every node."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+
+from fedsynth import strategies as s
+from fedsynth.client import train_reply
+from server_app.reply_checks import FLOAT32_MAX, model_overflow
+
+HOSTILE = 902
+
+
+def test_model_overflow_against_hand_computed_values() -> None:
+    current = {"w": np.array([1.0, 2.0], np.float32), "steps": np.array(3, np.int64)}
+    assert model_overflow(current, {"w": np.array([0.5, -1.0], np.float32), "steps": np.array(9, np.int64)}) is None
+    # 1.5e19 and 1.0e19: squares 2.25e38 + 1e38 = 3.25e38 <= 3.40e38, kept; 1.5e19 and 1.3e19 overflow
+    assert model_overflow({"w": np.zeros(2, np.float32)}, {"w": np.array([1.5e19, 1e19], np.float32)}) is None
+    reason = model_overflow({"w": np.zeros(2, np.float32)}, {"w": np.array([1.5e19, 1.3e19], np.float32)})
+    assert reason is not None and "squared L2 norm 3.94e+38 overflow float32" in reason
+    # 3e38 + 1e38 exceeds float32's range once the model is added
+    beyond = model_overflow({"w": np.array([1e38], np.float32)}, {"w": np.array([3e38], np.float32)})
+    assert beyond is not None and "non-finite in float32 (array 'w')" in beyond
+    assert "array 'w'" in model_overflow(current, {"w": np.array([np.nan, 0.0], np.float32)})
+    assert FLOAT32_MAX == pytest.approx(3.4028235e38)
+
+
+def net() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+
+
+class Grid:
+    """Three nodes answering in this process; node 902 moves one weight by `push` (a finite but huge update)."""
+
+    def __init__(self, push: float) -> None:
+        from flwr.supercore.task_identity import TaskIdentity
+
+        TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
+        self.push = push
+
+    def get_node_ids(self):
+        return [900, 901, HOSTILE]
+
+    def send_and_receive(self, messages, *, timeout=None):
+        from uuid import uuid4
+
+        from flwr.app import Message, MessageType, MetricRecord
+
+        replies = []
+        for message in messages:
+            message.metadata.__dict__["_message_id"] = uuid4().hex
+            node = message.metadata.dst_node_id
+            if message.metadata.message_type != MessageType.TRAIN:
+                replies.append(Message(RecordDict({"metrics": MetricRecord(
+                    {"num-examples": 10, "eval_acc": 0.5, "eval_loss": 1.0})}), reply_to=message))
+                continue
+            model = net()
+            model.load_state_dict(message.content["arrays"].to_torch_state_dict())
+            with torch.no_grad():
+                for parameter in model.parameters():
+                    parameter.add_(0.01 * (node - 899))
+                if node == HOSTILE:
+                    model[0].weight.view(-1)[:4] = self.push
+            replies.append(train_reply(message, model, num_examples=10, train_loss=0.5, state=RecordDict()))
+        return replies
+
+
+@pytest.mark.parametrize("make, push", [
+    (lambda: s.FedAvg(), 3e38),                                        # the plain mean
+    (lambda: s.FedAvg(aggregation="uniform"), 1e30),
+    (lambda: s.FedAvg(aggregation="median"), 3e38),                    # a robust mean
+    (lambda: s.FedAvg(codec=s.QSGD(bits=4)), 1e38),                    # a qsgd payload of norm 2e38
+    (lambda: s.FedAvg(codec=s.TopK(ratio=0.25)), 1e30),                # top-k values of 1e30
+    (lambda: s.FedSynSAM(codec=s.QSGD(bits=4), trajectory_rounds=5), 1e30),
+])
+def test_the_node_whose_update_would_overflow_the_model_is_named_and_refused(make, push: float) -> None:
+    strategy = make()
+    result = strategy.start(grid=Grid(push), initial_arrays=ArrayRecord(net().state_dict()), num_rounds=1,
+                            timeout=10, train_config=ConfigRecord({"lr": 0.1}))
+    final = {k: v.numpy() for k, v in result.arrays.items()}
+    assert all(np.isfinite(v).all() and np.abs(v).max() < 10 for v in final.values())
+    failures = [f.as_record() for f in strategy.round_log.latest.failures]
+    assert [f["node"] for f in failures] == [HOSTILE], failures
+    assert failures[0]["reason"].startswith("round 1: its update would make the global model"), failures
+
+
+def test_a_huge_server_lr_is_not_blamed_on_the_nodes() -> None:
+    """`server_lr` is the server's own step: honest replies count, and the step's non-finite model is recorded."""
+    strategy = s.FedAvg(server_lr=1e300)
+    result = strategy.start(grid=Grid(0.0), initial_arrays=ArrayRecord(net().state_dict()), num_rounds=1,
+                            timeout=10, train_config=ConfigRecord({"lr": 0.1}))
+    assert not strategy.round_log.latest.failures
+    assert result.train_metrics_clientapp[1]["non-finite-model"] > 0
