@@ -185,7 +185,7 @@ def import_attribute(path: str, what: str, kind: str = "attribute") -> Any:
         module = importlib.import_module(module_name)
     except BaseException as err:  # noqa: BLE001 - SystemExit/KeyboardInterrupt from a module's code included
         raise ConfigError(
-            f"{what}: cannot import module {module_name!r} ({type(err).__name__}: {err}); it must be importable "
+            f"{site.site}: {what}: cannot import module {module_name!r} ({type(err).__name__}: {err}); it must be importable "
             "on the server and on every SuperNode (inside the Flower app that `flwr run` ships, or installed on "
             "every host)") from None
     if not hasattr(module, attribute):

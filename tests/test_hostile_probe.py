@@ -45,3 +45,19 @@ def test_a_refusal_is_handled_only_when_it_names_the_part_at_fault():
     assert probe.refused_naming(lambda: 5, ("lr",), accepted_ok=True)[0] == probe.HANDLED
     verdict = probe.run_isolated(probe.Case("t", "verdict", lambda: (probe.WRONG, "accepted")))
     assert verdict[:2] == (probe.WRONG, "accepted")
+
+
+def test_the_import_cases_refuse_on_both_sides_without_importing(tmp_path, monkeypatch):
+    """The probe's imports family: a path outside the list is refused on the server and on a node, its module never
+    imported (its marker file stays absent), and a permitted module's SystemExit is a refusal naming it."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import hostile_probe_imports
+
+    monkeypatch.delenv("FEDSYNTH_ALLOWED_IMPORTS", raising=False)
+    cases = {case.name: case for case in hostile_probe_imports.import_cases(tmp_path)}
+    for name in ("server: algorithm = 'antigravity:X'", "node: model = a module outside the list (marker stays absent)",
+                 "server: algorithm = a module outside the list (marker stays absent)",
+                 "node: a permitted module raising SystemExit(3) on import", "node: allowed-imports = '../evil'"):
+        outcome, detail, _ = probe.run_isolated(cases[name])
+        assert outcome == probe.HANDLED, (name, detail)
+    assert not list(tmp_path.glob("probe_marker_*.imported"))  # the permitted module that exits ran, as it may
