@@ -4,16 +4,19 @@ qsgd payload of norm 3e38 or top-k values of 1e30 no longer reach the model and 
 
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 import pytest
-import torch
-from flwr.app import ArrayRecord, ConfigRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord
 
 from fedsynth import strategies as s
-from fedsynth.client import train_reply
 from server_app.reply_checks import FLOAT32_MAX, model_overflow
+from tests.conftest import BENCHMARKS
+from tests.test_hostile_probe import probe  # noqa: F401 - registers the module `hostile_probe` its families import
 
-HOSTILE = 902
+sys.path.insert(0, str(BENCHMARKS))
+import hostile_probe_replies as replies  # noqa: E402 - the probe's in-process nodes and hostile replies
 
 
 def test_model_overflow_against_hand_computed_values() -> None:
@@ -30,45 +33,16 @@ def test_model_overflow_against_hand_computed_values() -> None:
     assert FLOAT32_MAX == pytest.approx(3.4028235e38)
 
 
-def net() -> torch.nn.Module:
-    torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.ReLU(), torch.nn.Linear(3, 2))
+def start(strategy, push: float | None):
+    """`strategy.start()` for one round on the hostile probe's three in-process nodes (its replies family), node 902
+    replying with a model whose first four weights are `push` (None: honest)."""
+    def train(msg, node_id):
+        reply = replies.honest_train(msg, node_id)
+        return replies.pushed(push)(msg, reply) if node_id == replies.HOSTILE and push is not None else reply
 
-
-class Grid:
-    """Three nodes answering in this process; node 902 moves one weight by `push` (a finite but huge update)."""
-
-    def __init__(self, push: float) -> None:
-        from flwr.supercore.task_identity import TaskIdentity
-
-        TaskIdentity.run_id, TaskIdentity.task_id, TaskIdentity.node_id = 1, 1, 0
-        self.push = push
-
-    def get_node_ids(self):
-        return [900, 901, HOSTILE]
-
-    def send_and_receive(self, messages, *, timeout=None):
-        from uuid import uuid4
-
-        from flwr.app import Message, MessageType, MetricRecord
-
-        replies = []
-        for message in messages:
-            message.metadata.__dict__["_message_id"] = uuid4().hex
-            node = message.metadata.dst_node_id
-            if message.metadata.message_type != MessageType.TRAIN:
-                replies.append(Message(RecordDict({"metrics": MetricRecord(
-                    {"num-examples": 10, "eval_acc": 0.5, "eval_loss": 1.0})}), reply_to=message))
-                continue
-            model = net()
-            model.load_state_dict(message.content["arrays"].to_torch_state_dict())
-            with torch.no_grad():
-                for parameter in model.parameters():
-                    parameter.add_(0.01 * (node - 899))
-                if node == HOSTILE:
-                    model[0].weight.view(-1)[:4] = self.push
-            replies.append(train_reply(message, model, num_examples=10, train_loss=0.5, state=RecordDict()))
-        return replies
+    return strategy.start(grid=replies.Grid(train, replies.honest_evaluate),
+                          initial_arrays=ArrayRecord(replies.net().state_dict()), num_rounds=1, timeout=10,
+                          train_config=ConfigRecord({"lr": 0.1}))
 
 
 @pytest.mark.parametrize("make, push", [
@@ -81,19 +55,17 @@ class Grid:
 ])
 def test_the_node_whose_update_would_overflow_the_model_is_named_and_refused(make, push: float) -> None:
     strategy = make()
-    result = strategy.start(grid=Grid(push), initial_arrays=ArrayRecord(net().state_dict()), num_rounds=1,
-                            timeout=10, train_config=ConfigRecord({"lr": 0.1}))
+    result = start(strategy, push)
     final = {k: v.numpy() for k, v in result.arrays.items()}
     assert all(np.isfinite(v).all() and np.abs(v).max() < 10 for v in final.values())
     failures = [f.as_record() for f in strategy.round_log.latest.failures]
-    assert [f["node"] for f in failures] == [HOSTILE], failures
+    assert [f["node"] for f in failures] == [replies.HOSTILE], failures
     assert failures[0]["reason"].startswith("round 1: its update would make the global model"), failures
 
 
 def test_a_huge_server_lr_is_not_blamed_on_the_nodes() -> None:
     """`server_lr` is the server's own step: honest replies count, and the step's non-finite model is recorded."""
     strategy = s.FedAvg(server_lr=1e300)
-    result = strategy.start(grid=Grid(0.0), initial_arrays=ArrayRecord(net().state_dict()), num_rounds=1,
-                            timeout=10, train_config=ConfigRecord({"lr": 0.1}))
+    result = start(strategy, None)
     assert not strategy.round_log.latest.failures
     assert result.train_metrics_clientapp[1]["non-finite-model"] > 0
