@@ -196,18 +196,21 @@ def model_overflow(current: Mapping[str, np.ndarray], delta: Mapping[str, np.nda
     The node's own model is what it sent (or its decoded update applied): a NaN, a value beyond float32's range
     (a qsgd norm of 3e38) or values that make the squared norm overflow (top-k values of 1e30) would pass any
     mean into the global model and fail the next round on every node. The server's own step (`server_lr`,
-    momentum) is not the node's doing and is not part of this check.
+    momentum) is not the node's doing and is not part of this check, nor is a global model whose squared norm
+    overflowed already (a factory's huge initial weights, documented as accepted): no reply is blamed for it.
     """
-    squares = 0.0
+    squares, before = 0.0, 0.0
     for name, update in delta.items():
         if not np.issubdtype(update.dtype, np.floating) or name not in current:
             continue
-        model = np.asarray(current[name], dtype=np.float64) + np.asarray(update, dtype=np.float64)
+        start = np.asarray(current[name], dtype=np.float64)
+        model = start + np.asarray(update, dtype=np.float64)
         if not np.all(np.isfinite(model)) or np.max(np.abs(model), initial=0.0) > FLOAT32_MAX:
             return f"its update would make the global model non-finite in float32 (array '{name}')"
         with np.errstate(over="ignore"):
             squares += float(np.dot(model.ravel(), model.ravel()))
-    if not squares <= FLOAT32_MAX:
+            before += float(np.dot(start.ravel(), start.ravel()))
+    if not squares <= FLOAT32_MAX and before <= FLOAT32_MAX:
         return (f"its update would make the global model's squared L2 norm {squares:.3g} overflow float32 "
                 f"(> {FLOAT32_MAX:.3g}): every node's next round would be non-finite")
     return None

@@ -30,6 +30,8 @@ def test_model_overflow_against_hand_computed_values() -> None:
     beyond = model_overflow({"w": np.array([1e38], np.float32)}, {"w": np.array([3e38], np.float32)})
     assert beyond is not None and "non-finite in float32 (array 'w')" in beyond
     assert "array 'w'" in model_overflow(current, {"w": np.array([np.nan, 0.0], np.float32)})
+    # a global model that overflowed already (a factory's 1e30 weights) is not blamed on the reply
+    assert model_overflow({"w": np.full(2, 1e30, np.float32)}, {"w": np.array([1.0, 1.0], np.float32)}) is None
     assert FLOAT32_MAX == pytest.approx(3.4028235e38)
 
 
