@@ -11,7 +11,10 @@ with it. The families (issue 54's reliability pass):
 - files: checkpoints, a study's ledger, a site's data folder and a user's model factory that are wrong;
 - cli: the `fedsynth` command given bad arguments (`fedsynth.cli.main(argv)`);
 - warm-server, watchdog, state-503: a site's warm ClientApp server, its SuperNode's watchdog and the SuperLink's
-  busy state database, each with a hostile neighbour (`hostile_probe_site.py`).
+  busy state database, each with a hostile neighbour (`hostile_probe_site.py`);
+- imports: `algorithm` / `model` import paths outside the packages a site permits, modules that end the process on
+  import, malformed allow-lists, on the server and on a node (benchmarks/hostile_probe_imports.py);
+- message values: train messages to fedsynth's ClientApp whose config holds a bad value for a setting it reads.
 
 Each outcome is one of: handled (refused or recorded with a message naming the part at fault, or the documented
 behaviour), silently wrong (accepted or run on to a wrong, NaN or garbage result without a word, outside a documented
@@ -121,12 +124,14 @@ def all_cases(work: Path) -> list[Case]:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import hostile_probe_config
     import hostile_probe_files
+    import hostile_probe_imports
     import hostile_probe_replies
     import hostile_probe_site
 
     return (hostile_probe_config.constructor_cases() + hostile_probe_config.run_config_cases()
             + hostile_probe_replies.reply_cases() + hostile_probe_files.file_cases(work)
-            + hostile_probe_config.cli_cases(work) + hostile_probe_site.site_cases(work))
+            + hostile_probe_config.cli_cases(work) + hostile_probe_site.site_cases(work)
+            + hostile_probe_imports.import_cases(work) + hostile_probe_imports.message_cases(work))
 
 
 def report(results: list[tuple[Case, str, str, float]], seconds: float, before: str = "") -> str:
@@ -174,6 +179,7 @@ def main() -> int:
         os.environ["FEDSYNTH_HOME"] = str(work / "home")
         os.environ["FLWR_HOME"] = str(work / "flwr-home")
         os.environ["XDG_CACHE_HOME"] = str(work / "cache")
+        os.environ["FEDSYNTH_ALLOWED_IMPORTS"] = "probe_factories"  # the probe's model factories (docs/own-data.md)
         cases = [c for c in all_cases(work) if args.only in c.family or args.only in c.name]
         results = []
         for number, case in enumerate(cases, 1):

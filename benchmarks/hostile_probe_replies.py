@@ -263,7 +263,7 @@ def reply_cases() -> list[Case]:
         ("arrays +inf", with_arrays(first(lambda v: v + np.inf)), "drop"),
         ("arrays -inf in one entry", with_arrays(first(lambda v: np.where(np.arange(v.size).reshape(v.shape) == 0,
                                                                           -np.inf, v))), "drop"),
-        ("arrays 3e38 (float32 sum overflows)", with_arrays(each(lambda v: np.full_like(v, 3e38))), "count"),
+        ("arrays 3e38 (float32 sum overflows)", with_arrays(each(lambda v: np.full_like(v, 3e38))), "drop"),
         ("arrays x1e6 (plain mean)", with_arrays(each(big)), "count"),
         ("arrays wrong shape", with_arrays(first(lambda v: v.reshape(-1))), "drop"),
         ("arrays transposed shape", with_arrays(first(lambda v: v.T.copy())), "drop"),
@@ -327,6 +327,12 @@ def reply_cases() -> list[Case]:
         ("payload encoded with 8 bits, server sent 4", other_bits),
     ]
     cases += [Case("replies", f"FedAvg(qsgd 4 bits): {name}", lambda m=m: judge(qsgd, m)) for name, m in compressed]
+    cases.append(Case("replies", "FedAvg(qsgd 4 bits): a payload of norm 2e38 (the model's squares overflow)",
+                      lambda: judge(qsgd, pushed(1e38))))
+    cases.append(Case("replies", "FedAvg(topk 0.25): top-k values 1e30 (the model's squares overflow)",
+                      lambda: judge(lambda: s.FedAvg(codec=s.TopK(ratio=0.25)), pushed(1e30))))
+    cases.append(Case("replies", "FedAvg(median): arrays 3e38",
+                      lambda: judge(lambda: s.FedAvg(aggregation="median"), pushed(3e38))))
     cases.append(Case("replies", "FedAvg(qsgd 4 bits): arrays + 100 beside the payload (the payload counts)",
                       lambda: judge(qsgd, add_arrays, expect="count")))
     cases.append(Case("replies", "FedAvg(server_lr=1e300): honest replies", lambda: judge(
@@ -348,6 +354,22 @@ def reply_cases() -> list[Case]:
     cases += [Case("replies", f"FedAvg evaluate reply: {name}",
                    lambda c=c: judge(fedavg, evaluate_mutate=evaluate_metrics(c))) for name, c in evaluations]
     return cases
+
+
+def pushed(value: float) -> Mutate:
+    """The hostile node's reply from a model whose first four weights are `value` (encoded as the codec says)."""
+    def mutate(msg, reply):
+        import torch
+        from flwr.app import RecordDict
+
+        from fedsynth.client import train_reply
+
+        model = net()
+        model.load_state_dict(msg.content["arrays"].to_torch_state_dict())
+        with torch.no_grad():
+            model[0].weight.view(-1)[:4] = value
+        return train_reply(msg, model, num_examples=10, train_loss=0.5, state=RecordDict())
+    return mutate
 
 
 def honest_train_uncompressed(msg):

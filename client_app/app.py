@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -39,7 +40,8 @@ from client_app.training import LocalJob
 from client_app.registry import CLIENT_UPDATES, client_update
 from client_app.train_reply import uplink_codec_of, uplink_records
 from common.algorithms.plugins import algorithm_of
-from common.run.client_settings import RECIPE_KEYS, ROUND_KEYS, check_train_settings, client_keys
+from common.imports import node_imports, site_imports
+from common.run.client_settings import RECIPE_KEYS, ROUND_KEYS, check_train_settings, client_keys, require_settings
 from common.data.settings import NODE_PARTITION
 from common.run.config import ConfigError, RunConfig, cog_enabled, parse_run_config
 from common.data.datasets import run_dataset_info
@@ -52,7 +54,17 @@ from common.records import check_weights, from_record, load_weights, model_weigh
 from common.data.site_data import fill_path_template, load_site_data, site_key, site_spec
 from common.run.task import check_task_model, make_model
 
-app = ClientApp()
+
+
+def site_imports_mod(msg: Message, context: Context, call_next: Callable[[Message, Context], Message]) -> Message:
+    """Handle every message with the import paths its run config names resolved as this node permits
+    (common/imports.py: fedsynth's own packages, the run's Flower app, node config `allowed-imports` and the
+    host's `FEDSYNTH_ALLOWED_IMPORTS`): a path outside them is refused, naming the node, before any import."""
+    with site_imports(node_imports(context.node_id, context.node_config)):
+        return call_next(msg, context)
+
+
+app = ClientApp(mods=[site_imports_mod])
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ fallback value and refuse a message that lacks a key, naming it and whose duty i
 from __future__ import annotations
 
 import dataclasses
-import importlib
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -96,20 +95,3 @@ def require_settings(config: Mapping[str, Any], keys: Iterable[str]) -> None:
     if missing:
         raise ValueError(missing_message(missing))
 
-
-def import_attribute(path: str, what: str, kind: str = "attribute") -> Any:
-    """The object `"package.module:attribute"` names (a user's model factory, a plugin algorithm and its halves);
-    ConfigError starting with `what` and saying what failed (`kind`: what the attribute must be, in the message)."""
-    module_name, _, attribute = path.partition(":")
-    if not module_name or not attribute or ":" in attribute:
-        raise ConfigError(f"{what}: {path!r} is not an import path; write it as package.module:attribute")
-    try:
-        module = importlib.import_module(module_name)
-    except Exception as err:  # noqa: BLE001 - any import failure: the same advice
-        raise ConfigError(
-            f"{what}: cannot import module {module_name!r} ({type(err).__name__}: {err}); it must be importable "
-            "on the server and on every SuperNode (inside the Flower app that `flwr run` ships, or installed on "
-            "every host)") from None
-    if not hasattr(module, attribute):
-        raise ConfigError(f"{what}: module {module_name!r} has no {kind} {attribute!r}")
-    return getattr(module, attribute)

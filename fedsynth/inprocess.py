@@ -87,11 +87,9 @@ def _error_reply(message: Message, reason: str) -> Message:
 
 def run_federation(raw: dict[str, Any], grid: "InProcessGrid") -> dict[str, Any]:
     """handshake -> strategy -> run, exactly as the ServerApp's main does, on an in-process grid."""
-    from common.run.config import parse_run_config
-    from server_app.app import serve
-    from server_app.registry import SERVER_STRATEGIES
+    from server_app.app import serve_run_config
 
-    return serve(grid, parse_run_config(raw, SERVER_STRATEGIES))
+    return serve_run_config(grid, raw)
 
 
 class SlowGrid(InProcessGrid):

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from functools import partial
 from typing import Any
 
 from flwr.app import ConfigRecord, Context
 from flwr.serverapp import Grid, ServerApp
 
+from common.imports import server_imports, site_imports
 from common.run.config import RunConfig, parse_run_config
 from common.run.interrupt import RunInterrupted
 from common.run.results import RunResults
@@ -71,7 +73,14 @@ def run_strategy(grid: Grid, cfg: RunConfig, strategy: RoundStrategy, results: R
     return recorder.finish(grid, result)
 
 
+def serve_run_config(grid: Grid, run_config: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a run config and serve it, every import path it names resolved as this ServerApp's host permits
+    (common/imports.py: fedsynth's own packages, the run's Flower app, `FEDSYNTH_ALLOWED_IMPORTS`)."""
+    with site_imports(server_imports()):
+        return serve(grid, parse_run_config(run_config, SERVER_STRATEGIES))
+
+
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     """Entry point of a run, in simulation and in deployment alike."""
-    serve(grid, parse_run_config(context.run_config, SERVER_STRATEGIES))
+    serve_run_config(grid, context.run_config)

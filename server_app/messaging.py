@@ -53,7 +53,11 @@ def send_and_receive(grid: Grid, messages: Iterable[Message], timeout: float | N
     replies: list[Message] = []
     held: list[Held] = []  # messages whose node is unavailable, waiting for it (only with `returns`)
     last_check = -math.inf
+    last_listed = time.monotonic()  # PollingGrid listed the nodes as the call began
     while pending or held:
+        if returns is not None and pending and time.monotonic() - last_listed >= returns.check_interval:
+            last_listed = time.monotonic()  # the nodes' heartbeat deadlines, for who ended a lost session
+            returns.note_deadlines(grid.get_nodes())
         pulled = list(grid.pull_messages(pending)) if pending else []
         for reply in pulled:
             answered = reply.metadata.reply_to_message_id
@@ -76,7 +80,7 @@ def send_and_receive(grid: Grid, messages: Iterable[Message], timeout: float | N
             held = still_away
             if held and now - last_check >= returns.check_interval:
                 last_check = now
-                returned, stranger = returns.back(held, [int(i) for i in grid.get_node_ids()])
+                returned, stranger = returns.back(held, returns.note_deadlines(grid.get_nodes()))
                 if returned:
                     again = [h.message for h in returned]
                     pending.update(_push(grid, again, returns))
@@ -225,8 +229,8 @@ class PollingGrid(Grid):
         return self.grid.create_message(*args, **kwargs)
 
     def get_node_ids(self) -> Iterable[int]:
-        node_ids = list(self.grid.get_node_ids())
-        self.returns.note_node_ids([int(i) for i in node_ids])  # known ids do not end a wait for a return
+        node_ids = self.returns.note_deadlines(self.grid.get_nodes())  # who ends a lost session (node_return.py)
+        self.returns.note_node_ids(node_ids)  # known ids do not end a wait for a return
         return node_ids
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:

@@ -27,6 +27,17 @@ until it has answered a message (a node that left for good costs one such wait, 
 also ends when a node id appears that was never seen before: a SuperNode without authentication comes back
 under a new id, which the strategy takes in at its next round, so waiting for the old id would be in vain.
 
+Flower's answer says the same in both cases ("The destination node failed to report a heartbeat within 2 x its
+expected interval"), also when the SuperNode ended its session itself (a stop or a restart deactivates it: Flower
+sets its `online_until` to that moment). Who ended it shows in the timing: the grid's `get_nodes()` lists each
+online node's `online_until`, the deadline its last heartbeat set. `NodeReturnWait` keeps the latest deadline it
+saw for each node (the server's grid looks every `check_interval` seconds while a round waits for replies), and
+`session_end` reads the answer against it: an answer before the deadline means the node deactivated itself; an
+answer after it, that its heartbeats stopped (a SuperNode killed, frozen or cut off). The answer's reason is
+rewritten to say which, so the round's failure record and the log name who ended the session. The deadline is the
+SuperLink's clock and the answer's time the ServerApp's: they agree where the ServerApp runs on the SuperLink's
+host (Flower's SuperExec); a grid that lists no deadline (simulation's) gives "not known".
+
 Every other reply, and every run without a lost node, goes through unchanged: the same messages, the same
 replies, the same model.
 """
@@ -34,11 +45,12 @@ replies, the same model.
 from __future__ import annotations
 
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 from logging import INFO, WARNING
 
-from flwr.app import Message
+from flwr.app import Error, Message
 from flwr.common.constant import SUPERLINK_NODE_ID, ErrorCode
 from flwr.common.logger import log
 
@@ -46,6 +58,29 @@ from flwr.common.logger import log
 def is_node_unavailable(reply: Message) -> bool:
     """Whether `reply` is the SuperLink's answer for a node whose heartbeats stopped ("Node Unavailable")."""
     return reply.has_error() and reply.error.code == ErrorCode.NODE_UNAVAILABLE
+
+
+def session_end(answered_at: float, online_until: float | None) -> str:
+    """Who ended a node's session, from the wall-clock time of the SuperLink's "Node Unavailable" answer and the
+    node's heartbeat deadline (`online_until`) as the grid last listed it (None: never listed with one)."""
+    if online_until is None:
+        return ("the SuperLink reports it unavailable; whether it deactivated itself or its heartbeats stopped is "
+                "not known (the grid lists no heartbeat deadline)")
+    if answered_at < online_until:
+        return (f"the SuperNode ended its session itself (deactivated {online_until - answered_at:.0f} s before "
+                "its heartbeat deadline: stopped or restarting)")
+    return ("the SuperLink ended its session: no heartbeat within 2 x its interval (the SuperNode was killed, "
+            "froze or lost its connection)")
+
+
+def node_deadlines(nodes: Iterable[Any]) -> dict[int, float]:
+    """Each listed node's heartbeat deadline (`online_until`, unix seconds), where the grid gives one."""
+    deadlines = {}
+    for node in nodes:
+        has = node.HasField("online_until") if hasattr(node, "HasField") else hasattr(node, "online_until")
+        if has and node.online_until > 0:
+            deadlines[int(node.node_id)] = float(node.online_until)
+    return deadlines
 
 
 @dataclass
@@ -73,6 +108,7 @@ class NodeReturnWait:
         self.seen: set[int] = set()      # every node id the grid listed or a message went to
         self.resent = 0                  # messages sent again in this run (for tests and logs)
         self.events: list[dict[str, Any]] = []  # each wait: node, seconds, outcome; `take_events` empties it
+        self.deadlines: dict[int, float] = {}  # each node's latest heartbeat deadline the grid listed
 
     def note_sent(self, messages: list[Message]) -> None:
         """Remember the nodes messages go to (a node id never seen before ends a wait: module docstring)."""
@@ -82,18 +118,34 @@ class NodeReturnWait:
         """Remember node ids the grid listed."""
         self.seen.update(node_ids)
 
+    def note_deadlines(self, nodes: Iterable[Any]) -> list[int]:
+        """Remember the heartbeat deadlines the grid listed (`grid.get_nodes()`); the listed node ids."""
+        nodes = list(nodes)
+        self.deadlines.update(node_deadlines(nodes))
+        return [int(node.node_id) for node in nodes]
+
+    def explain(self, node: int, reply: Message, answered_at: float) -> str:
+        """Rewrite a "Node Unavailable" answer's reason to say who ended the node's session (`session_end`)."""
+        why = session_end(answered_at, self.deadlines.get(node))
+        reply.error = Error(code=reply.error.code, reason=f"Node Unavailable: {why}")
+        return why
+
     def hold(self, message: Message | None, reply: Message, now: float) -> Held | None:
-        """`reply` to `message`, kept back to wait for its node's return; None: `reply` is the answer."""
+        """`reply` to `message`, kept back to wait for its node's return; None: `reply` is the answer.
+
+        A "Node Unavailable" answer's reason is rewritten first to say who ended the session (`explain`)."""
         if message is None:
             return None
         node = message.metadata.dst_node_id
         if not is_node_unavailable(reply):
             self.given_up.discard(node)  # it answered: a later outage is waited for again
             return None
+        why = self.explain(node, reply, time.time())
         if self.return_wait <= 0 or node in self.given_up or node == SUPERLINK_NODE_ID:
+            log(WARNING, "node %s is unavailable: %s", node, why)
             return None
-        log(WARNING, "node %s is unavailable (the SuperLink lost its heartbeats): waiting up to %.0f s for it to "
-            "come back (node-return-wait) to send its message again", node, self.return_wait)
+        log(WARNING, "node %s is unavailable (%s): waiting up to %.0f s for it to come back (node-return-wait) to "
+            "send its message again", node, why, self.return_wait)
         return Held(message, reply, now)
 
     def expired(self, held: Held, now: float) -> bool:

@@ -10,7 +10,10 @@ and record it as a failure, so a malformed reply never raises and is never
 averaged in.
 
 These are pure functions of a mapping, so they are property-tested with
-random malformed records (tests/test_reply_checks.py).
+random malformed records (tests/test_reply_checks.py). `model_overflow` checks a
+reply's update against the global model: the one check of its arrays' values
+that every mean needs (the plain mean included), so a node whose update alone
+would leave the model unusable is named in the round it sent it.
 """
 
 from __future__ import annotations
@@ -19,6 +22,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 # Upper bounds on what a node claims at the handshake, checked before the server sizes anything from them
 # (a claim of num-partitions = 10**9 once made the server build a set of 10**9 ids: 18.7 GB, then the OOM killer).
 MAX_NUM_PARTITIONS = 100_000  # a thousand times the studies' largest federation (100 nodes)
@@ -26,6 +31,9 @@ MAX_PARTITION_ID = 2**31 - 1  # the range of the ids derived from site names (co
 MAX_EXAMPLES = 2**53  # counts stay exact as float64 weights; a larger claim is refused, a smaller lie is capped
 MAX_NODE_NAME = 200  # characters of a node's `name`, which labels it in logs and results
 MAX_REPLY_METRICS = 256  # metrics in one train reply (fedsynth's carry ~15; each other one becomes a round metric)
+# The largest float32: a model whose squared L2 norm exceeds it overflows every node's float32 training (its
+# activations, losses and gradients, SAM's and the norm bounds' norms), so the next round fails on every node.
+FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def is_int(value: Any) -> bool:
@@ -184,4 +192,31 @@ def check_node_name(name: str) -> str | None:
         return f"node name of {len(name)} characters is longer than {MAX_NODE_NAME}"
     if not name.isprintable():
         return f"node name {name[:40]!r} holds control characters"
+    return None
+
+
+def model_overflow(current: Mapping[str, np.ndarray], delta: Mapping[str, np.ndarray]) -> str | None:
+    """Why the model a reply's update gives, `current + delta` (its floating arrays, in float64), cannot be a
+    global model, or None: every value must be finite in float32 and its squared L2 norm at most FLOAT32_MAX.
+
+    The node's own model is what it sent (or its decoded update applied): a NaN, a value beyond float32's range
+    (a qsgd norm of 3e38) or values that make the squared norm overflow (top-k values of 1e30) would pass any
+    mean into the global model and fail the next round on every node. The server's own step (`server_lr`,
+    momentum) is not the node's doing and is not part of this check, nor is a global model whose squared norm
+    overflowed already (a factory's huge initial weights, documented as accepted): no reply is blamed for it.
+    """
+    squares, before = 0.0, 0.0
+    for name, update in delta.items():
+        if not np.issubdtype(update.dtype, np.floating) or name not in current:
+            continue
+        start = np.asarray(current[name], dtype=np.float64)
+        model = start + np.asarray(update, dtype=np.float64)
+        if not np.all(np.isfinite(model)) or np.max(np.abs(model), initial=0.0) > FLOAT32_MAX:
+            return f"its update would make the global model non-finite in float32 (array '{name}')"
+        with np.errstate(over="ignore"):
+            squares += float(np.dot(model.ravel(), model.ravel()))
+            before += float(np.dot(start.ravel(), start.ravel()))
+    if not squares <= FLOAT32_MAX and before <= FLOAT32_MAX:
+        return (f"its update would make the global model's squared L2 norm {squares:.3g} overflow float32 "
+                f"(> {FLOAT32_MAX:.3g}): every node's next round would be non-finite")
     return None

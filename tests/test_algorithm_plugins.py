@@ -20,6 +20,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from common.errors import ConfigError
+from common.imports import ENV_VAR
 from common.run.config import parse_run_config
 from server_app.registry import SERVER_STRATEGIES
 
@@ -30,6 +31,19 @@ NOVA = "fednova:FEDNOVA"
 def _forget(prefix: str) -> None:
     for name in [name for name in sys.modules if name == prefix or name.startswith(prefix + ".")]:
         del sys.modules[name]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def permitted_plugins() -> Iterator[None]:
+    """This host permits the test's plugin packages (common/imports.py: the documented environment variable; the
+    loopback deployment's SuperLink and SuperNodes inherit it)."""
+    before = os.environ.get(ENV_VAR)
+    os.environ[ENV_VAR] = "fednova badplugins nosuchpackage"
+    yield
+    if before is None:
+        del os.environ[ENV_VAR]
+    else:
+        os.environ[ENV_VAR] = before
 
 
 @pytest.fixture(scope="module")
@@ -146,11 +160,15 @@ def test_a_broken_plugin_is_a_config_error_naming_the_path(case: str, broken_plu
         parse_run_config({"algorithm": path}, SERVER_STRATEGIES)
 
 
-def test_a_flower_strategy_that_is_not_fedsynths_is_refused_before_the_run(broken_plugins: None) -> None:
+def test_a_flower_strategy_that_is_not_fedsynths_is_refused_before_the_run(broken_plugins: None,
+                                                                            monkeypatch: pytest.MonkeyPatch) -> None:
     from server_app.registry import build_strategy
 
     from server_app.app import serve
 
+    with pytest.raises(ConfigError, match="'flwr' is not one this site permits"):  # flwr is not on this site's list
+        parse_run_config({"algorithm": "badplugins:NOT_FEDSYNTHS"}, SERVER_STRATEGIES)
+    monkeypatch.setenv(ENV_VAR, "badplugins flwr.serverapp.strategy")
     cfg = parse_run_config({"algorithm": "badplugins:NOT_FEDSYNTHS"}, SERVER_STRATEGIES)  # a Flower strategy class
     with pytest.raises(ConfigError, match="must subclass one of fedsynth.strategies' classes"):
         build_strategy(cfg, [])
@@ -210,7 +228,7 @@ def test_fednova_runs_in_simulation(plugin_root: Path, tmp_path: Path, tiny_data
 def test_fednova_runs_on_a_loopback_deployment(plugin_root: Path, tmp_path: Path, tiny_data_dir: Path,
                                                flower_app: Path) -> None:
     """The SuperLink's and SuperNodes' processes find the package on their PYTHONPATH, as a host that has it
-    installed would; the app that `flwr run` ships is fedsynth's, unedited."""
+    installed would, and each host permits it (`FEDSYNTH_ALLOWED_IMPORTS`, common/imports.py); the app that `flwr run` ships is fedsynth's, unedited."""
     from fedsynth.loopback import LoopbackFederation
 
     keys = _keys(tmp_path, tiny_data_dir, "run", algorithm=NOVA, **{"local-steps": 0, "local-epochs": 1,
@@ -219,6 +237,7 @@ def test_fednova_runs_on_a_loopback_deployment(plugin_root: Path, tmp_path: Path
                       for key, value in keys.items())
     env = {"OMP_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(plugin_root), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env[ENV_VAR] = "fednova"  # the hosts' setting: the SuperLink's and the SuperNodes' processes inherit it
     with LoopbackFederation(tmp_path / "federation", num_nodes=2, extra_env=env) as federation:
         result = federation.run(flower_app, config, timeout=300)
         logs = result.stdout[-3000:] + result.stderr[-2000:] + federation.log_tails()

@@ -70,3 +70,19 @@ def test_the_site_family_probes_the_warm_server_the_watchdog_and_the_busy_state(
         (case,) = [c for c in cases if c.name == name]
         outcome, detail, _ = probe.run_isolated(case)
         assert outcome == probe.HANDLED, (name, outcome, detail)
+
+
+def test_the_import_cases_refuse_on_both_sides_without_importing(tmp_path, monkeypatch):
+    """The probe's imports family: a path outside the list is refused on the server and on a node, its module never
+    imported (its marker file stays absent), and a permitted module's SystemExit is a refusal naming it."""
+    sys.path.insert(0, str(BENCHMARKS))
+    import hostile_probe_imports
+
+    monkeypatch.delenv("FEDSYNTH_ALLOWED_IMPORTS", raising=False)
+    cases = {case.name: case for case in hostile_probe_imports.import_cases(tmp_path)}
+    for name in ("server: algorithm = 'antigravity:X'", "node: model = a module outside the list (marker stays absent)",
+                 "server: algorithm = a module outside the list (marker stays absent)",
+                 "node: a permitted module raising SystemExit(3) on import", "node: allowed-imports = '../evil'"):
+        outcome, detail, _ = probe.run_isolated(cases[name])
+        assert outcome == probe.HANDLED, (name, detail)
+    assert not list(tmp_path.glob("probe_marker_*.imported"))  # the permitted module that exits ran, as it may

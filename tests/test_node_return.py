@@ -95,7 +95,8 @@ def test_a_node_reported_unavailable_gets_its_message_again_when_it_is_back_and_
     assert not any(r.has_error() for r in replies)  # 12's own reply, not the SuperLink's answer
     assert [node for node, _ in grid.pushes].count(12) == 2 and returns.resent == 1
     (event,) = returns.take_events()  # what the round's record lists as node-returns
-    assert event["node"] == 12 and event["outcome"] == "back: message sent again" and 0.3 <= event["waited"] < 1.3
+    # waited: from the SuperLink's answer, a moment after the grid's clock started
+    assert event["node"] == 12 and event["outcome"] == "back: message sent again" and 0.25 <= event["waited"] < 1.3
     assert 0.3 <= elapsed < 0.3 + 1.0  # sent again within a check of its return, not at the timeout
 
 
@@ -176,3 +177,47 @@ def test_a_connected_node_that_was_not_sampled_does_not_end_the_wait():
     grid.returns.check_interval = 0.02
     replies = list(grid.send_and_receive(messages_to([11, 12]), timeout=5.0))  # 13 is connected, not asked
     assert len(replies) == 2 and not any(r.has_error() for r in replies) and grid.returns.resent == 1
+
+
+# ----- who ended a lost node's session ------------------------------------------------------------------------
+
+def test_session_end_reads_the_answer_against_the_heartbeat_deadline():
+    from server_app.node_return import session_end
+
+    assert session_end(100.0, 130.0).startswith("the SuperNode ended its session itself (deactivated 30 s before")
+    assert session_end(131.0, 130.0).startswith("the SuperLink ended its session: no heartbeat within 2 x")
+    assert "not known" in session_end(100.0, None)
+
+
+class DeadlineGrid(RestartingGrid):
+    """RestartingGrid whose `get_nodes()` lists each online node's heartbeat deadline, as Flower's grids do:
+    `deadline` seconds from now (a node that deactivates itself goes offline long before it)."""
+
+    def __init__(self, nodes, offline, deadline: float) -> None:
+        super().__init__(nodes, offline)
+        self.deadline = deadline
+
+    def get_nodes(self):
+        from flwr.proto.node_pb2 import NodeInfo
+
+        return [NodeInfo(node_id=node, online_until=time.time() + self.deadline) for node in self.get_node_ids()]
+
+
+def test_the_answer_for_a_node_that_deactivated_itself_says_so():
+    grid = PollingGrid(DeadlineGrid([11, 12], offline={12: (0.05, 99.0)}, deadline=60.0), poll_interval=0.01,
+                       node_return_wait=0.0)
+    assert list(grid.get_node_ids()) == [11, 12]  # as the strategy samples the round's nodes: 60 s deadlines
+    time.sleep(0.06)  # then 12 stops
+    (lost,) = [r for r in grid.send_and_receive(messages_to([11, 12]), timeout=5.0) if r.has_error()]
+    assert is_node_unavailable(lost)
+    assert lost.error.reason.startswith("Node Unavailable: the SuperNode ended its session itself"), lost.error.reason
+
+
+def test_the_answer_for_a_node_whose_heartbeats_stopped_says_so():
+    grid = PollingGrid(DeadlineGrid([11, 12], offline={12: (0.05, 99.0)}, deadline=0.01), poll_interval=0.01,
+                       node_return_wait=0.0)
+    assert list(grid.get_node_ids()) == [11, 12]
+    time.sleep(0.06)  # the deadline its last heartbeat set had passed when the SuperLink answered
+    (lost,) = [r for r in grid.send_and_receive(messages_to([11, 12]), timeout=5.0) if r.has_error()]
+    assert lost.error.reason.startswith("Node Unavailable: the SuperLink ended its session: no heartbeat"), \
+        lost.error.reason

@@ -235,6 +235,7 @@ def user_package(tmp_path, monkeypatch):
     (package / "__init__.py").write_text("")
     (package / "nets.py").write_text(USER_MODELS)
     monkeypatch.syspath_prepend(str(tmp_path / "userpkg"))
+    monkeypatch.setenv("FEDSYNTH_ALLOWED_IMPORTS", "sitemodels")  # the site permits it (common/imports.py)
     return "sitemodels.nets"
 
 

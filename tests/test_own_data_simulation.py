@@ -34,6 +34,7 @@ def test_the_sites_folders_run_in_simulation_through_the_template_with_a_user_mo
         "    return nn.Sequential(nn.Flatten(), nn.Linear(channels * image_size * image_size, 32), nn.ReLU(),\n"
         "                         nn.Linear(32, num_classes))\n")
     monkeypatch.syspath_prepend(str(tmp_path / "userpkg"))  # the engine's workers get the driver's sys.path
+    monkeypatch.setenv("FEDSYNTH_ALLOWED_IMPORTS", "simmodels")  # and its environment: the site permits it
     overrides = site_run_config(**{
         "dataset-path": str(by_id / "{partition-id}"), "model": "simmodels.nets:small", "num-server-rounds": 2,
         "cache-dir": str(tmp_path / "cache"), "results-dir": str(tmp_path / "results"), "run-name": "sim",

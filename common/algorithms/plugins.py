@@ -18,7 +18,9 @@ Why import paths and not the objects: it is how the run config already names a u
 (`model = "package.module:factory"`) and how Flower's pyproject names its apps; a row stays plain data that
 `common` can hold without importing either app, and a built-in row and a plugin are resolved by the same
 code. The module must be importable on the server and on every SuperNode, as a model's package must
-(docs/own-data.md: inside the Flower app directory that `flwr run` ships, or installed on every host).
+(docs/own-data.md: inside the Flower app directory that `flwr run` ships, or installed on every host), and
+permitted there (common/imports.py: a package outside the app is on each site's list, or it is refused before
+it is imported).
 
 Both halves are imported and checked whenever the run config is parsed (`parse_run_config`, on the server
 and on each node, before any work), so a missing module, a missing attribute or a value of the wrong type
@@ -32,7 +34,8 @@ import inspect
 
 from common.algorithm_table import ALGORITHMS, PAPER_MEANS, Algorithm
 from common.errors import ConfigError
-from common.keys import check_choice, import_attribute  # noqa: F401 - re-exported for the client registry
+from common.imports import import_attribute  # noqa: F401 - re-exported for the client registry
+from common.keys import check_choice
 
 # how the error messages and the docs write a plugin's name
 PLUGIN_FORM = "package.module:Name"

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from common.data.datasets import DatasetInfo
 from common.errors import ConfigError
-from common.keys import import_attribute
+from common.imports import import_attribute
 
 MODELS = ("cnn", "cnn-gn", "mlp", "mlp2", "convnet", "resnet18")
 # GroupNorm groups of resnet18 unless the run config says otherwise (`gn-groups`).
@@ -31,9 +31,9 @@ def is_user_model(name: str) -> bool:
 
 def user_factory(name: str) -> Callable[..., object]:
     """The factory a `package.module:factory` name refers to; ConfigError (a ValueError) saying what failed."""
-    factory = import_attribute(name, f"model {name!r}", kind="callable")
+    factory = import_attribute(name, f"run config key 'model' = {name!r}", kind="callable")
     if not callable(factory):
-        raise ConfigError(f"model {name!r}: {name.partition(':')[2]!r} is a {type(factory).__name__}, not a callable")
+        raise ConfigError(f"run config key 'model' = {name!r}: {name.partition(':')[2]!r} is a {type(factory).__name__}, not a callable")
     return factory
 
 

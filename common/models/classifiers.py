@@ -158,17 +158,51 @@ _BUILDERS = {
 }
 
 
+def is_allocation_failure(err: BaseException) -> bool:
+    """Whether `err` says memory could not be allocated: Python's MemoryError, torch's CPU allocator
+    ("can't allocate memory") or its CUDA out-of-memory error."""
+    return (isinstance(err, (MemoryError, torch.OutOfMemoryError))
+            or (isinstance(err, RuntimeError) and "can't allocate memory" in str(err)))
+
+
+def model_size(model: nn.Module) -> str:
+    """A model's size in words: its parameter count and the bytes of its arrays."""
+    arrays = model.state_dict().values()
+    parameters = sum(p.numel() for p in model.parameters())
+    size = sum(a.numel() * a.element_size() for a in arrays)
+    return f"{parameters:,} parameters, {size / 2**30:.2f} GiB of arrays"
+
+
 def build_user_model(name: str, info: DatasetInfo) -> nn.Module:
-    """A user's model: its factory called with the class count, channels and image size, checked to be a Module."""
+    """A user's model: its factory called with the class count, channels and image size, checked to be a Module.
+
+    A factory (or its checks: a second build, a forward pass) that cannot allocate its model is refused naming
+    the model and, where it was built once, its size: the server and every node hold it more than once."""
     factory = user_factory(name)
+    call = (f"{name.partition(':')[2]}(num_classes={info.num_classes}, channels={info.channels}, "
+            f"image_size={info.height})")
     try:
         model = factory(num_classes=info.num_classes, channels=info.channels, image_size=info.height)
     except Exception as err:  # noqa: BLE001 - the user's code: say whose call failed
+        if is_allocation_failure(err):
+            raise ValueError(f"model {name!r}: the factory could not allocate its model on this host "
+                             f"({type(err).__name__}: {str(err)[:200]}; it is called as {call})") from None
         raise ValueError(f"model {name!r}: the factory raised {type(err).__name__}: {err} (it is called as "
-                         f"{name.partition(':')[2]}(num_classes={info.num_classes}, channels={info.channels}, "
-                         f"image_size={info.height}))") from None
+                         f"{call})") from None
     if not isinstance(model, nn.Module):
         raise ValueError(f"model {name!r}: the factory returned {type(model).__name__}, not a torch.nn.Module")
+    try:
+        return _checked_user_model(name, info, model, factory)
+    except Exception as err:  # noqa: BLE001 - only an allocation failure is translated here
+        if not is_allocation_failure(err):
+            raise
+        raise ValueError(f"model {name!r}: its model ({model_size(model)}) was built once, but this host cannot "
+                         f"allocate what checking and training it take (a second build, a forward pass; "
+                         f"{type(err).__name__}: {str(err)[:200]})") from None
+
+
+def _checked_user_model(name: str, info: DatasetInfo, model: nn.Module, factory: Callable[..., object]) -> nn.Module:
+    """`model`, the factory's first build, once this process has checked the factory (kept for next calls)."""
     key = (name, info.num_classes, info.channels, info.height, info.width)
     if key not in _FITTING_USER_MODELS:
         problem = initial_weights_problem(model) or same_architecture_problem(model, lambda: factory(
@@ -239,6 +273,8 @@ def output_width_problem(model: nn.Module, info: DatasetInfo) -> str | None:
         with torch.no_grad():
             output = model(torch.zeros(2, info.channels, info.height, info.width))
     except Exception as err:  # noqa: BLE001 - the user's code: say what the call was
+        if is_allocation_failure(err):  # not the model's shape: the host's memory (build_user_model says so)
+            raise
         return (f"a batch of {info.channels}x{info.height}x{info.width} images fails its forward pass "
                 f"({type(err).__name__}: {err})")
     finally:

@@ -36,6 +36,8 @@ class ModelSettings:
         if is_user_model(self.model):  # package.module:factory (SPEC 3.3)
             try:
                 user_factory(self.model)
+            except ConfigError:  # the resolver's refusal names the site, the key and the path already
+                raise
             except ValueError as err:
                 raise ConfigError(f"run config key 'model': {err}") from None
         else:

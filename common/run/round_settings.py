@@ -36,8 +36,8 @@ class RoundSettings:
         120.0, "Seconds to wait at start for all partitions' nodes to connect."
     )
     node_return_wait: float = key(
-        120.0, "Seconds a round waits for a node that the SuperLink reports unavailable (its heartbeats stopped: "
-        "a SuperNode that died or restarts) to be back, to send it its message again, within round-timeout; a node "
+        120.0, "Seconds a round waits for a node that the SuperLink reports unavailable (a SuperNode that "
+        "restarts or stopped, or whose heartbeats stopped; its failure record says which) to be back, to send it its message again, within round-timeout; a node "
         "that stays away is not waited for again until it answers; 0: not waited for (its reply is the SuperLink's "
         "'Node Unavailable')."
     )

@@ -97,5 +97,7 @@ def check_task_model(cfg: RunConfig) -> None:
         return
     try:
         make_model(cfg)
+    except ConfigError:  # the resolver's refusal names the site, the key and the path already
+        raise
     except ValueError as err:
         raise ConfigError(f"run config key 'model': {err}") from None

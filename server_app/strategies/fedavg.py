@@ -38,7 +38,7 @@ from server_app.fid_reference import ClientFeatureReference
 from server_app.influence import bounded_weights, cap_binds
 from server_app.outcome import non_finite_arrays
 from server_app.robust import ROBUST_AGGREGATIONS, clip_factors, combine_updates, scale_update, update_norm
-from server_app.reply_checks import check_train_metrics, check_weight_key
+from server_app.reply_checks import check_train_metrics, check_weight_key, model_overflow
 from server_app.strategies.base import RoundStrategy, weighted_metric, with_own_aggregation
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo, sample_nodes
@@ -351,6 +351,9 @@ class FedAvg(RoundStrategy):
             delta = self._client_delta(reply)
         except ValueError as err:  # a missing, mis-shaped, mistyped or non-finite model or payload
             return str(err)
+        if (overflow := model_overflow(self.current, delta)) is not None:  # under every mean, before it
+            entry = self.round_log.latest
+            return f"round {entry.round}: {overflow}" if entry is not None else overflow
         bound = self.max_update_norm
         if bound > 0 and self.update_norm_action == "refuse" and (norm := self._update_norm_of(reply, delta)) > bound:
             return f"update norm {norm:.4g} exceeds max-update-norm = {bound:g}"
