@@ -38,6 +38,7 @@ from common.run.task import make_model  # noqa: E402
 from common.algorithms.synsam_settings import SynSAMSettings  # noqa: E402
 from server_app.distillation import distill  # noqa: E402
 from server_app.app import run_strategy
+from server_app.registry import train_records_of  # noqa: E402
 
 CODECS = {"qsgd4": {"compression": "qsgd", "bits": 4}, "topk0.1": {"compression": "topk", "topk-ratio": 0.1},
           "none": {"compression": "none"},
@@ -155,7 +156,8 @@ def cmd_floor(work: Path, codec: str) -> None:
             load_weights(model, trajectory[r])
             x, y = as_tensors(data[p].x_train, data[p].y_train, cfg.dataset, torch.device("cpu"))
             fedsam_update(LocalJob(cfg=cfg, server_round=r + 1, partition_id=p, model=model, x=x, y=y,
-                                   device=torch.device("cpu"), incoming=RecordDict(), state=RecordDict()))
+                                   device=torch.device("cpu"), incoming=train_records_of(cfg, r + 1),
+                                   state=RecordDict()))
             w = model_weights(model)
             deltas.append({k: (w[k] - trajectory[r][k]).astype(np.float32) for k in w})
         clean = np.mean([flat(d) for d in deltas], axis=0)

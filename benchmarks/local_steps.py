@@ -50,6 +50,7 @@ from timing import add_device_options, available_devices, sync  # noqa: E402
 
 from client_app.training import LocalJob  # noqa: E402
 from client_app.registry import CLIENT_UPDATES  # noqa: E402
+from server_app.registry import train_records_of  # noqa: E402
 from fedsynth.app_config import app_defaults  # noqa: E402
 from common.run.config import parse_run_config  # noqa: E402
 from common.data.datasets import dataset_info  # noqa: E402
@@ -136,7 +137,7 @@ def _steps_time(setup: Setup, device: torch.device, x: torch.Tensor, y: torch.Te
 
     def one_round(server_round: int) -> None:
         job = LocalJob(cfg=cfg, server_round=server_round, partition_id=0, model=model, x=x, y=y,
-                       device=device, incoming=RecordDict(), state=RecordDict())
+                       device=device, incoming=train_records_of(cfg, server_round), state=RecordDict())
         with context:
             CLIENT_UPDATES[setup.algorithm](job)
 
