@@ -146,6 +146,8 @@ CASES: dict[str, Smoke] = {
                                   "round-time", "--report", "{tmp}/v.md")),
     "study_windows": Smoke((study("fedcog-cpu"), "--out", str(STUDIES / "fedcog-cpu"), "--window", "2",
                             "--report", "{tmp}/w.md")),
+    "superlink_request_rate": Smoke(("--nodes", "2", "--idle", "1", "--rounds", "1", "--work", "0.1",
+                                     "--out", "{tmp}/r.md"), stops_at=CHILD),
     "superlink_state_lock": Smoke(("--nodes", "1", "--rounds", "1")),
     "synsam_step_stats": Smoke((str(STUDIES / "fedsynsam-cpu-codecs"),), exit_code=1,
                                note="the committed study's run folders are not on this machine"),
