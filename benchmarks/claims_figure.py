@@ -233,9 +233,10 @@ def table_markdown(rows: list[Row] = ROWS) -> str:
     return "\n".join(lines)
 
 
-def paper_figure(paper: str) -> Path:
-    """The figure of one paper's rows, shown on its method page: benchmarks/results/claims-<paper>.png."""
-    return FIGURE.with_name(f"claims-{paper.lower()}.png")
+def paper_figure(paper: str, figure: Path = FIGURE) -> Path:
+    """The figure of one paper's rows, shown on its method page: benchmarks/results/claims-<paper>.png (beside
+    `figure`)."""
+    return figure.with_name(f"claims-{paper.lower()}.png")
 
 
 def plot(rows: list[Row] = ROWS, path: Path = FIGURE) -> None:
@@ -251,7 +252,7 @@ def plot(rows: list[Row] = ROWS, path: Path = FIGURE) -> None:
                       "The papers' claims: paired A − B with 95 % CI (3-5 seeds)")
     for paper in dict.fromkeys(row.paper for row in rows):
         own = [(f"A − B, {unit_name}", bars) for (name, unit_name), bars in panels.items() if name == paper]
-        plot_claim_panels(own, paper_figure(paper), f"{paper}: our tests of the paper's claims, A − B with 95 % CI")
+        plot_claim_panels(own, paper_figure(paper, path), f"{paper}: our tests of the paper's claims, A − B with 95 % CI")
 
 
 def replace_readme_table(text: str, table: str) -> str:
@@ -265,13 +266,15 @@ def replace_readme_table(text: str, table: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--readme", action="store_true", help="replace the claims table in README.md")
+    parser.add_argument("--figure", type=Path, default=FIGURE,
+                        help="the whole figure (the papers' own figures go beside it); default: the README's")
     args = parser.parse_args(argv)
     table = table_markdown()
-    plot()
+    plot(path=args.figure)
     if args.readme:
         README.write_text(replace_readme_table(README.read_text(), table))
     print(table)
-    print(f"figure: {FIGURE.relative_to(ROOT)}", file=sys.stderr)
+    print(f"figure: {args.figure}", file=sys.stderr)
     return 0
 
 

@@ -125,13 +125,14 @@ def main(argv: list[str] | None = None) -> None:
     add_device_options(parser, REPO_ROOT / "benchmarks/results/ddpm.md")
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--presets", default="", help="comma-separated subset of the U-Net presets")
+    parser.add_argument("--sides", default="", help="comma-separated subset of the image sides (8, 16, 28, 32)")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     wanted = set(args.presets.split(",")) if args.presets else None
     rows = []
     for device in available_devices(args.devices):
         for preset, side, channels, cpu_batch, gpu_batch, sample_batch in CASES:
-            if wanted is not None and preset not in wanted:
+            if (wanted is not None and preset not in wanted) or (args.sides and str(side) not in args.sides.split(",")):
                 continue
             batch = gpu_batch if device.type == "cuda" else cpu_batch
             row = measure(preset, side, channels, batch, sample_batch, device, args.repeats)

@@ -85,10 +85,12 @@ def main() -> None:
         "results-dir": "/tmp/fedsynth-memory-results",
     }
     started = time.monotonic()
-    run_simulation(find_app_dir(), overrides, num_supernodes=args.nodes, cpus_per_client=1.0)
-    elapsed = time.monotonic() - started
-    stop.set()
-    thread.join()
+    try:
+        run_simulation(find_app_dir(), overrides, num_supernodes=args.nodes, cpus_per_client=1.0)
+        elapsed = time.monotonic() - started
+    finally:  # a failed run leaves no sampling thread behind
+        stop.set()
+        thread.join()
     server = summarize([s["server"] for s in samples])
     clients = summarize([sum(s["clients"]) for s in samples if s["clients"]])
     lines = [

@@ -39,10 +39,12 @@ def one_size(num_clients: int, rounds: int, local_steps: int) -> dict:
         "node-wait-timeout": 600.0,
     }
     started = time.monotonic()
-    folder = run_simulation(find_app_dir(), overrides, num_supernodes=num_clients, cpus_per_client=1.0)
-    wall = time.monotonic() - started
-    stop.set()
-    thread.join()
+    try:
+        folder = run_simulation(find_app_dir(), overrides, num_supernodes=num_clients, cpus_per_client=1.0)
+        wall = time.monotonic() - started
+    finally:  # a failed run leaves no sampling thread behind
+        stop.set()
+        thread.join()
     round_times = [json.loads(line)["round-time"] for line in (folder / "metrics.jsonl").read_text().splitlines()
                    if json.loads(line)["round"] >= 2]
     median = statistics.median(round_times)

@@ -29,7 +29,7 @@ done
     user: "\${FEDSYNTH_UID:-1000}:\${FEDSYNTH_GID:-1000}"
     restart: unless-stopped
     networks: [federation]
-    entrypoint: [/app/deploy/retry-activation.sh, --]
+    entrypoint: [/app/deploy/retry-activation.sh, --, /app/deploy/supernode-waits.py]
     command:
       - flower-supernode
       - --superlink
@@ -54,6 +54,8 @@ done
       - /certs/supernode-$i.secret
       - --node-config
       - partition-id=$i num-partitions=$n data-dir="/data" cache-dir="/cache" device="\${FEDSYNTH_DEVICE:-auto}" supernodes-per-host=\${FEDSYNTH_SUPERNODES_PER_HOST:-$n}
+    environment:
+      FEDSYNTH_ADAPTIVE_WAITS: \${FEDSYNTH_ADAPTIVE_WAITS:-1}
     volumes:
       - ./deploy/certs:/certs:ro
     depends_on: [superlink]

@@ -13,7 +13,9 @@ stops them all.
 By default (`warm_clientapp=True`) `deploy/warm-clientapp` comes first on the SuperNodes' `PATH`: their
 ClientApp tasks are forked from a warm server (fedsynth/warm_clientapp), as `deploy/supernode.sh` and the
 compose services run them. `warm_clientapp=False` starts every task as a new `flwr-clientapp` process, Flower's
-own way (the benchmarks compare the two).
+own way (the benchmarks compare the two). The SuperNodes run under `deploy/supernode-waits.py` (Flower's
+SuperNode with adaptive waits, as `deploy/supernode.sh` and the compose services run it); `adaptive_waits=False`
+(or FEDSYNTH_ADAPTIVE_WAITS=0 in the environment, when the argument is not given) gives them Flower's own waits.
 
 `app_copy` gives `flwr run` the app as it ships (pyproject.toml and its
 packages): in a checkout that holds the `.venv`, `flwr build` walks the whole
@@ -36,6 +38,7 @@ from types import TracebackType
 
 BIN = Path(sys.executable).parent
 WARM_CLIENTAPP_DIR = Path(__file__).resolve().parent.parent / "deploy" / "warm-clientapp"
+SUPERNODE_WAITS = Path(__file__).resolve().parent.parent / "deploy" / "supernode-waits.py"
 CONNECTION = "loopback"
 
 
@@ -101,7 +104,8 @@ class LoopbackFederation:
     """
 
     def __init__(self, workdir: Path, num_nodes: int, extra_env: dict[str, str] | None = None,
-                 node_config: str = "", node_configs: list[str] | None = None, warm_clientapp: bool = True) -> None:
+                 node_config: str = "", node_configs: list[str] | None = None, warm_clientapp: bool = True,
+                 adaptive_waits: bool | None = None) -> None:
         self.workdir = Path(workdir)
         self.num_nodes = len(node_configs) if node_configs is not None else num_nodes
         num_nodes = self.num_nodes
@@ -117,6 +121,8 @@ class LoopbackFederation:
         }
         if warm_clientapp:
             self.env["PATH"] = f"{WARM_CLIENTAPP_DIR}{os.pathsep}{self.env['PATH']}"
+        if adaptive_waits is not None:
+            self.env["FEDSYNTH_ADAPTIVE_WAITS"] = "1" if adaptive_waits else "0"
         self.processes: list[subprocess.Popen] = []
         self.nodes: list[subprocess.Popen] = []  # SuperNode i is self.nodes[i]
 
@@ -125,6 +131,11 @@ class LoopbackFederation:
         self.processes.append(subprocess.Popen(args, cwd=self.workdir, env=self.env, stdout=handle,
                                                stderr=subprocess.STDOUT, start_new_session=True))
         return self.processes[-1]
+
+    def _node_command(self, node_config: str, port: int) -> list[str]:
+        """A SuperNode of this federation: Flower's, under deploy/supernode-waits.py."""
+        return [sys.executable, str(SUPERNODE_WAITS), "--", "flower-supernode", "--insecure", "--superlink",
+                f"127.0.0.1:{self.link_port}", "--node-config", node_config, "--port", str(port)]
 
     def __enter__(self) -> "LoopbackFederation":
         self.flwr_home.mkdir(parents=True, exist_ok=True)
@@ -141,10 +152,7 @@ class LoopbackFederation:
             for pid, port in enumerate(self.node_ports):
                 config = (self.node_configs[pid] if self.node_configs is not None else
                           f"partition-id={pid} num-partitions={self.num_nodes} {self.node_config}".strip())
-                self.nodes.append(self._start(f"supernode-{pid}", [
-                    str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.link_port}",
-                    "--node-config", config, "--port", str(port),
-                ]))
+                self.nodes.append(self._start(f"supernode-{pid}", self._node_command(config, port)))
         except BaseException:
             stop_process_groups(self.processes)
             raise
@@ -213,10 +221,7 @@ class LoopbackFederation:
         """Start one more SuperNode with `node_config` (a node joining the running federation); returns its index."""
         (port,) = free_ports(1)
         self.node_ports.append(port)
-        self.nodes.append(self._start(f"supernode-{len(self.nodes)}", [
-            str(BIN / "flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{self.link_port}",
-            "--node-config", node_config, "--port", str(port),
-        ]))
+        self.nodes.append(self._start(f"supernode-{len(self.nodes)}", self._node_command(node_config, port)))
         return len(self.nodes) - 1
 
     def kill_node(self, partition_id: int) -> None:

@@ -21,6 +21,7 @@ from functools import partial
 from typing import Any, Callable
 
 import torch
+from flwr.app import ConfigRecord, RecordDict
 
 from common.algorithms.plugins import algorithm_of, import_attribute
 from common.algorithm_table import ALGORITHMS
@@ -145,3 +146,9 @@ def train_config_of(cfg: RunConfig, server_round: int) -> dict[str, Any]:
     if strategy.lr_schedule is not None:
         config["lr"] = strategy.lr_schedule(server_round)
     return config
+
+
+def train_records_of(cfg: RunConfig, server_round: int) -> RecordDict:
+    """Round `server_round`'s train message content without the model: its `"config"` record
+    (`train_config_of`), the `incoming` a `LocalJob` of a benchmark's own loop gets."""
+    return RecordDict({"config": ConfigRecord(train_config_of(cfg, server_round))})

@@ -47,9 +47,16 @@ def normalisation_table(dataset: str, channels: int = 0) -> np.ndarray:
 
 
 def _lookup_on_cpu(images: np.ndarray, dataset: str) -> torch.Tensor:
-    """uint8 (N, H, W, C) -> normalised float32 (N, C, H, W) by table lookup (one pass, ~3x the arithmetic's speed)."""
+    """uint8 (N, H, W, C) -> normalised float32 (N, C, H, W) by table lookup: one `np.take` per channel (1.7x the
+    CPU speed of one broadcast fancy index over all channels, the same values).
+
+    The (N, H, W, C) values are permuted and made contiguous as before: with one channel that keeps the
+    (N, H, W, C) strides, which make a convolution pick its channels-last kernels, so its sums (and every
+    model's bits) stay what they were."""
     table = normalisation_table(dataset, images.shape[-1])
-    values = table[np.arange(table.shape[0]), images]  # channel index broadcasts along the images' last axis
+    values = np.empty(images.shape, dtype=np.float32)
+    for channel in range(images.shape[-1]):
+        np.take(table[channel], images[..., channel], out=values[..., channel], mode="clip")  # uint8: in range
     return torch.from_numpy(values).permute(0, 3, 1, 2).contiguous()
 
 
