@@ -26,6 +26,7 @@ images). The study files (studies/fedcog-*.toml) are sized from these numbers
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -36,12 +37,12 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from flwr.app import ConfigRecord, RecordDict  # noqa: E402
+from flwr.app import RecordDict  # noqa: E402
 
 from client_app.fedcog import frozen_copy, generate  # noqa: E402
 from client_app.training import LocalJob  # noqa: E402
 from client_app.registry import CLIENT_UPDATES  # noqa: E402
-from server_app.registry import train_config_of  # noqa: E402
+from server_app.registry import train_records_of  # noqa: E402
 from common.run.config import parse_run_config  # noqa: E402
 from common.data.datasets import load_dataset  # noqa: E402
 from common.metrics.evaluation import as_tensors  # noqa: E402
@@ -85,10 +86,10 @@ def round_seconds(cfg, algorithm: str, x: torch.Tensor, y: torch.Tensor) -> floa
     state[STATE_COG_PREVIOUS_MODEL] = to_record(model_weights(model))
     seconds = 0.0
     for server_round in (1, 2):
-        sent = train_config_of(cfg, server_round)  # the train message's config
         start = time.process_time()
         job = LocalJob(cfg=cfg, server_round=server_round, partition_id=0, model=model, x=x, y=y,
-                       device=x.device, incoming=RecordDict({"config": ConfigRecord(sent)}), state=state)
+                       device=x.device, incoming=train_records_of(dataclasses.replace(cfg, algorithm=algorithm), server_round),
+                       state=state)
         CLIENT_UPDATES[algorithm](job)
         seconds = time.process_time() - start
     return seconds

@@ -38,6 +38,7 @@ from common.run.task import make_model  # noqa: E402
 from common.algorithms.synsam_settings import SynSAMSettings  # noqa: E402
 from server_app.distillation import distill  # noqa: E402
 from server_app.app import run_strategy
+from server_app.registry import train_records_of  # noqa: E402
 
 CODECS = {"qsgd4": {"compression": "qsgd", "bits": 4}, "topk0.1": {"compression": "topk", "topk-ratio": 0.1},
           "none": {"compression": "none"},
@@ -125,7 +126,7 @@ def cmd_oracle(work: Path, codec: str) -> None:
 
 def cmd_floor(work: Path, codec: str) -> None:
     """At w^r: the clients' clean mean update against the compressed one the server applied."""
-    from flwr.app import ConfigRecord, RecordDict
+    from flwr.app import RecordDict
 
     from client_app.training import LocalJob
     from client_app.updates import fedsam_update
@@ -134,11 +135,10 @@ def cmd_floor(work: Path, codec: str) -> None:
     from common.metrics.evaluation import as_tensors
     from common.data.partition import PartitionSpec, load_client_data
     from common.records import load_weights, model_weights
-    from server_app.registry import train_config_of
 
     trajectory = load_trajectory(work, codec)
-    cfg = RunConfig(algorithm="fedsam", model="mlp", partition="pathological", classes_per_client=1, local_steps=10,
-                    batch_size=128, lr=0.05, sam_rho=0.05)
+    cfg = RunConfig(model="mlp", partition="pathological", classes_per_client=1, local_steps=10, batch_size=128,
+                    lr=0.05, sam_rho=0.05)
     spec = PartitionSpec(dataset=cfg.dataset, partition=cfg.partition, num_partitions=10, seed=0, alpha=cfg.alpha,
                          classes_per_client=1, local_test_fraction=cfg.local_test_fraction)
     data = [load_client_data(spec, p, "", str(work / "cache")) for p in range(10)]
@@ -155,9 +155,9 @@ def cmd_floor(work: Path, codec: str) -> None:
             model = make_model(cfg)
             load_weights(model, trajectory[r])
             x, y = as_tensors(data[p].x_train, data[p].y_train, cfg.dataset, torch.device("cpu"))
-            sent = RecordDict({"config": ConfigRecord(train_config_of(cfg, r + 1))})  # the train message's config
             fedsam_update(LocalJob(cfg=cfg, server_round=r + 1, partition_id=p, model=model, x=x, y=y,
-                                   device=torch.device("cpu"), incoming=sent, state=RecordDict()))
+                                   device=torch.device("cpu"), incoming=train_records_of(cfg, r + 1),
+                                   state=RecordDict()))
             w = model_weights(model)
             deltas.append({k: (w[k] - trajectory[r][k]).astype(np.float32) for k in w})
         clean = np.mean([flat(d) for d in deltas], axis=0)

@@ -45,12 +45,12 @@ import torch
 REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
-from flwr.app import ConfigRecord, RecordDict  # noqa: E402
+from flwr.app import RecordDict  # noqa: E402
 from timing import add_device_options, available_devices, sync  # noqa: E402
 
 from client_app.training import LocalJob  # noqa: E402
 from client_app.registry import CLIENT_UPDATES  # noqa: E402
-from server_app.registry import train_config_of  # noqa: E402
+from server_app.registry import train_records_of  # noqa: E402
 from fedsynth.app_config import app_defaults  # noqa: E402
 from common.run.config import parse_run_config  # noqa: E402
 from common.data.datasets import dataset_info  # noqa: E402
@@ -134,11 +134,10 @@ def _steps_time(setup: Setup, device: torch.device, x: torch.Tensor, y: torch.Te
     cfg = parse_run_config(raw, CLIENT_UPDATES)
     model = make_model(cfg, seeded=True).to(device)
     context = torch.autocast(device.type, dtype=torch.bfloat16) if autocast else contextlib.nullcontext()
-    sent = train_config_of(cfg, 1)  # the train message's config: the lr, the recipe, the rule's settings
 
     def one_round(server_round: int) -> None:
         job = LocalJob(cfg=cfg, server_round=server_round, partition_id=0, model=model, x=x, y=y,
-                       device=device, incoming=RecordDict({"config": ConfigRecord(sent)}), state=RecordDict())
+                       device=device, incoming=train_records_of(cfg, server_round), state=RecordDict())
         with context:
             CLIENT_UPDATES[setup.algorithm](job)
 

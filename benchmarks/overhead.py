@@ -23,12 +23,13 @@ import argparse
 import json
 import os
 import time
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
-from flwr.app import ConfigRecord, RecordDict
+from flwr.app import RecordDict
 
 from client_app.training import LocalJob
 from client_app.registry import CLIENT_UPDATES
@@ -40,7 +41,7 @@ from common.data.partition import PartitionSpec, load_client_data
 from common.records import load_weights, model_weights
 from common.run.task import make_model
 from server_app.evaluation import CentralEvaluator
-from server_app.registry import SERVER_STRATEGIES, train_config_of
+from server_app.registry import SERVER_STRATEGIES, train_records_of
 from server_app.strategies.fedavg import weighted_mean
 
 
@@ -50,7 +51,6 @@ def plain_loop(raw: dict[str, Any], num_clients: int) -> dict[str, Any]:
     spec = PartitionSpec(cfg.dataset, cfg.partition, num_clients, cfg.seed, cfg.alpha,
                          cfg.classes_per_client, cfg.local_test_fraction)
     device = torch.device("cpu")
-    messages = {r: train_config_of(cfg, r) for r in range(1, cfg.num_server_rounds + 1)}  # each round's config
     start = time.monotonic()
     weights = model_weights(make_model(cfg, seeded=True))
     evaluator = CentralEvaluator(cfg)
@@ -58,6 +58,8 @@ def plain_loop(raw: dict[str, Any], num_clients: int) -> dict[str, Any]:
     for server_round in range(1, cfg.num_server_rounds + 1):
         round_start = time.monotonic()
         deltas, counts = [], []
+        # the train message's config as the app's strategy sends it (the round's lr, the rule's settings)
+        incoming = train_records_of(cfg, server_round)
         for pid in range(num_clients):
             data = load_client_data(spec, pid, cfg.data_dir, cfg.cache_dir)
             model = make_model(cfg)
@@ -66,8 +68,7 @@ def plain_loop(raw: dict[str, Any], num_clients: int) -> dict[str, Any]:
             evaluate_model(model, *as_tensors(data.x_test, data.y_test, cfg.dataset, device))
             x, y = as_tensors(data.x_train, data.y_train, cfg.dataset, device)
             job = LocalJob(cfg=cfg, server_round=server_round, partition_id=pid, model=model, x=x, y=y,
-                           device=device, incoming=RecordDict({"config": ConfigRecord(messages[server_round])}),
-                           state=RecordDict())
+                           device=device, incoming=incoming, state=RecordDict())
             CLIENT_UPDATES[cfg.algorithm](job)
             local = model_weights(model)
             deltas.append({k: local[k] - weights[k] for k in weights})
@@ -106,27 +107,44 @@ def in_process(app_dir: Path, overrides: dict[str, Any], num_clients: int) -> di
     return {"round-times": [r["round-time"] for r in rounds if r["round"] >= 1]}
 
 
+def run_config_pairs(pairs: list[str]) -> dict[str, Any]:
+    """`KEY=VALUE` pairs as run-config overrides, each VALUE read as TOML (as `--run-config` reads it)."""
+    overrides: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--set {pair!r}: expected KEY=VALUE")
+        try:
+            overrides[key] = tomllib.loads(f"v = {value}")["v"]
+        except tomllib.TOMLDecodeError:
+            overrides[key] = value  # a bare word: a string
+    return overrides
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--clients", type=int, default=10)
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/overhead.md"))
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a run-config key of the measured run (TOML value; repeatable), e.g. model=mlp")
     args = parser.parse_args()
     app_dir = find_app_dir()
     results_dir = "/tmp/fedsynth-overhead"
     stamp = int(time.time())
     overrides = {"num-server-rounds": args.rounds, "results-dir": results_dir, "run-name": f"sim-{stamp}",
-                 "checkpoint-every": 0}
+                 "checkpoint-every": 0, **run_config_pairs(args.set)}
     raw = {**app_defaults(app_dir), **overrides}
 
-    sim = simulation(app_dir, overrides, args.clients)
-    plain = plain_loop(raw, args.clients)
     trivial_overrides = {
         "num-server-rounds": 10, "model": "mlp", "local-steps": 1, "batch-size": 8, "central-eval": False,
         "results-dir": results_dir, "run-name": f"trivial-{stamp}", "checkpoint-every": 0, "save-model": False,
     }
-    trivial = simulation(app_dir, trivial_overrides, args.clients)
+    # the in-process measurements first, then the simulation engine's (each side loads its own data)
+    plain = plain_loop(raw, args.clients)
     trivial_app = in_process(app_dir, {**trivial_overrides, "run-name": f"trivial-inprocess-{stamp}"}, args.clients)
+    sim = simulation(app_dir, overrides, args.clients)
+    trivial = simulation(app_dir, trivial_overrides, args.clients)
 
     sim_round = float(np.median(sim["round-times"][1:]))
     plain_round = float(np.median(plain["round-times"][1:]))
@@ -137,7 +155,8 @@ def main() -> None:
     lines = [
         f"# Framework overhead ({args.clients} clients, {args.rounds} rounds, `make run`'s config; {time.strftime('%Y-%m-%d')})",
         "",
-        f"Command: `.venv/bin/python benchmarks/overhead.py --rounds {args.rounds} --clients {args.clients}`, "
+        f"Command: `.venv/bin/python benchmarks/overhead.py --rounds {args.rounds} --clients {args.clients}"
+        + "".join(f" --set {pair}" for pair in args.set) + "`, "
         f"{torch.get_num_threads()} torch threads in the plain loop, 1 CPU per simulated ClientApp.",
         "",
         "| measure | Flower simulation | plain PyTorch loop | ratio |",
