@@ -1,9 +1,10 @@
 """Where a deployed round's time goes: a timeline of one message's path through Flower's components.
 
-    .venv/bin/python benchmarks/deployment_timeline.py [--rounds 4] [--cold] [--out FILE]
+    .venv/bin/python benchmarks/deployment_timeline.py [--rounds 4] [--cold | --adaptive] [--out FILE]
 
 Runs `make run`'s config (pyproject.toml defaults) on a loopback deployment of 2 SuperNodes
-(`fedsynth.loopback`, warm ClientApp processes unless `--cold`) with a `sitecustomize` on every process's
+(`fedsynth.loopback`, warm ClientApp processes unless `--cold`; Flower's own SuperNode waits, or with `--adaptive`
+deploy/supernode-waits.py's, deploy/supernode.sh's default) with a `sitecustomize` on every process's
 `PYTHONPATH` that writes a timestamp when these Flower 1.42 functions return (it changes nothing else):
 
 - the ServerApp's `HttpGrid.push_messages` and `HttpGrid.pull_messages` (those that return a reply);
@@ -20,12 +21,16 @@ The waits between them are Flower's: a SuperNode sleeps 3 s after an empty pull,
 there yet again after 1 s, then 2 s, ... (`PULL_INITIAL_BACKOFF`, `flwr/supercore/constant.py`), and looks
 for a task's reply every 0.5 s; the ServerApp pulls a reply's objects with the same backoff. Medians over
 rounds 2..N and nodes; the steps overlap between the two nodes, so they do not add up to the round exactly.
+With `--adaptive` the SuperNode's waits are the launcher's (after an empty pull 0.05 s, x1.5 each, up to 3 s; an
+object's first retry after 0.05 s; the reply pushed once stored). The report ends with the final model's sha256:
+the arms run the same messages, so it is the same in all three (a difference is a bug).
 This machine's PYTHONDONTWRITEBYTECODE is dropped, as in benchmarks/deployment.py.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -187,8 +192,12 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--cold", action="store_true", help="every task a new flwr-clientapp process")
+    parser.add_argument("--adaptive", action="store_true",
+                        help="the SuperNodes' adaptive waits (deploy/supernode-waits.py) instead of Flower's")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks/results/deployment-timeline.md")
     args = parser.parse_args(argv)
+    if args.cold and args.adaptive:
+        parser.error("--adaptive is an arm of the warm deployment: give --cold or --adaptive")
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -200,21 +209,24 @@ def main(argv: list[str] | None = None) -> None:
                            f'results-dir="{results}"', 'run-name="run"', "node-wait-timeout=600.0"])
         extra = {"PYTHONPATH": str(work / "site"), "DEPLOYMENT_TIMELINE_TRACE": str(trace)}
         with host_environment(), LoopbackFederation(work, num_nodes=NODES, node_config=f"supernodes-per-host={NODES}",
-                                                    extra_env=extra, warm_clientapp=not args.cold) as federation:
+                                                    extra_env=extra, warm_clientapp=not args.cold,
+                                                    adaptive_waits=args.adaptive) as federation:
             run = federation.run(REPO_ROOT, config, timeout=1800)
             if not (results / "run" / "summary.json").is_file():
                 raise SystemExit(run.stdout[-3000:] + run.stderr[-3000:] + federation.log_tails())
+        model = hashlib.sha256((results / "run" / "model.safetensors").read_bytes()).hexdigest()
         rounds = [json.loads(line) for line in (results / "run" / "metrics.jsonl").read_text().splitlines()]
         events = read_trace(trace)
         durations, overheads = step_times(events), task_overheads(events)
     round_times = [r["round-time"] for r in rounds if r["round"] >= 2]
     median_round = statistics.median(round_times)
     kind = "cold (a new process per task)" if args.cold else "warm (deploy/warm-clientapp)"
+    kind += ", adaptive SuperNode waits (deploy/supernode-waits.py)" if args.adaptive else ", Flower's SuperNode waits"
     lines = [
         f"# Where a deployed round's time goes ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
         f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after)", "",
         f"Command: `.venv/bin/python benchmarks/deployment_timeline.py --rounds {args.rounds}"
-        + (" --cold" if args.cold else "") + f"`; `make run`'s config, {NODES} SuperNodes on loopback, ClientApp "
+        + (" --cold" if args.cold else "") + (" --adaptive" if args.adaptive else "") + f"`; `make run`'s config, {NODES} SuperNodes on loopback, ClientApp "
         f"processes {kind}; every step's median over rounds 2-{args.rounds} and both nodes (the nodes' steps "
         "overlap, so they do not add up to the round exactly).", "",
         f"Median round time (rounds 2-{args.rounds}): **{median_round:.2f} s** ({', '.join(f'{t:.1f}' for t in round_times)}).", "",
@@ -229,7 +241,7 @@ def main(argv: list[str] | None = None) -> None:
                          f"{', '.join(f'{v:.2f}' for v in values)} |")
     lines += ["", f"A task's life beyond its ClientApp's work (from `flwr_clientapp`'s start, which comes while its node is "
               f"still pulling the message, to its exit): median **{statistics.median(overheads):.2f} s** "
-              f"({', '.join(f'{v:.2f}' for v in overheads)})."]
+              f"({', '.join(f'{v:.2f}' for v in overheads)}).", "", f"Final model (model.safetensors) sha256: `{model}`."]
     text = "\n".join(lines) + "\n"
     args.out.write_text(text)
     print(text)

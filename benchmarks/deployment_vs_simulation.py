@@ -11,8 +11,10 @@ and `num-server-rounds` = 3:
 - a loopback deployment (`fedsynth.loopback`: SuperLink + 2 SuperNodes, node config
   `supernodes-per-host=2`, so default threads), every ClientApp message a new process,
 - the same loopback deployment with warm ClientApp processes (`deploy/warm-clientapp` first on the
-  SuperNodes' PATH, the default of deploy/supernode.sh; issue 55), whose final model must be bitwise
-  the cold deployment's (the script fails otherwise), and
+  SuperNodes' PATH, the default of deploy/supernode.sh; issue 55),
+- the warm deployment with the SuperNodes' adaptive waits (deploy/supernode-waits.py, also deploy/supernode.sh's
+  default; the two arms before it run Flower's own waits), whose final models must be bitwise the cold
+  deployment's (the script fails otherwise), and
 - Flower's simulation engine with 2 SuperNodes (`fedsynth run --num-supernodes 2`),
 
 all without `OMP_NUM_THREADS` in the environment, and reports each round's time, the server's
@@ -70,25 +72,31 @@ def rounds_of(folder: Path) -> list[dict]:
             if r["round"] >= 1]
 
 
-def deployed(rounds: int, work: Path, warm: bool = False) -> tuple[list[dict], float]:
-    """Round metrics and wall time of the loopback deployment (`warm`: warm ClientApp processes)."""
-    work = work / ("deployed-warm" if warm else "deployed")
+ARMS = {"cold": {"warm_clientapp": False, "adaptive_waits": False},
+        "warm": {"warm_clientapp": True, "adaptive_waits": False},
+        "warm-adaptive": {"warm_clientapp": True, "adaptive_waits": True}}
+
+
+def deployed(rounds: int, work: Path, arm: str = "cold") -> tuple[list[dict], float]:
+    """Round metrics and wall time of the loopback deployment of `arm` (`ARMS`: warm ClientApp processes or not,
+    the SuperNodes' adaptive waits or Flower's)."""
+    work = work / f"deployed-{arm}"
     work.mkdir()
     results = work / "results"
     config = " ".join([f"num-server-rounds={rounds}", f'cache-dir="{work / "cache"}"', f'results-dir="{results}"',
                        'run-name="deployed"', "node-wait-timeout=600.0"])
     start = time.monotonic()
     with host_environment(), LoopbackFederation(work, num_nodes=NODES, node_config=f"supernodes-per-host={NODES}",
-                                                warm_clientapp=warm) as federation:
+                                                **ARMS[arm]) as federation:
         run = federation.run(REPO_ROOT, config, timeout=1800)
         if not (results / "deployed" / "summary.json").is_file():
             raise SystemExit(run.stdout[-3000:] + run.stderr[-3000:] + federation.log_tails())
     return rounds_of(results / "deployed"), time.monotonic() - start
 
 
-def model_digest(work: Path, warm: bool) -> str:
+def model_digest(work: Path, arm: str) -> str:
     """sha256 of the deployed run's final model (model.safetensors)."""
-    model = work / ("deployed-warm" if warm else "deployed") / "results" / "deployed" / "model.safetensors"
+    model = work / f"deployed-{arm}" / "results" / "deployed" / "model.safetensors"
     return hashlib.sha256(model.read_bytes()).hexdigest()
 
 
@@ -119,36 +127,41 @@ def main() -> None:
     load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as tmp:
         sim, sim_wall = simulated(args.rounds, Path(tmp))
-        dep, dep_wall = deployed(args.rounds, Path(tmp))
-        warm, warm_wall = deployed(args.rounds, Path(tmp), warm=True)
-        same_model = model_digest(Path(tmp), warm=False) == model_digest(Path(tmp), warm=True)
+        dep, dep_wall = deployed(args.rounds, Path(tmp), "cold")
+        warm, warm_wall = deployed(args.rounds, Path(tmp), "warm")
+        adaptive, adaptive_wall = deployed(args.rounds, Path(tmp), "warm-adaptive")
+        same_model = len({model_digest(Path(tmp), arm) for arm in ARMS}) == 1
     sim_median = statistics.median(r["round-time"] for r in sim)
     ratio = statistics.median(r["round-time"] for r in dep) / sim_median
     warm_ratio = statistics.median(r["round-time"] for r in warm) / sim_median
+    adaptive_ratio = statistics.median(r["round-time"] for r in adaptive) / sim_median
     lines = [
         f"# Deployed vs simulated round time ({time.strftime('%Y-%m-%d %H:%M')}, {os.cpu_count()} cores, "
         f"load average {load_before:.1f} before, {os.getloadavg()[0]:.1f} after)", "",
         f"Command: `python benchmarks/deployment_vs_simulation.py --rounds {args.rounds}`: `make run`'s run config "
         f"(pyproject.toml defaults), {args.rounds} rounds, {NODES} nodes on this host, default threads, no "
-        "OMP_NUM_THREADS, no PYTHONDONTWRITEBYTECODE (set on this machine, not on a SuperNode host or in the image); simulation, then the deployment with cold and with warm ClientApp processes, one after "
-        "another in this run.", "",
+        "OMP_NUM_THREADS, no PYTHONDONTWRITEBYTECODE (set on this machine, not on a SuperNode host or in the image); "
+        "simulation, then the deployment with cold and with warm ClientApp processes (Flower's SuperNode waits), "
+        "then warm with the adaptive waits, one after another in this run.", "",
         "| engine | round times (s) | median round (s) | median server time (s) | ClientApp threads | wall (s) |",
         "| --- | --- | --- | --- | --- | --- |",
         row(f"deployment, cold ClientApp processes (loopback, {NODES} SuperNodes, supernodes-per-host={NODES})",
             dep, dep_wall),
         row("deployment, warm ClientApp processes (`deploy/warm-clientapp`, the default of deploy/supernode.sh)",
             warm, warm_wall),
+        row("deployment, warm, adaptive SuperNode waits (`deploy/supernode-waits.py`, deploy/supernode.sh's default)",
+            adaptive, adaptive_wall),
         row(f"simulation (`--num-supernodes {NODES}`, `--cpus-per-client 1`)", sim, sim_wall),
-        "", f"Deployed / simulated median round time: cold **{ratio:.2f}x**, warm **{warm_ratio:.2f}x** "
-        "(targets: within 3x; issue 55: within 1.5x).", "",
-        "Final model of the cold and the warm deployment (model.safetensors): "
+        "", f"Deployed / simulated median round time: cold **{ratio:.2f}x**, warm **{warm_ratio:.2f}x**, warm with "
+        f"adaptive waits **{adaptive_ratio:.2f}x** (target: within 1.5x on a quiet machine, load under 1).", "",
+        "Final models of the three deployments (model.safetensors): "
         + ("**bitwise equal**." if same_model else "**DIFFERENT** (a bug: the same messages must give the same model)."),
     ]
     text = "\n".join(lines) + "\n"
     args.out.write_text(text)
     print(text)
     if not same_model:
-        raise SystemExit("the warm deployment's final model differs from the cold one's")
+        raise SystemExit("the deployments' final models differ")
 
 
 if __name__ == "__main__":

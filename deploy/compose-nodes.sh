@@ -29,7 +29,7 @@ done
     user: "\${FEDSYNTH_UID:-1000}:\${FEDSYNTH_GID:-1000}"
     restart: unless-stopped
     networks: [federation]
-    entrypoint: [/app/deploy/retry-activation.sh, --, /app/deploy/supernode-waits.py]
+    entrypoint: [/app/deploy/retry-activation.sh, --]
     command:
       - flower-supernode
       - --superlink

@@ -93,7 +93,10 @@ if [ "$(basename -- "$1")" = flower-supernode ]; then
     script="$(command -v -- "$1")" || die "$1 is not on PATH"
     if python="$(python_of "$script")"; then
         read -ra interpreter <<< "$python"
-        command=("${interpreter[@]}" "$here/supernode-records.py" --records-fd 3 -- "$script" "${@:2}")
+        # and under deploy/supernode-waits.py (adaptive waits; FEDSYNTH_ADAPTIVE_WAITS=0 or another Flower: Flower's
+        # own), which runs the script in the same process, so Flower's records still reach supernode-records.py
+        command=("${interpreter[@]}" "$here/supernode-records.py" --records-fd 3 -- \
+                 "$here/supernode-waits.py" -- "$script" "${@:2}")
     else
         echo "retry-activation.sh: $script is not a Python console script, so Flower's records cannot be read from it: no restarts, its exit is passed on" >&2
     fi

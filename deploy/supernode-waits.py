@@ -29,6 +29,8 @@ tests/test_supernode_waits.py runs it against a stand-in for Flower's loop.
 from __future__ import annotations
 
 import os
+import runpy
+import shutil
 import sys
 import threading
 import time
@@ -216,10 +218,35 @@ def flower_arguments(argv: list[str]) -> list[str]:
     return argv
 
 
+def flower_script(argv: list[str]) -> str | None:
+    """The `flower-supernode` console script the command names (a path, or a name looked up on PATH), when it is a
+    Python script: it runs in this process, so the waits apply to it and a launcher around this one
+    (deploy/supernode-records.py, under deploy/retry-activation.sh) still sees Flower's records."""
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if not argv or os.path.basename(argv[0]) != "flower-supernode":
+        return None
+    script = argv[0] if os.sep in argv[0] else shutil.which(argv[0])
+    if script is None:
+        return None
+    try:
+        with open(script, "rb") as handle:
+            first = handle.readline(200)
+    except OSError:
+        return None
+    return script if first.startswith(b"#!") and b"python" in first else None
+
+
 def main(argv: list[str] | None = None) -> None:
-    arguments = flower_arguments(sys.argv[1:] if argv is None else argv)
+    given = sys.argv[1:] if argv is None else argv
+    arguments = flower_arguments(given)
+    script = flower_script(given)
     if choose(os.environ, flower_version()):
         install()
+    if script is not None:
+        sys.argv = [script, *arguments]
+        runpy.run_path(script, run_name="__main__")
+        return
     from flwr.supernode.cli import flower_supernode
 
     sys.argv = ["flower-supernode", *arguments]

@@ -111,11 +111,9 @@ if [[ ! "${warm_clientapp,,}" =~ ^(0|false|no|off)$ ]]; then
     echo "supernode.sh: warm ClientApp processes on (FEDSYNTH_WARM_CLIENTAPP=0 turns them off)"
 fi
 # --- end of warm ClientApp processes ---------------------------------------------------------------
-# --- adaptive waits: Flower's SuperNode under deploy/supernode-waits.py (FEDSYNTH_ADAPTIVE_WAITS=0: Flower's own),
-# run by the Python of the flower-supernode on PATH (its shebang); a flower-supernode that is no Python script runs as is
+# Flower's SuperNode runs under deploy/retry-activation.sh, which runs it under deploy/supernode-records.py (Flower's
+# records) and deploy/supernode-waits.py (adaptive waits; FEDSYNTH_ADAPTIVE_WAITS=0: Flower's own)
 node=(flower-supernode)
-read -ra python <<< "$(head -n 1 "$(command -v flower-supernode || echo /dev/null)" | sed -n 's|^#! *||p')"
-[[ "${python[*]:-}" == *python* ]] && node=("${python[@]}" "$(dirname "$0")/supernode-waits.py" -- flower-supernode)
 echo "supernode.sh: node config: $node_config"
 exec "$(dirname "$0")/retry-activation.sh" --activation-wait "$activation_wait" -- \
     "${node[@]}" "${args[@]}" "${extra[@]}"

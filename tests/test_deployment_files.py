@@ -156,9 +156,8 @@ def test_compose_uses_only_accepted_flower_flags_with_tls(scratch: Path, variant
             assert {"--root-certificates", "--auth-supernode-private-key", "--ssl-certfile"} <= set(argv)
             # restarted by Docker after a crash, and retried while the SuperLink holds its old session
             assert services[service]["restart"] == "unless-stopped", service
-            # Flower's SuperNode under the adaptive waits' launcher (deploy/supernode-waits.py)
-            assert services[service]["entrypoint"] == ["/app/deploy/retry-activation.sh", "--",
-                                                       "/app/deploy/supernode-waits.py"], service
+            # retry-activation.sh runs Flower's SuperNode under the adaptive waits' launcher (deploy/supernode-waits.py)
+            assert services[service]["entrypoint"] == ["/app/deploy/retry-activation.sh", "--"], service
             assert (DEPLOY / "retry-activation.sh").stat().st_mode & 0o111
             assert (DEPLOY / "supernode-waits.py").stat().st_mode & 0o111
         if argv[0] == "flower-superexec":
