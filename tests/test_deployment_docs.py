@@ -103,7 +103,7 @@ def test_each_quoted_script_message_is_what_the_script_prints(captured: str, quo
 
 def test_every_script_failure_is_one_line(captured: str):
     errors = [line for line in captured.splitlines() if line and "WARNING" not in line]
-    assert all(re.match(r"^(superlink|supernode|retry-activation)\.sh: ", line) for line in errors), errors
+    assert all(re.match(r"^((superlink|supernode|retry-activation)\.sh|supernode-waits\.py): ", line) for line in errors), errors
 
 
 @pytest.mark.parametrize(("name", "option"), [("supernode.sh", "--activation-wait"), ("superlink.sh", "--database"),

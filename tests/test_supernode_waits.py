@@ -251,5 +251,8 @@ def test_supernode_script_runs_flowers_supernode_under_the_launcher(tmp_path: Pa
                                          "--num-partitions", "1"], bin_dir)
     assert result.returncode == 0, result.stderr
     argv = out.read_text().split("\0")[:-1]
-    assert argv[:3] == [str(DEPLOY / "supernode-waits.py"), "--", "flower-supernode"], argv
+    # retry-activation.sh runs it under Flower's records (supernode-records.py), then the launcher, in one process
+    assert argv[:6] == [str(DEPLOY / "supernode-records.py"), "--records-fd", "3", "--",
+                        str(DEPLOY / "supernode-waits.py"), "--"], argv
+    assert argv[6] == str(bin_dir / "flower-supernode"), argv
     assert {"--insecure", "--superlink", "127.0.0.1:8000", "--node-config"} <= set(argv)
