@@ -28,7 +28,7 @@ from common.run.client_settings import optional_client_keys
 from common.protocol import STATE_DYN_GRADIENT, STATE_SCAFFOLD_CONTROL
 from common.records import from_record, to_record
 from common.run.config import parse_run_config
-from server_app.registry import SERVER_STRATEGIES, strategy_arguments
+from server_app.registry import SERVER_STRATEGIES, strategy_arguments, train_config
 from server_app.strategies.node_table import NodeInfo
 
 TARGETS = (0.0, 1.0, 6.0)
@@ -86,7 +86,8 @@ def run(algorithm: str, bounded: bool, notify: bool = True, rounds: int = ROUNDS
     x, y = torch.zeros(10, 1), torch.zeros(10, dtype=torch.long)
     for server_round in range(1, rounds + 1):
         replies = []
-        for msg in strategy.configure_train(server_round, to_record({"w": w}), ConfigRecord({"lr": LR}), None):
+        for msg in strategy.configure_train(server_round, to_record({"w": w}),
+                                              ConfigRecord({**train_config(cfg), "lr": LR}), None):
             pid = next(n.partition_id for n in nodes if n.node_id == msg.metadata.dst_node_id)
             content = msg.content
             if not notify:  # the drift the issue found: the node never hears of the clip
@@ -176,7 +177,8 @@ def _job(config: dict, state: RecordDict, server_round: int) -> LocalJob:
     cfg = parse_run_config({"algorithm": "scaffold"}, SERVER_STRATEGIES)
     return LocalJob(cfg=cfg, server_round=server_round, partition_id=0, model=Scalar(), x=torch.zeros(2, 1),
                     y=torch.zeros(2, dtype=torch.long), device=torch.device("cpu"),
-                    incoming=RecordDict({"config": ConfigRecord(config)}), state=state)
+                    incoming=RecordDict({"config": ConfigRecord({**train_config(cfg), "server-round": server_round,
+                                                                 "lr": 0.1, **config})}), state=state)
 
 
 def test_a_node_applies_a_notice_once_and_only_to_the_round_it_names() -> None:

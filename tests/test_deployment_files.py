@@ -435,10 +435,14 @@ def test_other_failures_pass_through_at_once(tmp_path: Path) -> None:
 def test_sigterm_reaches_the_supernode(tmp_path: Path) -> None:
     flaky_supernode(tmp_path / "bin", refusals=0,
                     final=f"def stop(*_):\n    open({str(tmp_path / 'stopped')!r}, 'w').write('stopped')\n"
-                          "    sys.exit(0)\nsignal.signal(signal.SIGTERM, stop)\ntime.sleep(60)\n")
+                          "    sys.exit(0)\nsignal.signal(signal.SIGTERM, stop)\n"
+                          f"open({str(tmp_path / 'ready')!r}, 'w').close()\ntime.sleep(60)\n")
     env = {**os.environ, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
     proc = subprocess.Popen([str(DEPLOY / "retry-activation.sh"), "--", "flower-supernode"], env=env)
-    time.sleep(1.5)
+    # once the node has started (under deploy/supernode-waits.py it imports Flower first, as a real SuperNode does)
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=20) == 0
     assert (tmp_path / "stopped").read_text().strip() == "stopped"
@@ -624,13 +628,13 @@ def test_the_superlink_state_launcher_sets_the_busy_timeout_of_flowers_sqlite_co
     assert done.returncode == 0 and done.stdout.startswith("Flower version: "), done.stdout + done.stderr
 
 
-def stalled_supernode(bin_dir: Path, first_start: str, starts: int = 1) -> Path:
+def stalled_supernode(bin_dir: Path, first_start: str, starts: int = 1, alive: int = 8) -> Path:
     """A stand-in `flower-supernode` that, on its first `starts` starts, runs `first_start` (Python: Flower's record,
-    or what a ClientApp prints) and then lives on doing nothing (as Flower does after an unretried HTTP error: node
-    deactivated, process alive); started again after that, it exits 0."""
+    or what a ClientApp prints) and then lives on doing nothing for `alive` seconds (as Flower does after an unretried
+    HTTP error: node deactivated, process alive); started again after that, it exits 0."""
     return supernode_standin.write(bin_dir, f"if CALL <= {starts}:\n    print('INFO :      SuperNode ID: 5')\n"
                                    + textwrap.indent(first_start, "    ")
-                                   + "    print(LINE, flush=True)\n    time.sleep(8)\n"  # alive; ends by itself
+                                   + f"    print(LINE, flush=True)\n    time.sleep({alive})\n"  # alive; ends by itself
                                    + "sys.exit(0)\n")
 
 
@@ -642,13 +646,15 @@ AN_APP_PRINTS_IT = f"LINE = {LEFT_OFFLINE_LINE!r}\nprint(LINE, file=sys.stderr)\
 
 
 def test_watchdog_restarts_a_supernode_that_flower_left_offline_while_its_process_lives(tmp_path: Path) -> None:
-    calls = stalled_supernode(tmp_path / "bin", FLOWER_LEFT_IT_OFFLINE)
+    calls = stalled_supernode(tmp_path / "bin", FLOWER_LEFT_IT_OFFLINE, alive=30)
     start = time.monotonic()
     result = retry(tmp_path / "bin", "--retry-every", "1", "--stop-grace", "2")
     took = time.monotonic() - start
     assert result.returncode == 0, result.stderr
     assert len(calls.read_text().splitlines()) == 2  # stopped and started again
-    assert 2 <= took < 7, took  # after the grace, not after the stand-in's 8 s: the watchdog stopped it
+    # after the grace (and two starts, each importing Flower under deploy/supernode-waits.py), not after the
+    # stand-in's 30 s: the watchdog stopped it
+    assert 2 <= took < 20, took
     assert ("retry-activation.sh: the SuperLink answered this SuperNode with an error Flower does not retry, and "
             "Flower deactivated the node but left its process running (Flower's record: HTTP 500 for "
             "/v1/fleet/pull-messages; it would stay offline); stopped it, starting it again in 1 s (restart 1 of at "

@@ -77,7 +77,7 @@ def test_bad_claims_arms_and_variants_are_refused(edit, words):
 @pytest.mark.parametrize("raw, words", [
     ({"seed": -1}, ["'seed' = -1", ">= 0"]),
     ({"run-name": "a\x00b"}, ["'run-name'", "NUL"]),
-    ({"max-weight-share": 0.0}, ["'max-weight-share'"]),
+    ({"max-weight-share": -0.5}, ["'max-weight-share'"]),  # 0 means "not set" (bounded-influence fills it)
     ({"max-missing-nodes": -1}, ["'max-missing-nodes'"]),
 ])
 def test_bad_run_config_values_are_refused_by_the_parser(raw, words):
