@@ -227,6 +227,20 @@ def read_exactly(conn: socket.socket, size: int, deadline: float, what: str) -> 
     return buffer
 
 
+def discard_unread(conn: socket.socket, limit: int = 1 << 20) -> None:
+    """Read and drop what a peer sent that was not read (at most `limit` bytes, without waiting): a socket closed with
+    unread bytes resets its peer's connection, which can then fail to read the answer it was just sent."""
+    dropped = 0
+    while dropped < limit:
+        try:
+            chunk = conn.recv(65536, socket.MSG_DONTWAIT)
+        except (BlockingIOError, InterruptedError):
+            return
+        if not chunk:
+            return
+        dropped += len(chunk)
+
+
 def check_request(request: object) -> dict:
     """The request's shape: {"argv": [str, ...], "env": {str: str}, "cwd": str}."""
     if not isinstance(request, dict) or set(request) != {"argv", "env", "cwd"}:
@@ -389,6 +403,8 @@ class WarmServer:
         try:
             conn.settimeout(1.0)
             conn.sendall(f"error {reason}\n".encode())
+            conn.shutdown(socket.SHUT_WR)
+            discard_unread(conn)
         except OSError:
             pass
         conn.close()
