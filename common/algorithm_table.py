@@ -18,7 +18,8 @@ row and a plugin are one representation, resolved by the same code (docs/archite
 Adding a built-in algorithm is three files: its row here, its strategy class module and its client rule
 module. The `X+cog` rows are generated from the rows FedCOG plugs into (`cog_base`); what decides
 behaviour by algorithm (decentralized, FedCOG, the diffusion task, MOON's projection head) is a field of the
-row, not a name list.
+row, not a name list; the docs' lists of the algorithms are generated from the rows (`python -m
+fedsynth.algorithm_docs --write`).
 tests/test_algorithms.py checks that each half resolves every row.
 """
 
@@ -60,6 +61,8 @@ class Algorithm:
     mean : the server's mean of the updates its paper takes, "weighted" (by the clients' sample counts) or
         "uniform" (1/S over the S answering clients): what `aggregation = "auto"` (the run config's default) and
         its strategy class's `aggregation` default run (common/algorithms/paper_rules.py gives the source).
+    page : the page of docs/ that documents it; the docs' algorithm tables (README.md, docs/algorithms.md) group
+        the rows by page, one family each (generated: `python -m fedsynth.algorithm_docs --write`).
     """
 
     server: str = ""
@@ -74,6 +77,7 @@ class Algorithm:
     projection_head: bool = False
     state_follows_update: bool = False
     mean: str = "weighted"
+    page: str = "algorithms.md"
 
     @property
     def strategy_name(self) -> str:
@@ -82,13 +86,14 @@ class Algorithm:
 
 
 def _relay(*client_keys: str, strategy: str, client: str) -> Algorithm:
-    return Algorithm("relay", client_keys, decentralized=True,
+    return Algorithm("relay", client_keys, decentralized=True, page="oledfl.md",
                      strategy=f"server_app.strategies.decentralized:{strategy}",
                      client=f"client_app.decentralized:{client}")
 
 
 _S = "server_app.strategies."  # where the built-in strategy classes live
 _FEDAVG_CLIENT = "client_app.updates:fedavg_update"
+_SYNSAM = "fedsynsam.md"  # the page of FedSynSAM and the SAM family
 
 _ROWS: dict[str, Algorithm] = {
     "fedavg": Algorithm("fedavg", strategy=_S + "fedavg:FedAvg", client=_FEDAVG_CLIENT, cog_base=True,
@@ -116,27 +121,31 @@ _ROWS: dict[str, Algorithm] = {
     # the X+cog rows are generated below from the rows marked cog_base; the server sends FedCOG's settings beside
     # X's (common/run/client_settings.py `client_keys`)
     "fedcog": Algorithm("fedavg", ("cog-start-round",), strategy=_S + "node_rules:FedCOG", client=_FEDAVG_CLIENT,
-                        with_cog=True),
+                        with_cog=True, page="fedcog.md"),
     # FedSynSAM (issue 3): the SAM family and the baselines of the FedSynSAM paper
     "fedlesam": Algorithm("fedlesam", ("sam-rho",), strategy=_S + "sam_baselines:FedLESAM",
-                          client="client_app.sam_family:fedlesam_update"),
+                          client="client_app.sam_family:fedlesam_update", page=_SYNSAM),
     "fedsynsam": Algorithm("fedsynsam", ("sam-rho", "synsam-beta", "synsam-mix"), strategy=_S + "fedsynsam:FedSynSAM",
-                           client="client_app.sam_family:fedsynsam_update", mean="uniform"),
-    "dynafed": Algorithm("dynafed", strategy=_S + "dynafed:DynaFed", client=_FEDAVG_CLIENT),
+                           client="client_app.sam_family:fedsynsam_update", mean="uniform", page=_SYNSAM),
+    "dynafed": Algorithm("dynafed", strategy=_S + "dynafed:DynaFed", client=_FEDAVG_CLIENT, page=_SYNSAM),
     "fedgamma": Algorithm("scaffold", ("sam-rho",), strategy=_S + "node_rules:FedGamma",
-                          client="client_app.sam_family:fedgamma_update", state_follows_update=True),
+                          client="client_app.sam_family:fedgamma_update", state_follows_update=True,
+                          page=_SYNSAM),
     "fedlesam-s": Algorithm("fedlesam-s", ("sam-rho",), strategy=_S + "sam_baselines:FedLESAMS",
-                            client="client_app.sam_family:fedlesam_s_update", state_follows_update=True),
+                            client="client_app.sam_family:fedlesam_s_update", state_follows_update=True,
+                            page=_SYNSAM),
     "fedlesam-d": Algorithm("fedlesam-d", ("sam-rho", "dyn-alpha"), strategy=_S + "sam_baselines:FedLESAMD",
-                            client="client_app.sam_family:fedlesam_d_update", state_follows_update=True),
+                            client="client_app.sam_family:fedlesam_d_update", state_follows_update=True,
+                            page=_SYNSAM),
     "fedsmoo": Algorithm("fedsmoo", ("sam-rho", "dyn-alpha"), strategy=_S + "sam_baselines:FedSMOO",
-                         client="client_app.sam_family:fedsmoo_update", state_follows_update=True),
+                         client="client_app.sam_family:fedsmoo_update", state_follows_update=True,
+                         page=_SYNSAM),
     # FedDDPM (issue 5): diffusion models with server-side auxiliary correction; the clients run FedAvg's rule
     # on the DDPM loss (the warmup is client_app/diffusion.py's)
     "fedddpm": Algorithm("fedddpm", strategy=_S + "fedddpm:FedDDPM", client=_FEDAVG_CLIENT, trains_ddpm=True,
-                         ddpm_only=True, mean="uniform"),
+                         ddpm_only=True, mean="uniform", page="fedddpm.md"),
     "fedddpm+": Algorithm("fedddpm+", strategy=_S + "fedddpm_plus:FedDDPMPlus", client=_FEDAVG_CLIENT,
-                          trains_ddpm=True, ddpm_only=True, mean="uniform"),
+                          trains_ddpm=True, ddpm_only=True, mean="uniform", page="fedddpm.md"),
 }
 
 
@@ -148,7 +157,8 @@ def with_cog_rows(rows: dict[str, Algorithm]) -> dict[str, Algorithm]:
     table: dict[str, Algorithm] = dict(rows)
     for name, row in rows.items():
         if row.cog_base:
-            table[f"{name}+cog"] = replace(row, cog_base=False, with_cog=True, trains_ddpm=False)
+            table[f"{name}+cog"] = replace(row, cog_base=False, with_cog=True, trains_ddpm=False,
+                                           page="fedcog.md")
     return table
 
 

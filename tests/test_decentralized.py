@@ -15,6 +15,7 @@ from client_app import decentralized
 from client_app.decentralized import keep_own_model
 from client_app.training import LocalJob, batch_indices
 from client_app.registry import CLIENT_UPDATES
+from common.algorithm_table import ALGORITHMS
 from common.run.config import ConfigError, parse_run_config
 from common.algorithms.gossip import (
     DECENTRALIZED_ALGORITHMS,
@@ -113,8 +114,9 @@ def test_compression_is_refused_for_decentralized_runs() -> None:
         parse_run_config({"algorithm": "dfedavg", "compression": "qsgd"}, SERVER_STRATEGIES)
 
 
-def test_the_six_algorithms_are_registered_on_both_sides() -> None:
-    assert len(DECENTRALIZED_ALGORITHMS) == 6
+def test_the_decentralized_rows_are_registered_on_both_sides() -> None:
+    assert set(DECENTRALIZED_ALGORITHMS) == {name for name, row in ALGORITHMS.items() if row.decentralized}
+    assert {"dpsgd", "dfedavg", "dfedavgm", "dfedsam", "oledfl-sgd", "oledfl-sam"} <= set(DECENTRALIZED_ALGORITHMS)
     for name in DECENTRALIZED_ALGORITHMS:
         assert issubclass(SERVER_STRATEGIES[name], DecentralizedRelay)
         assert CLIENT_UPDATES[name] is getattr(decentralized, CLIENT_UPDATES[name].__name__)

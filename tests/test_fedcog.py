@@ -21,6 +21,7 @@ from client_app.fedcog import (
     generate,
     grid_image,
 )
+from common.algorithm_table import COG_BASES
 from common.run.config import ConfigError, parse_run_config
 from common.data.datasets import dataset_info
 from common.algorithms.fedcog import (
@@ -226,7 +227,7 @@ def _final_weights(tmp_path, data_dir, nodes: int = 2, **keys):
     return strategy.current, results, grid
 
 
-@pytest.mark.parametrize("base", ["fedavg", "fedavgm", "fedprox", "scaffold", "moon"])
+@pytest.mark.parametrize("base", COG_BASES)
 def test_before_the_first_cog_round_x_plus_cog_is_exactly_x(tmp_path, tiny_data_dir, base):
     plain, _, _ = _final_weights(tmp_path / "plain", tiny_data_dir, algorithm=base, **{"num-server-rounds": 1})
     cog, _, grid = _final_weights(tmp_path / "cog", tiny_data_dir, algorithm=f"{base}+cog",

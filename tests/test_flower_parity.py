@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import typing
 
 import numpy as np
 import pytest
@@ -139,13 +140,40 @@ def test_a_reply_with_too_many_metrics_is_dropped_naming_the_count() -> None:
     assert "metrics, more than 256" in strategy.round_log.latest.failures[0].reason
 
 
+# the classes a strategy's parameters are built from live in these packages (the rest are Flower's or Python's)
+OWN_PACKAGES = ("common", "server_app", "client_app", "fedsynth")
+
+
+def _own_types(hint: object) -> set[type]:
+    """The classes of fedsynth's packages an annotation names, through unions, optionals and containers."""
+    found = {hint} if isinstance(hint, type) and hint.__module__.split(".")[0] in OWN_PACKAGES else set()
+    return found.union(*(_own_types(arg) for arg in typing.get_args(hint)))
+
+
+def grouped_types() -> dict[str, type]:
+    """Every class of fedsynth's packages that a public strategy's constructor takes a value of, by name."""
+    classes = [getattr(strategies, name) for name in strategies.__all__
+               if isinstance(getattr(strategies, name), type) and hasattr(getattr(strategies, name), "start")]
+    hints = [hint for cls in classes for name, hint in typing.get_type_hints(cls.__init__).items() if name != "return"]
+    return {cls.__name__: cls for hint in hints for cls in _own_types(hint)}
+
+
+def test_every_grouped_value_a_strategy_takes_is_exported_by_fedsynth_strategies() -> None:
+    grouped = grouped_types()
+    assert {"BoundedInfluence", "CogSettings", "Krum", "NodeInfo", "QSGD", "ServerTask", "TopK",
+            "TrimmedMean"} <= set(grouped)  # the groups of the codec, the aggregation, the bounds, FedCOG, ...
+    for name, cls in grouped.items():
+        assert getattr(strategies, name, None) is cls, f"fedsynth.strategies does not export {name}"
+        assert name in strategies.__all__, name
+
+
 def test_every_grouped_value_imports_from_fedsynth_strategies_without_torch() -> None:
-    names = ["BOUNDED_INFLUENCE", "BoundedInfluence", "CogSettings", "Krum", "LocalRecipe", "NodeInfo", "QSGD",
-             "ServerTask", "TopK", "TrimmedMean"]
+    classes = {name for name in strategies.__all__ if hasattr(getattr(strategies, name), "start")}
+    names = sorted(set(strategies.__all__) - classes)  # every exported value but the strategy classes
+    assert set(grouped_types()) | {"BOUNDED_INFLUENCE", "LocalRecipe"} <= set(names)
     code = (f"import sys\nfrom fedsynth.strategies import {', '.join(names)}\n"
             "assert 'torch' not in sys.modules, 'torch loaded'\n"
             "print(CogSettings(gen_budget=8).cog_config()['gen-budget'])")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "8"
-    assert set(names) <= set(strategies.__all__)

@@ -18,7 +18,8 @@ check the code against it:
 
 The `X+cog` rows (common/algorithm_table.py `with_cog_rows`) run X's rule with FedCOG's client plug-in: their
 server rule is X's. docs/algorithms.md's table is generated from this one (`rules_table_markdown`; regenerate
-with `python -m common.algorithms.paper_rules`), and tests/test_docs.py fails when the page differs.
+with `python -m common.algorithms.paper_rules`, or with every generated list: `python -m fedsynth.algorithm_docs
+--write`), and tests/test_docs.py fails when the page differs.
 Pure data: no torch, no numpy.
 """
 

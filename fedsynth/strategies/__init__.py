@@ -57,8 +57,9 @@ non-finite value, a bad metric) are dropped in `aggregate_train` and listed in
 `ReplyContractError` saying what to change. The exceptions a run can end with are importable from here:
 `TooManyFailedRounds` (max_failed_rounds short rounds in a row), `ReplyContractError`, `WarmupFailed` (FedDDPM's
 warm-up returned fewer than min_nodes warm models) and `NoFeatureSums` (no node sent usable feature sums for
-FID's reference). docs/library.md lists, per strategy, the client function in
-`fedsynth.client`, what the message carries and what the reply must carry.
+FID's reference). docs/library.md lists, per strategy, its algorithms, the settings its
+nodes read from the message and what the reply must carry (generated from the algorithm table), and per
+`fedsynth.client` function what it needs from the server.
 """
 
 from __future__ import annotations
