@@ -33,6 +33,7 @@ from fedsynth.client import (
 )
 from common.algorithms.synsam_settings import SynSAMSettings
 from server_app.distillation import distill, real_oracle
+from common.algorithm_table import ALGORITHMS
 from server_app.registry import SERVER_STRATEGIES, train_config_of
 from server_app.strategies.dynafed import DynaFed
 from server_app.strategies.fedsynsam import FedSynSAM
@@ -183,7 +184,8 @@ def test_fedcogs_kd_pass_tracks_the_generated_batch_after_the_real_one() -> None
             np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-6, err_msg=name)
 
 
-@pytest.mark.parametrize("algorithm", ["dfedsam", "oledfl-sam"])
+@pytest.mark.parametrize("algorithm", [name for name, row in ALGORITHMS.items()
+                                       if row.decentralized and "sam-rho" in row.client_keys])
 def test_decentralized_sam_rules_update_the_statistics_once_per_step(algorithm: str) -> None:
     cfg = parse_run_config({"algorithm": algorithm, "model": "tests.test_batchnorm_counts:tiny_bn_cnn",
                             "local-steps": STEPS, "batch-size": 8}, SERVER_STRATEGIES)

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 import torch
 
+from common.algorithm_table import ALGORITHMS
 from common.run.config import ConfigError, RunConfig, parse_run_config
 from common.models.diffusion import linear_schedule, optimizer_kind, seeded_generator, train_on_images
 from common.records import load_weights, model_weights
@@ -177,7 +178,7 @@ def test_fedddpm_plus_corrects_after_the_last_round_when_quicktest_never_fires(t
     assert results.rounds[-1]["correction-epochs"] == 2
 
 
-@pytest.mark.parametrize("algorithm", ["fedavg", "fedprox", "scaffold", "mofedsam"])
+@pytest.mark.parametrize("algorithm", [name for name, row in ALGORITHMS.items() if row.trains_ddpm and not row.ddpm_only])
 def test_baselines_train_ddpms_unchanged(tmp_path, tiny_data_dir, algorithm):
     raw = diffusion_config(tmp_path, tiny_data_dir, algorithm=algorithm, **{"local-steps": 2})
     summary, results, _, _ = run_inprocess(raw, num_nodes=2)
