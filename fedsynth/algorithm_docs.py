@@ -11,7 +11,8 @@ what lies between them from common/algorithm_table.py's `ALGORITHMS` and what ea
   exports: its algorithms, its docstring's summary, the settings its nodes read from the train message (the
   rows' `client_keys`, the uplink codec's `CODEC_KEYS` on a centralized row, `ACCEPTED_SCALE_KEYS` where the
   node's state follows its update) and the records and metrics its reply carries (the class's `reply_records`
-  and `reply_metrics`, with their declared meanings).
+  and `reply_metrics`, with their declared meanings), and "Replies per family", each class under the shape
+  of its reply (`REPLY_FAMILIES`, by the records it declares).
 
 A new row (its strategy class, its client rule) therefore appears in every list once this is run:
 `python -m fedsynth.algorithm_docs --write` rewrites the sections, `--check` exits 1 naming each page whose
@@ -33,6 +34,7 @@ from common.algorithms.accepted_scale import ACCEPTED_SCALE_KEYS
 from common.algorithms.paper_rules import with_rules_table
 from common.algorithms.plugins import import_attribute
 from common.algorithms.topology import TOPOLOGIES
+from common.protocol import DYNAMIC_CORRECTION, PERTURBATION_DUAL, SCAFFOLD_CONTROL_DELTA
 from common.run.client_settings import CODEC_KEYS, client_keys
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -135,18 +137,84 @@ def _settings(names: list[str]) -> str:
     return "; ".join(parts) or "-"
 
 
+def strategy_classes() -> dict[type, list[str]]:
+    """Each strategy class of the table, in the table's order, with the names of its rows."""
+    paths: dict[str, list[str]] = {}
+    for name, row in ALGORITHMS.items():
+        paths.setdefault(row.strategy, []).append(name)
+    return {import_attribute(path, "a strategy class"): names for path, names in paths.items()}
+
+
 def strategies_table() -> str:
     """docs/library.md's "What each strategy sends and expects": one row per strategy class of the table."""
-    classes: dict[str, list[str]] = {}
-    for name, row in ALGORITHMS.items():
-        classes.setdefault(row.strategy, []).append(name)
     lines = ["| class | `algorithm` | what it runs | settings its nodes read from the message's `config` | "
              "the reply carries (besides the contract above) |", "| --- | --- | --- | --- | --- |"]
-    for path, names in classes.items():
-        cls = import_attribute(path, "a strategy class")
+    for cls, names in strategy_classes().items():
         replies = _declared(getattr(cls, "reply_records", {})) + _declared(getattr(cls, "reply_metrics", {}))
         cells = [f"`{cls.__name__}`", _names(names), _summary(cls), _settings(names), "; ".join(replies) or "-"]
         lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class ReplyFamily:
+    """A shape of train reply: which classes' replies have it (`holds`, of a class and its rows; None: a shape
+    any class may take, `strategies` says which), the reply and the `fedsynth.client` call that builds it."""
+
+    name: str
+    holds: Callable[[type, list[Algorithm]], bool] | None
+    reply: str
+    client: str
+    strategies: str = ""
+
+
+def _records(cls: type) -> set[str]:
+    return set(getattr(cls, "reply_records", {}))
+
+
+REPLY_FAMILIES: tuple[ReplyFamily, ...] = (
+    ReplyFamily("plain", lambda cls, rows: not _records(cls) and not any(r.decentralized or r.ddpm_only for r in rows),
+                "`arrays` (the local model), `metrics`", "`train_reply(msg, model, result, num_examples=n)`"),
+    ReplyFamily("compressed", None, "`compressed-update` (the codec's payload of the trainable parameters' update "
+                "w_i - w), `model-buffers` (the buffers as they are), `metrics`; no `arrays`",
+                "the same `train_reply`: it reads the codec from the message (`state=context.state` keeps the "
+                "error-feedback residual); `compressed_update_records(model, received, codec, rng)` gives the two "
+                "records alone",
+                "any centralized strategy built with a `codec` (FedSynSAM's paper setting: `QSGD(bits=4)`)"),
+    ReplyFamily("SCAFFOLD's", lambda cls, rows: SCAFFOLD_CONTROL_DELTA in _records(cls),
+                f"plain or compressed, plus `{SCAFFOLD_CONTROL_DELTA}`",
+                "`scaffold_reply(msg, model, result, num_examples=n)` (`result` from `train_scaffold`, "
+                "`train_fedgamma` or `train_fedlesam_s`)"),
+    ReplyFamily("the dynamic rules", lambda cls, rows: bool({DYNAMIC_CORRECTION, PERTURBATION_DUAL} & _records(cls)),
+                f"plus `{DYNAMIC_CORRECTION}` / `{PERTURBATION_DUAL}`",
+                "`train_reply(msg, model, result, ...)` with the rule's result (`result_records(result)` names the "
+                "record)"),
+    ReplyFamily("diffusion", lambda cls, rows: all(r.ddpm_only for r in rows),
+                "rounds: as plain; the warm-up: `arrays` always; `fid_stats`: `fid-sums`",
+                "`train_reply`, `warmup_reply`, `feature_sums_reply`"),
+    ReplyFamily("decentralized", lambda cls, rows: all(r.decentralized for r in rows),
+                "`arrays` (the node's new own model), `metrics`", "`train_reply` (the relay sends no codec)"),
+)
+
+
+def replies_table() -> str:
+    """docs/library.md's "Replies per family": each strategy class under the first family whose reply it has; a
+    class of none gets a row of its own, with the records it declares (`reply_records`)."""
+    classes = strategy_classes()
+    lines = ["| family | strategies | the reply | `fedsynth.client` |", "| --- | --- | --- | --- |"]
+    placed: set[type] = set()
+    for family in REPLY_FAMILIES:
+        members = [cls for cls, names in classes.items() if family.holds is not None and cls not in placed
+                   and family.holds(cls, [ALGORITHMS[name] for name in names])]
+        placed.update(members)
+        strategies = family.strategies or _names([cls.__name__ for cls in members])
+        lines.append("| " + " | ".join(_cell(c) for c in (family.name, strategies, family.reply, family.client)) + " |")
+    for cls in classes:
+        if cls not in placed:
+            records = getattr(cls, "reply_records", {})
+            cells = [f"{cls.__name__}'s", f"`{cls.__name__}`", "plain or compressed, plus " + _names(list(records)),
+                     "; ".join(_declared(records))]
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines)
 
 
@@ -163,6 +231,7 @@ SECTIONS: tuple[Section, ...] = (
     Section("README.md", "algorithm families", lambda: families_table(_readme_link)),
     Section("docs/algorithms.md", "algorithm families", lambda: families_table(_docs_link)),
     Section("docs/library.md", "strategy table", strategies_table),
+    Section("docs/library.md", "reply families", replies_table),
 )
 
 

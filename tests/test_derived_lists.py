@@ -74,3 +74,12 @@ def test_fedsynth_strategies_exports_one_class_per_table_strategy() -> None:
     classes = [name for name in strategies.__all__
                if isinstance(getattr(strategies, name), type) and hasattr(getattr(strategies, name), "configure_train")]
     assert sorted(classes) == STRATEGY_NAMES
+
+
+def test_librarys_replies_per_family_place_every_strategy_class_once() -> None:
+    rows = _table((ROOT / "docs/library.md").read_text(), "| family | strategies | the reply |")
+    named = [name for row in rows for name in re.findall(r"`([A-Z]\w*)`", row[1])]
+    assert sorted(set(named) & set(STRATEGY_NAMES)) == STRATEGY_NAMES
+    assert len([name for name in named if name in STRATEGY_NAMES]) == len(STRATEGY_NAMES)  # each in one family
+    scaffold_row = next(row for row in rows if row[0] == "SCAFFOLD's")
+    assert {"Scaffold", "FedGamma", "FedLESAMS"} <= set(re.findall(r"`(\w+)`", scaffold_row[1]))
