@@ -6,7 +6,8 @@ what lies between them from common/algorithm_table.py's `ALGORITHMS` and what ea
 - README.md and docs/algorithms.md: the families table, one row per docs page of the table's `page` field, with
   the rows that page documents (and the derived notes: the `X+cog` rows, the rows that also train a DDPM, the
   topologies of the decentralized rows);
-- docs/algorithms.md: the paper-rule table (common/algorithms/paper_rules.py `rules_table_markdown`);
+- docs/algorithms.md: the paper-rule table (common/algorithms/paper_rules.py `rules_table_markdown`) and the
+  table of the rows it documents itself (the centralized baselines: each client rule's docstring, its settings);
 - docs/library.md: "What each strategy sends and expects", one row per strategy class `fedsynth.strategies`
   exports: its algorithms, its docstring's summary, the settings its nodes read from the train message (the
   rows' `client_keys`, the uplink codec's `CODEC_KEYS` on a centralized row, `ACCEPTED_SCALE_KEYS` where the
@@ -106,9 +107,21 @@ def _docs_link(page: str) -> str:
     return "below" if page == "algorithms.md" else f"[{page}]({page})"
 
 
-def _summary(cls: type) -> str:
-    """The first paragraph of a class's docstring: what it runs, in its own words."""
-    return (inspect.getdoc(cls) or "").split("\n\n")[0]
+def page_table(page: str) -> str:
+    """The rows `page` documents: each algorithm's client rule, in its own docstring's words, and the settings its
+    nodes read (docs/algorithms.md's centralized baselines; their server steps are the paper-rule table's)."""
+    lines = ["| algorithm | client rule (`client` of its row) | settings its nodes read |", "| --- | --- | --- |"]
+    for name, row in ALGORITHMS.items():
+        if row.page == page:
+            rule = import_attribute(row.client, "a client rule")
+            cells = [f"`{name}`", _summary(rule), _names(list(row.client_keys)) or "-"]
+            lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def _summary(declared: object) -> str:
+    """The first paragraph of a class's or function's docstring: what it runs, in its own words."""
+    return (inspect.getdoc(declared) or "").split("\n\n")[0]
 
 
 def _declared(declared: dict[str, str]) -> list[str]:
@@ -230,6 +243,7 @@ class Section:
 SECTIONS: tuple[Section, ...] = (
     Section("README.md", "algorithm families", lambda: families_table(_readme_link)),
     Section("docs/algorithms.md", "algorithm families", lambda: families_table(_docs_link)),
+    Section("docs/algorithms.md", "centralized baselines", lambda: page_table("algorithms.md")),
     Section("docs/library.md", "strategy table", strategies_table),
     Section("docs/library.md", "reply families", replies_table),
 )
