@@ -55,7 +55,7 @@ def measure(raw: dict[str, Any], num_nodes: int) -> list[dict[str, float]]:
     grid = InProcessGrid(num_nodes, raw)
     strategy = build_strategy(cfg, handshake(grid, cfg))
     rows: list[dict[str, float]] = []
-    inner = strategy._server_step
+    inner = strategy.server_step
 
     def recording_step(mean_delta, replies):
         # each reply carries the client's local model y_i; strategy.current is still x
@@ -77,7 +77,7 @@ def measure(raw: dict[str, Any], num_nodes: int) -> list[dict[str, float]]:
         rows.append(row)
         return new
 
-    strategy._server_step = recording_step
+    strategy.server_step = recording_step
     results = RunResults(cfg)
     try:
         run_strategy(grid, cfg, strategy, results)

@@ -21,8 +21,8 @@ fedsynth's own algorithm table (common/algorithm_table.py), naming its two halve
 - `strategy`: a subclass of one of `fedsynth.strategies`' classes (e.g. `FedAvg`). fedsynth's ServerApp
   builds it as it builds its own (server_app/registry.py `build_strategy`): each constructor parameter from
   the run-config key of the same name, the rest at their defaults. A subclass of FedAvg changes its server
-  rule by overriding its hooks: `_server_step(mean_delta, replies)` (the new global model), and
-  `_check_extra_records(content)` with `reply_metrics`/`reply_records` (its reply contract: a reply that
+  rule by overriding its hooks: `server_step(mean_delta, replies)` (the new global model), and
+  `check_extra_records(content)` with `reply_metrics`/`reply_records` (its reply contract: a reply that
   breaks it is dropped and named, and a first round of nothing but broken replies stops the run with
   `ReplyContractError` quoting `reply_metrics`).
 - `client`: `update(job: LocalJob) -> LocalResult`, called by fedsynth's ClientApp for each train message

@@ -180,7 +180,7 @@ def fedavg_round(strategy: FedAvg, updates: dict[int, tuple[dict, int]], server_
         weights, count = updates[pid]
         replies.append(make_reply(msg, weights, count, pid, train_loss=float(pid + 1)))
     for reply in replies:
-        assert strategy._check_reply(reply) is None
+        assert strategy.reply_gate.check_reply(reply) is None
     return strategy.aggregate_train(server_round, replies)
 
 
@@ -313,7 +313,7 @@ def test_scaffold_server_control_uses_federation_size() -> None:
         for i, (msg, d) in enumerate(zip(messages, deltas))
     ]
     for reply in replies:
-        assert strategy._check_reply(reply) is None
+        assert strategy.reply_gate.check_reply(reply) is None
     record, _ = strategy.aggregate_train(1, replies)
     # c = 0 + (1/4) * ([1, 2] + [3, -2]) = [1, 0];  b: (1/4) * 4 = 1   (not 1/2 * ...)
     np.testing.assert_allclose(strategy.control["w"], [1.0, 0.0])
@@ -330,9 +330,9 @@ def test_scaffold_rejects_missing_or_bad_control_delta() -> None:
     strategy = build_strategy(cfg_of(algorithm="scaffold"), make_nodes(1))
     (msg,) = start_round(strategy, W0)
     missing = make_reply(msg, W0, 5, 0)
-    assert SCAFFOLD_CONTROL_DELTA in strategy._check_reply(missing)
+    assert SCAFFOLD_CONTROL_DELTA in strategy.reply_gate.check_reply(missing)
     bad = make_reply(msg, W0, 5, 0, extra={SCAFFOLD_CONTROL_DELTA: to_record({"w": arr(np.nan, 0), "b": arr(0)})})
-    problem = strategy._check_reply(bad)
+    problem = strategy.reply_gate.check_reply(bad)
     assert problem is not None and "'w'" in problem and SCAFFOLD_CONTROL_DELTA in problem
 
 
@@ -354,7 +354,7 @@ def test_check_reply_rejects_nan_array_naming_it() -> None:
     strategy = build_strategy(cfg_of(), make_nodes(1))
     (msg,) = start_round(strategy, W0)
     reply = make_reply(msg, {"w": arr(1, np.nan), "b": arr(0)}, 5, 0)
-    problem = strategy._check_reply(reply)
+    problem = strategy.reply_gate.check_reply(reply)
     assert problem is not None and "'w'" in problem and "non-finite" in problem
 
 
@@ -369,7 +369,7 @@ def test_check_reply_rejects_nan_array_naming_it() -> None:
 def test_check_reply_rejects_bad_replies(weights: dict, count: int, words: list[str]) -> None:
     strategy = build_strategy(cfg_of(), make_nodes(1))
     (msg,) = start_round(strategy, W0)
-    problem = strategy._check_reply(make_reply(msg, weights, count, 0))
+    problem = strategy.reply_gate.check_reply(make_reply(msg, weights, count, 0))
     assert problem is not None
     for word in words:
         assert word in problem
@@ -379,9 +379,9 @@ def test_check_reply_rejects_missing_records_and_float_count() -> None:
     strategy = build_strategy(cfg_of(), make_nodes(1))
     (msg,) = start_round(strategy, W0)
     no_metrics = Message(RecordDict({"arrays": to_record(W0)}), reply_to=msg)
-    assert "metrics" in strategy._check_reply(no_metrics)
+    assert "metrics" in strategy.reply_gate.check_reply(no_metrics)
     float_count = Message(RecordDict({"arrays": to_record(W0),
                                       "metrics": MetricRecord({"num-examples": 5.0})}), reply_to=msg)
-    assert "num-examples" in strategy._check_reply(float_count)
-    assert strategy._check_reply(make_reply(msg, W0, 5, 0)) is None
+    assert "num-examples" in strategy.reply_gate.check_reply(float_count)
+    assert strategy.reply_gate.check_reply(make_reply(msg, W0, 5, 0)) is None
     assert isinstance(to_record(W0), ArrayRecord)

@@ -293,7 +293,7 @@ def test_fedsynsams_distillation_keeps_its_stored_trajectory_and_initial_model()
     strategy._distil()
     assert strategy.synthetic is not None and strategy.synthetic[0].shape == (CLASSES, 1, SIDE, SIDE)
     assert_unchanged(strategy.trajectory, kept)
-    groups = strategy._state_arrays()  # what the checkpoint stores as trajectory-00000 ..
+    groups = strategy.state_arrays()  # what the checkpoint stores as trajectory-00000 ..
     assert int(groups["trajectory-00000"]["1.num_batches_tracked"]) == 0
 
 
@@ -304,7 +304,7 @@ def test_dynafeds_server_training_counts_its_own_batches_and_leaves_its_input_al
     x, y = data(8, seed=3)
     strategy.synthetic = (x.numpy(), y.numpy())
     new = strategy.trajectory[-1]
-    trained = strategy._after_aggregation(new)
+    trained = strategy.after_aggregation(new)
     assert_unchanged(strategy.trajectory, kept)
     start = int(new["1.num_batches_tracked"])
     assert int(trained["1.num_batches_tracked"]) == start + 2 * 3  # 2 epochs of ceil(8 / 3) batches

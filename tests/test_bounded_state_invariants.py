@@ -213,7 +213,7 @@ def test_the_server_tells_only_the_clipped_node_and_not_after_a_resume() -> None
     assert "accepted-update-scale" not in resumed[0].content.config_records["config"]
     # the notices not yet answered are server state: a checkpoint keeps them
     restored = SERVER_STRATEGIES["scaffold"](**strategy_arguments(SERVER_STRATEGIES["scaffold"], cfg, nodes))
-    restored._load_state_meta(strategy._state_meta())
+    restored.load_state_meta(strategy.state_meta())
     assert restored.accepted_scales == {2: (0.25, 4)}
 
 

@@ -3,8 +3,8 @@
 - from the outside: a Flower developer's own ClientApp functions (no fedsynth client code) answer the warm-up's
   train message; `start()` runs the warm-up once, before round 1, through one `grid.send_and_receive` with
   `warmup_timeout`, and the auxiliary set comes from their warm models; so does a wrapper's `start()`;
-- `_configure_warmup`'s messages carry what the docs say (the initial model, `server-round` 0, `phase` "warmup");
-- `_aggregate_warmup` reads Flower's template metric names, drops an error reply, a reply without the model, a mis-shaped model and a node that did not
+- `warmup_phase.configure`'s messages carry what the docs say (the initial model, `server-round` 0, `phase` "warmup");
+- `warmup_phase.aggregate` reads Flower's template metric names, drops an error reply, a reply without the model, a mis-shaped model and a node that did not
   answer, each with its reason, and raises WarmupFailed below `min_nodes`;
 - the `fid_stats` phase: `configure_fid_stats`' messages and `aggregate_fid_stats`' pooling and dropping.
 """
@@ -161,7 +161,7 @@ def test_configure_warmup_and_aggregate_warmup_by_hand() -> None:
     grid = DeveloperGrid(5)
     strategy = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0, min_nodes=2)
     initial = initial_model()
-    messages = list(strategy._configure_warmup(to_record(initial), grid))
+    messages = list(strategy.warmup_phase.configure(to_record(initial), grid))
     assert [m.metadata.dst_node_id for m in messages] == sorted(grid.pids)  # one per node of the table
     assert all(m.metadata.message_type == MessageType.TRAIN and set(m.content) == {"arrays", "config"}
                and dict(m.content["config"]) == {"server-round": 0, "phase": "warmup", "warmup-epochs": 200,
@@ -178,11 +178,11 @@ def test_configure_warmup_and_aggregate_warmup_by_hand() -> None:
         # messages[4]'s node never answers
     ]
     with pytest.raises(WarmupFailed, match="only 1 node"):  # one warm model, min_nodes = 2
-        strategy._aggregate_warmup(replies)
+        strategy.warmup_phase.aggregate(replies)
     assert strategy.auxiliary is None and not strategy.round_log.phases
 
     replies.append(warm_reply(messages[4], initial, {"num-examples": 20, "train_loss": 0.1}))  # the template's name
-    record = strategy._aggregate_warmup(replies)
+    record = strategy.warmup_phase.aggregate(replies)
     reasons = {failure["node"]: failure["reason"] for failure in record["failures"]}
     node = [m.metadata.dst_node_id for m in messages]
     assert set(reasons) == {node[1], node[2], node[3]} and record["answered"] == 2 and record["sampled"] == 5
@@ -196,10 +196,10 @@ def test_configure_warmup_and_aggregate_warmup_by_hand() -> None:
 def test_a_node_that_never_answers_the_warmup_is_a_timeout() -> None:
     grid = DeveloperGrid(2)
     strategy = strategies.FedDDPM(**SERVER, fraction_evaluate=0.0)
-    messages = list(strategy._configure_warmup(to_record(initial_model()), grid))
+    messages = list(strategy.warmup_phase.configure(to_record(initial_model()), grid))
     for message in messages:
         message.metadata.__dict__["_message_id"] = uuid4().hex
-    record = strategy._aggregate_warmup([warm_reply(messages[0], initial_model())])
+    record = strategy.warmup_phase.aggregate([warm_reply(messages[0], initial_model())])
     assert [f["reason"] for f in record["failures"]] == ["timeout"] and record["answered"] == 1
 
 

@@ -122,8 +122,8 @@ def test_checkpoint_keeps_the_auxiliary_set_and_a_resumed_run_skips_the_warmup(f
 
     _, results, strategy, _, raw = fedddpm_run
     restored = build_strategy(parse_run_config(raw, SERVER_STRATEGIES), strategy.node_table.nodes)
-    restored._load_state_arrays(strategy._state_arrays())
-    restored._load_state_meta(json.loads(json.dumps(strategy._state_meta())))
+    restored.load_state_arrays(strategy.state_arrays())
+    restored.load_state_meta(json.loads(json.dumps(strategy.state_meta())))
     np.testing.assert_array_equal(restored.auxiliary, strategy.auxiliary)
     assert restored.aux_counts == strategy.aux_counts
 
@@ -235,8 +235,8 @@ def test_quicktest_reference_from_clients_feature_sums_is_the_pooled_gaussian(tm
     np.testing.assert_allclose(pooled.cov, direct.cov, rtol=0, atol=1e-8)
 
     restored = build_strategy(cfg, strategy.node_table.nodes)
-    restored._load_checkpoint_arrays(strategy._checkpoint_arrays())
-    restored._load_state_meta(json.loads(json.dumps(strategy._state_meta())))
+    state = strategy.state_dict()
+    restored.load_state_dict({**state, "meta": json.loads(json.dumps(state["meta"]))})
     np.testing.assert_array_equal(restored.feature_reference.stats.cov, pooled.cov)
     assert restored.feature_reference.stats.count == pooled.count
 
@@ -321,7 +321,7 @@ def test_the_one_shot_correction_runs_at_the_clients_learning_rate(tmp_path, tin
     assert cfg.correction_lr != expected
     start = model_weights(make_model(cfg, seeded=True))
     strategy._round = 2  # the last round: QuickTest never fired, so the one-shot correction runs now
-    corrected = strategy._after_aggregation(start)
+    corrected = strategy.after_aggregation(start)
     assert rates == [expected] and strategy._round_metrics["correction-lr"] == expected
     assert strategy.stop_reason == "last-round" and any(not np.array_equal(corrected[k], start[k]) for k in start)
 
@@ -336,7 +336,7 @@ def test_fedddpm_corrects_at_the_correction_rate(tmp_path, tiny_data_dir, monkey
     cfg = parse_run_config(diffusion_config(tmp_path, tiny_data_dir, algorithm="fedddpm"), SERVER_STRATEGIES)
     strategy = build_strategy(cfg, [])
     strategy.auxiliary = np.zeros((4, 1, 8, 8), dtype=np.float32)
-    strategy._after_aggregation(model_weights(make_model(cfg, seeded=True)))
+    strategy.after_aggregation(model_weights(make_model(cfg, seeded=True)))
     assert rates == [cfg.correction_lr] == [5e-5]
 
 

@@ -175,7 +175,7 @@ def test_fedddpm_runs_its_warmup_and_correction_under_start(tmp_path, tiny_data_
                             train_config=ConfigRecord({"lr": cfg.lr, **train_config(cfg)}))
     phases = [phase.phase for phase in strategy.round_log.phases]
     assert phases == ["warmup"]  # no recorder drained them: they are the strategy's record of the run
-    assert all(message.content["config"]["lr"] == cfg.lr for message in strategy._warmup_sent)
+    assert all(message.content["config"]["lr"] == cfg.lr for message in strategy.warmup_phase.sent)
     assert strategy.auxiliary is not None and len(strategy.auxiliary) == strategy.round_log.phases[0].values["aux-size"] > 0
     assert strategy.round_log.latest.answered == 2
     # the correction on the auxiliary set ran after the aggregation: its metrics are the round's
@@ -195,7 +195,7 @@ def test_fedddpm_plus_corrects_at_the_last_round_of_start(tmp_path, tiny_data_di
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=3, timeout=120,
                             train_config=ConfigRecord({"lr": 0.003, **train_config(cfg)}))
     assert (strategy.stopped_at, strategy.stop_reason) == (3, "last-round")
-    assert strategy._oneshot_rate() == 0.003  # the one-shot correction trains at start()'s lr
+    assert strategy.quicktest_scorer.oneshot_rate() == 0.003  # the one-shot correction trains at start()'s lr
     assert set(result.train_metrics_clientapp) == {1, 2, 3}
 
 

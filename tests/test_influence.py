@@ -25,7 +25,7 @@ from common.protocol import DYNAMIC_CORRECTION, PERTURBATION_DUAL, SCAFFOLD_CONT
 from common.records import from_record, to_record
 from common.run.task import make_model
 from fedsynth.inprocess import InProcessGrid, run_federation
-from server_app.strategies.relay import DecentralizedRelay
+from server_app.strategies.relay import DecentralizedRelay, relay_reply_metrics
 from server_app.influence import bounded_weights, capped_counts, capped_mean, capped_shares
 from tests.diffusion_tiny import TINY_DIFFUSION
 from tests.replies import collect_replies
@@ -260,7 +260,7 @@ def test_a_hostile_decentralized_node_moves_its_relayed_model_and_the_metrics_at
         replies.append(make_reply(sent[HONEST], records.shifted(hostile["scale"]), records.extra, metrics))
         _, round_metrics = relay.aggregate_train(1, replies)
         assert distance(relay.models[HONEST], weights) <= UPDATE_BOUND + 1e-6
-        honest = relay._reply_metrics([r.content.metric_records["metrics"] for r in replies[:HONEST]], share)
+        honest = relay_reply_metrics([r.content.metric_records["metrics"] for r in replies[:HONEST]], share)
         if "local-test-accuracy" in round_metrics:
             assert abs(round_metrics["local-test-accuracy"] - honest["local-test-accuracy"]) <= share + 1e-9
 

@@ -99,7 +99,7 @@ def test_a_weight_equal_to_num_examples_is_used():
                reply(sent[1], 3.0, {"num-examples": 30, "weight": 30, "train-loss": 0.5})]
     outcome = collect_replies(strategy, sent, replies)
     assert len(outcome.good) == 2 and outcome.failures == []
-    assert strategy._aggregation_weights(outcome.good) == [10.0, 30.0]  # no cap: the plain weights
+    assert strategy.update_mean.weights(outcome.good) == [10.0, 30.0]  # no cap: the plain weights
 
 
 def test_a_second_reply_of_a_node_and_a_reply_to_no_message_are_dropped_with_a_record():

@@ -136,7 +136,7 @@ def test_a_node_lost_mid_round_is_one_failure_with_its_partition_and_reason():
     nodes = [NodeInfo(node_id=n, partition_id=p, num_train_examples=10, num_test_examples=5)
              for p, n in enumerate([11, 12, 13])]
     strategy = build_strategy(parse_run_config({}, SERVER_STRATEGIES), nodes)
-    strategy._check_reply = lambda reply: None
+    strategy.reply_gate.check_reply = lambda reply: None
     sent = sent_with_ids([11, 12, 13])
     from flwr.app import MetricRecord
 

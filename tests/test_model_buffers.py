@@ -134,7 +134,7 @@ def test_fedavg_steps_the_parameters_and_averages_the_buffers() -> None:
     messages = list(strategy.configure_train(1, to_record(BN), ConfigRecord({}), None))
     replies = [reply_to(m, {MODEL: to_record(w)}, n, pid) for pid, (m, w, n) in
                enumerate(zip(messages, local_models(), (10, 30)))]
-    assert all(strategy._check_reply(r) is None for r in replies)
+    assert all(strategy.reply_gate.check_reply(r) is None for r in replies)
     record, _ = strategy.aggregate_train(1, replies)
     new = from_record(record)
     # parameters: w + 0.5 * (10 * d0 + 30 * d1) / 40, d_i = w_i - w
@@ -147,7 +147,7 @@ def test_fedavg_steps_the_parameters_and_averages_the_buffers() -> None:
     assert int(new["bn.num_batches_tracked"]) == 7
     # the next round's replies check against a model whose counter is still 0-d int64
     nxt = list(strategy.configure_train(2, record, ConfigRecord({}), None))
-    assert strategy._check_reply(reply_to(nxt[0], {MODEL: to_record(local_models()[0])}, 10, 0)) is None
+    assert strategy.reply_gate.check_reply(reply_to(nxt[0], {MODEL: to_record(local_models()[0])}, 10, 0)) is None
 
 
 # ----- the compressed uplink: parameters through the codec, buffers as they are ------------------
@@ -206,7 +206,7 @@ def test_scaffold_control_variates_cover_the_parameters_only() -> None:
     delta = {"bn.weight": f32(2, 0), "bn.bias": f32(4, -4)}
     replies = [reply_to(m, {MODEL: to_record(w), SCAFFOLD_CONTROL_DELTA: to_record(delta)}, 10, pid)
                for pid, (m, w) in enumerate(zip(messages, local_models()))]
-    assert all(strategy._check_reply(r) is None for r in replies)
+    assert all(strategy.reply_gate.check_reply(r) is None for r in replies)
     strategy.aggregate_train(1, replies)
     np.testing.assert_allclose(strategy.control["bn.weight"], [2.0, 0.0])  # c += (1/2) * (d + d)
     assert set(strategy.control) == {"bn.weight", "bn.bias"}

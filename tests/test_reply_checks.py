@@ -27,7 +27,7 @@ from server_app.reply_checks import (
     check_train_metrics,
     is_number,
 )
-from server_app.strategies.base import checked_evaluate_metrics
+from server_app.strategies.base import checked_evaluate_metrics, evaluate_messages
 from server_app.strategies.fedavg import aggregate_metrics
 from server_app.strategies.node_table import NodeInfo
 
@@ -203,7 +203,7 @@ def test_duplicate_and_unsolicited_replies_are_ignored(strategy_setup):
 def test_final_evaluation_skips_malformed_replies(strategy_setup):
     cfg, nodes, weights = strategy_setup
     strategy = build_strategy(cfg, nodes)
-    sent = strategy._evaluate_messages(1, to_record(weights), ConfigRecord({}), nodes)
+    sent = evaluate_messages(1, to_record(weights), ConfigRecord({}), nodes)
     for number, message in enumerate(sent):
         message.metadata.__dict__["_message_id"] = f"e{number}"
     good = {"num-examples": 10, "partition-id": 0, "local-test-accuracy": 0.8, "local-test-loss": 0.5}

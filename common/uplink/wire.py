@@ -105,7 +105,7 @@ def decode_compressed_extras(content: RecordDict, model: Mapping[str, np.ndarray
 
     The tensors a payload carries are read from its keys and must all be model
     tensors; which tensors an algorithm expects is checked afterwards by the
-    strategy (`_check_extra_records`) on the decoded record.
+    strategy (`check_extra_records`) on the decoded record.
     """
     prefix = COMPRESSED_UPDATE + EXTRA_SEPARATOR
     for name in [n for n in content.array_records if n.startswith(prefix)]:

@@ -34,28 +34,25 @@ FedDDPM+ sends nothing once its one-shot correction is done.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterable, Mapping, Sequence
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any, Callable
+
+import numpy as np
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
-from common.records import message_array_bytes
 from server_app.messaging import send_and_receive
 from server_app.strategies.node_table import NodeInfo, NodeTable, sample_nodes, wait_for_nodes
-from server_app.strategies.reply_collection import RoundOutcome, collect_replies
-from server_app.strategies.round_log import Failure, RoundEntry, RoundLog
+from server_app.strategies.round_book import ReplyContractError, RoundBook, TooManyFailedRounds  # noqa: F401
+from server_app.strategies.round_log import RoundLog
 from server_app.strategies.metric_means import (  # noqa: F401 - re-exported: weighted_metric, checked_evaluate_metrics
-    REPLY_METRIC_PREFIX, checked_evaluate_metrics, checked_evaluate_replies, local_test_summary, other_metric_means,
-    weighted_metric,
+    checked_evaluate_metrics, checked_evaluate_replies, local_test_summary, weighted_metric,
 )
-from server_app.wire import (
-    WEIGHTED_BY_KEY, contract_violation_error, largest_weight_note,
-)
+from server_app.wire import WEIGHTED_BY_KEY
 
 
 # Flower's `train_metrics_aggr_fn` / `evaluate_metrics_aggr_fn`: (the replies' RecordDicts, weighted_by_key) -> metrics
@@ -75,12 +72,24 @@ def with_own_aggregation(metrics: Mapping[str, Any], fn: MetricsAggregation | No
     return MetricRecord({**dict(metrics), **dict(own)})
 
 
-class TooManyFailedRounds(RuntimeError):
-    """Fewer than min-nodes answered for max-failed-rounds rounds in a row."""
+def evaluate_messages(server_round: int, arrays: ArrayRecord, config: ConfigRecord,
+                      nodes: Sequence[NodeInfo]) -> list[Message]:
+    """One EVALUATE message per node of `nodes`: `arrays` (the model to evaluate) and `config` with "server-round"."""
+    return [Message(RecordDict({"arrays": arrays, "config": ConfigRecord({**config, "server-round": server_round})}),
+                    dst_node_id=node.node_id, message_type=MessageType.EVALUATE)
+            for node in nodes]
 
 
-class ReplyContractError(TooManyFailedRounds):
-    """Every reply of the first round broke the reply contract: the ClientApp must change, retrying cannot help."""
+def evaluation_metrics(table: NodeTable, replies: Iterable[Message], max_weight_share: float,
+                       fn: MetricsAggregation | None, weighted_by_key: str) -> MetricRecord | None:
+    """Test-count weighted local accuracy and loss of the checked evaluate replies (no share above
+    `max_weight_share`), "num-nodes" and `fn`'s record; None if no reply is usable."""
+    checked = checked_evaluate_replies(table.nodes, replies, known_partitions=table.from_handshake)
+    if not checked:
+        return None
+    metrics = [m for _, m in checked]
+    summary = {**local_test_summary(metrics, max_weight_share), "num-nodes": len(metrics)}
+    return with_own_aggregation(summary, fn, [r for r, _ in checked], weighted_by_key)
 
 
 class RoundStrategy(Strategy):
@@ -134,8 +143,7 @@ class RoundStrategy(Strategy):
         self.restored_from = ""    # what they were restored from, for messages (the app: its checkpoint's folder)
         self.failed_in_a_row = 0
         self.round_log = RoundLog()  # each round's entry and the steps that are not rounds, for the results
-        self._sent: list[Message] = []
-        self._evaluation_carried: MetricRecord | None = None
+        self.round_book = RoundBook(self)  # the rounds' bookkeeping (server_app/strategies/round_book.py)
 
     # ----- Flower's start() ----------------------------------------------------------------
     def start(self, grid: Grid, initial_arrays: ArrayRecord, num_rounds: int = 3, timeout: float = 3600,
@@ -161,7 +169,7 @@ class RoundStrategy(Strategy):
         not in it: it is `Result.arrays`, which the resumed `start()` takes as `initial_arrays`. fedsynth's app
         checkpoints the same parts (server_app/recorder.py).
         """
-        return {"arrays": self._checkpoint_arrays(), "meta": self._state_meta(),
+        return {"arrays": self.state_arrays(), "meta": self.state_meta(),
                 "completed-rounds": max(self.completed_rounds, self.last_round)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -170,31 +178,44 @@ class RoundStrategy(Strategy):
         An optional `"restored-from"` (text, e.g. "the checkpoint in <folder>") names the source in the error a
         first round of broken replies raises.
         """
-        self._load_checkpoint_arrays(state["arrays"])
-        self._load_state_meta(state["meta"])
+        self.load_state_arrays(state["arrays"])
+        self.load_state_meta(state["meta"])
         self.completed_rounds = int(state["completed-rounds"])
         self.restored_from = str(state.get("restored-from", ""))
-        self._on_resume()
+        self.on_resume()
         if self._stop_requested():  # it had finished (FedDDPM+): a resumed start() must not train on
             log(INFO, "the checkpointed run had already stopped at round %d; nothing left to run",
                 self.completed_rounds)
 
-    def _checkpoint_arrays(self) -> dict[str, Any]:
-        """Every array group of the server state (none by default)."""
+    # ----- public hooks: the algorithm's server state (a plugin overrides them) ----------------------
+    def state_arrays(self) -> dict[str, dict[str, np.ndarray]]:
+        """The algorithm's server state beyond the global model, as named groups of arrays.
+
+        Receives nothing; returns {group name: {array name: np.ndarray}} (any shape and dtype: FedAvgM's
+        "velocity" is float32 shaped like the model's parameters, a relay's "node-<partition>" groups are whole
+        models). A checkpoint stores the groups without pickling and gives them back to `load_state_arrays`,
+        bitwise. Default: {} (no state).
+        """
         return {}
 
-    def _load_checkpoint_arrays(self, groups: Any) -> None:
-        """Restore what `_checkpoint_arrays` returned."""
+    def load_state_arrays(self, groups: Mapping[str, Mapping[str, np.ndarray]]) -> None:
+        """Restore what `state_arrays` returned: `groups` maps each group name to {array name: np.ndarray},
+        the same names, shapes and dtypes (a group the strategy does not know may be present: ignore it).
+        Returns None."""
 
-    def _state_meta(self) -> dict[str, Any]:
-        """JSON-serialisable scalar state (none by default)."""
+    def state_meta(self) -> dict[str, Any]:
+        """The algorithm's scalar server state (counters, EMA values, flags). Receives nothing; returns a
+        JSON-serialisable dict of str, int, float, bool, None, lists and dicts of them. Default: {}."""
         return {}
 
-    def _load_state_meta(self, meta: Any) -> None:
-        """Restore what `state_meta` returned."""
+    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
+        """Restore what `state_meta` returned: `meta` is that dict after a JSON round trip (a checkpoint's
+        meta.json; keys the strategy does not know may be present). Returns None."""
 
-    def _on_resume(self) -> None:
-        """Called once after the state was restored."""
+    def on_resume(self) -> None:
+        """Called once after `load_state_dict` restored the state (arrays, then meta); receives and returns
+        nothing. A strategy whose nodes keep state schedules it to be re-sent here: a resumed run's nodes start
+        with an empty `Context.state`."""
 
     # ----- hooks ----------------------------------------------------------------------
     def _reply_contract(self) -> str:
@@ -211,10 +232,6 @@ class RoundStrategy(Strategy):
     def _stop_requested(self) -> bool:
         """True once the algorithm has finished before the last round (FedDDPM+ after its correction)."""
         return False
-
-    def _round_is_active(self, server_round: int) -> bool:
-        """False for rounds a checkpoint restored and for every round after the algorithm stopped itself."""
-        return server_round > self.completed_rounds and not self._stop_requested()
 
     def _check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:
         """Why a (non-error) train reply must be dropped, or None."""
@@ -236,10 +253,6 @@ class RoundStrategy(Strategy):
         return None
 
     # ----- the node table ------------------------------------------------------------------
-    def _ensure_nodes(self, grid: Grid) -> None:
-        """Take the grid's nodes when no handshake gave them (kept for callers outside a round)."""
-        self._refresh_nodes(grid)
-
     def _refresh_nodes(self, grid: Grid) -> list[NodeInfo]:
         """The nodes a round can use now: wait for `min_available_nodes`, add the nodes that joined since.
 
@@ -268,130 +281,23 @@ class RoundStrategy(Strategy):
     def _on_nodes_joined(self) -> None:
         """Called when the node table grew (a strategy with per-node state sizes it here)."""
 
-    def _partition_of(self, reply: Message) -> int:
-        """The partition of the node that sent `reply` (its node-table entry; else the reply's `partition-id`)."""
-        node = self.node_table.of(reply.metadata.src_node_id)
-        if node is not None:
-            return node.partition_id
-        return int(reply.content.metric_records["metrics"].get("partition-id", 0))
-
-    # ----- a round's bookkeeping ----------------------------------------------------------
-    def _begin_round(self, server_round: int, messages: list[Message], **fields: Any) -> list[Message]:
-        """Remember what this round sends (to pair replies and count bytes); returns `messages`."""
-        self._sent = messages
-        self.last_round = server_round
-        self._evaluation_carried = None
-        self.round_log.begin(RoundEntry(round=server_round, sampled=len(messages), started_at=time.monotonic(),
-                                        sent=fields))
-        return messages
-
-    def _skip_round(self) -> list[Message]:
-        """A round that sends nothing (restored from a checkpoint, or after the algorithm stopped)."""
-        self._sent = []
-        self.round_log.skip()
-        self._evaluation_carried = None
-        return []
-
-    def _collect(self, replies: Iterable[Message], model_bytes: int = 0,
-                float32_bytes: Callable[[Message], int] | None = None) -> RoundOutcome:
-        """Split the round's replies into checked-good ones and failures (error, invalid, timeout), logged."""
-        collected_at = time.monotonic()
-        outcome = collect_replies(self._sent, replies, self.node_table.nodes, self._check_train_reply, float32_bytes)
-        # counted now, not when the round began: a subclass may add records to the sent messages (FedSynSAM's D_syn)
-        self.round_log.update(collected_at=collected_at,
-                              answered_nodes=tuple(self.node_table.label(i) for i, _ in outcome.good),
-                              failures=tuple(Failure.of(f) for f in outcome.failures),
-                              uplink_bytes=outcome.uplink_bytes,
-                              downlink_bytes=sum(message_array_bytes(m) for m in self._sent),
-                              uplink_float32_bytes=None if float32_bytes is None else outcome.uplink_float32_bytes)
-        self.rounds_collected += 1
-        if self.rounds_collected == 1 and not outcome.good:
-            restored = None
-            if self.completed_rounds > 0:
-                source = self.restored_from or "the state given to load_state_dict"
-                restored = f"{source} (round {self.completed_rounds})"
-            message = contract_violation_error(type(self).__name__, outcome.failures, self._reply_contract(),
-                                               restored, largest_weight_note(self._sent))
-            if message is not None:
-                raise ReplyContractError(message)
-        return outcome
-
-    def _count_short_round(self, server_round: int, answered: int, consequence: str = "model unchanged") -> bool:
-        """Whether the round had enough good replies; raises TooManyFailedRounds after too many short ones."""
-        if answered >= self.min_nodes:
-            self.failed_in_a_row = 0
-            return True
-        self.failed_in_a_row += 1
-        entry = self.round_log.latest
-        failures = [f.as_record() for f in entry.failures] if entry is not None else []
-        log(WARNING, "round %d: %d of %d nodes answered, fewer than min-nodes=%d; %s",
-            server_round, answered, len(self._sent), self.min_nodes, consequence)
-        if self.failed_in_a_row >= self.max_failed_rounds:
-            raise TooManyFailedRounds(
-                f"fewer than min-nodes={self.min_nodes} nodes answered in {self.failed_in_a_row} rounds in a row "
-                f"(max-failed-rounds={self.max_failed_rounds}); last failures: {failures[:3]}"
-            )
-        return False
-
-    def _finish_round(self, metrics: MetricRecord | None, good: list[Message], **fields: Any) -> MetricRecord | None:
-        """Add the aggregated metrics, `fields` and the end time to the round's log entry; note a carried evaluation.
-
-        Returns the round's metrics for `Result`: `metrics` and, as Flower's FedAvg averages every reply metric, the
-        mean of each numeric one of the good replies' that fedsynth does not read itself (`other_metric_means`;
-        `metrics` win a clash). The round log keeps those means under `REPLY_METRIC_PREFIX` ("reply-my-score"),
-        so that a name a node chose never overwrites a field of the round's record.
-        """
-        carried = [r.content.metric_records["metrics"] for r in good]
-        others = other_metric_means(carried, self.max_weight_share, self.weighted_by_key) if metrics is not None else {}
-        own = dict(metrics) if metrics is not None else {}
-        self.round_log.update(metrics={**own, **{REPLY_METRIC_PREFIX + k: v for k, v in others.items()}},
-                              outcome=fields, finished_at=time.monotonic(), stops_run=self._stop_requested())
-        if carried and all("local-test-accuracy" in m for m in carried):
-            tested = [m for m in carried if m.get("num-test-examples", 0) > 0]
-            self._evaluation_carried = MetricRecord({
-                **(local_test_summary([{"num-examples": m["num-test-examples"], **dict(m)} for m in tested],
-                                      self.max_weight_share) if tested else {}),
-                "num-nodes": len(tested), "carried-in-train-replies": 1,
-            })
-        return None if metrics is None else MetricRecord({**others, **own})
-
     # ----- evaluation ----------------------------------------------------------------------
-    def _evaluate_messages(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord,
-                          nodes: Sequence[NodeInfo]) -> list[Message]:
-        """One evaluate message per node with the model to evaluate."""
-        return [Message(RecordDict({"arrays": arrays, "config": ConfigRecord({**config, "server-round": server_round})}),
-                        dst_node_id=node.node_id, message_type=MessageType.EVALUATE)
-                for node in nodes]
-
     def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """`fraction_evaluate` of the nodes evaluate `arrays`, unless the train replies carried the evaluation."""
-        if self._evaluation_carried is not None or self.fraction_evaluate <= 0 or not self._round_is_active_now():
+        book = self.round_book
+        if book.evaluation_carried is not None or self.fraction_evaluate <= 0 or not book.trained_this_round():
             return []
-        self._ensure_nodes(grid)
+        self._refresh_nodes(grid)
         chosen = sample_nodes(self.node_table.nodes, self.fraction_evaluate, self.seed, server_round)
-        return self._evaluate_messages(server_round, arrays, config, chosen)
-
-    def _round_is_active_now(self) -> bool:
-        """Whether the current round trained (a skipped round evaluates nothing either)."""
-        return self.round_log.latest is not None
+        return evaluate_messages(server_round, arrays, config, chosen)
 
     def aggregate_evaluate(self, server_round: int, replies: Iterable[Message]) -> MetricRecord | None:
         """Test-count weighted local accuracy and loss of the checked evaluate replies (or the carried ones)."""
         replies = list(replies)
         if not replies:
-            return self._evaluation_carried
-        return self._evaluation_metrics(replies)
-
-    def _evaluation_metrics(self, replies: Iterable[Message]) -> MetricRecord | None:
-        """Test-count weighted local accuracy and loss of the checked evaluate replies; None if none is usable."""
-        table = self.node_table
-        checked = checked_evaluate_replies(table.nodes, replies, known_partitions=table.from_handshake)
-        if not checked:
-            return None
-        metrics = [m for _, m in checked]
-        summary = {**local_test_summary(metrics, self.max_weight_share), "num-nodes": len(metrics)}
-        return with_own_aggregation(summary, self.evaluate_metrics_aggr_fn, [r for r, _ in checked],
-                                    self.weighted_by_key)
+            return self.round_book.evaluation_carried
+        return evaluation_metrics(self.node_table, replies, self.max_weight_share, self.evaluate_metrics_aggr_fn,
+                                  self.weighted_by_key)
 
     def evaluate_on_every_node(self, grid: Grid, arrays: ArrayRecord, server_round: int, timeout: float | None,
                                poll_interval: float = 0.05) -> MetricRecord | None:
@@ -400,6 +306,7 @@ class RoundStrategy(Strategy):
         returns the test-count weighted local accuracy and loss, their range and "num-nodes" of the checked replies
         (`evaluate_metrics_aggr_fn`'s record added), or None when no reply is usable. fedsynth's app calls it once
         after `start()` for the final model; a strategy without a global model (the relay) still evaluates `arrays`."""
-        self._ensure_nodes(grid)
-        sent = self._evaluate_messages(server_round, arrays, ConfigRecord({}), self.node_table.nodes)
-        return self._evaluation_metrics(send_and_receive(grid, sent, timeout, poll_interval))
+        self._refresh_nodes(grid)
+        sent = evaluate_messages(server_round, arrays, ConfigRecord({}), self.node_table.nodes)
+        return evaluation_metrics(self.node_table, send_and_receive(grid, sent, timeout, poll_interval),
+                                  self.max_weight_share, self.evaluate_metrics_aggr_fn, self.weighted_by_key)

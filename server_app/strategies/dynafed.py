@@ -76,7 +76,7 @@ class DynaFed(TrajectoryStrategy):
         self.batch_size = batch_size
 
 
-    def _after_aggregation(self, new: Weights) -> Weights:
+    def after_aggregation(self, new: Weights) -> Weights:
         if self.synthetic is None or self.dynafed_epochs == 0:
             return new
         from common.metrics.evaluation import resolve_device

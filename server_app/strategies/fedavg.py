@@ -8,8 +8,8 @@ Differences from Flower's own FedAvg, each for a reason in SPEC:
   shapes, dtypes, finite values); a bad reply is dropped, never averaged in;
 - replies are summed in partition order, so results are bitwise reproducible;
 - the server applies `w + server_lr * mean(w_i - w)`, weighted by sample count or
-  uniformly (`aggregation`), and subclasses change only `_downlink_records`,
-  `_check_extra_records` and `_server_step`;
+  uniformly (`aggregation`), and subclasses change only `downlink_records`,
+  `check_extra_records` and `server_step`;
 - that step moves the trainable parameters only. A model's buffers (BatchNorm's
   running statistics and batch counter) are not updates to step along: the
   floating ones become the weighted mean of the replies' values, the integer
@@ -32,55 +32,26 @@ from flwr.serverapp import Grid
 from common.algorithms.accepted_scale import ACCEPTED_ROUND_KEY, ACCEPTED_SCALE_KEY
 from common.errors import ConfigError
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
-from common.records import Weights, from_record, message_array_bytes, parameter_names, to_record
-from common.uplink.wire import decode_reply, float32_equivalent_bytes, measured_update_norm, reply_buffers
+from common.records import Weights, from_record, parameter_names, to_record
+from common.uplink.wire import float32_equivalent_bytes
 from server_app.fid_reference import ClientFeatureReference
-from server_app.influence import bounded_weights, cap_binds
 from server_app.outcome import non_finite_arrays
-from server_app.robust import ROBUST_AGGREGATIONS, clip_factors, combine_updates, scale_update, update_norm
-from server_app.reply_checks import check_train_metrics, check_weight_key, model_overflow
 from server_app.strategies.base import RoundStrategy, weighted_metric, with_own_aggregation
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo, sample_nodes
 from server_app.strategies.node_models import NodeModels
 from server_app.strategies.parameters import DEFAULTS, documented
+from server_app.strategies.reply_gate import ReplyGate
+from server_app.strategies.update_mean import UpdateMean, aggregate_buffers, weighted_mean  # noqa: F401 - re-exported
 from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text, with_flower_metric_names
 from common.run.aggregation import Aggregation, BoundedInfluence, aggregation_rule, bounds
 from common.run.client_settings import codec_settings
 from common.run.codecs import Codec, codec_spec
 
 
-def weighted_mean(values: list[Weights], weights: list[float]) -> Weights:
-    """sum_i p_i * values_i with p normalised, accumulated in float64, returned as float32."""
-    total = float(sum(weights))
-    return {
-        name: (sum(v[name].astype(np.float64) * (w / total) for v, w in zip(values, weights))).astype(np.float32)
-        for name in values[0]
-    }
-
-
-def aggregate_buffers(values: list[Weights], weights: list[float]) -> Weights:
-    """The global model's new buffers from the replies' buffers (same names in each), each in its own dtype.
-
-    Floating buffers (BatchNorm's running mean and variance) are the `weights`-weighted
-    mean, accumulated in float64: a mean of variances is a variance (never negative), and
-    with server-lr 1 it is what FedAvg's step gives them. Integer buffers (BatchNorm's 0-d
-    int64 `num_batches_tracked`) are the replies' maximum, not a float mean: a batch count
-    must stay a whole number of its dtype, and the maximum is the count of the node that
-    saw the most batches, so it never decreases over rounds. (Keeping the server's value
-    instead would leave it at 0 forever, and a BatchNorm with `momentum=None` averages its
-    statistics with the factor 1 / num_batches_tracked, so it would overwrite them on every
-    node's first batch.)
-    """
-    total = float(sum(weights))
-    out: Weights = {}
-    for name, first in values[0].items():
-        if np.issubdtype(first.dtype, np.floating):
-            mean = sum(v[name].astype(np.float64) * (w / total) for v, w in zip(values, weights))
-            out[name] = np.asarray(mean).astype(first.dtype)
-        else:
-            out[name] = np.maximum.reduce([np.asarray(v[name]) for v in values]).astype(first.dtype)
-    return out
+def parameter_change(new: Mapping[str, np.ndarray], current: Mapping[str, np.ndarray], names: list[str]) -> Weights:
+    """`new - current` over the trainable parameters `names`: the previous global update clients move along."""
+    return {name: new[name] - current[name] for name in names}
 
 
 def _refuse_codec_overrides(owner: str, codec: Codec | None, sent: Mapping[str, Any],
@@ -108,7 +79,7 @@ class FedAvg(RoundStrategy):
     # FID's reference from the nodes' feature sums: fedsynth's app attaches one (server_app/registry.py)
     feature_reference: ClientFeatureReference | None = None
     # Its nodes keep a state that changes with their update (SCAFFOLD's c_i, FedDyn's g_i): a node whose update the
-    # bounds scaled is told the scale in its next message, so that its state stays the server's (`_node_config`)
+    # bounds scaled is told the scale in its next message, so that its state stays the server's (`configure_train`)
     notifies_accepted_scale: bool = False
 
     def __init__(self, *, fraction_train: float = DEFAULTS.fraction_train,
@@ -153,6 +124,8 @@ class FedAvg(RoundStrategy):
         # partition -> (scale, round) of its last clipped update, told to the node until it answers a round that
         # carried it (`notifies_accepted_scale`; common/algorithms/accepted_scale.py)
         self.accepted_scales: dict[int, tuple[float, int]] = {}
+        self.reply_gate = ReplyGate(self)    # the reply checks and updates (server_app/strategies/reply_gate.py)
+        self.update_mean = UpdateMean(self)  # the round's mean update and buffers (server_app/strategies/update_mean.py)
 
     def _on_nodes_joined(self) -> None:
         if self.feature_reference is not None:
@@ -178,18 +151,6 @@ class FedAvg(RoundStrategy):
     def _parameter_names(self, names: list[str]) -> None:
         self._trainable_cache = list(names)
 
-    def _parameter_change(self, new: Mapping[str, np.ndarray]) -> Weights:
-        """`new - current` over the trainable parameters: the previous global update clients move along."""
-        return {name: new[name] - self.current[name] for name in self._parameter_names}
-
-    def _aggregated_buffers(self, replies: list[Message]) -> Weights:
-        """The new values of the model's buffers from checked replies (`aggregate_buffers`); {} without buffers."""
-        if len(self._parameter_names) == len(self.current):
-            return {}
-        ordered = sorted(replies, key=self._partition_of)
-        values = [reply_buffers(r.content, self.current, self.codec, self._parameter_names) for r in ordered]
-        return aggregate_buffers(values, self._aggregation_weights(ordered))
-
     # ----- hooks for subclasses -------------------------------------------------
     # The algorithm's extra train-reply records and metrics (name -> what it holds, and which call sends it),
     # named by the error that ends a first round of broken replies (`_reply_contract`).
@@ -199,10 +160,6 @@ class FedAvg(RoundStrategy):
     def _reply_contract(self) -> str:
         """What a good train reply carries with this strategy's codec and records, and the call that builds it."""
         return reply_contract_text(self.codec.method, self.reply_records, self.reply_metrics)
-
-    def _sends_own_records(self) -> bool:
-        """Whether train messages carry records besides the model and the config (SCAFFOLD's c, ...)."""
-        return type(self)._downlink_records is not FedAvg._downlink_records
 
     def _dp_obstacle(self, side: str) -> str | None:
         """Flower's DP clipping works on a reply that is the uncompressed model and nothing else (client-side:
@@ -216,7 +173,8 @@ class FedAvg(RoundStrategy):
                 return (f"Flower's server-side clipping clips every array record of a reply as the model and would "
                         f"corrupt {names}")
             return f"Flower's client-side clipping mod refuses a reply with more array records than the model ({names})"
-        if side == "client-side" and self._sends_own_records():
+        # train messages that carry records besides the model and the config (SCAFFOLD's c, ...)
+        if side == "client-side" and type(self).downlink_records is not FedAvg.downlink_records:
             return ("Flower's client-side clipping mod refuses a train message with more array records than the model, "
                     "and this strategy sends its own")
         return None
@@ -227,52 +185,40 @@ class FedAvg(RoundStrategy):
         its own parameters that the nodes read."""
         return {**codec_settings(self.codec, self.error_feedback), **self.node_settings}
 
-    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
-        """Extra records sent with the model (SCAFFOLD's c, the previous update, ...)."""
+    # ----- public hooks: the algorithm's server rule (a plugin overrides them) ------------------------
+    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+        """Returns the records round `server_round` (int, from 1) sends beside the model, the same to every
+        sampled node: {record name: ArrayRecord} (SCAFFOLD's "scaffold-c", the "previous-update", ...: float32
+        arrays shaped like the model's trainable parameters). Default: {} (the model and the config only)."""
         return {}
 
-    def _check_extra_records(self, content: RecordDict) -> str | None:
-        """Why a reply's algorithm-specific records are unusable, or None."""
+    def check_extra_records(self, content: RecordDict) -> str | None:
+        """Why a train reply's own records are unusable, or None. `content` is the reply's RecordDict, after the
+        model and its metrics passed the checks (compressed records already decoded in place); the text
+        returned is the failure's reason in the round log, and the reply is dropped. Default: None."""
         return None
 
-    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        """The new global model from the mean client update; the buffers from the replies' buffers."""
+    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        """The new global model. `mean_delta`: the round's mean update {name: float32 array} over the trainable
+        parameters (`_parameter_names`), bounded and weighted by the aggregation rule; `replies`: the round's
+        good train replies (Messages, checked). Returns {name: array} for every array of the global model
+        (`self.current`), in its dtype and shape. Default: `current + server_lr * mean_delta` (float32), the
+        buffers from the replies' (`update_mean.buffers`)."""
         lr = self.server_lr
         new = {name: (self.current[name] + lr * mean_delta[name]).astype(np.float32) for name in self.current}
-        new.update(self._aggregated_buffers(replies))
+        new.update(self.update_mean.buffers(replies))
         return new
 
     # ----- server state that a checkpoint must keep ---------------------------------
-    def _state_arrays(self) -> dict[str, Weights]:
-        """Algorithm state beyond the global model, as named groups of arrays.
-
-        Subclasses with server state (momentum, control variates, trajectories,
-        auxiliary data) return it here and restore it in `_load_state_arrays`;
-        checkpoints store these groups without pickling.
-        """
-        return {}
-
-    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
-        """Restore what `state_arrays` returned."""
-
-    def _state_meta(self) -> dict[str, Any]:
-        """JSON-serialisable scalar state (counters, EMA values, flags): here the notices not yet answered."""
+    def state_meta(self) -> dict[str, Any]:
+        """The scalar state: the bounds' scale notices the nodes have not answered yet ({"accepted-scales":
+        {partition (str): [scale (float), round (int)]}}, absent when there is none)."""
         return {"accepted-scales": {str(p): list(n) for p, n in self.accepted_scales.items()}} if (
             self.accepted_scales) else {}
 
-    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
+    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
         """Restore what `state_meta` returned."""
         self.accepted_scales = {int(p): (float(n[0]), int(n[1])) for p, n in meta.get("accepted-scales", {}).items()}
-
-    def _node_config(self, partition_id: int) -> dict[str, Any]:
-        """One node's own entries of its train message's config: where `notifies_accepted_scale` and the bounds
-        scaled the node's last update, the scale and its round (`ACCEPTED_SCALE_KEYS`), so that the node scales
-        its own state change as the server did. Nothing for a node whose state the server re-sends after a resume
-        (SCAFFOLD's c_i, FedLESAM-D's g_i): the re-sent state is the server's already."""
-        notice = self.accepted_scales.get(partition_id)
-        if notice is None or (partition_id in self.restore_pending and self._node_state_records(partition_id)):
-            return {}
-        return {ACCEPTED_SCALE_KEY: notice[0], ACCEPTED_ROUND_KEY: notice[1]}
 
     def _node_state_records(self, partition_id: int) -> dict[str, ArrayRecord]:
         """Node state the server can rebuild for a node (e.g. SCAFFOLD's c_i), sent after a resume.
@@ -283,18 +229,22 @@ class FedAvg(RoundStrategy):
         """
         return {}
 
-    def _checkpoint_arrays(self) -> dict[str, Weights]:
-        """Every array group a checkpoint keeps: the algorithm's state, the nodes' kept models, FID's reference."""
+    def state_dict(self) -> dict[str, Any]:
+        """`RoundStrategy.state_dict`, its arrays with the nodes' kept models and FID's reference beside the
+        algorithm's `state_arrays()`."""
+        state = super().state_dict()
         reference = self.feature_reference.arrays() if self.feature_reference is not None else {}
-        return {**self._state_arrays(), **self.node_models.arrays(), **reference}
+        state["arrays"] = {**state["arrays"], **self.node_models.arrays(), **reference}
+        return state
 
-    def _load_checkpoint_arrays(self, groups: Mapping[str, Weights]) -> None:
-        """Restore what `_checkpoint_arrays` returned."""
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Continue from `state_dict()`; then every sampled node is sent its state back (`on_resume`)."""
+        groups = state["arrays"]
         if self.feature_reference is not None:
             groups = self.feature_reference.load(groups)
-        self._load_state_arrays(self.node_models.load(groups))
+        super().load_state_dict({**state, "arrays": self.node_models.load(groups)})
 
-    def _on_resume(self) -> None:
+    def on_resume(self) -> None:
         """Called once after a checkpoint was loaded: schedule node state to be re-sent."""
         self.restore_pending = {node.partition_id for node in self.node_table.nodes}
 
@@ -302,18 +252,23 @@ class FedAvg(RoundStrategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """One message per sampled node: the global model, the round's config and extra records."""
         refuse_unsupported_wrapper(self)
-        if not self._round_is_active(server_round):
-            return self._skip_round()
+        if not self.round_book.is_active(server_round):
+            return self.round_book.skip()
         available = self._refresh_nodes(grid)
         self.current = from_record(arrays)
-        extra = self._downlink_records(server_round)
+        extra = self.downlink_records(server_round)
         round_config = {**self._client_config(), **config, "server-round": server_round}
         if self.lr_schedule is not None:
             round_config["lr"] = self.lr_schedule(server_round)
         messages = []
         for node in sample_nodes(available, self.fraction_train, self.seed, server_round):
-            content = RecordDict({"arrays": arrays, "config": ConfigRecord({**round_config,
-                                                                            **self._node_config(node.partition_id)})})
+            # a node whose last update the bounds scaled is told the scale and its round (`notifies_accepted_scale`),
+            # unless its state is re-sent after a resume (SCAFFOLD's c_i): the re-sent state is the server's already
+            notice, own = self.accepted_scales.get(node.partition_id), {}
+            if notice is not None and not (node.partition_id in self.restore_pending
+                                           and self._node_state_records(node.partition_id)):
+                own = {ACCEPTED_SCALE_KEY: notice[0], ACCEPTED_ROUND_KEY: notice[1]}
+            content = RecordDict({"arrays": arrays, "config": ConfigRecord({**round_config, **own})})
             for name, record in extra.items():
                 content[name] = record
             if node.partition_id in self.restore_pending:
@@ -322,134 +277,63 @@ class FedAvg(RoundStrategy):
                     content[f"{NODE_STATE_PREFIX}{name}"] = record
             messages.append(Message(content, dst_node_id=node.node_id, message_type=MessageType.TRAIN))
         fields = {"lr": round_config["lr"]} if "lr" in round_config else {}
-        return self._begin_round(server_round, messages, **fields)
+        return self.round_book.begin(server_round, messages, **fields)
 
     def _check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:
-        """Every metric field (against the node's handshake counts), then the strategy's checks of the arrays."""
-        handshake = self.node_table.from_handshake
-        reason = check_train_metrics(reply.content.metric_records.get("metrics"),
-                                     node.partition_id if handshake else None, node.num_train_examples,
-                                     max_test_examples=node.num_test_examples,
-                                     partition_required=handshake)
-        return reason if reason is not None else self._check_reply(reply)
-
-    def _check_reply(self, reply: Message) -> str | None:
-        """Why a train reply must be dropped, or None when it can be aggregated."""
-        content = reply.content
-        size, limit = message_array_bytes(reply), self._max_reply_bytes()
-        if size > limit:
-            return f"reply of {size} bytes is oversized (limit {limit} bytes, 3x the model)"
-        if "metrics" not in content.metric_records:
-            return "reply lacks the 'metrics' record"
-        num_examples = content.metric_records["metrics"].get("num-examples")
-        if not isinstance(num_examples, int) or num_examples <= 0:
-            return f"reply metric 'num-examples' = {num_examples!r} is not a positive integer"
-        reason = check_weight_key(content.metric_records["metrics"], self.weighted_by_key)
-        if reason is not None:
-            return reason
-        try:
-            delta = self._client_delta(reply)
-        except ValueError as err:  # a missing, mis-shaped, mistyped or non-finite model or payload
-            return str(err)
-        if (overflow := model_overflow(self.current, delta)) is not None:  # under every mean, before it
-            entry = self.round_log.latest
-            return f"round {entry.round}: {overflow}" if entry is not None else overflow
-        bound = self.max_update_norm
-        if bound > 0 and self.update_norm_action == "refuse" and (norm := self._update_norm_of(reply, delta)) > bound:
-            return f"update norm {norm:.4g} exceeds max-update-norm = {bound:g}"
-        return self._check_extra_records(content)
-
-    def _client_delta(self, reply: Message) -> Weights:
-        """The reply's update w_i - w: its model minus the global one, or its decoded compressed update.
-
-        Compressed extra records are decoded in place first, so `_check_extra_records`
-        and `_server_step` read them as if uncompressed (common/uplink/wire.py). Raises
-        ValueError naming the fault.
-        """
-        return decode_reply(reply.content, self.current, self.codec, self._parameter_names)
-
-    def _update_norm_of(self, reply: Message, delta: Weights) -> float:
-        """The L2 norm of a reply's update as its client measured it: a qsgd payload's own norms (the quantised
-        vector's norm is mostly quantiser noise, common/uplink/wire.py `measured_update_norm`), else `delta`'s."""
-        measured = measured_update_norm(reply.content, self.codec)
-        return update_norm(delta) if measured is None else measured
-
-    def _bounds_on(self) -> bool:
-        """Whether bounded influence (an update-norm bound or the weight cap) can change this round's mean."""
-        return self.max_update_norm > 0 or self.max_update_norm_ratio > 0 or self.max_weight_share < 1
-
-    def _max_reply_bytes(self) -> int:
-        """Replies larger than this are refused before being decoded (3x the model, plus 1 MiB)."""
-        return 3 * sum(w.nbytes for w in self.current.values()) + (1 << 20)
-
-    def _aggregation_weights(self, replies: list[Message]) -> list[float]:
-        """The replies' `weighted_by_key` metric (`weighted`), no share above `max-weight-share`
-        (server_app/influence.py), or ones (`uniform`)."""
-        if self.aggregation != "weighted":
-            return [1.0] * len(replies)
-        counts = [float(r.content.metric_records["metrics"][self.weighted_by_key]) for r in replies]
-        return bounded_weights(counts, self.max_weight_share)
+        """Why a train reply must be dropped, or None (the reply gate's checks, server_app/strategies/reply_gate.py)."""
+        return self.reply_gate.check_train_reply(reply, node)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Drop failed, late and malformed replies (each recorded in `round_log`), then aggregate the rest.
 
         Fewer than `min_nodes` good replies leave the model unchanged (None, None). The metrics are the
-        strategy's and the means of the replies' other numeric metrics (`_finish_round`).
+        strategy's and the means of the replies' other numeric metrics (`RoundBook.finish`).
         """
         replies = list(replies)
         if self.round_log.latest is None:  # a round that sent nothing
             return None, None
-        model_record = self._sent[0].content.array_records.get("arrays") if self._sent else None
+        sent = self.round_book.sent
+        model_record = sent[0].content.array_records.get("arrays") if sent else None
         model_bytes = model_record.count_bytes() if model_record is not None else 0  # a compressed reply replaces it
-        outcome = self._collect(replies, model_bytes, lambda reply: float32_equivalent_bytes(reply, model_bytes))
+        outcome = self.round_book.collect(replies, lambda reply: float32_equivalent_bytes(reply, model_bytes))
         good = [reply for _, reply in outcome.good]
         if len(good) < self.min_nodes:
             self.round_log.update(skipped=True)
-            self._finish_round(None, [])
-            self._count_short_round(server_round, len(good))  # raises after max-failed-rounds
+            self.round_book.finish(None, [])
+            self.round_book.enough_replies(server_round, len(good))  # raises after max-failed-rounds
             return None, None
-        self._count_short_round(server_round, len(good))
+        self.round_book.enough_replies(server_round, len(good))
         arrays, metrics = self._aggregate_good(server_round, good)
-        return arrays, self._finish_round(metrics, good)
+        return arrays, self.round_book.finish(metrics, good)
 
     def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Average the updates of checked replies (in partition order) and take the server step."""
-        replies = sorted(replies, key=self._partition_of)
+        partition_of = self.node_table.partition_of
+        replies = sorted(replies, key=partition_of)
         if not replies:
             return None, None
-        self.restore_pending -= {self._partition_of(r) for r in replies}
-        deltas = [self._client_delta(r) for r in replies]
+        self.restore_pending -= {partition_of(r) for r in replies}
+        deltas = [self.reply_gate.delta(r) for r in replies]
         if self.node_models.keys:  # the uplink is uncompressed: each reply holds the node's model
             for reply in replies:
-                self.node_models.keep(self._partition_of(reply), from_record(reply.content.array_records[MODEL]))
-        # "refuse" dropped the longer ones in check_reply; "clip" scales them; then the round's median bound.
-        # Each factor is kept per partition, so that records that follow the update (SCAFFOLD's control delta)
-        # are scaled with it.
-        norm_bounded = self.max_update_norm > 0 or self.max_update_norm_ratio > 0
-        factors = clip_factors([self._update_norm_of(r, d) if norm_bounded else 0.0 for r, d in zip(replies, deltas)],
-                               self.max_update_norm, self.max_update_norm_ratio)
-        self.update_scales = {self._partition_of(r): f for r, f in zip(replies, factors)}
+                self.node_models.keep(partition_of(reply), from_record(reply.content.array_records[MODEL]))
+        factors = self.update_mean.clip_factors(replies, deltas)
+        self.update_scales = {partition_of(r): f for r, f in zip(replies, factors)}
         if self.notifies_accepted_scale:
             for reply in replies:  # it answered a message that carried its last notice: the node applied it
-                self.accepted_scales.pop(self._partition_of(reply), None)
+                self.accepted_scales.pop(partition_of(reply), None)
             self.accepted_scales.update({p: (f, server_round) for p, f in self.update_scales.items() if f < 1.0})
-        deltas = [scale_update(d, f) for d, f in zip(deltas, factors)]
-        if self.aggregation in ROBUST_AGGREGATIONS:
-            mean_delta = combine_updates(deltas, self.aggregation, self.trim_fraction, self.byzantine_nodes)
-        else:
-            mean_delta = weighted_mean(deltas, self._aggregation_weights(replies))
-        self.current = self._server_step(mean_delta, replies)
+        mean_delta = self.update_mean.mean(replies, deltas, factors)
+        self.current = self.server_step(mean_delta, replies)
         metrics = with_own_aggregation(aggregate_metrics(replies, self.max_weight_share, self.weighted_by_key),
                                        self.train_metrics_aggr_fn, replies, self.weighted_by_key)
         if non_finite := non_finite_arrays(self.current):  # a record, so the library path says it too
             metrics["non-finite-model"] = len(non_finite)
             log(WARNING, "round %d: the server step gave a global model with NaN or inf in %d array(s), e.g. "
                 "'%s'; lower lr or server_lr (%g)", server_round, len(non_finite), non_finite[0], self.server_lr)
-        if self._bounds_on():  # what bounded influence changed this round (absent when it is off)
-            metrics["clipped-updates"] = sum(1 for f in factors if f < 1.0)
-            metrics["weight-cap-bound"] = int(self.aggregation == "weighted" and cap_binds(
-                [float(r.content.metric_records["metrics"][self.weighted_by_key]) for r in replies],
-                self.max_weight_share))
+        if self.update_mean.bounds_on():  # what bounded influence changed this round (absent when it is off)
+            for key, value in self.update_mean.bound_metrics(replies, factors).items():
+                metrics[key] = value
         return to_record(self.current), metrics
 
     def summary(self) -> None:

@@ -49,18 +49,18 @@ class FedAvgM(FedAvg):
                          nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
         self.server_momentum = server_momentum
 
-    def _state_arrays(self) -> dict[str, Weights]:
+    def state_arrays(self) -> dict[str, Weights]:
         return {"velocity": self.velocity} if self.velocity is not None else {}
 
-    def _load_state_arrays(self, groups) -> None:
+    def load_state_arrays(self, groups) -> None:
         self.velocity = groups.get("velocity")
 
-    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         beta = self.server_momentum
         if self.velocity is None:
             self.velocity = {name: np.zeros_like(d) for name, d in mean_delta.items()}
         self.velocity = {name: (beta * self.velocity[name] + mean_delta[name]).astype(np.float32) for name in mean_delta}
         new = {name: (self.current[name] + self.server_lr * self.velocity[name]).astype(np.float32)
                for name in self.current}
-        new.update(self._aggregated_buffers(replies))  # buffers are averaged, not moved with momentum
+        new.update(self.update_mean.buffers(replies))  # buffers are averaged, not moved with momentum
         return new

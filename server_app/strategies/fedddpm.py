@@ -24,9 +24,10 @@ driven by one call of the grid's own `grid.send_and_receive(messages,
 timeout=...)`, the call Flower's `start()` makes for a round (fedsynth's
 ServerApp hands `start()` a `PollingGrid`, server_app/messaging.py):
 
-- the warm-up: `configure_warmup(arrays, grid)` -> one TRAIN message per node,
+- the warm-up (server_app/strategies/fedddpm_warmup.py, `warmup_phase`):
+  `configure(arrays, grid)` -> one TRAIN message per node,
   `RecordDict({"arrays": the initial model, "config": ConfigRecord(
-  {"server-round": 0, "phase": "warmup"})})`; `aggregate_warmup(replies)`
+  {"server-round": 0, "phase": "warmup"})})`; `aggregate(replies)`
   checks the warm models (a train reply: "arrays" with the initial model's
   names, shapes and dtypes; "metrics" with "num-examples" and "train-loss",
   or Flower's "train_loss"), drops bad and missing replies into the record's
@@ -61,52 +62,34 @@ the constructor first: importing this module (and `fedsynth.strategies`) does no
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable, Mapping, Sequence
-from logging import INFO, WARNING
+from logging import INFO
 from typing import Any, Callable
 
 import numpy as np
-from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
 from flwr.common.typing import Scalar
 from flwr.serverapp import Grid
 
-from common.run.progress import Progress
 from common.models.diffusion_names import UNET_PRESETS
 from common.run.interrupt import raise_if_stopped
-from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
-from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, model_weights, to_record
+from common.records import Weights, load_weights, model_weights
 from common.run.task import ServerTask, make_model
 from common.run.aggregation import Aggregation, BoundedInfluence
 from common.run.config import paper_mean
 from common.run.codecs import Codec
-from server_app.influence import capped_counts
-from server_app.messaging import match_replies, misaddressed_replies, sender_mismatch
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
-from server_app.reply_checks import check_train_metrics
-from server_app.wire import with_fedsynth_metric_names
 from server_app.strategies.fedavg import FedAvg
+# re-exported: the warm-up's exception and |A_i| are FedDDPM's
+from server_app.strategies.fedddpm_warmup import WarmupFailed, WarmupPhase, auxiliary_count  # noqa: F401
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
-from server_app.strategies.round_log import Failure, PhaseEntry
 from server_app.wire import WEIGHTED_BY_KEY
 
 
-# Fourth seed component of each server-side random stream.
-_AUX_STREAM, _CORRECTION_STREAM = 21, 22
-
-
-class WarmupFailed(RuntimeError):
-    """Fewer than min-nodes nodes returned a usable warm model."""
-
-
-def auxiliary_count(num_examples: int, fraction: float) -> int:
-    """|A_i| = aux-fraction * m_i, rounded half up, at least one image per node that has data."""
-    if num_examples <= 0:
-        return 0
-    return max(1, math.floor(fraction * num_examples + 0.5))
+_CORRECTION_STREAM = 22  # fourth seed component of the correction's batches (the auxiliary set's: 21)
 
 
 @documented
@@ -172,23 +155,21 @@ class FedDDPM(FedAvg):
         self._round = 0
         self._round_metrics: dict[str, float] = {}
         self.warmed_up = False  # the warm-up ran (a resumed run skips it: completed_rounds > 0)
-        self._warmup_sent: list[Message] = []   # configure_warmup's messages, which aggregate_warmup's replies answer
-        self._warmup_initial: Weights = {}      # the model they carried: a warm model must have its names and shapes
-        self._warmup_started = 0.0              # when configure_warmup ran (the record's times)
+        self.warmup_phase = WarmupPhase(self)  # the warm-up exchange (server_app/strategies/fedddpm_warmup.py)
 
     # ----- server state that a checkpoint must keep ---------------------------------
-    def _state_arrays(self) -> dict[str, Weights]:
+    def state_arrays(self) -> dict[str, Weights]:
         return {"auxiliary": {"images": self.auxiliary}} if self.auxiliary is not None else {}
 
-    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         group = groups.get("auxiliary")
         if group is not None:
             self.auxiliary = np.asarray(group["images"], dtype=np.float32)
 
-    def _state_meta(self) -> dict[str, Any]:
+    def state_meta(self) -> dict[str, Any]:
         return {"aux-counts": {str(pid): n for pid, n in self.aux_counts.items()}}
 
-    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
+    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
         self.aux_counts = {int(pid): int(n) for pid, n in meta.get("aux-counts", {}).items()}
 
     def _dp_obstacle(self, side: str) -> str | None:
@@ -200,7 +181,7 @@ class FedDDPM(FedAvg):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Before the first round of a run (not of a resumed one): the warm-up phase (`warmup`), then round 1."""
         refuse_unsupported_wrapper(self)  # before the warm-up sends anything
-        if self._round_is_active(server_round) and not self.warmed_up and self.completed_rounds == 0:
+        if self.round_book.is_active(server_round) and not self.warmed_up and self.completed_rounds == 0:
             self.warmup(grid, arrays)
         return super().configure_train(server_round, arrays, config, grid)
 
@@ -209,153 +190,21 @@ class FedDDPM(FedAvg):
         return {"aux-size": 0 if self.auxiliary is None else int(len(self.auxiliary)),
                 "aux-sampler": self.aux_sampler.label}
 
-    # ----- the warm-up phase: configure_warmup, one grid.send_and_receive, aggregate_warmup ----------
+    # ----- the warm-up phase: warmup_phase.configure, one grid.send_and_receive, warmup_phase.aggregate -----
     def warmup(self, grid: Grid, arrays: ArrayRecord) -> dict[str, Any]:
-        """The whole warm-up phase: `_configure_warmup`, one `grid.send_and_receive`, `_aggregate_warmup`.
+        """The whole warm-up phase: `warmup_phase.configure`, one `grid.send_and_receive`, `warmup_phase.aggregate`
+        (server_app/strategies/fedddpm_warmup.py).
 
         The first active `configure_train` calls it (the one hook that Flower's `start()`, a wrapper strategy
         (Flower's DP wrappers are refused: flower_wrappers.py) and a hand-written round loop all call), so the warm-up
         comes after `start()`'s round-0 `evaluate_fn` and before round 1's node sampling, once per run. The
         exchange goes through the grid's own `send_and_receive`, as a round's does, with `warmup-timeout`.
-        Returns the warm-up's record (see `_aggregate_warmup`).
+        Returns the warm-up's record (see `WarmupPhase.aggregate`).
         """
         raise_if_stopped()
-        messages = list(self._configure_warmup(arrays, grid))
+        messages = self.warmup_phase.configure(arrays, grid)
         replies = grid.send_and_receive(messages, timeout=self.warmup_timeout)
-        return self._aggregate_warmup(replies)
-
-    def _configure_warmup(self, arrays: ArrayRecord, grid: Grid) -> Iterable[Message]:
-        """One TRAIN message per node of the node table: the run's initial model and the warm-up's config.
-
-        Content: `RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": 0, "phase": "warmup",
-        "warmup-epochs": ..., "warmup-steps": ..., "lr": ...})})`, beside `start()`'s `train_config` (fedsynth's
-        app puts the local training recipe there: batch-size, the optimizer, ...). A node answers it as a train
-        message, except that it trains its own DDPM from `arrays` for "warmup-steps" steps (0: "warmup-epochs"
-        epochs) at "lr" (round 1's: `lr_schedule(1)`, else `start()`'s `train_config` "lr"; absent when neither is
-        given) and replies with that model (see `_aggregate_warmup`).
-        """
-        self._ensure_nodes(grid)
-        self._warmup_started = time.monotonic()
-        self._warmup_initial = from_record(arrays)
-        record = to_record(self._warmup_initial)
-        config = {**self.train_config, "server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE,
-                  "warmup-epochs": self.warmup_epochs, "warmup-steps": self.warmup_steps, **self._warmup_lr()}
-        messages = [
-            Message(RecordDict({MODEL: record, "config": ConfigRecord(config)}), dst_node_id=node.node_id,
-                    message_type=MessageType.TRAIN)
-            for node in self.node_table.nodes
-        ]
-        log(INFO, "warmup: %d nodes train their own DDPM for %s", len(messages), self._warmup_length())
-        self._warmup_sent = messages
-        return messages
-
-    def _warmup_lr(self) -> dict[str, float]:
-        """The warm-up's `lr` entry: round 1's rate of the schedule, else `start()`'s train config's, else none."""
-        if self.lr_schedule is not None:
-            return {"lr": self.lr_schedule(1)}
-        return {"lr": float(self.train_config["lr"])} if "lr" in self.train_config else {}
-
-    def _aggregate_warmup(self, replies: Iterable[Message]) -> dict[str, Any]:
-        """Check the warm models that came back and sample the auxiliary set A from them; returns the record.
-
-        A usable reply is a train reply `RecordDict({"arrays": ArrayRecord(the warm model: the names, shapes and
-        dtypes of the initial one, finite), "metrics": MetricRecord({"num-examples": int in 1..the node's handshake
-        count, "train-loss" (or Flower's "train_loss"): float, "partition-id": int, required after a
-        handshake})})`.
-        Error replies, unusable ones and nodes that did not answer within `warmup-timeout` are dropped and listed
-        in the record's "failures"; fewer than `min-nodes` warm models raise WarmupFailed. The record (round 0,
-        phase "warmup") also goes to the round log (`round_log.phases`, with A) for the results folder.
-        """
-        replies = list(replies)
-        partition_of_node = {n.node_id: n.partition_id for n in self.node_table.nodes}
-        warm: list[tuple[int, int, Weights, float]] = []
-        failures: list[dict[str, Any]] = []
-        pairs, unanswered = match_replies(self._warmup_sent, replies)
-        for message, reply in pairs:
-            node_id = message.metadata.dst_node_id  # the SuperLink answers for a lost node
-            if not reply.has_error() and "metrics" in reply.content.metric_records:
-                # a reply in Flower's template names (train_loss) is read in fedsynth's, as a round's is
-                reply.content["metrics"] = with_fedsynth_metric_names(reply.content.metric_records["metrics"])
-            reason, weights = self._check_warm_reply(reply, self._warmup_initial)
-            mismatch = sender_mismatch(message, reply)  # another node's reply is not this node's warm model
-            reason = f"{mismatch}: dropped" if mismatch is not None else reason
-            if reason is not None:
-                failures.append({"node": node_id, "partition": partition_of_node.get(node_id), "reason": reason})
-                continue
-            metrics = reply.content.metric_records["metrics"]
-            warm.append((partition_of_node[node_id], int(metrics["num-examples"]), weights, float(metrics["train-loss"])))
-        failures += [{"node": m.metadata.dst_node_id, "partition": partition_of_node.get(m.metadata.dst_node_id),
-                      "reason": "timeout"} for m in unanswered]
-        failures += [{"node": r.metadata.src_node_id, "partition": partition_of_node.get(r.metadata.src_node_id),
-                      "reason": f"{sender_mismatch(m, r)}, which that node answered itself: dropped"}
-                     for m, r in misaddressed_replies(self._warmup_sent, replies, pairs)]
-        for failure in failures:
-            log(WARNING, "warmup: dropped node %s (partition %s): %s", failure["node"], failure["partition"], failure["reason"])
-        if len(warm) < self.min_nodes:
-            raise WarmupFailed(f"only {len(warm)} node(s) returned a warm model, fewer than min-nodes="
-                               f"{self.min_nodes}; failures: {failures[:3]}. A node answers the warm-up (a train "
-                               "message whose config has phase = 'warmup') with RecordDict({'arrays': its warm model, "
-                               "'metrics': {'num-examples': m_i, 'train-loss': float}}); "
-                               "fedsynth.client.warmup_reply(msg, model, num_examples=m_i, train_loss=l) builds it")
-        warm.sort(key=lambda item: item[0])
-        start = self._warmup_started
-        train_time = time.monotonic() - start
-        self.auxiliary = self._sample_auxiliary([(pid, m, w) for pid, m, w, _ in warm])
-        self.warmed_up = True
-        values = {"train-loss": float(np.mean([loss for *_, loss in warm])), "aux-size": int(len(self.auxiliary)),
-                  "warmup-time": train_time, "aux-sampling-time": time.monotonic() - start - train_time}
-        entry = PhaseEntry(phase=WARMUP_PHASE, sampled=len(self._warmup_sent), answered=len(warm),
-                           failures=tuple(Failure.of(f) for f in failures),
-                           uplink_bytes=sum(message_array_bytes(r) for r in replies),
-                           downlink_bytes=sum(message_array_bytes(m) for m in self._warmup_sent),
-                           values=values, duration=time.monotonic() - start, product=self.auxiliary)
-        self.round_log.add_phase(entry)
-        log(INFO, "warmup done: auxiliary set of %d images (%s) in %.1fs", len(self.auxiliary),
-            self.aux_sampler.label, entry.duration)
-        return entry.as_record()
-
-    def _check_warm_reply(self, reply: Message, initial: Weights) -> tuple[str | None, Weights]:
-        if reply.has_error():
-            return f"error: {reply.error.reason}", {}
-        content = reply.content
-        if MODEL not in content.array_records:
-            return "warmup reply lacks the model", {}
-        node = next((n for n in self.node_table.nodes if n.node_id == reply.metadata.src_node_id), None)
-        if node is None:
-            return "warmup reply from a node that did not complete the handshake", {}
-        handshake = self.node_table.from_handshake
-        reason = check_train_metrics(content.metric_records.get("metrics"),
-                                     node.partition_id if handshake else None, node.num_train_examples,
-                                     max_test_examples=node.num_test_examples, partition_required=handshake)
-        if reason is not None:
-            return f"warmup {reason}", {}
-        try:
-            weights = from_record(content.array_records[MODEL])
-        except Exception as err:  # noqa: BLE001 - a reply must never crash the server
-            return f"malformed warm model ({type(err).__name__}: {err})", {}
-        problem = check_weights(weights, initial, "warm model")
-        return problem, weights
-
-    def _sample_auxiliary(self, warm: list[tuple[int, int, Weights]]) -> np.ndarray:
-        """A = union of |A_i| samples of each node's warm model (ancestral sampler unless `aux-sampler` says otherwise)."""
-        from common.models.diffusion import image_shape, sample, seeded_generator
-
-        model = make_model(self.task).to(self.device)
-        spec, shape = self.aux_sampler, image_shape(self.task)
-        parts = []
-        # |A_i| scales with the count node i claims: no node's count above max-weight-share of the total,
-        # so one node's claim cannot make the server sample without end (server_app/influence.py)
-        claims = capped_counts([num_examples for _, num_examples, _ in warm], self.max_weight_share)
-        counts = [auxiliary_count(int(claim), self.aux_fraction) for claim in claims]
-        progress = Progress("auxiliary set", sum(counts), "images")
-        progress.start(f" to sample from {len(warm)} warm models ({spec.label}; per node: {counts})")
-        for (partition_id, _, weights), count in zip(warm, counts):
-            load_weights(model, weights)
-            model.to(self.device)
-            parts.append(sample(model, spec, count, shape, seeded_generator(self.seed, partition_id, 0, _AUX_STREAM),
-                                self.device, on_batch=progress.advance))
-            self.aux_counts[partition_id] = count
-        return np.concatenate(parts).astype(np.float32)
+        return self.warmup_phase.aggregate(replies)
 
     # ----- the server's correction -------------------------------------------------------------
     def _correct(self, weights: Weights, epochs: int, lr: float) -> Weights:
@@ -379,12 +228,14 @@ class FedDDPM(FedAvg):
                                     "correction-time": time.monotonic() - start})
         return model_weights(model)
 
-    def _after_aggregation(self, weights: Weights) -> Weights:
-        """FedDDPM: correct after every aggregation at `correction-lr` (eta)."""
+    def after_aggregation(self, weights: Weights) -> Weights:
+        """The public hook after each server step: `weights` is the aggregated U-Net ({name: array}, its names,
+        shapes and dtypes); returns the model the round ends with, the same names, shapes and dtypes. FedDDPM:
+        `correction-epochs` epochs on the auxiliary set at `correction-lr` (eta)."""
         return self._correct(weights, self.correction_epochs, self.correction_lr)
 
-    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        return self._after_aggregation(super()._server_step(mean_delta, replies))
+    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        return self.after_aggregation(super().server_step(mean_delta, replies))
 
     def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         self._round, self._round_metrics = server_round, {}
@@ -397,8 +248,4 @@ class FedDDPM(FedAvg):
     def summary(self) -> None:
         super().summary()
         log(INFO, "%s: warmup %s, aux-fraction %g (%s), correction-epochs %d at %g", type(self).__name__,
-            self._warmup_length(), self.aux_fraction, self.aux_sampler.label, self.correction_epochs, self.correction_lr)
-
-    def _warmup_length(self) -> str:
-        """`warmup-steps` steps or `warmup-epochs` epochs, for logs."""
-        return f"{self.warmup_steps} steps" if self.warmup_steps else f"{self.warmup_epochs} epochs"
+            self.warmup_phase.length(), self.aux_fraction, self.aux_sampler.label, self.correction_epochs, self.correction_lr)

@@ -17,29 +17,23 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.common.logger import log
 from flwr.common.typing import Scalar
 from flwr.serverapp import Grid
 
-from common.metrics.fid import GaussianStats
-from common.records import Weights, load_weights
-from common.run.task import ServerTask, make_model
+from common.records import Weights
+from common.run.task import ServerTask
 from common.run.aggregation import Aggregation, BoundedInfluence
 from common.run.config import paper_mean
 from common.run.codecs import Codec
-from server_app.fid_reference import ClientFeatureReference
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedddpm import FedDDPM
 from server_app.strategies.parameters import DEFAULTS, documented
+from server_app.strategies.quicktest_scorer import QuickTestScorer
 from server_app.wire import WEIGHTED_BY_KEY
-
-if TYPE_CHECKING:
-    from common.metrics.fid_features import FeatureExtractor
-
-_QUICKTEST_STREAM = 23  # fourth seed component of QuickTest's samples (FedDDPM's streams: 21, 22)
 
 
 def quicktest(average: float | None, score: float, gamma: float, threshold: float) -> tuple[bool, float | None]:
@@ -120,19 +114,19 @@ class FedDDPMPlus(FedDDPM):
         self.quicktest_average: float | None = None
         self.stopped_at: int | None = None
         self.stop_reason = ""
-        self._aux_stats: GaussianStats | None = None
+        self.quicktest_scorer = QuickTestScorer(self)  # QuickTest's FID (server_app/strategies/quicktest_scorer.py)
         self._grid: Grid | None = None
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         self._grid = grid  # the nodes' feature sums are asked for at the first QuickTest
         return super().configure_train(server_round, arrays, config, grid)
 
-    def _state_meta(self) -> dict[str, Any]:
-        return {**super()._state_meta(), "quicktest-average": self.quicktest_average, "stopped-at": self.stopped_at,
+    def state_meta(self) -> dict[str, Any]:
+        return {**super().state_meta(), "quicktest-average": self.quicktest_average, "stopped-at": self.stopped_at,
                 "stop-reason": self.stop_reason}
 
-    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
-        super()._load_state_meta(meta)
+    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
+        super().load_state_meta(meta)
         self.quicktest_average = meta.get("quicktest-average")
         self.stopped_at = meta.get("stopped-at")
         self.stop_reason = str(meta.get("stop-reason", ""))
@@ -140,47 +134,11 @@ class FedDDPMPlus(FedDDPM):
     def _stop_requested(self) -> bool:
         return self.stopped_at is not None
 
-    def _oneshot_rate(self) -> float:
-        """The one-shot correction's rate: `oneshot_lr`, else the clients' lr of `start()`'s `train_config`, else
-        the config's `lr` (Algorithm 2 trains it at the clients' zeta)."""
-        if self.oneshot_lr:
-            return self.oneshot_lr
-        if "lr" in self.train_config:
-            return float(self.train_config["lr"])
-        return self.lr_schedule(1) if self.lr_schedule is not None else DEFAULTS.lr  # fedsynth's app: the run's lr
-
-    def _reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:
-        """QuickTest's reference: A's features, or the nodes' pooled features (`quicktest-reference`), asked once."""
-        if self.quicktest_reference == "clients":
-            from common.models.diffusion import image_shape
-
-            if self.feature_reference is None:  # built without fedsynth's app: its own, with start()'s timeout
-                self.feature_reference = ClientFeatureReference(self.node_table.nodes, self.timeout or 3600.0)
-            stats, gathering = self.feature_reference.get(self._grid, extractor, image_shape(self.task))
-            self._round_metrics.update(gathering)
-            return stats
-        if self._aux_stats is None:
-            self._aux_stats = extractor.stats(self.auxiliary)
-        return self._aux_stats
-
-    def _quicktest_score(self, weights: Weights) -> float:
-        """FID of `quicktest-size` samples of the model against QuickTest's reference statistics."""
-        from common.metrics.fid_features import make_extractor
-        from common.models.diffusion import image_shape, sample, seeded_generator
-
-        model = make_model(self.task)
-        load_weights(model, weights)
-        model.to(self.device)
-        images = sample(model, self.sampler, self.quicktest_size, image_shape(self.task),
-                        seeded_generator(self.seed, self._round, 0, _QUICKTEST_STREAM), self.device)
-        extractor = make_extractor(self.fid_features, self.task.dataset, image_shape(self.task)[1], self.task.data_dir, self.cache_dir, self.device, channels=image_shape(self.task)[0])
-        return extractor.fid(images, self._reference_stats(extractor))
-
-    def _after_aggregation(self, weights: Weights) -> Weights:
+    def after_aggregation(self, weights: Weights) -> Weights:
         last = self._round == self.num_rounds  # start()'s num_rounds rules (fedsynth's app passes num-server-rounds)
         if self.auxiliary is not None and quicktest_due(self._round, self.quicktest_every):
             start = time.monotonic()
-            score = self._quicktest_score(weights)
+            score = self.quicktest_scorer.score(weights)
             fired, self.quicktest_average = quicktest(self.quicktest_average, score, self.quicktest_gamma,
                                                       self.quicktest_threshold)
             self._round_metrics.update({"quicktest-fid": score, "quicktest-time": time.monotonic() - start})
@@ -193,7 +151,7 @@ class FedDDPMPlus(FedDDPM):
         if self.stop_reason == "quicktest" or last:
             self.stop_reason = self.stop_reason or "last-round"
             self.stopped_at = self._round
-            return self._correct(weights, self.oneshot_epochs, self._oneshot_rate())
+            return self._correct(weights, self.oneshot_epochs, self.quicktest_scorer.oneshot_rate())
         return weights
 
     def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -44,7 +44,7 @@ from common.records import Weights, to_record
 from common.run.task import ServerTask, make_model
 from common.run.aggregation import Aggregation, BoundedInfluence
 from common.run.codecs import Codec
-from server_app.strategies.fedavg import FedAvg
+from server_app.strategies.fedavg import FedAvg, parameter_change
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.wire import WEIGHTED_BY_KEY
@@ -53,6 +53,24 @@ if TYPE_CHECKING:
     from server_app.perturbation import PerturbationDiagnostic
 
 _TRAJECTORY = "trajectory-"
+
+
+def real_oracle_images(task: ServerTask, num_classes: int, ipc: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """`synthetic-source = real-oracle` (a diagnostic): `ipc` training images per class of `task`'s dataset as
+    model input (float32 (n, C, H, W)) and their labels (int64 (n,)), chosen with `seed`.
+
+    The server reads the training split here, which breaks the federated premise that it holds no
+    data; the oracle exists only to tell a poor distillation from a poor use of D_syn.
+    """
+    import torch
+
+    from common.metrics.evaluation import as_tensors
+    from server_app.distillation import oracle_indices
+
+    arrays = load_run_dataset(task)
+    index = oracle_indices(arrays.y_train, num_classes, ipc, seed)
+    x, y = as_tensors(arrays.x_train[index], arrays.y_train[index], task.dataset, torch.device("cpu"))
+    return x.numpy(), y.numpy()
 
 
 @documented
@@ -112,9 +130,11 @@ class TrajectoryStrategy(FedAvg):
         self._round_metrics: dict[str, float] = {}
         self.server_round = 0
 
-    # ----- what subclasses change ---------------------------------------------------
-    def _after_aggregation(self, new: Weights) -> Weights:
-        """A server-side step on the aggregated model (DynaFed trains on D_syn); none here."""
+    # ----- public hook: what subclasses change -------------------------------------------
+    def after_aggregation(self, new: Weights) -> Weights:
+        """A server-side step on the aggregated model: `new` is the server step's global model ({name: array},
+        the model's names, shapes and dtypes, float32 parameters); returns the model the round ends with, in the
+        same names, shapes and dtypes (DynaFed trains it on D_syn). Default: `new` unchanged."""
         return new
 
     # ----- trajectory and distillation ------------------------------------------------
@@ -128,8 +148,8 @@ class TrajectoryStrategy(FedAvg):
         settings = self.distillation
         device = resolve_device(self.device)
         if self.synthetic_source == REAL_ORACLE:
-            result = real_oracle(make_model(self.task), self.trajectory, *self._real_images(info.num_classes),
-                                 settings, device)
+            x, y = real_oracle_images(self.task, info.num_classes, self.synthetic_ipc, self.seed)
+            result = real_oracle(make_model(self.task), self.trajectory, x, y, settings, device)
         else:
             result = distill(make_model(self.task), self.trajectory, info.num_classes, info.shape, settings, device,
                              seed=self.seed)
@@ -143,30 +163,14 @@ class TrajectoryStrategy(FedAvg):
         }
         self._round_metrics.update(self.distill_report)
 
-    def _real_images(self, num_classes: int) -> tuple[np.ndarray, np.ndarray]:
-        """`synthetic-source = real-oracle` (a diagnostic): synthetic-ipc training images per class as model input.
-
-        The server reads the training split here, which breaks the federated premise that it holds no
-        data; the oracle exists only to tell a poor distillation from a poor use of D_syn.
-        """
-        import torch
-
-        from common.metrics.evaluation import as_tensors
-        from server_app.distillation import oracle_indices
-
-        arrays = load_run_dataset(self.task)
-        index = oracle_indices(arrays.y_train, num_classes, self.synthetic_ipc, self.seed)
-        x, y = as_tensors(arrays.x_train[index], arrays.y_train[index], self.task.dataset, torch.device("cpu"))
-        return x.numpy(), y.numpy()
-
-    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        new = super()._server_step(mean_delta, replies)
+    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        new = super().server_step(mean_delta, replies)
         if self.synthetic is None and len(self.trajectory) <= self.trajectory_rounds:
             self.trajectory.append(new)
             if len(self.trajectory) == self.trajectory_rounds + 1:
                 self._distil()
-        new = self._after_aggregation(new)
-        self.previous_update = self._parameter_change(new)
+        new = self.after_aggregation(new)
+        self.previous_update = parameter_change(new, self.current, self._parameter_names)
         return new
 
     # ----- Strategy API -----------------------------------------------------------
@@ -182,7 +186,7 @@ class TrajectoryStrategy(FedAvg):
         self._round_metrics = {}
         if self.diagnostic is not None and replies:
             self._round_metrics.update(self.diagnostic.measure(
-                self.current, [self._partition_of(r) for r in replies], self.previous_update, self.synthetic,
+                self.current, [self.node_table.partition_of(r) for r in replies], self.previous_update, self.synthetic,
             ))
         arrays, metrics = super()._aggregate_good(server_round, replies)
         if metrics is None or not self._round_metrics:
@@ -190,7 +194,7 @@ class TrajectoryStrategy(FedAvg):
         return arrays, MetricRecord({**dict(metrics), **self._round_metrics})
 
     # ----- checkpoint hooks ---------------------------------------------------------
-    def _state_arrays(self) -> dict[str, Weights]:
+    def state_arrays(self) -> dict[str, Weights]:
         groups: dict[str, Weights] = {f"{_TRAJECTORY}{i:05d}": w for i, w in enumerate(self.trajectory)}
         if self.synthetic is not None:
             groups["synthetic"] = {"x": self.synthetic[0], "y": self.synthetic[1]}
@@ -198,16 +202,16 @@ class TrajectoryStrategy(FedAvg):
             groups["previous-update"] = self.previous_update
         return groups
 
-    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         self.trajectory = [dict(groups[k]) for k in sorted(k for k in groups if k.startswith(_TRAJECTORY))]
         synthetic = groups.get("synthetic")
         self.synthetic = (synthetic["x"], synthetic["y"]) if synthetic is not None else None
         self.previous_update = groups.get("previous-update")
 
-    def _state_meta(self) -> dict[str, Any]:
+    def state_meta(self) -> dict[str, Any]:
         return {"distill": dict(self.distill_report)}
 
-    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
+    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
         self.distill_report = dict(meta.get("distill", {}))
 
     def summary(self) -> None:
@@ -285,16 +289,11 @@ class FedSynSAM(TrajectoryStrategy):
         return {**super()._client_config(), "sam-rho": self.sam_rho, "synsam-beta": self.synsam_beta,
                 "synsam-mix": self.synsam_mix}
 
-    def _synthetic_record(self) -> ArrayRecord:
-        """D_syn as it travels: float32 images `x` (model input space) and int64 labels `y`."""
-        assert self.synthetic is not None
-        return to_record({"x": self.synthetic[0], "y": self.synthetic[1]})
-
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         messages = list(super().configure_train(server_round, arrays, config, grid))
         if self.synthetic is None:
             return messages
-        record = self._synthetic_record()
+        record = to_record({"x": self.synthetic[0], "y": self.synthetic[1]})  # float32 images, int64 labels
         partition_of_node = {n.node_id: n.partition_id for n in self.node_table.nodes}
         for message in messages:
             if partition_of_node[message.metadata.dst_node_id] not in self.synthetic_holders:
@@ -303,7 +302,7 @@ class FedSynSAM(TrajectoryStrategy):
 
     def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
-        holding = [self._partition_of(r) for r in replies
+        holding = [self.node_table.partition_of(r) for r in replies
                    if r.content.metric_records["metrics"].get("synthetic-examples", 0) > 0]
         self.synthetic_holders.update(holding)
         arrays, metrics = super()._aggregate_good(server_round, replies)
@@ -312,13 +311,13 @@ class FedSynSAM(TrajectoryStrategy):
         # how many of this round's nodes trained with D_syn (read from their state, or just received)
         return arrays, MetricRecord({**dict(metrics), "synthetic-holders": len(holding)})
 
-    def _on_resume(self) -> None:
-        super()._on_resume()
+    def on_resume(self) -> None:
+        super().on_resume()
         self.synthetic_holders = set()  # resumed nodes may start with empty state: send D_syn again
 
-    def _state_meta(self) -> dict[str, Any]:
-        return {**super()._state_meta(), "synthetic-holders": sorted(self.synthetic_holders)}
+    def state_meta(self) -> dict[str, Any]:
+        return {**super().state_meta(), "synthetic-holders": sorted(self.synthetic_holders)}
 
-    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
-        super()._load_state_meta(meta)
+    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
+        super().load_state_meta(meta)
         self.synthetic_holders = set(meta.get("synthetic-holders", []))

@@ -20,6 +20,7 @@ from dataclasses import dataclass, replace
 from logging import INFO, WARNING
 
 import numpy as np
+from flwr.app import Message
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
@@ -95,6 +96,13 @@ class NodeTable:
     def of(self, node_id: int) -> NodeInfo | None:
         """The entry of a node id, or None."""
         return next((n for n in self.nodes if n.node_id == node_id), None)
+
+    def partition_of(self, reply: Message) -> int:
+        """The partition of the node that sent `reply`: its entry's, else the reply's own "partition-id" metric."""
+        node = self.of(reply.metadata.src_node_id)
+        if node is not None:
+            return node.partition_id
+        return int(reply.content.metric_records["metrics"].get("partition-id", 0))
 
     def label(self, index: int) -> str:
         """How results name entry `index`: its node-config `name`, else its partition."""

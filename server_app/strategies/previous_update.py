@@ -11,7 +11,7 @@ from flwr.app import ArrayRecord, Message
 from common.protocol import PREVIOUS_UPDATE
 from common.records import Weights, to_record
 from server_app.strategies.parameters import documented
-from server_app.strategies.fedavg import FedAvg
+from server_app.strategies.fedavg import FedAvg, parameter_change
 
 
 @documented
@@ -20,18 +20,18 @@ class PreviousUpdateStrategy(FedAvg):
 
     previous_update: Weights | None = None
 
-    def _state_arrays(self) -> dict[str, Weights]:
+    def state_arrays(self) -> dict[str, Weights]:
         return {"previous-update": self.previous_update} if self.previous_update is not None else {}
 
-    def _load_state_arrays(self, groups) -> None:
+    def load_state_arrays(self, groups) -> None:
         self.previous_update = groups.get("previous-update")
 
-    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         if self.previous_update is None:
             return {}
         return {PREVIOUS_UPDATE: to_record(self.previous_update)}
 
-    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        new = super()._server_step(mean_delta, replies)
-        self.previous_update = self._parameter_change(new)
+    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        new = super().server_step(mean_delta, replies)
+        self.previous_update = parameter_change(new, self.current, self._parameter_names)
         return new

@@ -92,6 +92,40 @@ def node_accuracy_stats(accuracies: Sequence[float]) -> dict[str, float]:
     }
 
 
+def moved_too_far(model: Weights, last: Weights, bound: float) -> str | None:
+    """Why a node's new `model` must be refused for moving more than `bound` (L2, over every array) from its
+    `last` one (max-update-norm with action "refuse"), or None."""
+    norm = update_norm(subtract(model, last))
+    return f"model moved by {norm:.4g} from its last one, above max-update-norm = {bound:g}" if norm > bound else None
+
+
+def bounded_model(model: Weights, last: Weights, bound: float) -> Weights:
+    """A node's new model z_i, its step from its `last` model clipped to L2 norm `bound` when that is > 0.
+
+    What a node sends is forwarded to its neighbours; the bound keeps one node from pushing arbitrary weights
+    into every neighbour's mix (the decentralized form of the update bound). Each array keeps `model`'s dtype.
+    """
+    if bound <= 0:
+        return model
+    step = clip_update(subtract(model, last), bound)
+    return {name: (last[name] + step[name]).astype(model[name].dtype) for name in model}
+
+
+def relay_reply_metrics(metrics: list[Mapping[str, Any]], max_share: float) -> dict[str, Any]:
+    """Train loss and the nodes' own (mixed-model, local test split) accuracies of a round (capped shares)."""
+    if not metrics:
+        return {}
+    out: dict[str, Any] = reply_metric_means(metrics, max_share)
+    tested = [m for m in metrics if m.get("num-test-examples", 0) > 0]
+    if tested:
+        accuracy = np.array([m["local-test-accuracy"] for m in tested], dtype=np.float64)
+        out.update({f"node-accuracy-{k}": v for k, v in node_accuracy_stats(accuracy).items()})
+    directions = [m["ole-direction-norm"] for m in metrics if "ole-direction-norm" in m]
+    if directions:
+        out["ole-direction-norm"] = float(np.mean(directions))
+    return out
+
+
 @documented
 class DecentralizedRelay(RoundStrategy):
     """Relay and orchestrator of dpsgd, dfedavg, dfedavgm, dfedsam, oledfl-sgd and oledfl-sam.
@@ -178,11 +212,11 @@ class DecentralizedRelay(RoundStrategy):
         self.last_answered = [0] * count
 
     # ----- server state that a checkpoint must keep ---------------------------------
-    def _state_arrays(self) -> dict[str, Weights]:
+    def state_arrays(self) -> dict[str, Weights]:
         """Every node's last model, one group per partition."""
         return {_state_group(node.partition_id): model for node, model in zip(self.node_table.nodes, self.models)}
 
-    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         """Restore the nodes' last models; every partition of this run must be there."""
         missing = [n.partition_id for n in self.node_table.nodes if _state_group(n.partition_id) not in groups]
         if missing:
@@ -190,7 +224,7 @@ class DecentralizedRelay(RoundStrategy):
                                   "resume with the same nodes (num-partitions) as the run that wrote it")
         self.models = [dict(groups[_state_group(n.partition_id)]) for n in self.node_table.nodes]
 
-    def _state_meta(self) -> dict[str, Any]:
+    def state_meta(self) -> dict[str, Any]:
         """Round, who answered last, and each node's last answered round."""
         return {
             "round": self.completed_round,
@@ -199,7 +233,7 @@ class DecentralizedRelay(RoundStrategy):
             "last-answered": list(self.last_answered),
         }
 
-    def _load_state_meta(self, meta: Mapping[str, Any]) -> None:
+    def load_state_meta(self, meta: Mapping[str, Any]) -> None:
         """Restore what `state_meta` returned (for the same partitions)."""
         partitions = [n.partition_id for n in self.node_table.nodes]
         if list(meta.get("partitions", [])) != partitions:
@@ -209,31 +243,19 @@ class DecentralizedRelay(RoundStrategy):
         self.present = np.asarray(meta["present"], dtype=bool)
         self.last_answered = [int(r) for r in meta["last-answered"]]
 
-    def _checkpoint_arrays(self) -> dict[str, Weights]:
-        """Every array group a checkpoint keeps: the nodes' last models."""
-        return self._state_arrays()
-
-    def _load_checkpoint_arrays(self, groups: Mapping[str, Weights]) -> None:
-        """Restore what `_checkpoint_arrays` returned."""
-        self._load_state_arrays(groups)
-
     def check_restored(self, template: Weights) -> str | None:
         """Why the restored node models cannot continue a run of this model, or None."""
         return next((p for p in (check_weights(m, template, "checkpointed node model") for m in self.models) if p), None)
 
-    def _on_resume(self) -> None:
+    def on_resume(self) -> None:
         """After a checkpoint was loaded: give every node its own model back with its next message."""
         self.restore_pending = set(range(len(self.node_table.nodes)))
 
     # ----- one round ------------------------------------------------------------------
-    def _topology_matrix(self, server_round: int) -> np.ndarray:
-        """W_t of the configured topology and weights, for all nodes."""
-        return mixing_matrix(self.topology, len(self.node_table.nodes), peers=self.peers, seed=self.seed,
-                             round_num=server_round, mixing=self.mixing)
-
     def _round_mixing(self, server_round: int) -> tuple[np.ndarray, np.ndarray]:
-        """(W_t of the topology, W_t with last round's missing nodes dropped)."""
-        base = self._topology_matrix(server_round)
+        """(W_t of the configured topology and weights for all nodes, W_t with last round's missing nodes dropped)."""
+        base = mixing_matrix(self.topology, len(self.node_table.nodes), peers=self.peers, seed=self.seed,
+                             round_num=server_round, mixing=self.mixing)
         return base, dropout_mixing(base, self.present)
 
     def _messages(self, server_round: int, w: np.ndarray, config: ConfigRecord) -> list[Message]:
@@ -283,27 +305,9 @@ class DecentralizedRelay(RoundStrategy):
             problem = check_weights(from_record(content.array_records["arrays"]), self.models[i], "model")
         except Exception as err:  # noqa: BLE001 - a reply must never crash the relay
             return f"malformed model ({type(err).__name__}: {err})"
-        return problem or self._update_norm_problem(i, reply)
-
-    def _update_norm_problem(self, i: int, reply: Message) -> str | None:
-        """Why node i's new model must be refused for moving too far from its last one (max-update-norm, refuse)."""
-        bound = self.max_update_norm
-        if bound <= 0 or self.update_norm_action != "refuse":
-            return None
-        norm = update_norm(subtract(from_record(reply.content.array_records["arrays"]), self.models[i]))
-        return f"model moved by {norm:.4g} from its last one, above max-update-norm = {bound:g}" if norm > bound else None
-
-    def _bounded_model(self, i: int, model: Weights) -> Weights:
-        """Node i's new model z_i, its step from its last model clipped to `max-update-norm` when that is set.
-
-        What a node sends is forwarded to its neighbours; the bound keeps one node from pushing
-        arbitrary weights into every neighbour's mix (the decentralized form of the update bound).
-        """
-        bound = self.max_update_norm
-        if bound <= 0:
-            return model
-        step = clip_update(subtract(model, self.models[i]), bound)
-        return {name: (self.models[i][name] + step[name]).astype(model[name].dtype) for name in model}
+        if problem or self.max_update_norm <= 0 or self.update_norm_action != "refuse":
+            return problem
+        return moved_too_far(from_record(content.array_records["arrays"]), self.models[i], self.max_update_norm)
 
     def _dp_obstacle(self, side: str) -> str | None:
         """The nodes keep and exchange their own models, which a DP wrapper neither clips nor noises."""
@@ -319,8 +323,8 @@ class DecentralizedRelay(RoundStrategy):
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Each node its own message: its row of W_t and its neighbours' last models (x^0 = `arrays` before)."""
         refuse_unsupported_wrapper(self)
-        if not self._round_is_active(server_round):
-            return self._skip_round()
+        if not self.round_book.is_active(server_round):
+            return self.round_book.skip()
         self._refresh_nodes(grid)  # all nodes of the table train each round; a node that left times out
         if not self.models:
             self.models = [from_record(arrays)] * len(self.node_table.nodes)
@@ -334,7 +338,7 @@ class DecentralizedRelay(RoundStrategy):
         if "lr" in round_config:
             fields["lr"] = round_config["lr"]
         fields["psi"] = disagreement_factor(base) if self.topology in DIRECTED_TOPOLOGIES else spectral_psi(base)
-        return self._begin_round(server_round, sent, **fields)
+        return self.round_book.begin(server_round, sent, **fields)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         """Keep each good reply as its node's model; returns x-bar and the round's metrics.
@@ -343,7 +347,7 @@ class DecentralizedRelay(RoundStrategy):
         """
         if self.round_log.latest is None:  # a round that sent nothing
             return None, None
-        outcome = self._collect(replies)
+        outcome = self.round_book.collect(replies)
         good = {i: reply for i, reply in outcome.good}
         state_lost = 0
         for i, reply in good.items():
@@ -354,7 +358,8 @@ class DecentralizedRelay(RoundStrategy):
                 log(WARNING, "round %d: partition %d mixed its model of round %d, but it last sent one in round %d "
                     "(node state lost)", server_round, self.node_table.nodes[i].partition_id, own_round,
                     self.last_answered[i])
-            self.models[i] = self._bounded_model(i, from_record(reply.content.array_records["arrays"]))
+            self.models[i] = bounded_model(from_record(reply.content.array_records["arrays"]), self.models[i],
+                                           self.max_update_norm)
             self.last_answered[i] = server_round
         self.present = np.zeros(len(self.node_table.nodes), dtype=bool)
         self.present[list(good)] = True
@@ -363,14 +368,14 @@ class DecentralizedRelay(RoundStrategy):
         mean = average_model(self.models)
         answered = [good[i] for i in sorted(good)]
         metrics = with_own_aggregation(
-            {**self._reply_metrics([reply.content.metric_records["metrics"] for reply in answered],
+            {**relay_reply_metrics([reply.content.metric_records["metrics"] for reply in answered],
                                    self.max_weight_share),
              "consensus-distance": consensus_distance(self.models, mean)},
             self.train_metrics_aggr_fn, answered, self.weighted_by_key)
-        metrics = self._finish_round(metrics, answered, **{"state-lost": state_lost})
+        metrics = self.round_book.finish(metrics, answered, **{"state-lost": state_lost})
         if len(good) < self.min_nodes:
             self.round_log.update(below_min_nodes=True)
-        self._count_short_round(server_round, len(good), "the nodes that answered mix on")
+        self.round_book.enough_replies(server_round, len(good), "the nodes that answered mix on")
         return to_record(mean), metrics
 
     # ----- the run --------------------------------------------------------------------
@@ -380,18 +385,3 @@ class DecentralizedRelay(RoundStrategy):
             len(self.node_table.nodes),
             self.topology, f" (k={self.peers})" if self.topology in RANDOM_TOPOLOGIES else "", self.mixing,
             self.relay_mixing)
-
-    @staticmethod
-    def _reply_metrics(metrics: list[Mapping[str, Any]], max_share: float) -> dict[str, Any]:
-        """Train loss and the nodes' own (mixed-model, local test split) accuracies of a round (capped shares)."""
-        if not metrics:
-            return {}
-        out: dict[str, Any] = reply_metric_means(metrics, max_share)
-        tested = [m for m in metrics if m.get("num-test-examples", 0) > 0]
-        if tested:
-            accuracy = np.array([m["local-test-accuracy"] for m in tested], dtype=np.float64)
-            out.update({f"node-accuracy-{k}": v for k, v in node_accuracy_stats(accuracy).items()})
-        directions = [m["ole-direction-norm"] for m in metrics if "ole-direction-norm" in m]
-        if directions:
-            out["ole-direction-norm"] = float(np.mean(directions))
-        return out

@@ -8,7 +8,7 @@ table, and a reply the strategy's own `check` refuses (its reason; any exception
 malformed reply, never a crash of the server). Messages nobody answered are timeouts; a node's second reply and a
 reply to no message of the round are dropped with a record too. Each failure is
 `{"node", "partition", "reason"}` and is logged once. The strategy keeps the round's bookkeeping
-(server_app/strategies/base.py `RoundStrategy._collect`); this module knows nothing of a round but its
+(server_app/strategies/round_book.py `RoundBook.collect`); this module knows nothing of a round but its
 messages, its replies and the node table.
 """
 

@@ -36,7 +36,7 @@ from common.records import Weights, check_weights, from_record, to_record
 from common.run.aggregation import Aggregation, BoundedInfluence
 from common.run.codecs import Codec
 from server_app.robust import bounded_record, record_norm_problem, scale_update
-from server_app.strategies.fedavg import FedAvg
+from server_app.strategies.fedavg import FedAvg, parameter_change
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
 from server_app.strategies.previous_update import PreviousUpdateStrategy
@@ -87,7 +87,7 @@ class FedLESAM(PreviousUpdateStrategy):
         replies = list(replies)
         measured = {}
         if self.diagnostic is not None and replies:
-            measured = self.diagnostic.measure(self.current, [self._partition_of(r) for r in replies], self.previous_update, None)
+            measured = self.diagnostic.measure(self.current, [self.node_table.partition_of(r) for r in replies], self.previous_update, None)
         arrays, metrics = super()._aggregate_good(server_round, replies)
         if metrics is None or not measured:
             return arrays, metrics
@@ -131,25 +131,25 @@ class FedLESAMS(Scaffold):
         """SCAFFOLD's settings and SAM's radius, "sam-rho"."""
         return {**super()._client_config(), "sam-rho": self.sam_rho}
 
-    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
-        records = super()._downlink_records(server_round)
+    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+        records = super().downlink_records(server_round)
         if self.previous_update is not None:
             records[PREVIOUS_UPDATE] = to_record(self.previous_update)
         return records
 
-    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        new = super()._server_step(mean_delta, replies)
-        self.previous_update = self._parameter_change(new)
+    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        new = super().server_step(mean_delta, replies)
+        self.previous_update = parameter_change(new, self.current, self._parameter_names)
         return new
 
-    def _state_arrays(self) -> dict[str, Weights]:
-        groups = super()._state_arrays()
+    def state_arrays(self) -> dict[str, Weights]:
+        groups = super().state_arrays()
         if self.previous_update is not None:
             groups["previous-update"] = self.previous_update
         return groups
 
-    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
-        super()._load_state_arrays(groups)
+    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+        super().load_state_arrays(groups)
         self.previous_update = groups.get("previous-update")
 
 
@@ -211,10 +211,10 @@ class FedLESAMD(FedAvg):
             self.h = {name: np.zeros_like(self.current[name]) for name in self._parameter_names}
         return self.h
 
-    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         return {PREVIOUS_UPDATE: to_record(self.previous_update)} if self.previous_update is not None else {}
 
-    def _check_extra_records(self, content: RecordDict) -> str | None:
+    def check_extra_records(self, content: RecordDict) -> str | None:
         record = content.array_records.get(DYNAMIC_CORRECTION)
         if record is None:
             return f"reply lacks the '{DYNAMIC_CORRECTION}' record"
@@ -222,30 +222,30 @@ class FedLESAMD(FedAvg):
         return check_weights(correction, self._h(), DYNAMIC_CORRECTION) or record_norm_problem(
             correction, self.max_record_norm, self.update_norm_action, DYNAMIC_CORRECTION)
 
-    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        ordered = sorted(replies, key=self._partition_of)
+    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        ordered = sorted(replies, key=self.node_table.partition_of)
         # g_i+ - g_i = -alpha (w_i - w): scaled with the client's update where a bound clipped it (`update_scales`)
         corrections = [bounded_record(scale_update(from_record(r.content.array_records[DYNAMIC_CORRECTION]),
-                                                   self.update_scales.get(self._partition_of(r), 1.0)),
+                                                   self.update_scales.get(self.node_table.partition_of(r), 1.0)),
                                       self.max_record_norm) for r in ordered]
         for reply, correction in zip(ordered, corrections):
-            previous = self.client_gradients.get(self._partition_of(reply))
-            self.client_gradients[self._partition_of(reply)] = (
+            previous = self.client_gradients.get(self.node_table.partition_of(reply))
+            self.client_gradients[self.node_table.partition_of(reply)] = (
                 correction if previous is None else {n: (previous[n] + correction[n]).astype(np.float32) for n in correction}
             )
         self.h = feddyn_server_state(self._h(), corrections, len(self.node_table.nodes))
-        new = super()._server_step(mean_delta, replies)
+        new = super().server_step(mean_delta, replies)
         alpha = self.dyn_alpha
         for name in self._parameter_names:
             new[name] = (new[name] - self.h[name] / alpha).astype(np.float32)
-        self.previous_update = self._parameter_change(new)
+        self.previous_update = parameter_change(new, self.current, self._parameter_names)
         return new
 
     def _node_state_records(self, partition_id: int) -> dict[str, ArrayRecord]:
         gradient = self.client_gradients.get(partition_id)
         return {STATE_DYN_GRADIENT: to_record(gradient)} if gradient is not None else {}
 
-    def _state_arrays(self) -> dict[str, Weights]:
+    def state_arrays(self) -> dict[str, Weights]:
         groups = {f"client-gradient-{pid}": g for pid, g in self.client_gradients.items()}
         if self.h is not None:
             groups["h"] = self.h
@@ -253,7 +253,7 @@ class FedLESAMD(FedAvg):
             groups["previous-update"] = self.previous_update
         return groups
 
-    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         self.h = groups.get("h")
         self.previous_update = groups.get("previous-update")
         prefix = "client-gradient-"
@@ -311,10 +311,10 @@ class FedSMOO(FedAvg):
         """The codec's and the node settings, FedDyn's alpha ("dyn-alpha") and SAM's radius ("sam-rho")."""
         return {**super()._client_config(), "sam-rho": self.sam_rho, "dyn-alpha": self.dyn_alpha}
 
-    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         return {GLOBAL_PERTURBATION: to_record(self.perturbation)} if self.perturbation is not None else {}
 
-    def _check_extra_records(self, content: RecordDict) -> str | None:
+    def check_extra_records(self, content: RecordDict) -> str | None:
         record = content.array_records.get(PERTURBATION_DUAL)
         if record is None:
             return f"reply lacks the '{PERTURBATION_DUAL}' record"
@@ -323,26 +323,26 @@ class FedSMOO(FedAvg):
         return check_weights(dual, reference, PERTURBATION_DUAL) or record_norm_problem(
             dual, self.max_record_norm, self.update_norm_action, PERTURBATION_DUAL)
 
-    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        ordered = sorted(replies, key=self._partition_of)
+    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        ordered = sorted(replies, key=self.node_table.partition_of)
         self.perturbation = smoo_global_perturbation(
             [bounded_record(from_record(r.content.array_records[PERTURBATION_DUAL]), self.max_record_norm)
              for r in ordered], self.sam_rho
         )
         alpha = self.dyn_alpha
         # the updates as the mean took them: scaled by the bounds' factors (`update_scales`)
-        updates = [scale_update(self._client_delta(r), self.update_scales.get(self._partition_of(r), 1.0))
+        updates = [scale_update(self.reply_gate.delta(r), self.update_scales.get(self.node_table.partition_of(r), 1.0))
                    for r in ordered]
         corrections = [{n: -alpha * d[n] for n in self._parameter_names} for d in updates]
         if self.h is None:
             self.h = {name: np.zeros_like(self.current[name]) for name in self._parameter_names}
         self.h = feddyn_server_state(self.h, corrections, len(self.node_table.nodes))
-        new = super()._server_step(mean_delta, replies)
+        new = super().server_step(mean_delta, replies)
         for name in self._parameter_names:
             new[name] = (new[name] - self.h[name] / alpha).astype(np.float32)
         return new
 
-    def _state_arrays(self) -> dict[str, Weights]:
+    def state_arrays(self) -> dict[str, Weights]:
         groups = {}
         if self.h is not None:
             groups["h"] = self.h
@@ -350,6 +350,6 @@ class FedSMOO(FedAvg):
             groups["perturbation"] = self.perturbation
         return groups
 
-    def _load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
+    def load_state_arrays(self, groups: Mapping[str, Weights]) -> None:
         self.h = groups.get("h")
         self.perturbation = groups.get("perturbation")

@@ -62,13 +62,13 @@ class Scaffold(FedAvg):
         # that a resumed run can hand every node its control variate back.
         self.client_controls: dict[int, Weights] = {}
 
-    def _state_arrays(self) -> dict[str, Weights]:
+    def state_arrays(self) -> dict[str, Weights]:
         groups = {f"client-control-{pid}": c for pid, c in self.client_controls.items()}
         if self.control is not None:
             groups["control"] = self.control
         return groups
 
-    def _load_state_arrays(self, groups) -> None:
+    def load_state_arrays(self, groups) -> None:
         self.control = groups.get("control")
         prefix = "client-control-"
         self.client_controls = {int(k[len(prefix):]): v for k, v in groups.items() if k.startswith(prefix)}
@@ -88,10 +88,10 @@ class Scaffold(FedAvg):
             self.control = {name: np.zeros_like(self.current[name]) for name in self._parameter_names}
         return self.control
 
-    def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
+    def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         return {SCAFFOLD_CONTROL: to_record(self._control())}
 
-    def _check_extra_records(self, content: RecordDict) -> str | None:
+    def check_extra_records(self, content: RecordDict) -> str | None:
         record = content.array_records.get(SCAFFOLD_CONTROL_DELTA)
         if record is None:
             return f"reply lacks the '{SCAFFOLD_CONTROL_DELTA}' record"
@@ -99,19 +99,19 @@ class Scaffold(FedAvg):
         return check_weights(delta, self._control(), SCAFFOLD_CONTROL_DELTA) or record_norm_problem(
             delta, self.max_record_norm, self.update_norm_action, SCAFFOLD_CONTROL_DELTA)
 
-    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
-        ordered = sorted(replies, key=self._partition_of)
+    def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
+        ordered = sorted(replies, key=self.node_table.partition_of)
         # c_i+ - c_i as if the update were as long as the bounds left it (`update_scales`), so c stays consistent
         # with the step the server took; then within max-record-norm, so that one node's control variate cannot
         # drag c (and every client's correction) away
         control = self._control()
         deltas = [bounded_record(scaffold_clipped_control_delta(
             from_record(r.content.array_records[SCAFFOLD_CONTROL_DELTA]), control,
-            self.update_scales.get(self._partition_of(r), 1.0)), self.max_record_norm) for r in ordered]
+            self.update_scales.get(self.node_table.partition_of(r), 1.0)), self.max_record_norm) for r in ordered]
         for reply, delta in zip(ordered, deltas):
-            previous = self.client_controls.get(self._partition_of(reply))
-            self.client_controls[self._partition_of(reply)] = (
+            previous = self.client_controls.get(self.node_table.partition_of(reply))
+            self.client_controls[self.node_table.partition_of(reply)] = (
                 delta if previous is None else {n: (previous[n] + delta[n]).astype(np.float32) for n in delta}
             )
         self.control = scaffold_server_control(self._control(), deltas, len(self.node_table.nodes))
-        return super()._server_step(mean_delta, replies)
+        return super().server_step(mean_delta, replies)

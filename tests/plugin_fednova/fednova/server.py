@@ -38,17 +38,17 @@ class FedNova(FedAvg):
 
     reply_metrics = {TAU: "float > 0, the node's local steps this round (fednova.client.fednova_update)"}
 
-    def _check_extra_records(self, content: RecordDict) -> str | None:
+    def check_extra_records(self, content: RecordDict) -> str | None:
         tau = content.metric_records["metrics"].get(TAU)
         if isinstance(tau, bool) or not isinstance(tau, (int, float)) or not tau > 0:
             return f"reply metric {TAU!r} = {tau!r} is not a number > 0 (FedNova's local step count)"
         return None
 
-    def _server_step(self, mean_delta: Weights, replies: list[Message]) -> dict[str, np.ndarray]:
+    def server_step(self, mean_delta: Weights, replies: list[Message]) -> dict[str, np.ndarray]:
         """FedNova's step over the replies' models (w + their decoded updates), weighted as FedAvg weighs them."""
         local = [{name: self.current[name] + delta[name] for name in self.current}
-                 for delta in (self._client_delta(reply) for reply in replies)]
+                 for delta in (self.reply_gate.delta(reply) for reply in replies)]
         taus = [float(reply.content.metric_records["metrics"][TAU]) for reply in replies]
-        new = fednova_step(self.current, local, taus, self._aggregation_weights(replies), self.server_lr)
-        new.update(self._aggregated_buffers(replies))
+        new = fednova_step(self.current, local, taus, self.update_mean.weights(replies), self.server_lr)
+        new.update(self.update_mean.buffers(replies))
         return new
