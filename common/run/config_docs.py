@@ -8,17 +8,17 @@ compares the page with `configuration_page()`. Regenerate with
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 
-from common.keys import key_name
+from common.keys import key_name, own_fields
 from common.run.config import PARTS
 
 
 def part_table_markdown(part: type) -> str:
-    """One part's keys as a markdown table: key, default, meaning, source."""
+    """One part's own keys (`own_fields`: not those of a group it extends) as a markdown table: key, default,
+    meaning, source."""
     rows = ["| key | default | meaning | source |", "| --- | --- | --- | --- |"]
-    for f in dataclasses.fields(part):
+    for f in own_fields(part):
         default = f.default
         shown = f'"{default}"' if isinstance(default, str) else str(default).lower() if isinstance(default, bool) else default
         meaning, source = (str(f.metadata[k]).replace("|", "\\|") for k in ("meaning", "source"))

@@ -34,9 +34,10 @@ FedDDPM+ sends nothing once its one-shot correction is done.
 
 from __future__ import annotations
 
+from abc import ABCMeta
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 import numpy as np
 
@@ -47,6 +48,7 @@ from flwr.serverapp.strategy import Strategy
 
 from server_app.messaging import send_and_receive
 from server_app.strategies.node_table import NodeInfo, NodeTable, sample_nodes, wait_for_nodes
+from server_app.strategies.parameters import with_settings
 from server_app.strategies.round_book import ReplyContractError, RoundBook, TooManyFailedRounds  # noqa: F401
 from server_app.strategies.round_log import RoundLog
 from server_app.strategies.metric_means import (  # noqa: F401 - re-exported: weighted_metric, checked_evaluate_metrics
@@ -92,7 +94,17 @@ def evaluation_metrics(table: NodeTable, replies: Iterable[Message], max_weight_
     return with_own_aggregation(summary, fn, [r for r, _ in checked], weighted_by_key)
 
 
-class RoundStrategy(Strategy):
+class WithSettings(ABCMeta):
+    """The type of fedsynth's strategy classes: every class it makes that declares `settings = Group` gets its
+    constructor from the group (server_app/strategies/parameters.py `with_settings`), a plugin's class as a
+    built-in one. (Flower's `Strategy` is an ABC; this is its ABCMeta with that one step added.)"""
+
+    def __init__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(name, bases, namespace, **kwargs)
+        with_settings(cls)
+
+
+class RoundStrategy(Strategy, metaclass=WithSettings):
     """The node table, reply filtering, round bookkeeping and resume rules shared by fedsynth's strategies.
 
     Parameters
@@ -117,6 +129,12 @@ class RoundStrategy(Strategy):
     min_available_nodes : int (default: 1)
         Each round waits until the grid has at least this many nodes, as Flower's strategies do.
     """
+
+    # The algorithm's own settings, one settings group (common/keys.py; e.g. common/algorithms/rule_settings.py's
+    # `SAMSettings`): a subclass that declares one gets its fields as keyword parameters, checked and kept as
+    # attributes, and sends those that travel to the nodes in every train message under their run-config keys
+    # (server_app/strategies/parameters.py `with_settings`, `settings_config`). None: no settings of its own.
+    settings: ClassVar[type | None] = None
 
     def __init__(self, *, min_nodes: int = 1, max_failed_rounds: int = 3, fraction_evaluate: float = 1.0,
                  max_weight_share: float = 1.0, seed: int = 0, nodes: list[NodeInfo] | None = None,

@@ -40,7 +40,7 @@ from server_app.strategies.base import RoundStrategy, weighted_metric, with_own_
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo, sample_nodes
 from server_app.strategies.node_models import NodeModels
-from server_app.strategies.parameters import DEFAULTS, documented
+from server_app.strategies.parameters import DEFAULTS, documented, settings_config
 from server_app.strategies.reply_gate import ReplyGate
 from server_app.strategies.update_mean import UpdateMean, aggregate_buffers, weighted_mean  # noqa: F401 - re-exported
 from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text, with_flower_metric_names
@@ -180,10 +180,10 @@ class FedAvg(RoundStrategy):
         return None
 
     def _client_config(self) -> dict[str, Any]:
-        """The settings the nodes' rule needs, sent in every train message's config (as FedProx sends
-        `proximal-mu`): the uplink codec and `node_settings` (common/run/client_settings.py); a subclass adds
-        its own parameters that the nodes read."""
-        return {**codec_settings(self.codec, self.error_feedback), **self.node_settings}
+        """The settings the nodes' rule needs, sent in every train message's config (as FedProx sends its
+        proximal weight): the uplink codec, `node_settings` (common/run/client_settings.py) and the class's
+        settings group's keys that travel to the nodes (`settings_config`)."""
+        return {**codec_settings(self.codec, self.error_feedback), **self.node_settings, **settings_config(self)}
 
     # ----- public hooks: the algorithm's server rule (a plugin overrides them) ------------------------
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
