@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from common.algorithm_table import ALGORITHMS, Algorithm
+from common.algorithm_table import ALGORITHMS, COG_BASES, Algorithm
 from common.algorithms.accepted_scale import ACCEPTED_SCALE_KEYS
 from common.algorithms.paper_rules import with_rules_table
 from common.algorithms.plugins import import_attribute
@@ -72,10 +72,9 @@ def _family_title(page: str) -> str:
     return heading.lstrip("# ").strip()
 
 
-def _family_algorithms(page: str, rows: dict[str, Algorithm]) -> str:
+def _family_algorithms(rows: dict[str, Algorithm]) -> str:
     """The algorithms cell of a family: its rows, the `X+cog` rows as one pattern, and the notes its rows imply."""
-    cogged = [name for name in rows if name.endswith("+cog") and ALGORITHMS.get(name.removesuffix("+cog"),
-                                                                                 Algorithm()).cog_base]
+    cogged = [name for name in rows if name.removesuffix("+cog") in COG_BASES and name.endswith("+cog")]
     cell = _names([name for name in rows if name not in cogged])
     if cogged:
         cell += f", `X+cog` for X in {_names([name.removesuffix('+cog') for name in cogged])} (or `cog = true`)"
@@ -95,7 +94,7 @@ def families_table(link: Callable[[str], str]) -> str:
         pages.setdefault(row.page, {})[name] = row
     lines = ["| family | algorithms | page |", "| --- | --- | --- |"]
     for page, rows in pages.items():
-        lines.append(f"| {_cell(_family_title(page))} | {_cell(_family_algorithms(page, rows))} | {link(page)} |")
+        lines.append(f"| {_cell(_family_title(page))} | {_cell(_family_algorithms(rows))} | {link(page)} |")
     return "\n".join(lines)
 
 

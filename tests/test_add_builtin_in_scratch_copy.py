@@ -6,9 +6,12 @@ FedProx variant whose nodes pull towards the global model at half the message's 
 common/algorithm_table.py, then runs what a developer runs, `python -m fedsynth.algorithm_docs --write`, and the
 suite's checks derived from the table, in that copy, with this interpreter: the docs' generated sections
 (tests/test_algorithm_docs.py, test_derived_lists.py), the table's resolution on both sides (test_algorithms.py),
-the strategy listing and sizes (test_strategy_size.py) and the public names (test_public_names.py). They pass
-with no other edit. Without `--write` the docs check names the stale pages, and a row whose modules are missing
-fails the resolution test naming the module, so the checks can fail.
+the strategy listing and sizes (test_strategy_size.py), the public names (test_public_names.py), the server
+families the start() tests run (test_flower_start.py) and each class's typed and documented parameters
+(test_flower_conventions.py). They pass with no other edit. Without `--write` the docs check names the stale
+pages, and a row whose modules are missing fails the resolution test naming the module, so the checks can fail.
+(Its paper rule is a declaration of its own: tests/test_paper_rule_defaults.py wants one in
+common/algorithms/paper_rules.py's `RULES` for every row.)
 """
 
 from __future__ import annotations
@@ -21,7 +24,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 DERIVED_CHECKS = ["tests/test_algorithm_docs.py", "tests/test_derived_lists.py", "tests/test_algorithms.py",
-                  "tests/test_strategy_size.py", "tests/test_public_names.py"]
+                  "tests/test_strategy_size.py", "tests/test_public_names.py",
+                  "tests/test_flower_start.py::test_the_cases_cover_every_server_rule",
+                  "tests/test_flower_conventions.py::"
+                  "test_every_parameter_of_every_public_strategy_is_typed_and_documented"]
 
 SERVER_MODULE = '''"""FedProx-half: FedProx's server; its nodes take half the proximal weight (a scratch algorithm)."""
 

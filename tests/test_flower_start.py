@@ -1,7 +1,8 @@
 """Every server strategy runs under Flower's own `Strategy.start()` (issue 36).
 
 - one good and one error reply: `start()` finishes, the error reply is dropped in `aggregate_train`
-  (recorded with its reason) and the good one is aggregated, for every strategy class of the registry;
+  (recorded with its reason) and the good one is aggregated, for an algorithm of every server family of the
+  table (a new family's first row runs here without an edit);
 - the public keyword-parameter classes of `fedsynth.strategies` give bitwise the model `fedsynth run`
   gives with the same config and seed (fedsynth's ServerApp calls the same `start()`);
 - FedDDPM's warm-up and correction run inside `start()` (its recorded phases);
