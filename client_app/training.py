@@ -40,7 +40,7 @@ from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from common.keys import config_value
-from common.run.client_settings import LocalRecipe
+from common.run.client_settings import LocalRecipe, own_message_settings
 from common.run.config import RunConfig
 from common.models.diffusion import optimizer_kind
 from common.algorithms.optimizers import SGD, Adam, make_optimizer
@@ -199,6 +199,13 @@ class LocalJob:
     def setting(self, key: str) -> Any:
         """The setting `key` the server sent in this round's train config; KeyError naming it when absent."""
         return config_value(self.settings, key)
+
+    @property
+    def own_settings(self) -> Any:
+        """A plugin's own settings group (its strategy class's `settings`), its node-side fields as this round's
+        message carries them ("<name>.<key>", checked by the group's `check()`), the others the run config's;
+        None for an algorithm without settings of its own (common/run/own_settings.py)."""
+        return own_message_settings(self.settings, self.cfg)
 
     @property
     def lr(self) -> float:

@@ -37,7 +37,7 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
-from typing import Any, Callable
+from typing import Any, Callable, ClassVar
 
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
 from flwr.common.logger import log
@@ -46,6 +46,7 @@ from flwr.serverapp.strategy import Strategy
 
 from common.records import message_array_bytes
 from server_app.messaging import send_and_receive
+from server_app.strategies.declared_state import restore_declared_state, with_declared_state
 from server_app.strategies.node_table import NodeInfo, NodeTable, sample_nodes, wait_for_nodes
 from server_app.strategies.reply_collection import RoundOutcome, collect_replies
 from server_app.strategies.round_log import Failure, RoundEntry, RoundLog
@@ -109,6 +110,10 @@ class RoundStrategy(Strategy):
         Each round waits until the grid has at least this many nodes, as Flower's strategies do.
     """
 
+    # Names of attributes that hold server state (each a dict[str, np.ndarray], or None before first use):
+    # `state_dict()` / `load_state_dict()` checkpoint and restore them bitwise (server_app/strategies/declared_state.py)
+    server_state: ClassVar[tuple[str, ...]] = ()
+
     def __init__(self, *, min_nodes: int = 1, max_failed_rounds: int = 3, fraction_evaluate: float = 1.0,
                  max_weight_share: float = 1.0, seed: int = 0, nodes: list[NodeInfo] | None = None,
                  weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1) -> None:
@@ -157,12 +162,13 @@ class RoundStrategy(Strategy):
         """The strategy's server state: {"arrays": {group: {name: ndarray}}, "meta": JSON-able dict, "completed-rounds"}.
 
         Everything `start()` needs to continue after the last round this strategy finished: the algorithm's
-        arrays (momentum, control variates, the nodes' models of a relay, ...) and scalars. The global model is
+        arrays (momentum, control variates, the nodes' models of a relay, ...; each attribute the class names
+        in `server_state`, as the group `server-state.<name>`) and scalars. The global model is
         not in it: it is `Result.arrays`, which the resumed `start()` takes as `initial_arrays`. fedsynth's app
         checkpoints the same parts (server_app/recorder.py).
         """
-        return {"arrays": self._checkpoint_arrays(), "meta": self._state_meta(),
-                "completed-rounds": max(self.completed_rounds, self.last_round)}
+        arrays, meta = with_declared_state(self, self._checkpoint_arrays(), self._state_meta())
+        return {"arrays": arrays, "meta": meta, "completed-rounds": max(self.completed_rounds, self.last_round)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict()`: a later `start()` with the same `num_rounds` skips the finished rounds.
@@ -170,8 +176,9 @@ class RoundStrategy(Strategy):
         An optional `"restored-from"` (text, e.g. "the checkpoint in <folder>") names the source in the error a
         first round of broken replies raises.
         """
-        self._load_checkpoint_arrays(state["arrays"])
-        self._load_state_meta(state["meta"])
+        arrays, meta = restore_declared_state(self, state["arrays"], state["meta"])  # `server_state`'s attributes
+        self._load_checkpoint_arrays(arrays)
+        self._load_state_meta(meta)
         self.completed_rounds = int(state["completed-rounds"])
         self.restored_from = str(state.get("restored-from", ""))
         self._on_resume()
