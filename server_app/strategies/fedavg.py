@@ -48,6 +48,7 @@ from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text, with_flower_me
 from common.run.aggregation import Aggregation, BoundedInfluence, aggregation_rule, bounds
 from common.run.client_settings import codec_settings
 from common.run.codecs import Codec, codec_spec
+from common.run.own_settings import message_entries
 
 
 def weighted_mean(values: list[Weights], weights: list[float]) -> Weights:
@@ -225,7 +226,8 @@ class FedAvg(RoundStrategy):
         """The settings the nodes' rule needs, sent in every train message's config (as FedProx sends
         `proximal-mu`): the uplink codec and `node_settings` (common/run/client_settings.py); a subclass adds
         its own parameters that the nodes read."""
-        return {**codec_settings(self.codec, self.error_feedback), **self.node_settings}
+        return {**codec_settings(self.codec, self.error_feedback), **self.node_settings,
+                **message_entries(type(self), self)}  # a plugin's own node settings (common/run/own_settings.py)
 
     def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         """Extra records sent with the model (SCAFFOLD's c, the previous update, ...)."""
