@@ -197,6 +197,35 @@ def test_a_plugins_key_without_its_algorithm_is_refused() -> None:
         parse_run_config({"fedadam.eta": 0.1}, SERVER_STRATEGIES)
 
 
+def test_its_keys_are_documented_by_the_config_docs(plugin_root: Path) -> None:
+    from common.run.config_docs import own_settings_markdown
+
+    table = own_settings_markdown(ADAM)
+    assert table.startswith("## FedAdam: the server's Adam step on the mean update, and the nodes' learning-rate "
+                            "factor (fedadam:FEDADAM)")
+    for key in ("fedadam.eta", "fedadam.beta-1", "fedadam.beta-2", "fedadam.tau", "fedadam.local-lr-scale"):
+        assert f"| `{key}` |" in table, key
+    assert own_settings_markdown("fedavg") == "fedavg declares no settings of its own\n"
+
+
+def test_a_constructor_that_forwards_kwargs_is_refused_naming_the_class(plugin_root: Path, tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The `**kwargs` trap with a settings group: a hand-written constructor that forwards the rest is refused
+    when the run config is parsed; the constructor fedsynth generates from the group names every parameter."""
+    (tmp_path / "forwardingadam.py").write_text(
+        "from fedsynth.algorithm import Algorithm\n"
+        "from fedadam.server import FedAdam\n"
+        "class ForwardingAdam(FedAdam):\n"
+        "    def __init__(self, *, eta: float = 0.1, **kwargs):\n"
+        "        super().__init__(eta=eta, **kwargs)\n"
+        "ROW = Algorithm(strategy='forwardingadam:ForwardingAdam', client='fedadam.client:fedadam_update')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(ENV_VAR, "fedadam forwardingadam")
+    with pytest.raises(ConfigError, match=r"ForwardingAdam's constructor takes \*\*kwargs"):
+        parse_run_config({"algorithm": "forwardingadam:ROW"}, SERVER_STRATEGIES)
+    _forget("forwardingadam")
+
+
 def _node_train(raw: dict, config: dict) -> Message:
     """fedsynth's ClientApp on one train message (the run's seeded model, `config`) on partition 0 of 2."""
     from flwr.supercore.task_identity import TaskIdentity
