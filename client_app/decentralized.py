@@ -35,6 +35,7 @@ from common.algorithms.gossip import mix_with_own, record_round, round_record
 from common.protocol import GOSSIP, GOSSIP_MIXED, GOSSIP_MODEL_PREFIX, STATE_OWN_MODEL, STATE_OWN_ROUND
 from common.records import Weights, check_weights, from_record, load_weights, model_weights, to_record
 from common.run.task import make_model
+from common.algorithms.rule_settings import DFedAvgMSettings, OledFLSettings, SAMSettings
 
 
 def is_gossip_round(content: RecordDict) -> bool:
@@ -99,8 +100,8 @@ RuleFactory = Callable[[LocalJob], GradientRule]
 
 
 def sam_rule(job: LocalJob) -> GradientRule:
-    """SAM with the local gradient as ascent direction (DFedSAM, OledFL-SAM), radius `sam-rho`."""
-    return sam_gradients(job.model, job.loss_fn, float(job.setting("sam-rho")))
+    """SAM with the local gradient as ascent direction (DFedSAM, OledFL-SAM), radius SAM's `sam_rho` (`SAMSettings`)."""
+    return sam_gradients(job.model, job.loss_fn, job.rule_settings(SAMSettings).sam_rho)
 
 
 def decentralized_round(job: LocalJob, rule: RuleFactory, *, ole: bool = False, **recipe_changes) -> LocalResult:
@@ -112,7 +113,8 @@ def decentralized_round(job: LocalJob, rule: RuleFactory, *, ole: bool = False, 
     own_previous, own_round = own_model(job.state, job.cfg)
     metrics: dict[str, float] = {"own-model-round": own_round}
     if ole:  # ||x_i - z_i^{t-1}||: the Ole direction before scaling by beta
-        metrics["ole-direction-norm"] = ole_restart(job.model, own_previous, float(job.setting("ole-beta")))
+        beta = job.rule_settings(OledFLSettings).ole_beta
+        metrics["ole-direction-norm"] = ole_restart(job.model, own_previous, beta)
     if recipe_changes:
         job.recipe = dataclasses.replace(job.recipe, **recipe_changes)
     result = run_local_steps(job, rule(job))
@@ -133,7 +135,7 @@ def dfedavg_update(job: LocalJob) -> LocalResult:
 
 def dfedavgm_update(job: LocalJob) -> LocalResult:
     """DFedAvgM: DFedAvg with local heavy-ball momentum (buffer reset every round)."""
-    return decentralized_round(job, plain_rule, momentum=float(job.setting("dfedavgm-momentum")))
+    return decentralized_round(job, plain_rule, momentum=job.rule_settings(DFedAvgMSettings).dfedavgm_momentum)
 
 
 def dfedsam_update(job: LocalJob) -> LocalResult:

@@ -77,6 +77,8 @@ from common.protocol import (
     SYNTHETIC_DATA,
 )
 from common.records import Weights, from_record, to_record
+from common.algorithms.rule_settings import FedDynSAMSettings, SAMSettings
+from common.algorithms.synsam_settings import SynSAMRuleSettings
 
 # Keys in Context.state.
 STATE_SYNTHETIC = "fedsynsam-synthetic-data"   # D_syn as received from the server: {"x", "y"}
@@ -98,7 +100,7 @@ def _incoming_weights(job: LocalJob, key: str) -> Weights | None:
 
 def fedsam_rule(job: LocalJob) -> GradientRule:
     """FedSAM: ascent along the local mini-batch gradient."""
-    return sam_gradients(job.model, job.loss_fn, float(job.setting("sam-rho")))
+    return sam_gradients(job.model, job.loss_fn, job.rule_settings(SAMSettings).sam_rho)
 
 
 def fedlesam_direction(job: LocalJob) -> list[torch.Tensor] | None:
@@ -109,7 +111,7 @@ def fedlesam_direction(job: LocalJob) -> list[torch.Tensor] | None:
 
 def fixed_direction_rule(job: LocalJob, direction: list[torch.Tensor] | None) -> GradientRule:
     """SAM with an ascent direction fixed for the round (FedLESAM); plain gradients without one."""
-    return fixed_direction_gradients(job.model, job.loss_fn, direction, float(job.setting("sam-rho")))
+    return fixed_direction_gradients(job.model, job.loss_fn, direction, job.rule_settings(SAMSettings).sam_rho)
 
 
 # ----- FedLESAM --------------------------------------------------------------------
@@ -167,9 +169,10 @@ def fedsynsam_update(job: LocalJob) -> LocalResult:
         result.metrics["synthetic-examples"] = 0
         return result
     cfg = job.cfg
+    rule = job.rule_settings(SynSAMRuleSettings)
     trained = train_fedsynsam(
-        job.model, job.batches(), synthetic_x=synthetic[0], synthetic_y=synthetic[1], rho=float(job.setting("sam-rho")),
-        beta=float(job.setting("synsam-beta")), mix=str(job.setting("synsam-mix")), synthetic_batch_size=job.batch_size,
+        job.model, job.batches(), synthetic_x=synthetic[0], synthetic_y=synthetic[1], rho=rule.sam_rho, beta=rule.synsam_beta,
+        mix=rule.synsam_mix, synthetic_batch_size=job.batch_size,
         synthetic_seed=[cfg.seed, job.server_round, job.partition_id, 5], optimizer=job.optimizer,
         loss_fn=job.loss_fn,
     )
@@ -201,14 +204,14 @@ def scaffold_outputs(job: LocalJob, result: ScaffoldResult) -> LocalResult:
 
 def fedgamma_update(job: LocalJob) -> LocalResult:
     """FedGAMMA client: FedSAM + SCAFFOLD correction."""
-    result = train_fedgamma(job.model, job.batches(), rho=float(job.setting("sam-rho")), optimizer=job.optimizer,
-                            loss_fn=job.loss_fn, **scaffold_inputs(job))
+    result = train_fedgamma(job.model, job.batches(), rho=job.rule_settings(SAMSettings).sam_rho,
+                            optimizer=job.optimizer, loss_fn=job.loss_fn, **scaffold_inputs(job))
     return scaffold_outputs(job, result)
 
 
 def fedlesam_s_update(job: LocalJob) -> LocalResult:
     """FedLESAM-S client: FedLESAM + SCAFFOLD correction."""
-    result = train_fedlesam_s(job.model, job.batches(), rho=float(job.setting("sam-rho")),
+    result = train_fedlesam_s(job.model, job.batches(), rho=job.rule_settings(SAMSettings).sam_rho,
                               previous_update=_incoming_weights(job, PREVIOUS_UPDATE), optimizer=job.optimizer,
                               loss_fn=job.loss_fn, **scaffold_inputs(job))
     return scaffold_outputs(job, result)
@@ -220,8 +223,9 @@ def fedlesam_s_update(job: LocalJob) -> LocalResult:
 def fedlesam_d_update(job: LocalJob) -> LocalResult:
     """FedLESAM-D client: FedLESAM + FedDyn dynamic regulariser; sends g_i+ - g_i."""
     apply_accepted_scale(job, STATE_DYN_GRADIENT)
+    dyn = job.rule_settings(FedDynSAMSettings)
     result = train_fedlesam_d(
-        job.model, job.batches(), rho=float(job.setting("sam-rho")), alpha=float(job.setting("dyn-alpha")),
+        job.model, job.batches(), rho=dyn.sam_rho, alpha=dyn.dyn_alpha,
         previous_update=_incoming_weights(job, PREVIOUS_UPDATE),
         dyn_gradient=_state_weights(job.state, STATE_DYN_GRADIENT), optimizer=job.optimizer, loss_fn=job.loss_fn,
     )
@@ -242,8 +246,9 @@ def fedsmoo_update(job: LocalJob) -> LocalResult:
     perturbation correction is a second uplink record.
     """
     apply_accepted_scale(job, STATE_DYN_GRADIENT)
+    dyn = job.rule_settings(FedDynSAMSettings)
     result = train_fedsmoo(
-        job.model, job.batches(), rho=float(job.setting("sam-rho")), alpha=float(job.setting("dyn-alpha")),
+        job.model, job.batches(), rho=dyn.sam_rho, alpha=dyn.dyn_alpha,
         global_perturbation=_incoming_weights(job, GLOBAL_PERTURBATION),
         mu=_state_weights(job.state, STATE_SMOO_MU), dyn_gradient=_state_weights(job.state, STATE_DYN_GRADIENT),
         optimizer=job.optimizer, loss_fn=job.loss_fn,

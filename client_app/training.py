@@ -40,7 +40,7 @@ from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from common.keys import config_value
-from common.run.client_settings import LocalRecipe, own_message_settings
+from common.run.client_settings import LocalRecipe, own_message_settings, rule_settings
 from common.run.config import RunConfig
 from common.models.diffusion import optimizer_kind
 from common.algorithms.optimizers import SGD, Adam, make_optimizer
@@ -199,6 +199,11 @@ class LocalJob:
     def setting(self, key: str) -> Any:
         """The setting `key` the server sent in this round's train config; KeyError naming it when absent."""
         return config_value(self.settings, key)
+
+    def rule_settings(self, group: type) -> Any:
+        """This round's value of the rule's settings group `group` (`SAMSettings`, ...), read from the train
+        config and checked as the run config checks its keys (common/run/client_settings.py `rule_settings`)."""
+        return rule_settings(self.settings, group)
 
     @property
     def own_settings(self) -> Any:

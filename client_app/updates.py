@@ -22,6 +22,7 @@ from common.protocol import (
 )
 from common.algorithms.scaffold_control import scaffold_update_part
 from common.records import Weights, from_record, to_record
+from common.algorithms.rule_settings import FedProxSettings, MOONSettings, MoFedSAMSettings, SAMSettings
 
 
 def read_state_weights(state: RecordDict, key: str) -> Weights | None:
@@ -46,8 +47,8 @@ def _local(result: TrainResult, outgoing: dict | None = None) -> LocalResult:
 
 def fedprox_update(job: LocalJob) -> LocalResult:
     """FedProx client: cross-entropy + (mu/2)||w - w_global||^2."""
-    return _local(train_fedprox(job.model, job.batches(), mu=float(job.setting("proximal-mu")), optimizer=job.optimizer,
-                                loss_fn=job.loss_fn))
+    return _local(train_fedprox(job.model, job.batches(), mu=job.rule_settings(FedProxSettings).proximal_mu,
+                                optimizer=job.optimizer, loss_fn=job.loss_fn))
 
 
 def scaffold_update(job: LocalJob) -> LocalResult:
@@ -66,8 +67,9 @@ def scaffold_update(job: LocalJob) -> LocalResult:
 
 def moon_update(job: LocalJob) -> LocalResult:
     """MOON client: CE + mu * contrastive(z, z_global, z_previous)."""
+    moon = job.rule_settings(MOONSettings)
     result = train_moon(
-        job.model, job.batches(), mu=float(job.setting("moon-mu")), tau=float(job.setting("moon-tau")),
+        job.model, job.batches(), mu=moon.moon_mu, tau=moon.moon_tau,
         previous_model=read_state_weights(job.state, STATE_MOON_PREVIOUS_MODEL), optimizer=job.optimizer,
         loss_plugins=job.loss_plugins,  # FedCOG: KD term
     )
@@ -77,15 +79,16 @@ def moon_update(job: LocalJob) -> LocalResult:
 
 def fedsam_update(job: LocalJob) -> LocalResult:
     """FedSAM client: SAM with the local gradient as ascent direction."""
-    return _local(train_fedsam(job.model, job.batches(), rho=float(job.setting("sam-rho")), optimizer=job.optimizer,
-                               loss_fn=job.loss_fn))
+    return _local(train_fedsam(job.model, job.batches(), rho=job.rule_settings(SAMSettings).sam_rho,
+                               optimizer=job.optimizer, loss_fn=job.loss_fn))
 
 
 def mofedsam_update(job: LocalJob) -> LocalResult:
     """MoFedSAM client: a local SAM step (weight alpha) mixed with the global momentum (client_app/rules.py)."""
     record = job.incoming.array_records.get(PREVIOUS_UPDATE)
+    mofedsam = job.rule_settings(MoFedSAMSettings)
     return _local(train_mofedsam(
-        job.model, job.batches(), rho=float(job.setting("sam-rho")), alpha=float(job.setting("mofedsam-alpha")),
+        job.model, job.batches(), rho=mofedsam.sam_rho, alpha=mofedsam.mofedsam_alpha,
         previous_update=from_record(record) if record is not None else None, num_steps=job.num_steps,
         optimizer=job.optimizer, loss_fn=job.loss_fn,
     ))

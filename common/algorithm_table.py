@@ -26,6 +26,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from common.algorithms.cog_settings import COG_START_KEY
+from common.algorithms.rule_settings import (
+    DFedAvgMSettings, FedDynSAMSettings, FedProxSettings, MOONSettings, MoFedSAMSettings, OledFLSettings, SAMSettings,
+)
+from common.algorithms.synsam_settings import SynSAMRuleSettings
+from common.keys import node_keys
+
 
 # the means a row's `mean` may name: the papers' two plain means of the updates
 PAPER_MEANS: tuple[str, ...] = ("weighted", "uniform")
@@ -38,7 +45,8 @@ class Algorithm:
     server : the name of its server rule: algorithms with the same one share their server's aggregation (a
         family); a plugin may leave it empty (its own family).
     client_keys : the run-config keys its client rule reads from the train message's config, beside the
-        uplink codec's (common/run/client_settings.py), under their run-config names (e.g. "sam-rho").
+        uplink codec's (common/run/client_settings.py), under their run-config names: a built-in row's are its
+        rule's settings group's (`node_keys(SAMSettings)`), declared once in the group.
     decentralized : its ServerApp is the relay (server_app/strategies/relay.py), which sends each node its
         own message, and the nodes mix their neighbours' models.
     strategy : its strategy class, `"package.module:Class"`: the class `fedsynth.strategies` exports under
@@ -95,41 +103,41 @@ _ROWS: dict[str, Algorithm] = {
                         trains_ddpm=True),
     "fedavgm": Algorithm("fedavgm", strategy=_S + "fedavgm:FedAvgM", client=_FEDAVG_CLIENT, cog_base=True,
                          trains_ddpm=True),
-    "fedprox": Algorithm("fedavg", ("proximal-mu",), strategy=_S + "node_rules:FedProx",
+    "fedprox": Algorithm("fedavg", node_keys(FedProxSettings), strategy=_S + "node_rules:FedProx",
                          client="client_app.updates:fedprox_update", cog_base=True, trains_ddpm=True),
     "scaffold": Algorithm("scaffold", strategy=_S + "scaffold:Scaffold", client="client_app.updates:scaffold_update",
                           cog_base=True, trains_ddpm=True, state_follows_update=True),
-    "moon": Algorithm("fedavg", ("moon-mu", "moon-tau"), strategy=_S + "node_rules:MOON",
+    "moon": Algorithm("fedavg", node_keys(MOONSettings), strategy=_S + "node_rules:MOON",
                       client="client_app.updates:moon_update", cog_base=True, projection_head=True),
-    "fedsam": Algorithm("fedavg", ("sam-rho",), strategy=_S + "node_rules:FedSAM",
+    "fedsam": Algorithm("fedavg", node_keys(SAMSettings), strategy=_S + "node_rules:FedSAM",
                         client="client_app.updates:fedsam_update", trains_ddpm=True),
-    "mofedsam": Algorithm("previous-update", ("sam-rho", "mofedsam-alpha"), strategy=_S + "node_rules:MoFedSAM",
+    "mofedsam": Algorithm("previous-update", node_keys(MoFedSAMSettings), strategy=_S + "node_rules:MoFedSAM",
                           client="client_app.updates:mofedsam_update", trains_ddpm=True),
     # decentralized FL (issue 6): the ServerApp only relays; the node rules differ
     "dpsgd": _relay(strategy="DPSGD", client="dpsgd_update"),
     "dfedavg": _relay(strategy="DFedAvg", client="dfedavg_update"),
-    "dfedavgm": _relay("dfedavgm-momentum", strategy="DFedAvgM", client="dfedavgm_update"),
-    "dfedsam": _relay("sam-rho", strategy="DFedSAM", client="dfedsam_update"),
-    "oledfl-sgd": _relay("ole-beta", strategy="OledFL", client="oledfl_sgd_update"),
-    "oledfl-sam": _relay("ole-beta", "sam-rho", strategy="OledFL", client="oledfl_sam_update"),
+    "dfedavgm": _relay(*node_keys(DFedAvgMSettings), strategy="DFedAvgM", client="dfedavgm_update"),
+    "dfedsam": _relay(*node_keys(SAMSettings), strategy="DFedSAM", client="dfedsam_update"),
+    "oledfl-sgd": _relay(*node_keys(OledFLSettings), strategy="OledFL", client="oledfl_sgd_update"),
+    "oledfl-sam": _relay(*node_keys(OledFLSettings), *node_keys(SAMSettings), strategy="OledFL", client="oledfl_sam_update"),
     # FedCOG (issue 4) is client-side only: "fedcog" = "fedavg+cog" with its own class (it sends the start round);
     # the X+cog rows are generated below from the rows marked cog_base; the server sends FedCOG's settings beside
     # X's (common/run/client_settings.py `client_keys`)
-    "fedcog": Algorithm("fedavg", ("cog-start-round",), strategy=_S + "node_rules:FedCOG", client=_FEDAVG_CLIENT,
+    "fedcog": Algorithm("fedavg", (COG_START_KEY,), strategy=_S + "node_rules:FedCOG", client=_FEDAVG_CLIENT,
                         with_cog=True),
     # FedSynSAM (issue 3): the SAM family and the baselines of the FedSynSAM paper
-    "fedlesam": Algorithm("fedlesam", ("sam-rho",), strategy=_S + "sam_baselines:FedLESAM",
+    "fedlesam": Algorithm("fedlesam", node_keys(SAMSettings), strategy=_S + "sam_baselines:FedLESAM",
                           client="client_app.sam_family:fedlesam_update"),
-    "fedsynsam": Algorithm("fedsynsam", ("sam-rho", "synsam-beta", "synsam-mix"), strategy=_S + "fedsynsam:FedSynSAM",
+    "fedsynsam": Algorithm("fedsynsam", node_keys(SynSAMRuleSettings), strategy=_S + "fedsynsam:FedSynSAM",
                            client="client_app.sam_family:fedsynsam_update", mean="uniform"),
     "dynafed": Algorithm("dynafed", strategy=_S + "dynafed:DynaFed", client=_FEDAVG_CLIENT),
-    "fedgamma": Algorithm("scaffold", ("sam-rho",), strategy=_S + "node_rules:FedGamma",
+    "fedgamma": Algorithm("scaffold", node_keys(SAMSettings), strategy=_S + "node_rules:FedGamma",
                           client="client_app.sam_family:fedgamma_update", state_follows_update=True),
-    "fedlesam-s": Algorithm("fedlesam-s", ("sam-rho",), strategy=_S + "sam_baselines:FedLESAMS",
+    "fedlesam-s": Algorithm("fedlesam-s", node_keys(SAMSettings), strategy=_S + "sam_baselines:FedLESAMS",
                             client="client_app.sam_family:fedlesam_s_update", state_follows_update=True),
-    "fedlesam-d": Algorithm("fedlesam-d", ("sam-rho", "dyn-alpha"), strategy=_S + "sam_baselines:FedLESAMD",
+    "fedlesam-d": Algorithm("fedlesam-d", node_keys(FedDynSAMSettings), strategy=_S + "sam_baselines:FedLESAMD",
                             client="client_app.sam_family:fedlesam_d_update", state_follows_update=True),
-    "fedsmoo": Algorithm("fedsmoo", ("sam-rho", "dyn-alpha"), strategy=_S + "sam_baselines:FedSMOO",
+    "fedsmoo": Algorithm("fedsmoo", node_keys(FedDynSAMSettings), strategy=_S + "sam_baselines:FedSMOO",
                          client="client_app.sam_family:fedsmoo_update", state_follows_update=True),
     # FedDDPM (issue 5): diffusion models with server-side auxiliary correction; the clients run FedAvg's rule
     # on the DDPM loss (the warmup is client_app/diffusion.py's)

@@ -95,3 +95,50 @@ def require_settings(config: Mapping[str, Any], keys: Iterable[str]) -> None:
     if missing:
         raise ValueError(missing_message(missing))
 
+
+
+# ----- settings groups -------------------------------------------------------------------------------------
+# An algorithm's own settings are one frozen dataclass of `key` fields (a "settings group", e.g. SAM's radius,
+# common/algorithms/rule_settings.py), declared once in the algorithm's module. A group may extend others by
+# inheritance (MoFedSAM's is SAM's and its alpha): each group declares and checks its own fields, and the run
+# config composes the groups (common/run/config.py `PARTS`). A strategy class that declares `settings = Group`
+# takes the group's fields as its keyword parameters (server_app/strategies/parameters.py), and the group's
+# `NODE`/`BOTH` fields travel in its train messages under their run-config keys (`message_config`).
+
+
+def own_fields(group: type) -> list[dataclasses.Field]:
+    """The fields `group` declares itself (not those of the groups it extends), in declaration order."""
+    own = group.__dict__.get("__annotations__", {})
+    return [f for f in dataclasses.fields(group) if f.name in own]
+
+
+def check_group(settings: Any) -> None:
+    """Run every check of a settings group's value: each group's own `check`, the extended groups' first.
+
+    ConfigError names the key, its value and the accepted values."""
+    for group in reversed(type(settings).__mro__):
+        if "check" in group.__dict__:
+            group.check(settings)
+
+
+def node_fields(group: type) -> list[dataclasses.Field]:
+    """The fields of `group` (its own and those it extends) that travel in the train message (`sent_to_nodes`)."""
+    return [f for f in dataclasses.fields(group) if sent_to_nodes(f)]
+
+
+def node_keys(group: type | None) -> tuple[str, ...]:
+    """The run-config keys of `group`'s fields that travel in the train message; () for no group."""
+    return () if group is None else tuple(key_name(f.name) for f in node_fields(group))
+
+
+def message_config(group: type, values: Any) -> dict[str, Any]:
+    """The train message's config entries of `group`: each field that travels (`node_fields`) under its run-config
+    key, its value read from `values` (a value of the group, a strategy or a run config: any object with the
+    fields as attributes)."""
+    return {key_name(f.name): getattr(values, f.name) for f in node_fields(group)}
+
+
+def group_of(group: type, values: Any) -> Any:
+    """The value of `group` that `values` (a run config, a strategy: any object with the group's fields as
+    attributes) holds: `SAMSettings` of a run config is its `sam-rho`."""
+    return group(**{f.name: getattr(values, f.name) for f in dataclasses.fields(group)})

@@ -6,10 +6,11 @@ server's half of it: each row names its class by import path (`strategy`), resol
 `strategies/catalog.py`. A user's algorithm, `algorithm = "package.module:Name"`
 (common/algorithms/plugins.py), is resolved by `strategy_class` and built by the same `build_strategy`.
 
-A strategy is built from its own typed keyword parameters, each named after the run-config key it mirrors
-(server_app/strategies/parameters.py), so `build_strategy` reads each of the class's parameters from the run
-config under its own name; the few that are not run-config keys (the grouped values: the codec, bounded
-influence, the aggregation, the server's task) say here where they come from. What
+A strategy is built from its declared keyword parameters (server_app/strategies/parameters.py
+`declared_parameters`: its settings groups' fields, then its base's constructor's), each named after the
+run-config key it mirrors, so `build_strategy` reads each from the run config under its own name; the few
+that are not run-config keys (the grouped values: the codec, bounded influence, the aggregation, the
+server's task) say here where they come from. What
 fedsynth's app adds around the algorithm (the nodes' kept models for resume, FID's reference from the nodes'
 feature sums, the perturbation diagnostic) is attached here too, so the strategies never see a run config.
 """
@@ -17,7 +18,6 @@ feature sums, the perturbation diagnostic) is attached here too, so the strategi
 from __future__ import annotations
 
 import dataclasses
-import inspect
 from functools import partial
 from typing import Any, Callable
 
@@ -30,7 +30,9 @@ from common.errors import ConfigError
 from common.records import module_parameter_names
 from common.run.aggregation import aggregation_of, bounded_influence_of
 from common.run.codecs import codec_of
-from common.algorithms.cog_settings import CogSettings
+from common.algorithms.cog_settings import COG_START_KEY, CogSettings
+from common.algorithms.rule_settings import SAMSettings
+from common.keys import node_keys
 from common.models.diffusion import optimizer_kind
 from common.run.client_settings import LocalRecipe
 from common.run.config import RunConfig, cog_enabled
@@ -41,6 +43,7 @@ from server_app.strategies.base import RoundStrategy
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.node_models import NodeModels, kept_model_keys
 from server_app.strategies.catalog import STRATEGY_CLASSES
+from server_app.strategies.parameters import declared_parameters
 
 # algorithm -> its strategy class (common/algorithm_table.py's `strategy`), in the table's order: the class
 # `fedsynth.strategies` exports under the same name
@@ -73,9 +76,9 @@ def cog_node_settings(cfg: RunConfig) -> dict[str, Any] | None:
     message beside the base's (None otherwise): the run config's FedCOG part (`CogSettings.cog_config`), with
     `cog-start-round` resolved to the first FedCOG round of the run's `num-server-rounds`. FedCOG's own class sends
     them itself (`cog_settings`)."""
-    if not cog_enabled(cfg) or "cog_settings" in inspect.signature(SERVER_STRATEGIES[cfg.algorithm]).parameters:
+    if not cog_enabled(cfg) or "cog_settings" in declared_parameters(SERVER_STRATEGIES[cfg.algorithm]):
         return None
-    return {**CogSettings.of(cfg).cog_config(), "cog-start-round": cfg.first_cog_round(cfg.num_server_rounds)}
+    return {**CogSettings.of(cfg).cog_config(), COG_START_KEY: cfg.first_cog_round(cfg.num_server_rounds)}
 
 
 def train_config(cfg: RunConfig) -> dict[str, Any]:
@@ -113,12 +116,12 @@ def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) 
         "aggregation": lambda: aggregation_of(cfg),
         "bounded_influence": lambda: bounded_influence_of(cfg),
         "codec": lambda: codec_of(cfg),
-        "sam": lambda: "sam-rho" in algorithm_of(cfg.algorithm).client_keys,  # OledFL-SAM
+        "sam": lambda: set(node_keys(SAMSettings)) <= set(algorithm_of(cfg.algorithm).client_keys),  # OledFL-SAM
     }
     own = cfg.own_settings  # a plugin's own settings group (common/run/own_settings.py): its fields win
     own_fields = {f.name for f in dataclasses.fields(own)} if own is not None else set()
     arguments: dict[str, Any] = {}
-    for name in inspect.signature(cls).parameters:
+    for name in declared_parameters(cls):
         if name in from_run:
             arguments[name] = from_run[name]()
         elif name in own_fields:

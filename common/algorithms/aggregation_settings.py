@@ -87,13 +87,7 @@ class AggregationSettings:
         "metrics give clipped-updates (how many updates the bounds shortened) and weight-cap-bound (1 when the cap "
         "changed a weight). The deployment walk-through (docs/own-data.md) turns it on.", "fedsynth (SPEC 7)"
     )
-    max_record_norm: float = key(
-        0.0, "Bound on the L2 norm of each algorithm-specific array record of a reply (SCAFFOLD's and fedgamma's "
-        "control-variate delta, FedLESAM-D's dynamic correction, FedSMOO's perturbation dual); 0: none. Acted on as "
-        "update-norm-action says."
-    )
     server_lr: float = key(1.0, "Server step eta_g on the mean update.")
-    server_momentum: float = key(0.9, "FedAvgM server momentum.", "FedCOG: 0.1")
 
     def check(self) -> None:
         """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
@@ -107,6 +101,30 @@ class AggregationSettings:
         check_choice("update-norm-action", self.update_norm_action, ("clip", "refuse"))
         require(0 < self.max_weight_share <= 1, "max-weight-share", self.max_weight_share,
                 "a share in (0, 1] (1: no cap)")
-        require(self.max_record_norm >= 0, "max-record-norm", self.max_record_norm, "a number >= 0 (0: no bound)")
         require(self.server_lr > 0, "server-lr", self.server_lr, "a number > 0")
+
+
+@dataclass(frozen=True)
+class RecordBoundSettings:
+    """The bound on the algorithm-specific array records of a reply (SCAFFOLD's, FedLESAM-D's, FedSMOO's)."""
+
+    max_record_norm: float = key(
+        0.0, "Bound on the L2 norm of each algorithm-specific array record of a reply (SCAFFOLD's and fedgamma's "
+        "control-variate delta, FedLESAM-D's dynamic correction, FedSMOO's perturbation dual); 0: none. Acted on as "
+        "update-norm-action says."
+    )
+
+    def check(self) -> None:
+        """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
+        require(self.max_record_norm >= 0, "max-record-norm", self.max_record_norm, "a number >= 0 (0: no bound)")
+
+
+@dataclass(frozen=True)
+class FedAvgMSettings:
+    """FedAvgM: the server's momentum on the mean update."""
+
+    server_momentum: float = key(0.9, "FedAvgM server momentum.", "FedCOG: 0.1")
+
+    def check(self) -> None:
+        """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
         require(0 <= self.server_momentum < 1, "server-momentum", self.server_momentum, "a number in [0, 1)")

@@ -119,3 +119,5 @@ class CogSettings:
 
 # FedCOG's run-config keys: what a train message of a run with FedCOG carries for it
 COG_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in dataclasses.fields(CogSettings))
+# the key of FedCOG's first round, which FedCOG's own class sends (resolved: `first_cog_round`)
+COG_START_KEY: str = key_name("cog_start_round")

@@ -14,12 +14,12 @@ from dataclasses import dataclass
 from common.algorithms.gossip import parse_targets
 from common.algorithms.topology import MIXINGS, TOPOLOGIES
 from common.errors import ConfigError
-from common.keys import NODE, check_choice, check_text, key, require
+from common.keys import check_choice, check_text, key, require
 
 
 @dataclass(frozen=True)
 class DecentralizedSettings:
-    """Decentralized FL: the graph each round, its mixing weights, OledFL's and DFedAvgM's coefficients, targets."""
+    """Decentralized FL: the graph each round, its mixing weights, and the targets the summary reports."""
 
     topology: str = key(
         "random", "Decentralized topology: random (a fresh k-regular graph each round: every node has exactly k "
@@ -35,14 +35,10 @@ class DecentralizedSettings:
         "node and each neighbour; needs every node to have k neighbours; equal to metropolis on such graphs).",
         "SPEC 4.5; DisPFL code",
     )
-    ole_beta: float = key(0.99, "OledFL: Ole coefficient beta, start from x_i + beta (x_i - z_i^{t-1}); in [0, 1).",
-                          "OledFL: 0.99 CIFAR-10, 0.8 CIFAR-100", side=NODE)
     relay_mixing: bool = key(
         False, "Decentralized: the relay sends each node the weighted sum of its neighbours' models (one model) "
         "instead of every neighbour's model; same numbers, less traffic.", "SPEC 4.5",
     )
-    dfedavgm_momentum: float = key(0.9, "DFedAvgM: local SGD momentum (buffer reset every round).",
-                                   "DFedAvgM: 0.9", side=NODE)
     target_accuracies: str = key(
         "0.7,0.75,0.8", "Comma-separated accuracies of the average model; the summary reports the first round "
         "reaching each (decentralized runs).", "OledFL Table III",
@@ -54,8 +50,6 @@ class DecentralizedSettings:
         check_choice("topology", self.topology, TOPOLOGIES)
         require(self.peers >= 1, "peers", self.peers, "an integer >= 1")
         check_choice("mixing", self.mixing, MIXINGS)
-        require(0 <= self.ole_beta < 1, "ole-beta", self.ole_beta, "a number in [0, 1) (OledFL diverges for beta >= 1)")
-        require(0 <= self.dfedavgm_momentum < 1, "dfedavgm-momentum", self.dfedavgm_momentum, "a number in [0, 1)")
         try:
             parse_targets(self.target_accuracies)
         except ValueError as err:

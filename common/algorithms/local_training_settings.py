@@ -3,7 +3,8 @@
 One part of the run config (common/run/config.py's `RunConfig` composes the parts), read by the
 client rules (client_app/training.py and this floor's losses, optimizers and SAM): epochs or steps,
 batch, learning rate and its decay, SGD's momentum and weight decay, gradient clipping, the
-optimizer, and the terms FedProx, MOON, FedSAM/MoFedSAM and the FedDyn-style rules add to the loss.
+optimizer, and MOON's projection head; the terms each rule adds to the loss are its own settings group
+(common/algorithms/rule_settings.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ OPTIMIZERS = ("auto", "sgd", "adam")
 
 @dataclass(frozen=True)
 class LocalTrainingSettings:
-    """Local training: epochs or steps, batch, learning rate, optimizer, and the client rules' weights."""
+    """Local training: epochs or steps, batch, learning rate, optimizer, and MOON's projection head."""
 
     local_epochs: int = key(1, "Local epochs per round (when local-steps is 0).", side=NODE)
     local_steps: int = key(0, "Local SGD steps per round K; 0 means use local-epochs.", side=NODE)
@@ -38,16 +39,7 @@ class LocalTrainingSettings:
         "auto", "Optimizer of local training and of FedDDPM's server epochs: sgd, adam, or auto (adam for the "
         "diffusion task, sgd otherwise); a new one every round.", "FedDDPM: Adam", side=NODE,
     )
-    proximal_mu: float = key(0.01, "FedProx proximal weight mu.", "FedProx", side=NODE)
-    moon_mu: float = key(1.0, "MOON contrastive weight mu.", "MOON; FedCOG used 0.01", side=NODE)
-    moon_tau: float = key(0.5, "MOON temperature tau.", "MOON", side=NODE)
     moon_projection_dim: int = key(256, "MOON projection-head output size.", "MOON")
-    sam_rho: float = key(0.05, "SAM perturbation radius rho.", "FedSAM", side=NODE)
-    mofedsam_alpha: float = key(0.1, "MoFedSAM weight of the local SAM gradient.", "MoFedSAM", side=NODE)
-    dyn_alpha: float = key(
-        0.1, "fedlesam-d / fedsmoo: weight alpha of the FedDyn-style dynamic regulariser.", "FedDyn; FedSMOO",
-        side=NODE,
-    )
 
     def check(self) -> None:
         """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
@@ -62,10 +54,4 @@ class LocalTrainingSettings:
         require(self.clip_grad_norm >= 0 and math.isfinite(self.clip_grad_norm), "clip-grad-norm", self.clip_grad_norm,
                 "a number >= 0 (0: no clipping)")
         check_choice("local-optimizer", self.local_optimizer, OPTIMIZERS)
-        require(self.proximal_mu >= 0, "proximal-mu", self.proximal_mu, "a number >= 0")
-        require(self.moon_mu >= 0, "moon-mu", self.moon_mu, "a number >= 0")
-        require(self.moon_tau > 0, "moon-tau", self.moon_tau, "a number > 0")
         require(self.moon_projection_dim >= 1, "moon-projection-dim", self.moon_projection_dim, "an integer >= 1")
-        require(self.sam_rho >= 0, "sam-rho", self.sam_rho, "a number >= 0")
-        require(0 <= self.mofedsam_alpha <= 1, "mofedsam-alpha", self.mofedsam_alpha, "a number in [0, 1]")
-        require(self.dyn_alpha > 0, "dyn-alpha", self.dyn_alpha, "a number > 0")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from common.algorithms.rule_settings import SAMSettings
 from common.keys import NODE, check_choice, check_text, key, require
 
 # The distillation's trajectory-matching loss (server_app/distillation.py `matching_loss`).
@@ -26,7 +27,7 @@ SYNTHETIC_SOURCES = ("distilled", REAL_ORACLE)
 
 @dataclass(frozen=True)
 class SynSAMSettings:
-    """FedSynSAM and DynaFed: the trajectory, its distillation into a synthetic set, and the synthetic ascent mix."""
+    """FedSynSAM and DynaFed: the trajectory, its distillation into a synthetic set, and DynaFed's server epochs."""
 
     trajectory_rounds: int = key(
         30, "R: fedsynsam/dynafed keep the global models w^0..w^R and distil the synthetic set after round R.",
@@ -51,14 +52,6 @@ class SynSAMSettings:
         "matching) or real-oracle (a diagnostic, NOT the method: synthetic-ipc real training images per class drawn "
         "with the run's seed; the server reads the training split, which a federated server does not hold).",
         "diagnostic",
-    )
-    synsam_beta: float = key(
-        0.9, "FedSynSAM: weight of the local gradient in the ascent direction (1 - beta: synthetic).", "FedSynSAM",
-        side=NODE,
-    )
-    synsam_mix: str = key(
-        "paper", "FedSynSAM ascent mix: paper (beta grad_local + (1 - beta) grad_syn) or normalized (an ablation, "
-        "not the paper's: each gradient scaled to unit norm before mixing).", "FedSynSAM eq. 14; ablation", side=NODE,
     )
     matching_loss: str = key(
         "normalized", "fedsynsam/dynafed distillation loss: normalized (||w_hat - w^{r+s}||^2 / ||w^r - w^{r+s}||^2, "
@@ -85,8 +78,6 @@ class SynSAMSettings:
         require(self.distill_lr >= 0, "distill-lr", self.distill_lr, "a number >= 0 (0: by optimizer)")
         require(self.distill_alpha_init > 0, "distill-alpha-init", self.distill_alpha_init, "a number > 0")
         require(self.distill_alpha_lr >= 0, "distill-alpha-lr", self.distill_alpha_lr, "a number >= 0")
-        require(0 <= self.synsam_beta <= 1, "synsam-beta", self.synsam_beta, "a number in [0, 1]")
-        check_choice("synsam-mix", self.synsam_mix, ("paper", "normalized"))
         check_choice("matching-loss", self.matching_loss, MATCHING_LOSSES)
         check_choice("synthetic-source", self.synthetic_source, SYNTHETIC_SOURCES)
         require(self.dynafed_lr > 0, "dynafed-lr", self.dynafed_lr, "a number > 0")
@@ -110,3 +101,22 @@ class SynSAMSettings:
     def normalized_matching(self) -> bool:
         """Whether the matching loss is normalised by the segment's length (`matching-loss = normalized`)."""
         return self.matching_loss == "normalized"
+
+
+@dataclass(frozen=True)
+class SynSAMRuleSettings(SAMSettings):
+    """FedSynSAM's node rule: the mix of the local and synthetic gradients in the ascent (and SAM's radius)."""
+
+    synsam_beta: float = key(
+        0.9, "FedSynSAM: weight of the local gradient in the ascent direction (1 - beta: synthetic).", "FedSynSAM",
+        side=NODE,
+    )
+    synsam_mix: str = key(
+        "paper", "FedSynSAM ascent mix: paper (beta grad_local + (1 - beta) grad_syn) or normalized (an ablation, "
+        "not the paper's: each gradient scaled to unit norm before mixing).", "FedSynSAM eq. 14; ablation", side=NODE,
+    )
+
+    def check(self) -> None:
+        """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
+        require(0 <= self.synsam_beta <= 1, "synsam-beta", self.synsam_beta, "a number in [0, 1]")
+        check_choice("synsam-mix", self.synsam_mix, ("paper", "normalized"))

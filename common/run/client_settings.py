@@ -36,9 +36,10 @@ from common.algorithms.accepted_scale import ACCEPTED_SCALE_KEYS  # noqa: F401 -
 from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.cog_settings import COG_KEYS
 from common.errors import ConfigError
-from common.keys import config_value, key_name, require_settings, sent_to_nodes, shown  # noqa: F401 - readers
-from common.run.config import _coerce as typed_value  # the run config's typing of a key's value
-from common.run.config import RunConfig, check_parameters, config_fields
+from common.keys import (  # noqa: F401 - readers
+    check_group, config_value, key_name, node_fields, require_settings, sent_to_nodes, shown,
+)
+from common.run.config import RunConfig, check_parameters, coerce_value, config_fields
 from common.run.own_settings import check_message, message_keys
 from common.uplink.spec import CompressionSpec
 
@@ -144,6 +145,27 @@ def check_train_settings(config: Mapping[str, Any], required: Iterable[str]) -> 
                                      if key in checked and key in _FIELD_OF_KEY})
 
 
+def rule_settings(config: Mapping[str, Any], group: type) -> Any:
+    """The value of the settings group `group` (a rule's own, e.g. common/algorithms/rule_settings.py's
+    `SAMSettings`) that a train message's config carries: each of its fields that travel (side NODE or BOTH)
+    read under its run-config key, coerced to its type and checked by the group's checks as the run config
+    checks the key, so a rule reads `rule_settings(config, SAMSettings).sam_rho` and never a key by name.
+
+    A missing key is a ValueError naming every missing key (`missing_message`); a mistyped, NaN or infinite, or
+    out-of-range value a ConfigError naming the key, the value and what is accepted. The group's fields that do
+    not travel keep their defaults.
+    """
+    fields = node_fields(group)
+    require_settings(config, [key_name(f.name) for f in fields])
+    try:
+        settings = group(**{f.name: coerce_value(key_name(f.name), config[key_name(f.name)], f.default)
+                            for f in fields})
+        check_group(settings)
+    except ConfigError as err:
+        raise ConfigError(f"{TRAIN_MESSAGE}: {err}") from None
+    return settings
+
+
 def client_keys(algorithm: str, decentralized: bool = False, cog: bool = False) -> tuple[str, ...]:
     """The run-config keys a node running `algorithm` reads from its train message's config, beside `ROUND_KEYS`.
 
@@ -198,4 +220,4 @@ def own_message_settings(config: Mapping[str, Any], cfg: RunConfig) -> Any:
     """A plugin's own settings group as a train message's `config` gives them, checked with the group's own
     `check()` (a missing key is a ValueError, a bad value a ConfigError naming "<name>.<key>"); None for an
     algorithm without its own settings."""
-    return check_message(config, cfg.algorithm, cfg.own_settings, typed_value)
+    return check_message(config, cfg.algorithm, cfg.own_settings, coerce_value)

@@ -22,20 +22,25 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from common.algorithms.aggregation_settings import AUTO_MEAN, AggregationSettings, bounded_influence_values
+from common.algorithms.aggregation_settings import (
+    AUTO_MEAN, AggregationSettings, FedAvgMSettings, RecordBoundSettings, bounded_influence_values,
+)
 from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.cog_settings import CogSettings
 from common.algorithms.decentralized_settings import DecentralizedSettings
+from common.algorithms.rule_settings import (
+    DFedAvgMSettings, FedDynSAMSettings, FedProxSettings, MOONSettings, MoFedSAMSettings, OledFLSettings, SAMSettings,
+)
 from common.algorithms.plugins import PLUGIN_FORM, algorithm_of, is_plugin, known_algorithm, plugin_algorithm
 from common.algorithm_table import ALGORITHMS, COG_BASES, Algorithm
 from common.algorithms.local_training_settings import LocalTrainingSettings
-from common.algorithms.synsam_settings import REAL_ORACLE, SynSAMSettings
+from common.algorithms.synsam_settings import REAL_ORACLE, SynSAMRuleSettings, SynSAMSettings
 from common.data.datasets import dataset_info
 from common.data.hf_datasets import is_hf
 from common.data.settings import NODE_PARTITION, DataSettings
 from common.data.site_data import node_shape_info
 from common.errors import ConfigError
-from common.keys import check_choice, key_name, require, shown
+from common.keys import check_choice, key_name, own_fields, require, shown
 from common.models.classifier_names import MODELS, check_model_fits, is_user_model
 from common.models.diffusion_names import UNET_PRESETS
 from common.models.diffusion_settings import DiffusionSettings
@@ -45,15 +50,28 @@ from common.run.own_settings import as_config, is_own_key, parse_own_settings
 from common.run.settings import RunSettings
 
 # The parts of the run config, in reading order: docs/configuration.md's tables and `RunConfig.check` follow it.
+# Each part is a settings group (common/keys.py); an algorithm's own group lives in its module (FedProx's, SAM's,
+# ...: common/algorithms/rule_settings.py), and a group that extends another lists only the keys it declares.
 PARTS: tuple[type, ...] = (
-    RunSettings, DataSettings, ModelSettings, LocalTrainingSettings, RoundSettings, AggregationSettings,
-    CodecSettings, SynSAMSettings, CogSettings, DecentralizedSettings, DiffusionSettings,
+    RunSettings, DataSettings, ModelSettings, LocalTrainingSettings, FedProxSettings, MOONSettings, SAMSettings,
+    MoFedSAMSettings, FedDynSAMSettings, RoundSettings, AggregationSettings, RecordBoundSettings, FedAvgMSettings,
+    CodecSettings, SynSAMSettings, SynSAMRuleSettings, CogSettings, DecentralizedSettings, DFedAvgMSettings,
+    OledFLSettings, DiffusionSettings,
 )
 
 
+def _bases(parts: tuple[type, ...]) -> tuple[type, ...]:
+    """`parts` with every group before the groups it extends (`MoFedSAMSettings` before `SAMSettings`), the others
+    in their order: the bases `RunConfig` inherits them in (a class must precede its bases)."""
+    ordered: list[type] = []
+    for part in parts:
+        extended = [i for i, other in enumerate(ordered) if issubclass(part, other)]
+        ordered.insert(min(extended), part) if extended else ordered.append(part)
+    return tuple(ordered)
+
+
 @dataclass(frozen=True)
-class RunConfig(RunSettings, DataSettings, ModelSettings, LocalTrainingSettings, RoundSettings, AggregationSettings,
-                CodecSettings, SynSAMSettings, CogSettings, DecentralizedSettings, DiffusionSettings):
+class RunConfig(*_bases(PARTS)):  # type: ignore[misc]
     """Validated run configuration shared by the ServerApp and the ClientApps: every part's keys, flat."""
 
     # a plugin's own settings group, from its keys "<name>.<key>" (common/run/own_settings.py); None for the others
@@ -177,11 +195,11 @@ def paper_mean(algorithm: str) -> str:
 
 
 def config_fields() -> list[dataclasses.Field]:
-    """All run-config fields: each part's in declaration order, the parts in `PARTS` order."""
-    return [f for part in PARTS for f in dataclasses.fields(part)]
+    """All run-config fields: each part's own in declaration order (`own_fields`), the parts in `PARTS` order."""
+    return [f for part in PARTS for f in own_fields(part)]
 
 
-def _coerce(key: str, value: Any, default: Any) -> Any:
+def coerce_value(key: str, value: Any, default: Any) -> Any:
     """Coerce a TOML/CLI value to the type of the key's default, or raise ConfigError."""
     expected = type(default)
     if expected is bool:
@@ -223,7 +241,7 @@ def check_parameters(owner: str, values: Mapping[str, Any]) -> None:
     A strategy's parameter mirrors the run-config key of the same name (`max_weight_share` <->
     `max-weight-share`, server_app/strategies/parameters.py), so the values it is given pass the same
     checks, worded the same: the key's type (a number, finite; an integer; true or false; text) as
-    `_coerce` checks it, then the `check` of every part that declares one of the given keys. The
+    `coerce_value` checks it, then the `check` of every part that declares one of the given keys. The
     ConfigError names `owner` (the class) first. Names that are not run-config keys are left alone.
     """
     fields = {f.name: f for f in config_fields()}
@@ -231,14 +249,14 @@ def check_parameters(owner: str, values: Mapping[str, Any]) -> None:
     if not given:
         return
     try:
-        typed = {name: _coerce(key_name(name), value, fields[name].default) for name, value in given.items()}
+        typed = {name: coerce_value(key_name(name), value, fields[name].default) for name, value in given.items()}
         if "partition" not in values and any(typed.get(name) for name in SHAPE_KEYS):
             # a class with no partition of its own that is told its data's shape describes a developer's own
             # data, as a site's: the shape comes from these keys (`own_data_partition`)
             typed["partition"] = NODE_PARTITION
         settings = RunConfig(**typed)
         for part in PARTS:
-            if any(f.name in typed for f in dataclasses.fields(part)):
+            if any(f.name in typed for f in own_fields(part)):
                 part.check(settings)
     except ConfigError as err:
         raise ConfigError(f"{owner}: {err}") from None
@@ -265,7 +283,7 @@ def parse_run_config(raw: Mapping[str, Any], known_algorithms: Iterable[str]) ->
             "table (known keys: " + ", ".join(fields_by_key) + ")"
         )
     values = {
-        f.name: _coerce(key, raw[key], f.default)
+        f.name: coerce_value(key, raw[key], f.default)
         for key, f in fields_by_key.items()
         if key in raw
     }
@@ -274,7 +292,7 @@ def parse_run_config(raw: Mapping[str, Any], known_algorithms: Iterable[str]) ->
         plugin_algorithm(cfg.algorithm)
     else:
         check_choice("algorithm", cfg.algorithm, [*sorted(known_algorithms), PLUGIN_FORM])
-    object.__setattr__(cfg, "own_settings", parse_own_settings(cfg.algorithm, own_raw, _coerce))
+    object.__setattr__(cfg, "own_settings", parse_own_settings(cfg.algorithm, own_raw, coerce_value))
     cfg.check()
     return cfg
 

@@ -11,15 +11,16 @@ from __future__ import annotations
 import dataclasses
 import sys
 
-from common.keys import key_name
+from common.keys import key_name, own_fields
 from common.run.config import PARTS
 from common.run.own_settings import SEPARATOR, own_keys, settings_group, strategy_of
 
 
-def part_table_markdown(part: type, prefix: str = "") -> str:
-    """One part's keys as a markdown table: key (after `prefix`: a plugin's "<name>."), default, meaning, source."""
+def part_table_markdown(part: type, prefix: str = "", fields: list[dataclasses.Field] | None = None) -> str:
+    """One part's own keys (`own_fields`: not those of a group it extends; or `fields`) as a markdown table: key
+    (after `prefix`: a plugin's "<name>."), default, meaning, source."""
     rows = ["| key | default | meaning | source |", "| --- | --- | --- | --- |"]
-    for f in dataclasses.fields(part):
+    for f in own_fields(part) if fields is None else fields:
         default = f.default
         shown = f'"{default}"' if isinstance(default, str) else str(default).lower() if isinstance(default, bool) else default
         meaning, source = (str(f.metadata[k]).replace("|", "\\|") for k in ("meaning", "source"))
@@ -68,7 +69,7 @@ def own_settings_markdown(path: str) -> str:
         return f"{path} declares no settings of its own\n"
     heading = (group.__doc__ or group.__name__).strip().splitlines()[0].rstrip(".")
     prefix = next(iter(own_keys(strategy_of(path)))).partition(SEPARATOR)[0] + SEPARATOR
-    return f"## {heading} ({path})\n\n{part_table_markdown(group, prefix)}\n"
+    return f"## {heading} ({path})\n\n{part_table_markdown(group, prefix, dataclasses.fields(group))}\n"
 
 
 if __name__ == "__main__":

@@ -36,7 +36,7 @@ from typing import Any
 
 from common.algorithms.plugins import import_attribute, is_plugin, plugin_algorithm
 from common.errors import ConfigError
-from common.keys import key_name, require_settings, sent_to_nodes
+from common.keys import check_group, key_name, require_settings, sent_to_nodes
 
 SEPARATOR = "."  # Flower's: a TOML table's key `k` of table `t` is the run-config key "t.k"
 # how a refused train-message value is introduced (common/run/client_settings.py's TRAIN_MESSAGE)
@@ -114,7 +114,7 @@ def checked_group(strategy: type, values: Mapping[str, Any]) -> Any:
     whole key."""
     try:
         settings = own_group(strategy)(**values)
-        settings.check()
+        check_group(settings)  # the group's `check()`, and those of the groups it extends
     except ConfigError as err:
         raise _reworded(err, strategy) from None
     return settings

@@ -35,6 +35,7 @@ FedDDPM+ sends nothing once its one-shot correction is done.
 from __future__ import annotations
 
 import time
+from abc import ABCMeta
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
 from typing import Any, Callable, ClassVar
@@ -48,6 +49,7 @@ from common.records import message_array_bytes
 from server_app.messaging import send_and_receive
 from server_app.strategies.declared_state import restore_declared_state, with_declared_state
 from server_app.strategies.node_table import NodeInfo, NodeTable, sample_nodes, wait_for_nodes
+from server_app.strategies.parameters import with_settings
 from server_app.strategies.reply_collection import RoundOutcome, collect_replies
 from server_app.strategies.round_log import Failure, RoundEntry, RoundLog
 from server_app.strategies.metric_means import (  # noqa: F401 - re-exported: weighted_metric, checked_evaluate_metrics
@@ -84,7 +86,17 @@ class ReplyContractError(TooManyFailedRounds):
     """Every reply of the first round broke the reply contract: the ClientApp must change, retrying cannot help."""
 
 
-class RoundStrategy(Strategy):
+class WithSettings(ABCMeta):
+    """The type of fedsynth's strategy classes: every class it makes that declares `settings = Group` gets its
+    constructor from the group (server_app/strategies/parameters.py `with_settings`), a plugin's class as a
+    built-in one. (Flower's `Strategy` is an ABC; this is its ABCMeta with that one step added.)"""
+
+    def __init__(cls, name: str, bases: tuple[type, ...], namespace: dict[str, Any], **kwargs: Any) -> None:
+        super().__init__(name, bases, namespace, **kwargs)
+        with_settings(cls)
+
+
+class RoundStrategy(Strategy, metaclass=WithSettings):
     """The node table, reply filtering, round bookkeeping and resume rules shared by fedsynth's strategies.
 
     Parameters
@@ -109,6 +121,12 @@ class RoundStrategy(Strategy):
     min_available_nodes : int (default: 1)
         Each round waits until the grid has at least this many nodes, as Flower's strategies do.
     """
+
+    # The algorithm's own settings, one settings group (common/keys.py; e.g. common/algorithms/rule_settings.py's
+    # `SAMSettings`): a subclass that declares one gets its fields as keyword parameters, checked and kept as
+    # attributes, and sends those that travel to the nodes in every train message under their run-config keys
+    # (server_app/strategies/parameters.py `with_settings`, `settings_config`). None: no settings of its own.
+    settings: ClassVar[type | None] = None
 
     # Names of attributes that hold server state (each a dict[str, np.ndarray], or None before first use):
     # `state_dict()` / `load_state_dict()` checkpoint and restore them bitwise (server_app/strategies/declared_state.py)

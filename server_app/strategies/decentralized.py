@@ -8,15 +8,12 @@ and OledFL Ole's beta (and, as OledFL-SAM, SAM's radius), under the run-config n
 
 from __future__ import annotations
 
-from typing import Callable
-
 from flwr.common.typing import Scalar
 
-from common.run.aggregation import BoundedInfluence
-from server_app.strategies.node_table import NodeInfo
-from server_app.strategies.parameters import DEFAULTS, documented
+from common.algorithms.rule_settings import DFedAvgMSettings, OledFLClassSettings, SAMSettings
+from common.keys import node_keys
+from server_app.strategies.parameters import documented
 from server_app.strategies.relay import DecentralizedRelay
-from server_app.wire import WEIGHTED_BY_KEY
 
 
 @documented
@@ -39,31 +36,7 @@ class DFedAvgM(DecentralizedRelay):
     reading it from the train config's "dfedavgm-momentum".
     """
 
-    def __init__(self, *, dfedavgm_momentum: float = DEFAULTS.dfedavgm_momentum,
-                          topology: str = DEFAULTS.topology,
-                          peers: int = DEFAULTS.peers,
-                          mixing: str = DEFAULTS.mixing,
-                          relay_mixing: bool = DEFAULTS.relay_mixing,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          bounded_influence: BoundedInfluence | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(topology=topology, peers=peers, mixing=mixing, relay_mixing=relay_mixing,
-                         fraction_evaluate=fraction_evaluate, min_nodes=min_nodes, max_failed_rounds=max_failed_rounds,
-                         seed=seed, bounded_influence=bounded_influence, node_settings=node_settings,
-                         lr_schedule=lr_schedule, nodes=nodes, weighted_by_key=weighted_by_key,
-                         min_available_nodes=min_available_nodes)
-        self.dfedavgm_momentum = dfedavgm_momentum
-
-    def _client_config(self) -> dict[str, Scalar]:
-        """The relay's node settings and the nodes' local momentum, "dfedavgm-momentum"."""
-        return {**super()._client_config(), "dfedavgm-momentum": self.dfedavgm_momentum}
+    settings = DFedAvgMSettings
 
 
 @documented
@@ -71,31 +44,7 @@ class DFedSAM(DecentralizedRelay):
     """DFedSAM (Shi et al., 2023): DFedAvg's relay; each node trains with SAM, reading "sam-rho".
     """
 
-    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
-                          topology: str = DEFAULTS.topology,
-                          peers: int = DEFAULTS.peers,
-                          mixing: str = DEFAULTS.mixing,
-                          relay_mixing: bool = DEFAULTS.relay_mixing,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          bounded_influence: BoundedInfluence | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(topology=topology, peers=peers, mixing=mixing, relay_mixing=relay_mixing,
-                         fraction_evaluate=fraction_evaluate, min_nodes=min_nodes, max_failed_rounds=max_failed_rounds,
-                         seed=seed, bounded_influence=bounded_influence, node_settings=node_settings,
-                         lr_schedule=lr_schedule, nodes=nodes, weighted_by_key=weighted_by_key,
-                         min_available_nodes=min_available_nodes)
-        self.sam_rho = sam_rho
-
-    def _client_config(self) -> dict[str, Scalar]:
-        """The relay's node settings and SAM's radius, "sam-rho"."""
-        return {**super()._client_config(), "sam-rho": self.sam_rho}
+    settings = SAMSettings
 
 
 @documented
@@ -105,30 +54,12 @@ class OledFL(DecentralizedRelay):
     `sam` (OledFL-SAM), with SAM at the config's "sam-rho".
     """
 
-    def __init__(self, *, sam: bool = False,
-                          ole_beta: float = DEFAULTS.ole_beta,
-                          sam_rho: float = DEFAULTS.sam_rho,
-                          topology: str = DEFAULTS.topology,
-                          peers: int = DEFAULTS.peers,
-                          mixing: str = DEFAULTS.mixing,
-                          relay_mixing: bool = DEFAULTS.relay_mixing,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          bounded_influence: BoundedInfluence | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(topology=topology, peers=peers, mixing=mixing, relay_mixing=relay_mixing,
-                         fraction_evaluate=fraction_evaluate, min_nodes=min_nodes, max_failed_rounds=max_failed_rounds,
-                         seed=seed, bounded_influence=bounded_influence, node_settings=node_settings,
-                         lr_schedule=lr_schedule, nodes=nodes, weighted_by_key=weighted_by_key,
-                         min_available_nodes=min_available_nodes)
-        self.sam, self.ole_beta, self.sam_rho = sam, ole_beta, sam_rho
+    settings = OledFLClassSettings
 
     def _client_config(self) -> dict[str, Scalar]:
-        """The relay's node settings, "ole-beta" and (OledFL-SAM) "sam-rho"."""
-        return {**super()._client_config(), "ole-beta": self.ole_beta, **({"sam-rho": self.sam_rho} if self.sam else {})}
+        """The relay's settings, without SAM's radius for OledFL-SGD (`sam` false: its nodes do not perturb)."""
+        config = super()._client_config()
+        for key in () if self.sam else node_keys(SAMSettings):
+            if key not in self.node_settings:
+                del config[key]
+        return config

@@ -43,12 +43,11 @@ from server_app.strategies.base import RoundStrategy, weighted_metric, with_own_
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo, sample_nodes
 from server_app.strategies.node_models import NodeModels
-from server_app.strategies.parameters import DEFAULTS, documented
+from server_app.strategies.parameters import DEFAULTS, documented, settings_config
 from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text, with_flower_metric_names
 from common.run.aggregation import Aggregation, BoundedInfluence, aggregation_rule, bounds
 from common.run.client_settings import codec_settings
 from common.run.codecs import Codec, codec_spec
-from common.run.own_settings import message_entries
 
 
 def weighted_mean(values: list[Weights], weights: list[float]) -> Weights:
@@ -223,11 +222,10 @@ class FedAvg(RoundStrategy):
         return None
 
     def _client_config(self) -> dict[str, Any]:
-        """The settings the nodes' rule needs, sent in every train message's config (as FedProx sends
-        `proximal-mu`): the uplink codec and `node_settings` (common/run/client_settings.py); a subclass adds
-        its own parameters that the nodes read."""
-        return {**codec_settings(self.codec, self.error_feedback), **self.node_settings,
-                **message_entries(type(self), self)}  # a plugin's own node settings (common/run/own_settings.py)
+        """The settings the nodes' rule needs, sent in every train message's config (as FedProx sends its
+        proximal weight): the uplink codec, `node_settings` (common/run/client_settings.py) and the class's
+        settings group's keys that travel to the nodes (`settings_config`)."""
+        return {**codec_settings(self.codec, self.error_feedback), **self.node_settings, **settings_config(self)}
 
     def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         """Extra records sent with the model (SCAFFOLD's c, the previous update, ...)."""

@@ -7,47 +7,22 @@ state that a checkpoint must keep.
 from __future__ import annotations
 
 import numpy as np
-from typing import Callable
 
 from flwr.app import Message
-from flwr.common.typing import Scalar
 
+from common.algorithms.aggregation_settings import FedAvgMSettings
 from common.records import Weights
-from common.run.aggregation import Aggregation, BoundedInfluence
-from common.run.codecs import Codec
-from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedavg import FedAvg
-from server_app.strategies.parameters import DEFAULTS, documented
-from server_app.wire import WEIGHTED_BY_KEY
+from server_app.strategies.parameters import documented
 
 
 @documented
 class FedAvgM(FedAvg):
     """FedAvgM (Hsu et al., 2019): FedAvg with server momentum `server_momentum`."""
 
-    velocity: Weights | None = None
+    settings = FedAvgMSettings
 
-    def __init__(self, *, server_momentum: float = DEFAULTS.server_momentum,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
-                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
-                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.server_momentum = server_momentum
+    velocity: Weights | None = None
 
     def _state_arrays(self) -> dict[str, Weights]:
         return {"velocity": self.velocity} if self.velocity is not None else {}

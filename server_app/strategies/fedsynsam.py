@@ -36,7 +36,7 @@ from flwr.common.typing import Scalar
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.algorithms.synsam_settings import SynSAMSettings
+from common.algorithms.synsam_settings import SynSAMRuleSettings, SynSAMSettings
 from common.run.config import REAL_ORACLE, paper_mean
 from common.data.datasets import load_run_dataset, run_dataset_info
 from common.protocol import SYNTHETIC_DATA
@@ -225,6 +225,13 @@ class FedSynSAM(TrajectoryStrategy):
     reading "sam-rho", "synsam-beta" and "synsam-mix". The server builds `task`'s model for the distillation.
     """
 
+    settings = SynSAMRuleSettings
+    parameter_defaults = {"aggregation": paper_mean("fedsynsam")}  # its paper's mean (paper_rules.py)
+
+    def __post_init__(self) -> None:
+        # partitions whose node reported holding D_syn; the others get it with their next message
+        self.synthetic_holders: set[int] = set()
+
     reply_metrics = {"synthetic-examples": ("int >= 0, how many synthetic examples the node holds (optional; "
                                             "the server re-sends 'synthetic-data' until it is > 0)")}
 
@@ -234,56 +241,6 @@ class FedSynSAM(TrajectoryStrategy):
             return ("Flower's client-side clipping mod refuses a train message with more array records than the model, "
                     "and this strategy sends 'synthetic-data' with it")
         return super()._dp_obstacle(side)
-
-    def __init__(self, *, trajectory_rounds: int = DEFAULTS.trajectory_rounds,
-                          synthetic_ipc: int = DEFAULTS.synthetic_ipc,
-                          distill_iterations: int = DEFAULTS.distill_iterations,
-                          distill_optimizer: str = DEFAULTS.distill_optimizer,
-                          distill_inner_steps: int = DEFAULTS.distill_inner_steps,
-                          distill_lr: float = DEFAULTS.distill_lr,
-                          distill_alpha_init: float = DEFAULTS.distill_alpha_init,
-                          distill_alpha_lr: float = DEFAULTS.distill_alpha_lr,
-                          matching_loss: str = DEFAULTS.matching_loss,
-                          synthetic_source: str = DEFAULTS.synthetic_source,
-                          task: ServerTask = ServerTask(),
-                          device: str = DEFAULTS.device,
-                          sam_rho: float = DEFAULTS.sam_rho,
-                          synsam_beta: float = DEFAULTS.synsam_beta,
-                          synsam_mix: str = DEFAULTS.synsam_mix,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = paper_mean("fedsynsam"),
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(trajectory_rounds=trajectory_rounds, synthetic_ipc=synthetic_ipc,
-                         distill_iterations=distill_iterations, distill_optimizer=distill_optimizer,
-                         distill_inner_steps=distill_inner_steps, distill_lr=distill_lr,
-                         distill_alpha_init=distill_alpha_init, distill_alpha_lr=distill_alpha_lr,
-                         matching_loss=matching_loss, synthetic_source=synthetic_source, task=task, device=device,
-                         fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
-                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
-                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.sam_rho = sam_rho
-        self.synsam_beta = synsam_beta
-        self.synsam_mix = synsam_mix
-        # partitions whose node reported holding D_syn; the others get it with their next message
-        self.synthetic_holders: set[int] = set()
-
-    def _client_config(self) -> dict[str, Scalar]:
-        """The codec's and the node settings, and the nodes' SAM rule: "sam-rho", "synsam-beta", "synsam-mix"."""
-        return {**super()._client_config(), "sam-rho": self.sam_rho, "synsam-beta": self.synsam_beta,
-                "synsam-mix": self.synsam_mix}
 
     def _synthetic_record(self) -> ArrayRecord:
         """D_syn as it travels: float32 images `x` (model input space) and int64 labels `y`."""

@@ -16,6 +16,7 @@ from flwr.common.typing import Scalar
 from common.algorithms.cog_settings import CogSettings
 from common.run.aggregation import Aggregation, BoundedInfluence
 from common.run.codecs import Codec
+from common.algorithms.rule_settings import FedProxSettings, MOONSettings, MoFedSAMSettings, SAMSettings
 from server_app.strategies.fedavg import FedAvg
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.parameters import DEFAULTS, documented
@@ -30,32 +31,7 @@ class FedProx(FedAvg):
     (`fedsynth.client.train_fedprox`), reading mu from the train config's "proximal-mu".
     """
 
-    def __init__(self, *, proximal_mu: float = DEFAULTS.proximal_mu,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         bounded_influence=bounded_influence, codec=codec, node_settings=node_settings,
-                         parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
-                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.proximal_mu = proximal_mu
-
-    def _client_config(self) -> dict[str, Scalar]:
-        """FedAvg's settings and what the nodes' rule reads: "proximal-mu"."""
-        return {**super()._client_config(), "proximal-mu": self.proximal_mu}
+    settings = FedProxSettings
 
 
 @documented
@@ -64,34 +40,7 @@ class MOON(FedAvg):
     "moon-mu" and "moon-tau" (the model needs MOON's projection head: a built-in classifier).
     """
 
-    def __init__(self, *, moon_mu: float = DEFAULTS.moon_mu,
-                          moon_tau: float = DEFAULTS.moon_tau,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         bounded_influence=bounded_influence, codec=codec, node_settings=node_settings,
-                         parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
-                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.moon_mu = moon_mu
-        self.moon_tau = moon_tau
-
-    def _client_config(self) -> dict[str, Scalar]:
-        """FedAvg's settings and what the nodes' rule reads: "moon-mu", "moon-tau"."""
-        return {**super()._client_config(), "moon-mu": self.moon_mu, "moon-tau": self.moon_tau}
+    settings = MOONSettings
 
 
 @documented
@@ -100,32 +49,7 @@ class FedSAM(FedAvg):
     reading rho from the train config's "sam-rho".
     """
 
-    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         bounded_influence=bounded_influence, codec=codec, node_settings=node_settings,
-                         parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
-                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.sam_rho = sam_rho
-
-    def _client_config(self) -> dict[str, Scalar]:
-        """FedAvg's settings and what the nodes' rule reads: "sam-rho"."""
-        return {**super()._client_config(), "sam-rho": self.sam_rho}
+    settings = SAMSettings
 
 
 @documented
@@ -177,34 +101,7 @@ class MoFedSAM(PreviousUpdateStrategy):
     train with SAM and mix in that update as momentum, reading "sam-rho" and "mofedsam-alpha".
     """
 
-    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
-                          mofedsam_alpha: float = DEFAULTS.mofedsam_alpha,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         bounded_influence=bounded_influence, codec=codec, node_settings=node_settings,
-                         parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
-                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.sam_rho = sam_rho
-        self.mofedsam_alpha = mofedsam_alpha
-
-    def _client_config(self) -> dict[str, Scalar]:
-        """PreviousUpdateStrategy's settings and what the nodes' rule reads: "sam-rho", "mofedsam-alpha"."""
-        return {**super()._client_config(), "sam-rho": self.sam_rho, "mofedsam-alpha": self.mofedsam_alpha}
+    settings = MoFedSAMSettings
 
 
 @documented
@@ -213,31 +110,4 @@ class FedGamma(Scaffold):
     SCAFFOLD correction, reading "sam-rho".
     """
 
-    def __init__(self, *, max_record_norm: float = DEFAULTS.max_record_norm,
-                          sam_rho: float = DEFAULTS.sam_rho,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(max_record_norm=max_record_norm, fraction_train=fraction_train,
-                         fraction_evaluate=fraction_evaluate, min_nodes=min_nodes, max_failed_rounds=max_failed_rounds,
-                         seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence,
-                         codec=codec, node_settings=node_settings, parameter_names=parameter_names,
-                         lr_schedule=lr_schedule, nodes=nodes, weighted_by_key=weighted_by_key,
-                         min_available_nodes=min_available_nodes)
-        self.sam_rho = sam_rho
-
-    def _client_config(self) -> dict[str, Scalar]:
-        """Scaffold's settings and what the nodes' rule reads: "sam-rho"."""
-        return {**super()._client_config(), "sam-rho": self.sam_rho}
+    settings = SAMSettings

@@ -34,7 +34,9 @@ from common.algorithms.cog_settings import CogSettings
 from common.run.client_settings import CODEC_KEYS
 from common.run.aggregation import Krum, TrimmedMean
 from common.errors import ConfigError
-from common.run.config import RunConfig, check_parameters
+from common.keys import check_group, key_name, message_config, sent_to_nodes
+from common.run.config import RunConfig, check_parameters, coerce_value
+from common.run.own_settings import message_entries, own_group
 from common.run.task import ServerTask, task_values
 
 DEFAULTS = RunConfig()  # the run config's defaults (docs/configuration.md): every strategy parameter's default
@@ -246,14 +248,15 @@ def checked_init(init: Callable[..., None]) -> Callable[..., None]:
     return __init__
 
 
-def parameter_meaning(name: str) -> str:
-    """What parameter `name` means: its run-config key's meaning (and the name the nodes read it under), or
-    `OWN_PARAMETER_DOCS`'s text."""
-    if name in OWN_PARAMETER_DOCS:
+def parameter_meaning(name: str, cls: type | None = None) -> str:
+    """What parameter `name` of `cls` means: its settings group's field's meaning (and the name the nodes read it
+    under), its run-config key's, or `OWN_PARAMETER_DOCS`'s text."""
+    fields = {f.name: f for group in settings_groups(cls) for f in dataclasses.fields(group)} if cls else {}
+    if name in OWN_PARAMETER_DOCS and name not in fields:
         return OWN_PARAMETER_DOCS[name]
-    field = {f.name: f for f in dataclasses.fields(RunConfig)}[name]
-    key = name.replace("_", "-")
-    sent = f' Sent to the nodes as "{key}".' if key in _SENT else ""
+    field = fields.get(name) or {f.name: f for f in dataclasses.fields(RunConfig)}[name]
+    key = key_name(name)
+    sent = f' Sent to the nodes as "{key}".' if key in _SENT or sent_to_nodes(field) else ""
     meaning = str(field.metadata["meaning"]).rstrip(".")
     return textwrap.fill(f"{meaning} (run-config key `{key}`).{sent}", width=100, break_on_hyphens=False)
 
@@ -265,7 +268,7 @@ def parameter_section(cls: type) -> str:
         default = parameter.default
         shown = getattr(default, "__name__", None) or repr(default)
         lines.append(f"{parameter.name} : {parameter.annotation} (default: {shown})")
-        lines.extend("    " + line.strip() for line in parameter_meaning(parameter.name).splitlines())
+        lines.extend("    " + line.strip() for line in parameter_meaning(parameter.name, cls).splitlines())
     lines.append("Flower's FedAvg parameters, taken with Flower's meaning:")
     for name, (accepted, _) in FLOWER_PARAMETERS.items():
         lines.append(f"{name} (default: {FLOWER_DEFAULTS[name]!r})")
@@ -278,9 +281,147 @@ def parameter_section(cls: type) -> str:
 
 def documented(cls: type) -> type:
     """Append the class's parameter section to its docstring, so that `help(cls)` lists every parameter, and
-    make its own constructor check what it is given (`checked_init`)."""
-    if "__init__" in cls.__dict__:
+    make its own constructor check what it is given (`checked_init`; a constructor made from the class's settings
+    group checks them itself, `with_settings`)."""
+    if "__init__" in cls.__dict__ and not getattr(cls.__dict__["__init__"], "settings_group", None):
         cls.__init__ = checked_init(cls.__dict__["__init__"])  # type: ignore[misc]
     section = "\n".join("    " + line if line else "" for line in parameter_section(cls).splitlines())
     cls.__doc__ = (cls.__doc__ or "").rstrip() + "\n\n" + section + "\n"
     return cls
+
+
+# ----- a strategy class's settings group ------------------------------------------------------------------
+# A class declares its algorithm's settings as one settings group (common/keys.py), `settings = SAMSettings`,
+# instead of writing a constructor that re-declares and forwards its parent's parameters. `with_settings` (run
+# for every subclass of RoundStrategy when it is defined) gives it a constructor: one keyword parameter per
+# field the parents do not take already (the field's name, type and default), then the parent's; the values
+# given are checked by the group's checks and kept as attributes of the same names. The group's fields that
+# travel to the nodes are sent in every train message under their run-config keys (`settings_config`).
+
+
+def settings_groups(cls: type) -> list[type]:
+    """The settings groups `cls` and its bases declare (`settings`), the bases' first, each once."""
+    groups: list[type] = []
+    for klass in reversed(cls.__mro__):
+        group = klass.__dict__.get("settings")
+        if group is not None and group not in groups:
+            groups.append(group)
+    return groups
+
+
+def settings_fields(cls: type) -> list[dataclasses.Field]:
+    """Every field of `cls`'s settings groups (`settings_groups`), each name once."""
+    fields: dict[str, dataclasses.Field] = {}
+    for group in settings_groups(cls):
+        for f in dataclasses.fields(group):
+            fields.setdefault(f.name, f)
+    return list(fields.values())
+
+
+def settings_config(strategy: Any) -> dict[str, Any]:
+    """The train message's config entries of `strategy`'s settings groups: each field that travels to the nodes
+    (side NODE or BOTH) under its run-config key, with the strategy's value (`message_config`); a plugin's own
+    group under its whole keys, "<name>.<key>" (common/run/own_settings.py `message_entries`)."""
+    own = own_group(type(strategy))
+    config: dict[str, Any] = {}
+    for group in settings_groups(type(strategy)):
+        config.update(message_entries(type(strategy), strategy) if group is own else message_config(group, strategy))
+    return config
+
+
+def checked_settings(owner: str, group: type, given: dict[str, Any]) -> Any:
+    """The value of `group` with the fields `given` (the others at their defaults), each coerced to its default's
+    type as the run config coerces its key and checked by the group's checks (`check_group`); ConfigError names
+    `owner` and the key."""
+    fields = {f.name: f for f in dataclasses.fields(group)}
+    for name, value in given.items():  # a parameter that is no run-config key (OledFL's `sam`): its own check
+        if name in OWN_PARAMETER_CHECKS and not OWN_PARAMETER_CHECKS[name][1](value):
+            raise ConfigError(f"{owner}: parameter {name} = {value!r} is invalid; "
+                              f"accepted: {OWN_PARAMETER_CHECKS[name][0]}")
+    try:
+        typed = {name: coerce_value(key_name(name), value, fields[name].default)
+                 if type(fields[name].default) in (bool, int, float, str) else value for name, value in given.items()}
+        settings = group(**typed)
+        check_group(settings)
+    except ConfigError as err:
+        raise ConfigError(f"{owner}: {err}") from None
+    return settings
+
+
+def with_settings(cls: type) -> None:
+    """Give `cls`, which declares `settings = Group` (or only `parameter_defaults`) and no constructor of its own,
+    its constructor: the group's fields as keyword parameters before the parent's, checked (`checked_settings`)
+    and kept as attributes; then the parent's constructor, with the class's `parameter_defaults` (its paper's
+    mean, ...) as the defaults of the parent's parameters they name; then the class's own `__post_init__()` if it
+    has one (its server state's starting values, as a dataclass's `__post_init__`)."""
+    group = cls.__dict__.get("settings")
+    defaults: dict[str, Any] = dict(cls.__dict__.get("parameter_defaults", {}))
+    if (group is None and not defaults) or "__init__" in cls.__dict__:
+        return
+    parent = super(cls, cls).__init__  # type: ignore[misc]
+    inherited = inspect.signature(parent).parameters
+    unknown = sorted(set(defaults) - set(inherited))
+    if unknown:
+        raise TypeError(f"{cls.__name__}.parameter_defaults names no parameter of its parent: {', '.join(unknown)}")
+    own = [f for f in dataclasses.fields(group) if f.name not in inherited] if group is not None else []
+    names = [f.name for f in own]
+    valid = names + [name for name in inherited if name != "self"] + list(FLOWER_PARAMETERS)
+
+    def __init__(self: Any, **kwargs: Any) -> None:
+        owner = type(self).__name__
+        refuse_unknown_parameters(owner, kwargs, valid)
+        if group is not None:
+            settings = checked_settings(owner, group, {name: kwargs.pop(name) for name in names if name in kwargs})
+            for name in names:
+                setattr(self, name, getattr(settings, name))
+            refuse_overridden_settings(owner, settings, group, kwargs.get("node_settings"))
+        super(cls, self).__init__(**{**defaults, **kwargs})
+        if "__post_init__" in cls.__dict__:  # the class's own server state, as a dataclass's `__post_init__`
+            cls.__dict__["__post_init__"](self)
+
+    parameters = [inspect.Parameter(f.name, inspect.Parameter.KEYWORD_ONLY, default=f.default, annotation=f.type)
+                  for f in own]
+    parents = [p.replace(default=defaults[p.name]) if p.name in defaults else p for p in inherited.values()]
+    __init__.__signature__ = inspect.signature(parent).replace(  # type: ignore[attr-defined]
+        parameters=[parents[0], *parameters, *parents[1:]])
+    __init__.__doc__ = f"{cls.__name__}'s parameters: its settings group's fields, then its parent's."
+    __init__.__qualname__ = f"{cls.__qualname__}.__init__"
+    __init__.settings_group = group or type(None)  # type: ignore[attr-defined]
+    cls.__init__ = __init__  # type: ignore[misc]
+
+
+def refuse_overridden_settings(owner: str, settings: Any, group: type, node_settings: Any) -> None:
+    """Refuse a `node_settings` entry that would send the nodes, under a settings group's key, another value than
+    the class's parameter of that name gives."""
+    sent = message_config(group, settings)
+    for key, value in (node_settings or {}).items() if isinstance(node_settings, dict) else ():
+        if key in sent and sent[key] != value:
+            name = key.replace("-", "_")
+            raise ConfigError(f"{owner}: node_settings key {key!r} = {value!r} overrides what the strategy sends "
+                              f"its nodes from its parameter {name} = {sent[key]!r}; set {name} instead")
+
+
+def declared_parameters(cls: type) -> list[str]:
+    """The keyword parameters `cls` declares, as fedsynth's app fills them from a run config
+    (server_app/registry.py): the fields of each settings group a class of its lineage declares (`settings`),
+    then those of the first constructor written out in it (FedAvg's, the relay's, or a class's own).
+
+    TypeError names a class whose written constructor hides its parameters behind `*args`/`**kwargs` (the app
+    could not fill them, and the class would silently keep its parent's defaults)."""
+    names: list[str] = []
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        group = getattr(init, "settings_group", None)
+        if group is not None:
+            if dataclasses.is_dataclass(group):
+                names += [f.name for f in dataclasses.fields(group) if f.name not in names]
+            continue
+        parameters = list(inspect.signature(init).parameters.values())[1:]
+        hidden = [p.name for p in parameters if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
+        if hidden:
+            raise TypeError(f"{klass.__name__}'s constructor takes *{hidden[0]}: declare its settings as a settings "
+                            f"group (settings = ...) or name every parameter it takes")
+        return names + [p.name for p in parameters if p.name not in names]
+    return names

@@ -62,7 +62,7 @@ from server_app.strategies.base import RoundStrategy, with_own_aggregation
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedavg import reply_metric_means
-from server_app.strategies.parameters import DEFAULTS, documented
+from server_app.strategies.parameters import DEFAULTS, documented, settings_config
 from server_app.wire import WEIGHTED_BY_KEY
 
 
@@ -312,9 +312,9 @@ class DecentralizedRelay(RoundStrategy):
 
     # ----- Strategy API -----------------------------------------------------------------
     def _client_config(self) -> dict[str, Scalar]:
-        """The settings the nodes' rule reads, sent in every train message's config: `node_settings`; an
-        algorithm's class adds its own (DFedSAM's "sam-rho", OledFL's "ole-beta")."""
-        return dict(self.node_settings)
+        """The settings the nodes' rule reads, sent in every train message's config: `node_settings` and the
+        class's settings group's keys that travel to the nodes (`settings_config`: DFedSAM's SAM radius, ...)."""
+        return {**self.node_settings, **settings_config(self)}
 
     def configure_train(self, server_round: int, arrays: ArrayRecord, config: ConfigRecord, grid: Grid) -> Iterable[Message]:
         """Each node its own message: its row of W_t and its neighbours' last models (x^0 = `arrays` before)."""

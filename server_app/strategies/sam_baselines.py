@@ -23,25 +23,21 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, MetricRecord, RecordDict
-from flwr.common.typing import Scalar
 
 from common.protocol import (
     DYNAMIC_CORRECTION, GLOBAL_PERTURBATION, PERTURBATION_DUAL, PREVIOUS_UPDATE, STATE_DYN_GRADIENT,
 )
 from common.records import Weights, check_weights, from_record, to_record
-from common.run.aggregation import Aggregation, BoundedInfluence
-from common.run.codecs import Codec
+from common.algorithms.rule_settings import FedDynSAMSettings, SAMSettings
 from server_app.robust import bounded_record, record_norm_problem, scale_update
 from server_app.strategies.fedavg import FedAvg
-from server_app.strategies.node_table import NodeInfo
-from server_app.strategies.parameters import DEFAULTS, documented
+from server_app.strategies.parameters import documented
 from server_app.strategies.previous_update import PreviousUpdateStrategy
 from server_app.strategies.scaffold import Scaffold
-from server_app.wire import WEIGHTED_BY_KEY
 
 if TYPE_CHECKING:  # the diagnostic needs torch; the registry attaches one only when it is on
     from server_app.perturbation import PerturbationDiagnostic
@@ -53,35 +49,10 @@ class FedLESAM(PreviousUpdateStrategy):
     along it (a locally estimated global ascent) with radius "sam-rho". Logs the perturbation diagnostic when on.
     """
 
+    settings = SAMSettings
+
     # the app's perturbation diagnostic (simulation only), attached by server_app/registry.py when it is on
     diagnostic: PerturbationDiagnostic | None = None
-
-    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation,
-                         bounded_influence=bounded_influence, codec=codec, node_settings=node_settings,
-                         parameter_names=parameter_names, lr_schedule=lr_schedule, nodes=nodes,
-                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.sam_rho = sam_rho
-
-    def _client_config(self) -> dict[str, Scalar]:
-        """FedAvg's settings and SAM's radius, "sam-rho"."""
-        return {**super()._client_config(), "sam-rho": self.sam_rho}
 
     def _aggregate_good(self, server_round: int, replies: list[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
         replies = list(replies)
@@ -100,36 +71,9 @@ class FedLESAMS(Scaffold):
     radius "sam-rho" and reply with SCAFFOLD's "scaffold-delta-c".
     """
 
+    settings = SAMSettings
+
     previous_update: Weights | None = None
-
-    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
-                          max_record_norm: float = DEFAULTS.max_record_norm,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(max_record_norm=max_record_norm, fraction_train=fraction_train,
-                         fraction_evaluate=fraction_evaluate, min_nodes=min_nodes, max_failed_rounds=max_failed_rounds,
-                         seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence,
-                         codec=codec, node_settings=node_settings, parameter_names=parameter_names,
-                         lr_schedule=lr_schedule, nodes=nodes, weighted_by_key=weighted_by_key,
-                         min_available_nodes=min_available_nodes)
-        self.sam_rho = sam_rho
-
-    def _client_config(self) -> dict[str, Scalar]:
-        """SCAFFOLD's settings and SAM's radius, "sam-rho"."""
-        return {**super()._client_config(), "sam-rho": self.sam_rho}
 
     def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         records = super()._downlink_records(server_round)
@@ -167,44 +111,18 @@ class FedLESAMD(FedAvg):
     global update; nodes reply with their correction `g_i+ - g_i` in the record "dynamic-correction".
     """
 
-    notifies_accepted_scale = True  # g_i changes with the update: a clipped node scales its own change too
-    reply_records = {DYNAMIC_CORRECTION: ("ArrayRecord(g_i+ - g_i over the trainable parameters: train_fedlesam_d's "
-                                          "result.correction), which fedsynth.client.train_reply(msg, model, "
-                                          "result, num_examples=n) adds")}
+    settings = FedDynSAMSettings
 
-    def __init__(self, *, sam_rho: float = DEFAULTS.sam_rho,
-                          dyn_alpha: float = DEFAULTS.dyn_alpha,
-                          max_record_norm: float = DEFAULTS.max_record_norm,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
-                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
-                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.sam_rho = sam_rho
-        self.dyn_alpha = dyn_alpha
-        self.max_record_norm = max_record_norm
+    def __post_init__(self) -> None:
         self.h: Weights | None = None
         self.previous_update: Weights | None = None
         # each node's g_i, rebuilt from its corrections, to hand back after a resume
         self.client_gradients: dict[int, Weights] = {}
 
-    def _client_config(self) -> dict[str, Scalar]:
-        """The codec's and the node settings, SAM's radius ("sam-rho") and FedDyn's alpha ("dyn-alpha")."""
-        return {**super()._client_config(), "sam-rho": self.sam_rho, "dyn-alpha": self.dyn_alpha}
+    notifies_accepted_scale = True  # g_i changes with the update: a clipped node scales its own change too
+    reply_records = {DYNAMIC_CORRECTION: ("ArrayRecord(g_i+ - g_i over the trainable parameters: train_fedlesam_d's "
+                                          "result.correction), which fedsynth.client.train_reply(msg, model, "
+                                          "result, num_examples=n) adds")}
 
     def _h(self) -> Weights:
         if self.h is None:
@@ -274,42 +192,16 @@ class FedSMOO(FedAvg):
     nodes reply with their perturbation correction in the record "perturbation-dual".
     """
 
+    settings = FedDynSAMSettings
+
+    def __post_init__(self) -> None:
+        self.h: Weights | None = None
+        self.perturbation: Weights | None = None
+
     notifies_accepted_scale = True  # g_i changes with the update: a clipped node scales its own change too
     reply_records = {PERTURBATION_DUAL: ("ArrayRecord(mu_i - e_i over the trainable parameters: train_fedsmoo's "
                                          "result.perturbation_dual), which fedsynth.client.train_reply(msg, model, "
                                          "result, num_examples=n) adds")}
-
-    def __init__(self, *, dyn_alpha: float = DEFAULTS.dyn_alpha,
-                          sam_rho: float = DEFAULTS.sam_rho,
-                          max_record_norm: float = DEFAULTS.max_record_norm,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
-                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
-                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.dyn_alpha = dyn_alpha
-        self.max_record_norm = max_record_norm
-        self.sam_rho = sam_rho
-        self.h: Weights | None = None
-        self.perturbation: Weights | None = None
-
-    def _client_config(self) -> dict[str, Scalar]:
-        """The codec's and the node settings, FedDyn's alpha ("dyn-alpha") and SAM's radius ("sam-rho")."""
-        return {**super()._client_config(), "sam-rho": self.sam_rho, "dyn-alpha": self.dyn_alpha}
 
     def _downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:
         return {GLOBAL_PERTURBATION: to_record(self.perturbation)} if self.perturbation is not None else {}

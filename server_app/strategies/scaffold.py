@@ -8,23 +8,18 @@ they count every record sent.
 """
 
 from __future__ import annotations
-from typing import Callable
 
 import numpy as np
 from flwr.app import ArrayRecord, Message, RecordDict
-from flwr.common.typing import Scalar
 
 from common.protocol import SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA, STATE_SCAFFOLD_CONTROL
 from common.algorithms.scaffold_control import scaffold_clipped_control_delta, scaffold_server_control
 from common.records import Weights, from_record, to_record
-from common.run.aggregation import Aggregation, BoundedInfluence
-from common.run.codecs import Codec
+from common.algorithms.aggregation_settings import RecordBoundSettings
 from server_app.robust import bounded_record, record_norm_problem
 from common.records import check_weights
 from server_app.strategies.fedavg import FedAvg
-from server_app.strategies.node_table import NodeInfo
-from server_app.strategies.parameters import DEFAULTS, documented
-from server_app.wire import WEIGHTED_BY_KEY
+from server_app.strategies.parameters import documented
 
 
 @documented
@@ -34,33 +29,13 @@ class Scaffold(FedAvg):
     (the server sends `c` as "scaffold-c").
     """
 
+    settings = RecordBoundSettings
+
+    def __post_init__(self) -> None:
+        self.client_controls: dict[int, Weights] = {}
+
     control: Weights | None = None
     notifies_accepted_scale = True  # c_i changes with the update: a clipped node scales its own change too
-
-    def __init__(self, *, max_record_norm: float = DEFAULTS.max_record_norm,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
-                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
-                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.max_record_norm = max_record_norm
-        # Each client's c_i, rebuilt from the deltas it sent (c_i starts at 0), so
-        # that a resumed run can hand every node its control variate back.
-        self.client_controls: dict[int, Weights] = {}
 
     def _state_arrays(self) -> dict[str, Weights]:
         groups = {f"client-control-{pid}": c for pid, c in self.client_controls.items()}
