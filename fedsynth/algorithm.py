@@ -33,9 +33,9 @@ fedsynth's own algorithm table (common/algorithm_table.py), naming its two halve
   update), `num-examples`, `train-loss`, `local-steps`, `LocalResult.metrics`, and the array records in
   `LocalResult.outgoing`.
 - its own settings: a frozen dataclass whose fields are `key(default, meaning, source, side)` and whose
-  `check()` calls `require(condition, key, value, accepted)`, set as the strategy class's `settings`: its keys are
-  the run-config keys "<name>.<key>" (`Name` in lower case), checked on the server and on every node, its `NODE`
-  and `BOTH` fields travel in the train message and its client reads them as `job.own_settings`
+  `check()` calls `require(condition, key, value, accepted)`, set as the strategy class's `settings`: its keys
+  are the run-config keys "<name>.<key>" (the class's name in lower case), checked on the server and on every
+  node, its `NODE` and `BOTH` fields travel in the train message and its client reads them as `job.own_settings`
   (common/run/own_settings.py); its own server state: `server_state = ("m", "v")` on the strategy class names
   attributes holding {name: numpy array} (or None), which fedsynth's checkpoint keeps and a resume restores
   (server_app/strategies/declared_state.py). tests/plugin_fedadam/ is a complete one, FedAdam.

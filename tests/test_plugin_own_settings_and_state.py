@@ -150,7 +150,8 @@ def test_declared_state_goes_through_a_checkpoint_bitwise(tmp_path: Path) -> Non
 def test_a_state_without_the_declared_names_is_refused_naming_them() -> None:
     from fedsynth.strategies import FedAvg
 
-    with pytest.raises(ValueError, match=r"holds server state \[\] but Moments.server_state declares \['m', 'unused', 'v'\]"):
+    declared = r"holds server state \[\] but Moments.server_state declares \['m', 'unused', 'v'\]"
+    with pytest.raises(ValueError, match=declared):
         _moments_class()().load_state_dict(FedAvg().state_dict())
     strategy = _moments_class()()
     strategy.m = [np.zeros(2)]

@@ -99,9 +99,10 @@ def restore_declared_state(strategy: object, arrays: Mapping[str, Any],
     unset = list(entry.get("unset", [])) if isinstance(entry, Mapping) else None
     stored = sorted(k[len(GROUP_PREFIX):] for k in arrays if k.startswith(GROUP_PREFIX))
     if saved is None or unset is None or sorted(saved) != sorted(names) or sorted(stored + unset) != sorted(names):
-        raise ValueError(f"the state given to {owner}.load_state_dict holds server state {sorted(stored + (unset or []))}"
-                         f" but {owner}.server_state declares {sorted(names)}: it was saved by another strategy "
-                         "class or another version of this one")
+        held = sorted(stored + (unset or []))
+        raise ValueError(f"the state given to {owner}.load_state_dict holds server state {held} but "
+                         f"{owner}.server_state declares {sorted(names)}: it was saved by another strategy class or "
+                         "another version of this one")
     for name in names:
         group = arrays.get(GROUP_PREFIX + name)
         setattr(strategy, name, None if group is None else {k: np.array(v, copy=True, order="C")

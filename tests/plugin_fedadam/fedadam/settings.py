@@ -1,8 +1,8 @@
 """FedAdam's settings group: one frozen dataclass, its keys declared with `key` and checked by `check()`.
 
-fedsynth makes each field the run-config key "fedadam.<key>" (the plugin's name, FEDADAM in lower case), a keyword
-parameter of the strategy class, and, for the node's field, an entry of every train message that the node checks
-with this same `check()`.
+fedsynth makes each field the run-config key "fedadam.<key>" (the name of its class FedAdam, in lower case), a
+keyword parameter of the strategy class, and, for the node's field, an entry of every train message that the node
+checks with this same `check()`.
 """
 
 from __future__ import annotations
