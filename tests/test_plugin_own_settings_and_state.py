@@ -227,6 +227,28 @@ def test_a_constructor_that_forwards_kwargs_is_refused_naming_the_class(plugin_r
     _forget("forwardingadam")
 
 
+def test_a_constructor_that_leaves_out_a_setting_is_refused_naming_it(plugin_root: Path, tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hand-written constructor that does not take a field of the group would run at its default whatever the
+    run config says: refused when the run config is parsed, naming the class and the fields."""
+    (tmp_path / "partialadam.py").write_text(
+        "from fedsynth.algorithm import Algorithm\n"
+        "from fedsynth.strategies import FedAvg\n"
+        "from fedadam.settings import FedAdamSettings\n"
+        "class PartialAdam(FedAvg):\n"
+        "    settings = FedAdamSettings\n"
+        "    def __init__(self, *, eta: float = 0.1, server_lr: float = 1.0):\n"
+        "        super().__init__(server_lr=server_lr)\n"
+        "        self.eta = eta\n"
+        "ROW = Algorithm(strategy='partialadam:PartialAdam', client='fedadam.client:fedadam_update')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(ENV_VAR, "fedadam partialadam")
+    with pytest.raises(ConfigError, match=r"PartialAdam's constructor does not take beta_1, beta_2, tau, "
+                                          r"local_lr_scale of its settings group FedAdamSettings"):
+        parse_run_config({"algorithm": "partialadam:ROW", "partialadam.eta": 0.2}, SERVER_STRATEGIES)
+    _forget("partialadam")
+
+
 def _node_train(raw: dict, config: dict) -> Message:
     """fedsynth's ClientApp on one train message (the run's seeded model, `config`) on partition 0 of 2."""
     from flwr.supercore.task_identity import TaskIdentity

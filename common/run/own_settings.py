@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import inspect
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -91,13 +92,27 @@ def strategy_of(path: str) -> type | None:
 
 
 def settings_group(path: str) -> type | None:
-    """The own settings group of the algorithm `path` (a plugin's strategy class's, `own_group`), or None;
-    ConfigError names the path when its class's `settings` is not a dataclass."""
+    """The own settings group of the algorithm `path` (a plugin's strategy class's, `own_group`), or None.
+
+    ConfigError names the path when its class's `settings` is not a dataclass, and names the class and the
+    fields when its constructor does not take every field of the group: a constructor written by hand that
+    leaves one out would run with its default whatever the run config says (the constructor fedsynth generates
+    from the group takes them all, server_app/strategies/parameters.py `with_settings`).
+    """
     strategy = strategy_of(path)
     try:
-        return None if strategy is None else own_group(strategy)
+        group = None if strategy is None else own_group(strategy)
     except TypeError as err:
         raise ConfigError(f"run config key 'algorithm' = {path!r}: {err}") from None
+    if group is not None:
+        taken = inspect.signature(strategy).parameters
+        missing = [f.name for f in dataclasses.fields(group) if f.name not in taken]
+        if missing:
+            raise ConfigError(f"run config key 'algorithm' = {path!r}: {strategy.__name__}'s constructor does not take "
+                              f"{', '.join(missing)} of its settings group {group.__name__}, so the run config's "
+                              f"keys for them would be ignored: leave the constructor to fedsynth (no __init__) or "
+                              "name each field as a keyword parameter")
+    return group
 
 
 def _reworded(err: ConfigError, strategy: type) -> ConfigError:
