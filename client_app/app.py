@@ -41,7 +41,9 @@ from client_app.registry import CLIENT_UPDATES, client_update
 from client_app.train_reply import uplink_codec_of, uplink_records
 from common.algorithms.plugins import algorithm_of
 from common.imports import node_imports, site_imports
-from common.run.client_settings import RECIPE_KEYS, ROUND_KEYS, check_train_settings, client_keys, require_settings
+from common.run.client_settings import (
+    RECIPE_KEYS, ROUND_KEYS, check_train_settings, client_keys, own_message_keys, own_message_settings, require_settings,
+)
 from common.data.settings import NODE_PARTITION
 from common.run.config import ConfigError, RunConfig, cog_enabled, parse_run_config
 from common.data.datasets import run_dataset_info
@@ -224,10 +226,10 @@ def fid_stats(msg: Message, context: Context) -> Message:
 
 def required_settings(cfg: RunConfig) -> tuple[str, ...]:
     """The keys a train message of this run must carry in its config: the round, its `lr`, the local training
-    recipe, and what the algorithm's rule reads (the codec, the rule's settings, FedCOG's:
+    recipe, and what the algorithm's rule reads (the codec, the rule's settings, FedCOG's, a plugin's own:
     common/run/client_settings.py)."""
     return ROUND_KEYS + RECIPE_KEYS + client_keys(cfg.algorithm, algorithm_of(cfg.algorithm).decentralized,
-                                                  cog_enabled(cfg))
+                                                  cog_enabled(cfg)) + own_message_keys(cfg)
 
 
 @app.train()
@@ -239,6 +241,8 @@ def train(msg: Message, context: Context) -> Message:
         raise ValueError("the train message has no 'config' record (the round's settings)")
     # every value checked as the run config checks its key; FedDDPM's warm-up carries its own settings
     check_train_settings(config, WARMUP_KEYS + RECIPE_KEYS if is_warmup(config) else required_settings(cfg))
+    if not is_warmup(config):
+        own_message_settings(config, cfg)  # a plugin's own settings, by its group's check (`LocalJob.own_settings`)
     server_round = int(config["server-round"])
     restore_node_state(msg.content, context.state)
     if is_gossip_round(msg.content):  # decentralized FL: start from the mix of the neighbours' models

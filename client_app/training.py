@@ -40,7 +40,7 @@ from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from common.keys import config_value
-from common.run.client_settings import LocalRecipe, rule_settings
+from common.run.client_settings import LocalRecipe, own_message_settings, rule_settings
 from common.run.config import RunConfig
 from common.models.diffusion import optimizer_kind
 from common.algorithms.optimizers import SGD, Adam, make_optimizer
@@ -204,6 +204,13 @@ class LocalJob:
         """This round's value of the rule's settings group `group` (`SAMSettings`, ...), read from the train
         config and checked as the run config checks its keys (common/run/client_settings.py `rule_settings`)."""
         return rule_settings(self.settings, group)
+
+    @property
+    def own_settings(self) -> Any:
+        """A plugin's own settings group (its strategy class's `settings`), its node-side fields as this round's
+        message carries them ("<name>.<key>", checked by the group's `check()`), the others the run config's;
+        None for an algorithm without settings of its own (common/run/own_settings.py)."""
+        return own_message_settings(self.settings, self.cfg)
 
     @property
     def lr(self) -> float:

@@ -32,6 +32,13 @@ fedsynth's own algorithm table (common/algorithm_table.py), naming its two halve
   builds the reply from it as for fedsynth's own rules: the model (or with an uplink codec its encoded
   update), `num-examples`, `train-loss`, `local-steps`, `LocalResult.metrics`, and the array records in
   `LocalResult.outgoing`.
+- its own settings: a frozen dataclass whose fields are `key(default, meaning, source, side)` and whose
+  `check()` calls `require(condition, key, value, accepted)`, set as the strategy class's `settings`: its keys
+  are the run-config keys "<name>.<key>" (the class's name in lower case), checked on the server and on every
+  node, its `NODE` and `BOTH` fields travel in the train message and its client reads them as `job.own_settings`
+  (common/run/own_settings.py); its own server state: `server_state = ("m", "v")` on the strategy class names
+  attributes holding {name: numpy array} (or None), which fedsynth's checkpoint keeps and a resume restores
+  (server_app/strategies/declared_state.py). tests/plugin_fedadam/ is a complete one, FedAdam.
 - `client_keys`: the run-config keys its client reads from the train message's config (existing keys; the
   strategy sends them), and the table's flags (`decentralized`, `with_cog`, `trains_ddpm`, `ddpm_only`) with
   the meanings common/algorithm_table.py gives them.
@@ -48,6 +55,8 @@ from __future__ import annotations
 
 from client_app.training import LocalJob, LocalResult, plain_rule, run_local_steps
 from common.algorithm_table import Algorithm
+from common.keys import BOTH, NODE, SERVER, key, require
 from common.run.client_settings import config_value
 
-__all__ = ["Algorithm", "LocalJob", "LocalResult", "config_value", "plain_rule", "run_local_steps"]
+__all__ = ["BOTH", "NODE", "SERVER", "Algorithm", "LocalJob", "LocalResult", "config_value", "key", "plain_rule",
+           "require", "run_local_steps"]

@@ -13,6 +13,9 @@ ENGINES = ("simulation", "inprocess")  # Flower's simulation engine (Ray), or th
 
 
 def app_defaults(app_dir: Path) -> dict[str, Any]:
-    """The default run config declared in the app's pyproject.toml."""
+    """The default run config declared in the app's pyproject.toml, its tables flattened as Flower flattens them
+    (`[tool.flwr.app.config.fedadam]`'s `eta` is the key "fedadam.eta": a plugin's own settings)."""
+    from flwr.common.config import flatten_dict
+
     with open(app_dir / "pyproject.toml", "rb") as handle:
-        return dict(tomllib.load(handle)["tool"]["flwr"]["app"]["config"])
+        return flatten_dict(tomllib.load(handle)["tool"]["flwr"]["app"]["config"])

@@ -17,6 +17,7 @@ feature sums, the perturbation diagnostic) is attached here too, so the strategi
 
 from __future__ import annotations
 
+import dataclasses
 from functools import partial
 from typing import Any, Callable
 
@@ -96,9 +97,9 @@ def run_parameter_names(cfg: RunConfig) -> list[str]:
 
 
 def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) -> dict[str, Any]:
-    """The keyword arguments of `cls` for the run `cfg`: each parameter that is a run-config key from `cfg`,
-    and the others from the run (the node table, the lr schedule, FedCOG's settings on a run with FedCOG, the
-    server's model).
+    """The keyword arguments of `cls` for the run `cfg`: each parameter that is a run-config key from `cfg` (a
+    field of a plugin's own settings group from its key "<name>.<key>"), and the others from the run (the node
+    table, the lr schedule, FedCOG's settings on a run with FedCOG, the server's model).
 
     `fraction_evaluate` is 0: fedsynth's clients evaluate the received model inside each train reply, and every
     node evaluates the final model once (server_app/recorder.py). `weighted_by_key` and `min_available_nodes`
@@ -117,10 +118,14 @@ def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) 
         "codec": lambda: codec_of(cfg),
         "sam": lambda: set(node_keys(SAMSettings)) <= set(algorithm_of(cfg.algorithm).client_keys),  # OledFL-SAM
     }
+    own = cfg.own_settings  # a plugin's own settings group (common/run/own_settings.py): its fields win
+    own_fields = {f.name for f in dataclasses.fields(own)} if own is not None else set()
     arguments: dict[str, Any] = {}
     for name in declared_parameters(cls):
         if name in from_run:
             arguments[name] = from_run[name]()
+        elif name in own_fields:
+            arguments[name] = getattr(own, name)
         elif hasattr(cfg, name):
             arguments[name] = getattr(cfg, name)
     return arguments

@@ -46,7 +46,9 @@ def test_each_block_is_a_file_of_the_app_or_runs_alone(monkeypatch):
             assert block == (REPO / match.group(1)).read_text(), f"{match.group(1)} differs from its block"
             compile(block, match.group(1), "exec")
         else:
-            exec(compile(block, "docs/library.md", "exec"), {"__name__": "library_block"})
+            # as a user runs it: without this file's `from __future__ import annotations` (a dataclass in a block
+            # would look its string annotations up in a module "library_block" that is not in sys.modules)
+            exec(compile(block, "docs/library.md", "exec", dont_inherit=True), {"__name__": "library_block"})
 
 
 def app_grid(strategy: str, nodes: int = 2) -> ClientAppGrid:

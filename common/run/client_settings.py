@@ -39,7 +39,8 @@ from common.errors import ConfigError
 from common.keys import (  # noqa: F401 - readers
     check_group, config_value, key_name, node_fields, require_settings, sent_to_nodes, shown,
 )
-from common.run.config import check_parameters, coerce_value, config_fields
+from common.run.config import RunConfig, check_parameters, coerce_value, config_fields
+from common.run.own_settings import check_message, message_keys
 from common.uplink.spec import CompressionSpec
 
 # run-config keys of the uplink codec (its part's keys): every centralized rule may compress its update
@@ -207,3 +208,16 @@ def compression_from_config(config: Mapping[str, Any]) -> CompressionSpec:
     if method == "topk":
         return uplink_codec(method, topk_ratio=float(config_value(config, "topk-ratio")))
     return uplink_codec(method)
+
+
+def own_message_keys(cfg: RunConfig) -> tuple[str, ...]:
+    """The keys of a plugin's own settings that a train message of the run `cfg` carries (its group's `NODE` and
+    `BOTH` fields, "<name>.<key>"; common/run/own_settings.py), () for an algorithm without its own."""
+    return message_keys(cfg.algorithm) if cfg.own_settings is not None else ()
+
+
+def own_message_settings(config: Mapping[str, Any], cfg: RunConfig) -> Any:
+    """A plugin's own settings group as a train message's `config` gives them, checked with the group's own
+    `check()` (a missing key is a ValueError, a bad value a ConfigError naming "<name>.<key>"); None for an
+    algorithm without its own settings."""
+    return check_message(config, cfg.algorithm, cfg.own_settings, coerce_value)

@@ -46,6 +46,7 @@ from common.models.diffusion_names import UNET_PRESETS
 from common.models.diffusion_settings import DiffusionSettings
 from common.models.settings import ModelSettings
 from common.run.round_settings import RoundSettings
+from common.run.own_settings import as_config, is_own_key, parse_own_settings
 from common.run.settings import RunSettings
 
 # The parts of the run config, in reading order: docs/configuration.md's tables and `RunConfig.check` follow it.
@@ -73,6 +74,10 @@ def _bases(parts: tuple[type, ...]) -> tuple[type, ...]:
 class RunConfig(*_bases(PARTS)):  # type: ignore[misc]
     """Validated run configuration shared by the ServerApp and the ClientApps: every part's keys, flat."""
 
+    # a plugin's own settings group, from its keys "<name>.<key>" (common/run/own_settings.py); None for the others
+    own_settings: Any = dataclasses.field(default=None, metadata={
+        "meaning": "the settings group of a plugin algorithm, from its run-config keys '<name>.<key>'"})
+
     def __post_init__(self) -> None:
         if self.model == "auto":  # the algorithm's paper model when the user names none
             object.__setattr__(self, "model", default_model(self.algorithm))
@@ -88,8 +93,10 @@ class RunConfig(*_bases(PARTS)):  # type: ignore[misc]
         object.__setattr__(self, "max_weight_share", share)
 
     def as_dict(self) -> dict[str, Any]:
-        """The config as run-config keys (dashes), as written to config.json, in `config_fields` order."""
-        return {key_name(f.name): getattr(self, f.name) for f in config_fields()}
+        """The config as run-config keys (dashes), as written to config.json, in `config_fields` order; then a
+        plugin's own keys ("<name>.<key>")."""
+        return {**{key_name(f.name): getattr(self, f.name) for f in config_fields()},
+                **as_config(self.algorithm, self.own_settings)}
 
     def oneshot_rate(self) -> float:
         """FedDDPM+'s one-shot rate: `oneshot-lr`, or the clients' `lr` (Algorithm 2 trains it at zeta)."""
@@ -262,7 +269,8 @@ def parse_run_config(raw: Mapping[str, Any], known_algorithms: Iterable[str]) ->
     rejects them in `flwr run`, and the in-process CLI must behave the same).
     """
     fields_by_key = {key_name(f.name): f for f in config_fields()}
-    unknown = sorted(set(raw) - set(fields_by_key))
+    own_raw = {key: value for key, value in raw.items() if is_own_key(key)}  # a plugin's own, "<name>.<key>"
+    unknown = sorted(set(raw) - set(fields_by_key) - set(own_raw))
     if unknown:
         import difflib
 
@@ -284,6 +292,7 @@ def parse_run_config(raw: Mapping[str, Any], known_algorithms: Iterable[str]) ->
         plugin_algorithm(cfg.algorithm)
     else:
         check_choice("algorithm", cfg.algorithm, [*sorted(known_algorithms), PLUGIN_FORM])
+    object.__setattr__(cfg, "own_settings", parse_own_settings(cfg.algorithm, own_raw, coerce_value))
     cfg.check()
     return cfg
 

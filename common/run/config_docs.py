@@ -8,21 +8,23 @@ compares the page with `configuration_page()`. Regenerate with
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 from common.keys import key_name, own_fields
 from common.run.config import PARTS
+from common.run.own_settings import SEPARATOR, own_keys, settings_group, strategy_of
 
 
-def part_table_markdown(part: type) -> str:
-    """One part's own keys (`own_fields`: not those of a group it extends) as a markdown table: key, default,
-    meaning, source."""
+def part_table_markdown(part: type, prefix: str = "", fields: list[dataclasses.Field] | None = None) -> str:
+    """One part's own keys (`own_fields`: not those of a group it extends; or `fields`) as a markdown table: key
+    (after `prefix`: a plugin's "<name>."), default, meaning, source."""
     rows = ["| key | default | meaning | source |", "| --- | --- | --- | --- |"]
-    for f in own_fields(part):
+    for f in own_fields(part) if fields is None else fields:
         default = f.default
         shown = f'"{default}"' if isinstance(default, str) else str(default).lower() if isinstance(default, bool) else default
         meaning, source = (str(f.metadata[k]).replace("|", "\\|") for k in ("meaning", "source"))
-        rows.append(f"| `{key_name(f.name)}` | `{shown}` | {meaning} | {source} |")
+        rows.append(f"| `{prefix}{key_name(f.name)}` | `{shown}` | {meaning} | {source} |")
     return "\n".join(rows)
 
 
@@ -59,6 +61,21 @@ def configuration_page() -> str:
     return f"{CONFIGURATION_PAGE_INTRO}\n{config_table_markdown()}\n"
 
 
+def own_settings_markdown(path: str) -> str:
+    """The run-config keys of the plugin `path` ("package.module:Name"): its settings group's table under its name
+    (common/run/own_settings.py), or a line saying it declares none."""
+    group = settings_group(path)
+    if group is None:
+        return f"{path} declares no settings of its own\n"
+    heading = (group.__doc__ or group.__name__).strip().splitlines()[0].rstrip(".")
+    prefix = next(iter(own_keys(strategy_of(path)))).partition(SEPARATOR)[0] + SEPARATOR
+    return f"## {heading} ({path})\n\n{part_table_markdown(group, prefix, dataclasses.fields(group))}\n"
+
+
 if __name__ == "__main__":
     # python -m common.run.config_docs --markdown > docs/configuration.md   (no flag: the tables alone)
-    sys.stdout.write(configuration_page() if "--markdown" in sys.argv[1:] else config_table_markdown() + "\n")
+    # python -m common.run.config_docs --algorithm package.module:Name       (a plugin's own keys)
+    if "--algorithm" in sys.argv[1:-1]:
+        sys.stdout.write(own_settings_markdown(sys.argv[sys.argv.index("--algorithm") + 1]))
+    else:
+        sys.stdout.write(configuration_page() if "--markdown" in sys.argv[1:] else config_table_markdown() + "\n")

@@ -47,6 +47,7 @@ from flwr.serverapp import Grid
 from flwr.serverapp.strategy import Strategy
 
 from server_app.messaging import send_and_receive
+from server_app.strategies.declared_state import restore_declared_state, with_declared_state
 from server_app.strategies.node_table import NodeInfo, NodeTable, sample_nodes, wait_for_nodes
 from server_app.strategies.parameters import with_settings
 from server_app.strategies.round_book import ReplyContractError, RoundBook, TooManyFailedRounds  # noqa: F401
@@ -136,6 +137,10 @@ class RoundStrategy(Strategy, metaclass=WithSettings):
     # (server_app/strategies/parameters.py `with_settings`, `settings_config`). None: no settings of its own.
     settings: ClassVar[type | None] = None
 
+    # Names of attributes that hold server state (each a dict[str, np.ndarray], or None before first use):
+    # `state_dict()` / `load_state_dict()` checkpoint and restore them bitwise (server_app/strategies/declared_state.py)
+    server_state: ClassVar[tuple[str, ...]] = ()
+
     def __init__(self, *, min_nodes: int = 1, max_failed_rounds: int = 3, fraction_evaluate: float = 1.0,
                  max_weight_share: float = 1.0, seed: int = 0, nodes: list[NodeInfo] | None = None,
                  weighted_by_key: str = WEIGHTED_BY_KEY, min_available_nodes: int = 1) -> None:
@@ -183,12 +188,13 @@ class RoundStrategy(Strategy, metaclass=WithSettings):
         """The strategy's server state: {"arrays": {group: {name: ndarray}}, "meta": JSON-able dict, "completed-rounds"}.
 
         Everything `start()` needs to continue after the last round this strategy finished: the algorithm's
-        arrays (momentum, control variates, the nodes' models of a relay, ...) and scalars. The global model is
+        arrays (momentum, control variates, the nodes' models of a relay, ...; each attribute the class names
+        in `server_state`, as the group `server-state.<name>`) and scalars. The global model is
         not in it: it is `Result.arrays`, which the resumed `start()` takes as `initial_arrays`. fedsynth's app
         checkpoints the same parts (server_app/recorder.py).
         """
-        return {"arrays": self.state_arrays(), "meta": self.state_meta(),
-                "completed-rounds": max(self.completed_rounds, self.last_round)}
+        arrays, meta = with_declared_state(self, self.state_arrays(), self.state_meta())  # `server_state`'s attributes
+        return {"arrays": arrays, "meta": meta, "completed-rounds": max(self.completed_rounds, self.last_round)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Continue from `state_dict()`: a later `start()` with the same `num_rounds` skips the finished rounds.
@@ -196,8 +202,9 @@ class RoundStrategy(Strategy, metaclass=WithSettings):
         An optional `"restored-from"` (text, e.g. "the checkpoint in <folder>") names the source in the error a
         first round of broken replies raises.
         """
-        self.load_state_arrays(state["arrays"])
-        self.load_state_meta(state["meta"])
+        arrays, meta = restore_declared_state(self, state["arrays"], state["meta"])  # `server_state`'s attributes
+        self.load_state_arrays(arrays)
+        self.load_state_meta(meta)
         self.completed_rounds = int(state["completed-rounds"])
         self.restored_from = str(state.get("restored-from", ""))
         self.on_resume()

@@ -36,6 +36,7 @@ from common.run.aggregation import Krum, TrimmedMean
 from common.errors import ConfigError
 from common.keys import check_group, key_name, message_config, sent_to_nodes
 from common.run.config import RunConfig, check_parameters, coerce_value
+from common.run.own_settings import message_entries, own_group
 from common.run.task import ServerTask, task_values
 
 DEFAULTS = RunConfig()  # the run config's defaults (docs/configuration.md): every strategy parameter's default
@@ -319,10 +320,12 @@ def settings_fields(cls: type) -> list[dataclasses.Field]:
 
 def settings_config(strategy: Any) -> dict[str, Any]:
     """The train message's config entries of `strategy`'s settings groups: each field that travels to the nodes
-    (side NODE or BOTH) under its run-config key, with the strategy's value (`message_config`)."""
+    (side NODE or BOTH) under its run-config key, with the strategy's value (`message_config`); a plugin's own
+    group under its whole keys, "<name>.<key>" (common/run/own_settings.py `message_entries`)."""
+    own = own_group(type(strategy))
     config: dict[str, Any] = {}
     for group in settings_groups(type(strategy)):
-        config.update(message_config(group, strategy))
+        config.update(message_entries(type(strategy), strategy) if group is own else message_config(group, strategy))
     return config
 
 
