@@ -5,11 +5,14 @@ Differences from Flower's own FedAvg, each for a reason in SPEC:
   ids learned in the start-of-run handshake, so sampling is reproducible (Flower
   samples node ids with Python's `random`);
 - each reply is checked against the global model before aggregation (names,
-  shapes, dtypes, finite values); a bad reply is dropped, never averaged in;
-- replies are summed in partition order, so results are bitwise reproducible;
+  shapes, dtypes, finite values; the reply gate, server_app/strategies/reply_gate.py);
+  a bad reply is dropped, never averaged in;
+- replies are summed in partition order, so results are bitwise reproducible
+  (the mean of updates, server_app/strategies/update_mean.py);
 - the server applies `w + server_lr * mean(w_i - w)`, weighted by sample count or
-  uniformly (`aggregation`), and subclasses change only `downlink_records`,
-  `check_extra_records` and `server_step`;
+  uniformly (`aggregation`), and subclasses change only the public hooks
+  `downlink_records`, `check_extra_records`, `server_step` and the server state's
+  (`state_arrays`, `state_meta`, their `load_` pairs, `on_resume`);
 - that step moves the trainable parameters only. A model's buffers (BatchNorm's
   running statistics and batch counter) are not updates to step along: the
   floating ones become the weighted mean of the replies' values, the integer
