@@ -222,7 +222,7 @@ class FedSynSAM(TrajectoryStrategy):
     """FedSynSAM: FedAvg of (compressed) updates; after `trajectory_rounds` aggregations the server distils a
     synthetic set from the global models' trajectory and sends it once to every node (record "synthetic-data");
     nodes then perturb along a mix of their local and the synthetic gradient (`fedsynth.client.train_fedsynsam`),
-    reading "sam-rho", "synsam-beta" and "synsam-mix". The server builds `task`'s model for the distillation.
+    reading rho, beta and the mix (`SynSAMRuleSettings`). The server builds `task`'s model for the distillation.
     """
 
     settings = SynSAMRuleSettings

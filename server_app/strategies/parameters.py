@@ -2,7 +2,7 @@
 
 Every strategy class (server_app/strategies/, and the public names of `fedsynth.strategies`) is built from
 typed keyword parameters only, as Flower's own strategies are. A parameter has the name of the run-config
-key it mirrors (`sam_rho` <-> `sam-rho`), so fedsynth's app builds a strategy from a run config by reading
+key it mirrors (`server_lr` <-> `server-lr`), so fedsynth's app builds a strategy from a run config by reading
 each of the class's parameters under its own name (server_app/registry.py `build_strategy`), and its default
 is the run config's (`DEFAULTS`): a public class and `fedsynth run` start from the same numbers.
 
@@ -56,7 +56,7 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
     "weighted_by_key": "The reply metric that weighs each reply in the averages, as in Flower's strategies. A\n"
                        "reply that also carries \"num-examples\" must give both the same value, or it is dropped.",
     "node_settings": "Your own settings for the nodes, added to every train message's config (as FedProx sends\n"
-                     "\"proximal-mu\"); fedsynth's app sends FedCOG's settings here on a run with FedCOG\n"
+                     "its weight mu); fedsynth's app sends FedCOG's settings here on a run with FedCOG\n"
                      "(\"gen-budget\", ...).",
     "parameter_names": "The names of the model's trainable arrays (`[n for n, _ in net.named_parameters()]`): what the\n"
                        "server step, the codec and control variates cover. None: judged from the arrays (floating arrays\n"
@@ -78,7 +78,6 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
     "codec": "The uplink codec the nodes compress their update with, sent in every train message's config:\n"
              "None (no compression), `QSGD(bits, levels, scope, bucket, error_feedback)` or\n"
              "`TopK(ratio, error_feedback)` (common/run/codecs.py; run-config keys `compression`, `bits`, ...).",
-    "sam": "False: OledFL-SGD; True: OledFL-SAM (the nodes read \"sam-rho\" from the config).",
     "cog_settings": "FedCOG's generation and distillation settings, sent in every train message's config under\n"
                     "their run-config keys (\"gen-budget\", \"gen-steps\", ...): a `CogSettings` (the run config's\n"
                     "FedCOG part, common/algorithms/cog_settings.py); None: its defaults. Its `cog_start_round` is\n"
@@ -251,7 +250,7 @@ def parameter_meaning(name: str, cls: type | None = None) -> str:
     """What parameter `name` of `cls` means: its settings group's field's meaning (and the name the nodes read it
     under), its run-config key's, or `OWN_PARAMETER_DOCS`'s text."""
     fields = {f.name: f for group in settings_groups(cls) for f in dataclasses.fields(group)} if cls else {}
-    if name in OWN_PARAMETER_DOCS and name not in fields:
+    if name in OWN_PARAMETER_DOCS and (name not in fields or fields[name].metadata.get("parameter_only")):
         return OWN_PARAMETER_DOCS[name]
     field = fields.get(name) or {f.name: f for f in dataclasses.fields(RunConfig)}[name]
     key = key_name(name)
