@@ -326,14 +326,13 @@ def settings_config(strategy: Any) -> dict[str, Any]:
 
 
 def checked_settings(owner: str, group: type, given: dict[str, Any]) -> Any:
-    """The value of `group` with the fields `given` (the others at their defaults), each coerced to its default's
-    type as the run config coerces its key and checked by the group's checks (`check_group`); ConfigError names
-    `owner` and the key."""
+    """The value of `group` with the fields `given` (the others at their defaults): each checked as a written
+    constructor checks it (`check_given`), coerced to its default's type as the run config coerces its key, then
+    checked by the group's checks (`check_group`, a plugin's own); ConfigError names `owner` and the key."""
     fields = {f.name: f for f in dataclasses.fields(group)}
-    for name, value in given.items():  # a parameter that is no run-config key (OledFL's `sam`): its own check
-        if name in OWN_PARAMETER_CHECKS and not OWN_PARAMETER_CHECKS[name][1](value):
-            raise ConfigError(f"{owner}: parameter {name} = {value!r} is invalid; "
-                              f"accepted: {OWN_PARAMETER_CHECKS[name][0]}")
+    # a run-config key as the run config checks it, a parameter that is none (OledFL's `sam`, a `ServerTask`) by
+    # its own check, worded as a written constructor's (`check_given`)
+    check_given(owner, dict(given))
     try:
         typed = {name: coerce_value(key_name(name), value, fields[name].default)
                  if type(fields[name].default) in (bool, int, float, str) else value for name, value in given.items()}
