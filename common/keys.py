@@ -144,14 +144,16 @@ def group_of(group: type, values: Any) -> Any:
     return group(**{f.name: getattr(values, f.name) for f in dataclasses.fields(group)})
 
 
-def same_key(part: type, name: str, side: str | None = None) -> Any:
+def same_key(part: type, name: str, side: str | None = None, default: Any = dataclasses.MISSING) -> Any:
     """A field of a settings group that is the key `name` another part declares (a strategy class's group that
     takes FedCOG's first round, which FedCOG's part declares): the declaration's default and text, not a second
     declaration (`own_fields` skips it, so the run config and its docs keep the part's). `side` overrides the
-    side that sends it (`SERVER`: the class sends it itself)."""
+    side that sends it (`SERVER`: the class sends it itself); `default` the default, where the run config resolves
+    the key's own from others (FedDDPM+'s FID features: "auto" is the run config's, by its partition)."""
     declared = part.__dataclass_fields__[name]
     metadata = {**declared.metadata, "declared_in": part.__qualname__, **({"side": side} if side else {})}
-    return dataclasses.field(default=declared.default, metadata=metadata)
+    return dataclasses.field(default=declared.default if default is dataclasses.MISSING else default,
+                             metadata=metadata)
 
 
 def parameter(default: Any, meaning: str) -> Any:

@@ -347,17 +347,20 @@ def with_settings(cls: type) -> None:
     """Give `cls`, which declares `settings = Group` (or only `parameter_defaults`) and no constructor of its own,
     its constructor: the group's fields as keyword parameters before the parent's, checked (`checked_settings`)
     and kept as attributes; then the parent's constructor, with the class's `parameter_defaults` (its paper's
-    mean, ...) as the defaults of the parent's parameters they name; then the class's own `__post_init__()` if it
+    mean, ...) as the defaults of the parent's parameters they name, and the parent's `fixed_parameters` left at
+    the parent's defaults (no parameters of the class: FedDDPM+ has no per-round correction); then the class's own `__post_init__()` if it
     has one (its server state's starting values, as a dataclass's `__post_init__`)."""
     group = cls.__dict__.get("settings")
     defaults: dict[str, Any] = dict(cls.__dict__.get("parameter_defaults", {}))
-    if (group is None and not defaults) or "__init__" in cls.__dict__:
+    fixed: tuple[str, ...] = tuple(cls.__dict__.get("fixed_parameters", ()))
+    if (group is None and not defaults and not fixed) or "__init__" in cls.__dict__:
         return
     parent = super(cls, cls).__init__  # type: ignore[misc]
-    inherited = inspect.signature(parent).parameters
-    unknown = sorted(set(defaults) - set(inherited))
+    inherited = {name: p for name, p in inspect.signature(parent).parameters.items() if name not in fixed}
+    unknown = sorted((set(defaults) | set(fixed)) - set(inspect.signature(parent).parameters))
     if unknown:
-        raise TypeError(f"{cls.__name__}.parameter_defaults names no parameter of its parent: {', '.join(unknown)}")
+        raise TypeError(f"{cls.__name__}: parameter_defaults or fixed_parameters name no parameter of its parent: "
+                        f"{', '.join(unknown)}")
     own = [f for f in dataclasses.fields(group) if f.name not in inherited] if group is not None else []
     names = [f.name for f in own]
     valid = names + [name for name in inherited if name != "self"] + list(FLOWER_PARAMETERS)
@@ -404,19 +407,21 @@ def declared_parameters(cls: type) -> list[str]:
     TypeError names a class whose written constructor hides its parameters behind `*args`/`**kwargs` (the app
     could not fill them, and the class would silently keep its parent's defaults)."""
     names: list[str] = []
+    fixed: set[str] = set()  # a class's `fixed_parameters` are none of its own, nor of its subclasses'
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:
             continue
         group = getattr(init, "settings_group", None)
         if group is not None:
+            fixed |= set(klass.__dict__.get("fixed_parameters", ()))
             if dataclasses.is_dataclass(group):
-                names += [f.name for f in dataclasses.fields(group) if f.name not in names]
+                names += [f.name for f in dataclasses.fields(group) if f.name not in names and f.name not in fixed]
             continue
         parameters = list(inspect.signature(init).parameters.values())[1:]
         hidden = [p.name for p in parameters if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
         if hidden:
             raise TypeError(f"{klass.__name__}'s constructor takes *{hidden[0]}: declare its settings as a settings "
                             f"group (settings = ...) or name every parameter it takes")
-        return names + [p.name for p in parameters if p.name not in names]
+        return names + [p.name for p in parameters if p.name not in names and p.name not in fixed]
     return names
