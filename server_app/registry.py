@@ -150,7 +150,7 @@ def train_config_of(cfg: RunConfig, server_round: int) -> dict[str, Any]:
     benchmark that runs a client rule without a server."""
     strategy = build_strategy(cfg)
     strategy.num_rounds = cfg.num_server_rounds  # start()'s, as fedsynth's app passes it
-    config: dict[str, Any] = {**strategy._client_config(), **train_config(cfg), "server-round": server_round}
+    config: dict[str, Any] = {**strategy.client_config(), **train_config(cfg), "server-round": server_round}
     if strategy.lr_schedule is not None:
         config["lr"] = strategy.lr_schedule(server_round)
     return config

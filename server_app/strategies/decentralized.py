@@ -56,9 +56,9 @@ class OledFL(DecentralizedRelay):
 
     settings = OledFLClassSettings
 
-    def _client_config(self) -> dict[str, Scalar]:
+    def client_config(self) -> dict[str, Scalar]:
         """The relay's settings, without SAM's radius for OledFL-SGD (`sam` false: its nodes do not perturb)."""
-        config = super()._client_config()
+        config = super().client_config()
         for key in () if self.sam else node_keys(SAMSettings):
             if key not in self.node_settings:
                 del config[key]

@@ -182,10 +182,11 @@ class FedAvg(RoundStrategy):
                     "and this strategy sends its own")
         return None
 
-    def _client_config(self) -> dict[str, Any]:
-        """The settings the nodes' rule needs, sent in every train message's config (as FedProx sends its
-        proximal weight): the uplink codec, `node_settings` (common/run/client_settings.py) and the class's
-        settings group's keys that travel to the nodes (`settings_config`)."""
+    def client_config(self) -> dict[str, Any]:
+        """Returns {run-config key: int | float | str | bool}, the settings the nodes' rule reads, sent in every
+        train message's config (as FedProx sends its proximal weight): the uplink codec, `node_settings`
+        (common/run/client_settings.py) and the class's settings group's node-side keys (`settings_config`). A
+        plugin overrides it only for a value worked out at run time; a declared setting travels by itself."""
         return {**codec_settings(self.codec, self.error_feedback), **self.node_settings, **settings_config(self)}
 
     # ----- public hooks: the algorithm's server rule (a plugin overrides them) ------------------------
@@ -260,7 +261,7 @@ class FedAvg(RoundStrategy):
         available = self._refresh_nodes(grid)
         self.current = from_record(arrays)
         extra = self.downlink_records(server_round)
-        round_config = {**self._client_config(), **config, "server-round": server_round}
+        round_config = {**self.client_config(), **config, "server-round": server_round}
         if self.lr_schedule is not None:
             round_config["lr"] = self.lr_schedule(server_round)
         messages = []

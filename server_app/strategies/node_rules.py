@@ -60,14 +60,14 @@ class FedCOG(FedAvg):
         if self.cog_settings is None:
             self.cog_settings = CogSettings()
 
-    def _client_config(self) -> dict[str, Scalar]:
+    def client_config(self) -> dict[str, Scalar]:
         """FedAvg's settings and what the nodes' rule reads: FedCOG's settings (`cog_settings`) with
         the first FedCOG round (`COG_START_KEY`; 0 resolved to the paper's schedule over `start()`'s `num_rounds`,
         once it is known)."""
         start = self.cog_start_round
         if start == 0 and self.num_rounds is not None:
             start = CogSettings(cog_start_round=0).first_cog_round(self.num_rounds)
-        return {**super()._client_config(), **self.cog_settings.cog_config(), COG_START_KEY: start}
+        return {**super().client_config(), **self.cog_settings.cog_config(), COG_START_KEY: start}
 
 
 @documented
