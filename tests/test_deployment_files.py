@@ -810,3 +810,13 @@ def test_registering_gives_up_naming_the_connection_when_the_superlink_never_ans
                             capture_output=True, text=True, env=env, timeout=60)
     assert result.returncode == 2
     assert result.stderr.strip().splitlines()[-1] == f"register-supernodes.sh: registering {tmp_path / 'a.pub'} with 'fed' failed"
+
+
+def test_one_switch_turns_the_adaptive_waits_off_in_every_compose_process() -> None:
+    """FEDSYNTH_ADAPTIVE_WAITS reaches the SuperNodes (their launcher's waits) and the ServerApp's process (its
+    retry of a reply's objects, server_app/reply_pulls.py): `FEDSYNTH_ADAPTIVE_WAITS=0 docker compose up` runs
+    Flower's own waits everywhere, not only on the nodes."""
+    services = yaml.safe_load((REPO / "docker-compose.yml").read_text())["services"]
+    switched = {name for name, spec in services.items()
+                if (spec.get("environment") or {}).get("FEDSYNTH_ADAPTIVE_WAITS") == "${FEDSYNTH_ADAPTIVE_WAITS:-1}"}
+    assert "serverapp" in switched and {name for name in services if name.startswith("supernode-")} <= switched
