@@ -52,7 +52,7 @@ from common.models.diffusion import is_diffusion
 from common.metrics.evaluation import as_tensors, evaluate_model, resolve_device
 from common.data.partition import ClientData, PartitionSpec, load_client_data
 from common.protocol import CLIENT_STAT_PREFIX, FID_STATS, NODE_STATE_PREFIX
-from common.records import check_weights, from_record, load_weights, model_weights, module_parameter_names
+from common.records import Weights, check_weights, from_record, load_weights, model_weights, module_parameter_names
 from common.data.site_data import fill_path_template, load_site_data, site_key, site_spec
 from common.run.task import check_task_model, make_model
 
@@ -203,8 +203,9 @@ def restore_node_state(content: RecordDict, state: RecordDict) -> None:
             state[name[len(NODE_STATE_PREFIX):]] = record
 
 
-def _received_model(msg: Message, cfg: RunConfig, device: torch.device) -> torch.nn.Module:
-    """The model the server sent, checked (names, shapes, dtypes, finite) before use."""
+def _received_model(msg: Message, cfg: RunConfig, device: torch.device) -> tuple[torch.nn.Module, Weights]:
+    """The model the server sent, checked (names, shapes, dtypes, finite) before use, and its arrays (read from the
+    record once: the train reply's update is taken against them)."""
     model = make_model(cfg)
     record = msg.content.array_records.get("arrays")
     if record is None:
@@ -214,7 +215,7 @@ def _received_model(msg: Message, cfg: RunConfig, device: torch.device) -> torch
     if problem:
         raise ValueError(problem)
     load_weights(model, received)
-    return model.to(device)
+    return model.to(device), received
 
 
 @app.query(FID_STATS)
@@ -245,10 +246,11 @@ def train(msg: Message, context: Context) -> Message:
         own_message_settings(config, cfg)  # a plugin's own settings, by its group's check (`LocalJob.own_settings`)
     server_round = int(config["server-round"])
     restore_node_state(msg.content, context.state)
+    received: Weights | None = None
     if is_gossip_round(msg.content):  # decentralized FL: start from the mix of the neighbours' models
         model = gossip_start_model(msg.content, context.state, cfg, node.device)
     else:
-        model = _received_model(msg, cfg, node.device)
+        model, received = _received_model(msg, cfg, node.device)
     if is_diffusion(cfg):  # the diffusion task: its data, DDPM loss and FedDDPM's warmup (client_app/diffusion.py)
         return diffusion_train(msg, context, cfg, node.partition_id, data, model, node.device)
     x_test, y_test = as_tensors(data.x_test, data.y_test, cfg.dataset, node.device)
@@ -273,7 +275,8 @@ def train(msg: Message, context: Context) -> Message:
     content = RecordDict({"metrics": MetricRecord(metrics)})
     # the model (or, with compression, the encoded update) and the rule's extra records
     # (a decentralized round carries no global model; its config refuses compression)
-    received = from_record(msg.content.array_records["arrays"]) if "arrays" in msg.content.array_records else {}
+    if received is None:
+        received = from_record(msg.content.array_records["arrays"]) if "arrays" in msg.content.array_records else {}
     codec, error_feedback = uplink_codec_of(config)
     for name, record in uplink_records(codec, error_feedback, cfg.seed, context.state, received, model_weights(model),
                                        result.outgoing, server_round, node.partition_id,
@@ -286,7 +289,7 @@ def train(msg: Message, context: Context) -> Message:
 def evaluate(msg: Message, context: Context) -> Message:
     """Accuracy of the received model on this node's local test split."""
     cfg, node, data = _setup(context)
-    model = _received_model(msg, cfg, node.device)
+    model, _ = _received_model(msg, cfg, node.device)
     x_test, y_test = as_tensors(data.x_test, data.y_test, cfg.dataset, node.device)
     loss, accuracy = evaluate_model(model, x_test, y_test)
     metrics = MetricRecord({

@@ -9,14 +9,14 @@ Round t on node i (SPEC 4.5, OledFL Algorithm 1):
    the run's seeded initial model x^0, exactly as Algorithm 1 initialises
    z_i^{-1} = x^0.
 2. update: `dpsgd` one SGD step; `dfedavg` K local steps of SGD; `dfedavgm`
-   the same with local momentum `dfedavgm-momentum`; `dfedsam` SAM steps;
+   the same with its local momentum (`DFedAvgMSettings`); `dfedsam` SAM steps;
    `oledfl-sgd` / `oledfl-sam` first restart from x_i + beta (x_i - z_i^{t-1})
    (Ole), then DFedAvg / DFedSAM steps.
 3. keep z_i^t in `Context.state` for the next round (mixing and Ole), with
    the round it was made in, and send it to the relay.
 
-The rules' settings (`sam-rho`, `ole-beta`, `dfedavgm-momentum`) and the round's
-`lr` come from the relay's train message (`LocalJob.setting`), as a centralized
+The rules' settings (their groups: `SAMSettings`, `OledFLSettings`, `DFedAvgMSettings`) and the round's
+`lr` come from the relay's train message (`LocalJob.rule_settings`), as a centralized
 rule's do; the relay sends no codec (decentralized nodes exchange full models).
 """
 

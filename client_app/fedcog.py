@@ -27,7 +27,7 @@ round on FedAvg's update) take plain parameters and FedCOG's one settings object
 the run config's part `CogSettings` (common/algorithms/cog_settings.py), for any
 Flower ClientApp (`fedsynth.client`); `plug_in` feeds the first from the train
 message: the server sends FedCOG's settings in its config (`CogSettings.from_config`),
-with `cog-start-round` already resolved to the first FedCOG round.
+with its first round already resolved to the first FedCOG round.
 """
 
 from __future__ import annotations
@@ -215,7 +215,7 @@ def fedcog_distillation(
     generated inputs (shape `input_shape`, e.g. (1, 28, 28)) take the labels the
     node lacks (budget G split by `complementary_labels`). `previous_model` is
     the state dict the node ended its last round with (None: no disagreement
-    term). `settings` is FedCOG's (its `cog-ablation` applied: `generation_steps`, `disagreement_weight`,
+    term). `settings` is FedCOG's (its ablation applied: `generation_steps`, `disagreement_weight`,
     `hard_label`); `batch_size` the generated examples per KD batch. Add the plug-in to the training loss with
     `with_loss_plugin`.
     """
@@ -298,7 +298,7 @@ def with_cog(base: ClientUpdate) -> ClientUpdate:
     """The base client update with FedCOG plugged in from the first FedCOG round."""
 
     def update(job: LocalJob) -> LocalResult:
-        settings = CogSettings.from_config(job.settings)  # the server's; `cog-start-round` is the first round
+        settings = CogSettings.from_config(job.settings)  # the server's; its start round is the first round
         stats = plug_in(job, settings) if job.server_round >= settings.cog_start_round else {}
         result = base(job)
         # Kept in every round, so that the first FedCOG round already has a

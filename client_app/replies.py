@@ -11,7 +11,7 @@ node answers and the model it trained, so a ClientApp never assembles the
 records by hand and cannot get the split between parameters and buffers
 wrong:
 
-    result = train_fedsam(net, trainloader, rho=config_value(config, "sam-rho"), optimizer=...)
+    result = train_fedsam(net, trainloader, rho=rule_settings(config, SAMSettings).sam_rho, optimizer=...)
     return train_reply(msg, net, result, num_examples=len(trainloader.dataset), state=context.state)
 
 The codec is the one the strategy sent in the message's config

@@ -12,8 +12,8 @@ Each rule differs only in the ascent direction `g` of `e = rho * g / ||g||`
   (sent once after round R, kept in `Context.state`); from then on each step
   draws a local batch xi and a synthetic batch zeta,
   `g = beta * grad F(w; xi) + (1 - beta) * grad F(w; zeta)`, and descends
-  along `grad F(w + e; xi)` (FedSynSAM, Algorithm 1). `synsam-mix =
-  "normalized"` (an ablation, not the paper's) mixes the unit gradients
+  along `grad F(w + e; xi)` (FedSynSAM, Algorithm 1). The mix "normalized"
+  (`SynSAMRuleSettings`; an ablation, not the paper's) mixes the unit gradients
   instead (common/algorithms/synsam.py). Each step also measures the mini-batch norm
   ratio `||grad F(w; zeta)|| / ||grad F(w; xi)||`, the synthetic share of the
   ascent direction and the cosine of the two gradients; they go up as

@@ -21,8 +21,8 @@ client keeps (docs/library.md, "What each strategy sends and expects"):
   local training recipe (`local-epochs` / `local-steps`, `batch-size`,
   `momentum`, `weight-decay`, `clip-grad-norm`, `local-optimizer`:
   common/run/client_settings.py `LocalRecipe`), the uplink codec and every
-  setting of the algorithm's rule (`sam-rho`, `proximal-mu`, FedCOG's, ...:
-  `client_keys`);
+  setting of the algorithm's rule (its settings group, `LocalJob.rule_settings`:
+  SAM's radius, FedProx's weight, FedCOG's, ...: `client_keys`);
 - from the run config (`LocalJob.cfg`): the task (dataset, model, seed);
 - from the node: its data, device and threads (client_app/app.py).
 """

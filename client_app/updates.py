@@ -2,8 +2,8 @@
 
 Each rule trains `job.model` in place for one round and returns a LocalResult;
 the rules' cores are the plain functions of client_app/rules.py (`fedsynth.client`),
-which these adapters feed from the train message (its config: the rule's settings, e.g.
-`sam-rho`, read with `LocalJob.setting`; its records), the node's run config (the local
+which these adapters feed from the train message (its config: the rule's settings group, e.g.
+`SAMSettings`, read with `LocalJob.rule_settings`; its records), the node's run config (the local
 recipe: client_app/training.py) and node state.
 common/algorithm_table.py's rows name these functions by import path (`client`), and
 client_app/registry.py resolves them. Node state that must outlive the round (SCAFFOLD's

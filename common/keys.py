@@ -9,7 +9,7 @@ the message alone. A base module: every floor of common/ declares keys.
 
 A key also says which side reads it (`side`): `SERVER` (the server, or each app from its own run config),
 `NODE` (the node reads it from the train message, where the server's strategy put it under its run-config
-name: the local training recipe, a rule's weights such as `sam-rho`) or `BOTH` (the server uses it and sends
+name: the local training recipe, a rule's weights such as SAM's radius) or `BOTH` (the server uses it and sends
 it, the node reads it from the message: the uplink codec). The `NODE` and `BOTH` keys are the schema of a
 train message: the node checks every one a message carries with the key's own run-config check
 (common/run/client_settings.py `check_train_settings`). `config_value` and `require_settings` have no
@@ -109,7 +109,7 @@ def require_settings(config: Mapping[str, Any], keys: Iterable[str]) -> None:
 def own_fields(group: type) -> list[dataclasses.Field]:
     """The fields `group` declares itself (not those of the groups it extends), in declaration order."""
     own = group.__dict__.get("__annotations__", {})
-    return [f for f in dataclasses.fields(group) if f.name in own]
+    return [f for f in dataclasses.fields(group) if f.name in own and "declared_in" not in f.metadata]
 
 
 def check_group(settings: Any) -> None:
@@ -140,5 +140,24 @@ def message_config(group: type, values: Any) -> dict[str, Any]:
 
 def group_of(group: type, values: Any) -> Any:
     """The value of `group` that `values` (a run config, a strategy: any object with the group's fields as
-    attributes) holds: `SAMSettings` of a run config is its `sam-rho`."""
+    attributes) holds: `SAMSettings` of a run config is its SAM radius."""
     return group(**{f.name: getattr(values, f.name) for f in dataclasses.fields(group)})
+
+
+def same_key(part: type, name: str, side: str | None = None, default: Any = dataclasses.MISSING) -> Any:
+    """A field of a settings group that is the key `name` another part declares (a strategy class's group that
+    takes FedCOG's first round, which FedCOG's part declares): the declaration's default and text, not a second
+    declaration (`own_fields` skips it, so the run config and its docs keep the part's). `side` overrides the
+    side that sends it (`SERVER`: the class sends it itself); `default` the default, where the run config resolves
+    the key's own from others (FedDDPM+'s FID features: "auto" is the run config's, by its partition)."""
+    declared = part.__dataclass_fields__[name]
+    metadata = {**declared.metadata, "declared_in": part.__qualname__, **({"side": side} if side else {})}
+    return dataclasses.field(default=declared.default if default is dataclasses.MISSING else default,
+                             metadata=metadata)
+
+
+def parameter(default: Any, meaning: str) -> Any:
+    """A field of a strategy class's settings group that is no run-config key: a grouped value the class takes
+    (FedCOG's `cog_settings`), read by the server alone."""
+    return dataclasses.field(default=default, metadata={"meaning": meaning, "source": "", "side": SERVER,
+                                                       "parameter_only": True})

@@ -21,10 +21,16 @@ fedsynth's own algorithm table (common/algorithm_table.py), naming its two halve
 - `strategy`: a subclass of one of `fedsynth.strategies`' classes (e.g. `FedAvg`). fedsynth's ServerApp
   builds it as it builds its own (server_app/registry.py `build_strategy`): each constructor parameter from
   the run-config key of the same name, the rest at their defaults. A subclass of FedAvg changes its server
-  rule by overriding its hooks: `server_step(mean_delta, replies)` (the new global model), and
-  `check_extra_records(content)` with `reply_metrics`/`reply_records` (its reply contract: a reply that
-  breaks it is dropped and named, and a first round of nothing but broken replies stops the run with
-  `ReplyContractError` quoting `reply_metrics`).
+  rule by overriding its public hooks, each documented with what it receives and returns (`help(FedAvg)`):
+  `server_step(mean_delta, replies)` (the new global model), `downlink_records(server_round)` (records sent
+  beside the model), `check_extra_records(content)` with `reply_metrics`/`reply_records` (its reply contract:
+  a reply that breaks it is dropped and named, and a first round of nothing but broken replies stops the run
+  with `ReplyContractError` quoting `reply_metrics`), and its server state: `state_arrays()` /
+  `load_state_arrays(groups)`, `state_meta()` / `load_state_meta(meta)` and `on_resume()`, which a checkpoint
+  keeps and a resumed run restores bitwise. The building blocks the built-ins use are the strategy's
+  collaborators: `strategy.reply_gate.delta(reply)` (a reply's decoded update),
+  `strategy.update_mean.weights(replies)` and `strategy.update_mean.buffers(replies)` (the mean's weights and
+  the model's new buffers).
 - `client`: `update(job: LocalJob) -> LocalResult`, called by fedsynth's ClientApp for each train message
   after it has evaluated the received model. It trains `job.model` in place (`job.batches()`,
   `job.optimizer`, `job.loss_fn`, `job.num_steps`; `job.cfg` is the run config, `job.incoming` the

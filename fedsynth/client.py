@@ -13,7 +13,8 @@ them), so a rule here is exactly the rule fedsynth's experiments run.
 The settings a rule needs (the round's `lr`, rho, beta, the uplink codec,
 FedCOG's settings, Ole's beta) arrive in the train message's config, under
 their run-config names, from every strategy of `fedsynth.strategies`: read them
-with `config_value(msg.content["config"], "sam-rho")` and
+a rule's settings group with `rule_settings(msg.content["config"], SAMSettings)`
+(checked as the run config checks its keys; `.sam_rho` is SAM's radius), the codec with
 `compression_from_config(msg.content["config"])`, as fedsynth's own ClientApp
 does; FedCOG's `CogSettings` is the run config's FedCOG part
 (`CogSettings.from_config(msg.content["config"])` reads what fedsynth's app sends).
@@ -93,7 +94,11 @@ from client_app.training import (
 )
 from common.uplink.encoding import EncodedUpdate
 from common.uplink.encoding import encode_delta as encode_update
-from common.run.client_settings import compression_from_config, config_value
+from common.run.client_settings import compression_from_config, config_value, rule_settings
+from common.algorithms.rule_settings import (
+    DFedAvgMSettings, FedDynSAMSettings, FedProxSettings, MOONSettings, MoFedSAMSettings, OledFLSettings, SAMSettings,
+)
+from common.algorithms.synsam_settings import SynSAMRuleSettings
 from common.uplink.payloads import decode_update
 from common.uplink.spec import CompressionSpec
 from common.metrics.evaluation import evaluate_model
@@ -147,6 +152,16 @@ __all__ = [
     # the settings the server's strategy sends in the train message's config
     "config_value",
     "compression_from_config",
+    "rule_settings",
+    # the node rules' settings groups (common/algorithms/rule_settings.py), read with `rule_settings`
+    "DFedAvgMSettings",
+    "FedDynSAMSettings",
+    "FedProxSettings",
+    "MOONSettings",
+    "MoFedSAMSettings",
+    "OledFLSettings",
+    "SAMSettings",
+    "SynSAMRuleSettings",
     # the compressed uplink
     "encode_update",
     "EncodedUpdate",

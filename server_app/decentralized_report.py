@@ -2,7 +2,7 @@
 
 The relay (server_app/strategies/relay.py) is only the algorithm: it sends each node its message and keeps
 each node's model. What a run reports about it lives here, beside the app's other result writers: the
-warning when `ole-beta` makes Ole's restart push the nodes apart on the run's topology, the fields a
+warning when Ole's beta makes Ole's restart push the nodes apart on the run's topology, the fields a
 decentralized run adds to summary.json (topology, traffic, rounds to the target accuracies, consensus), and
 its plot. The recorder (server_app/recorder.py) and the ServerApp (server_app/app.py) call them.
 """
@@ -17,6 +17,8 @@ from typing import Any
 import numpy as np
 from flwr.common.logger import log
 
+from common.algorithms.rule_settings import OledFLSettings
+from common.keys import key_name, message_config, node_keys
 from common.algorithms.gossip import parse_targets, rounds_to_targets
 from common.algorithms.plugins import algorithm_of, rule_keys
 from common.algorithms.mixing_spectrum import ole_beta_bound, ole_gossip_contraction
@@ -25,12 +27,13 @@ from common.run.config import RunConfig
 
 
 def _runs_ole(cfg: RunConfig) -> bool:
-    """Whether the run's nodes use Ole's restart: its rule reads `ole-beta` (OledFL-SGD and OledFL-SAM)."""
-    return "ole-beta" in rule_keys(algorithm_of(cfg.algorithm))
+    """Whether the run's nodes use Ole's restart: its rule reads Ole's settings (`OledFLSettings`: OledFL-SGD and
+    OledFL-SAM)."""
+    return set(node_keys(OledFLSettings)) <= set(rule_keys(algorithm_of(cfg.algorithm)))
 
 
 def warn_if_ole_diverges(cfg: RunConfig, num_nodes: int) -> None:
-    """Warn when `ole-beta` makes Ole's gossip push the nodes apart on this topology (OledFL runs only).
+    """Warn when Ole's beta makes Ole's gossip push the nodes apart on this topology (OledFL runs only).
 
     Its restart is gossip with (1+beta) W - beta I; above the bound the
     nodes' disagreement grows every round whatever the training does.
@@ -55,9 +58,9 @@ def warn_if_ole_diverges(cfg: RunConfig, num_nodes: int) -> None:
         return
     bound = (f"; on this topology beta <= {ole_beta_bound(ws[0]):.2f} is stable"
              if cfg.topology not in RANDOM_TOPOLOGIES else "")
-    log(WARNING, "ole-beta %g on topology %s: Ole's restart multiplies the nodes' disagreement by %.2f "
+    log(WARNING, "%s %g on topology %s: Ole's restart multiplies the nodes' disagreement by %.2f "
         "per round (mean square), so they drift apart unless local training pulls them back%s",
-        cfg.ole_beta, cfg.topology, contraction, bound)
+        key_name("ole_beta"), cfg.ole_beta, cfg.topology, contraction, bound)
 
 
 def decentralized_summary(cfg: RunConfig, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -67,7 +70,7 @@ def decentralized_summary(cfg: RunConfig, rounds: Sequence[Mapping[str, Any]]) -
         "topology": cfg.topology,
         "peers": cfg.peers if cfg.topology in RANDOM_TOPOLOGIES else None,
         "mixing": cfg.mixing,
-        "ole-beta": cfg.ole_beta if _runs_ole(cfg) else None,
+        **{key: value if _runs_ole(cfg) else None for key, value in message_config(OledFLSettings, cfg).items()},
         "relay-mixing": cfg.relay_mixing,
         "psi": float(np.mean([r["psi"] for r in trained])) if trained else None,
     }

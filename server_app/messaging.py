@@ -32,6 +32,7 @@ from flwr.serverapp import Grid
 
 from common.run.interrupt import raise_if_stopped
 from server_app.node_return import Held, NodeReturnWait
+from server_app.reply_pulls import adapt_reply_pulls
 
 
 def send_and_receive(grid: Grid, messages: Iterable[Message], timeout: float | None,
@@ -249,5 +250,7 @@ class PollingGrid(Grid):
 
 
 def polling_grid(grid: Grid, poll_interval: float, node_return_wait: float = 120.0) -> Grid:
-    """`grid` wrapped in a PollingGrid, or unchanged when it is not Flower's (a test's in-process grid)."""
+    """`grid` wrapped in a PollingGrid, or unchanged when it is not Flower's (a test's in-process grid). A deployed
+    grid pulls a reply's missing objects again after 0.05 s (server_app/reply_pulls.py)."""
+    adapt_reply_pulls(grid)
     return PollingGrid(grid, poll_interval, node_return_wait) if isinstance(grid, Grid) else grid

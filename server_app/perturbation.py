@@ -8,7 +8,7 @@ training data and each method's ascent direction:
 - `cos-fedsam`: each client's full local gradient `grad F_i(w^t)` (mean over clients);
 - `cos-fedlesam`: `w^{t-1} - w^t`, the negated previous global update;
 - `cos-fedsynsam`: the mixed direction `beta grad F_i(w^t) + (1 - beta) grad F(w^t; D_syn)`
-  (or the `synsam-mix = "normalized"` ablation's mix; mean over clients), once the
+  (or the "normalized" ablation's mix, `SynSAMRuleSettings`; mean over clients), once the
   synthetic set exists; `cos-synthetic` is the synthetic gradient alone;
 - and, with the synthetic set, why the mix is or is not synthetic:
   `synthetic-norm-ratio` = `||grad F(w^t; D_syn)|| / ||grad F_i(w^t)||` and

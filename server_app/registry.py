@@ -74,7 +74,7 @@ def decayed_lr(lr: float, decay: float, server_round: int) -> float:
 def cog_node_settings(cfg: RunConfig) -> dict[str, Any] | None:
     """FedCOG's settings on a run with FedCOG plugged in (`fedcog`, `X+cog`, `cog = true`), sent in every train
     message beside the base's (None otherwise): the run config's FedCOG part (`CogSettings.cog_config`), with
-    `cog-start-round` resolved to the first FedCOG round of the run's `num-server-rounds`. FedCOG's own class sends
+    its first round resolved to the first FedCOG round of the run's `num-server-rounds`. FedCOG's own class sends
     them itself (`cog_settings`)."""
     if not cog_enabled(cfg) or "cog_settings" in declared_parameters(SERVER_STRATEGIES[cfg.algorithm]):
         return None
@@ -150,7 +150,7 @@ def train_config_of(cfg: RunConfig, server_round: int) -> dict[str, Any]:
     benchmark that runs a client rule without a server."""
     strategy = build_strategy(cfg)
     strategy.num_rounds = cfg.num_server_rounds  # start()'s, as fedsynth's app passes it
-    config: dict[str, Any] = {**strategy._client_config(), **train_config(cfg), "server-round": server_round}
+    config: dict[str, Any] = {**strategy.client_config(), **train_config(cfg), "server-round": server_round}
     if strategy.lr_schedule is not None:
         config["lr"] = strategy.lr_schedule(server_round)
     return config

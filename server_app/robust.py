@@ -29,6 +29,7 @@ from __future__ import annotations
 import numpy as np
 from flwr.app import RecordDict
 
+from common.keys import key_name
 from common.records import Weights, to_record
 
 ROBUST_AGGREGATIONS = ("median", "trimmed-mean", "krum")
@@ -101,14 +102,14 @@ def bounded_updates(deltas: list[Weights], max_norm: float, ratio: float,
 
 
 def record_norm_problem(record: Weights, max_norm: float, action: str, name: str) -> str | None:
-    """Why an algorithm-specific record must be refused for its norm (`max-record-norm`, action refuse), or None."""
+    """Why an algorithm-specific record must be refused for its norm (the record bound, `RecordBoundSettings`, action refuse), or None."""
     if max_norm > 0 and action == "refuse" and (norm := update_norm(record)) > max_norm:
-        return f"record '{name}' has L2 norm {norm:.4g}, above max-record-norm = {max_norm:g}"
+        return f"record '{name}' has L2 norm {norm:.4g}, above {key_name('max_record_norm')} = {max_norm:g}"
     return None
 
 
 def bounded_record(record: Weights, max_norm: float) -> Weights:
-    """An algorithm-specific record clipped to `max-record-norm` (unchanged when the bound is 0 or not reached)."""
+    """An algorithm-specific record clipped to the record bound (`RecordBoundSettings`; unchanged when the bound is 0 or not reached)."""
     return clip_update(record, max_norm) if max_norm > 0 else record
 
 

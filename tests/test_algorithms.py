@@ -57,13 +57,13 @@ def test_the_client_keys_are_run_config_keys_and_travel_in_the_train_config() ->
         model = "unet-small" if algorithm.ddpm_only else "cnn"
         cfg = parse_run_config({"algorithm": name, "model": model}, ALGORITHMS)
         strategy = build_strategy(cfg, [])
-        assert set(strategy._client_config()) == expected, name
+        assert set(strategy.client_config()) == expected, name
 
 
 def test_cog_true_sends_fedcogs_settings_beside_the_bases() -> None:
     for base in COG_BASES:
         cfg = parse_run_config({"algorithm": base, "cog": True, "gen-budget": 7}, ALGORITHMS)
-        sent = build_strategy(cfg, [])._client_config()
+        sent = build_strategy(cfg, []).client_config()
         assert set(sent) == set(client_keys(base, False, cog=True)), base
         assert sent["gen-budget"] == 7 and sent["cog-start-round"] == cfg.first_cog_round(cfg.num_server_rounds)
 

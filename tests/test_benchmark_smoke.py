@@ -78,6 +78,8 @@ def study(name: str) -> str:
 
 
 CASES: dict[str, Smoke] = {
+    "app_work": Smoke(("--rounds", "2", "--clients", "2", "--repeats", "1", "--out", "{tmp}/a.md"),
+                      stops_at=INPROCESS),
     "bounded_influence_codec": Smoke(("--rounds", "1", "--seeds", "1", "--out", "{tmp}/out.md"),
                                      stops_at=INPROCESS),
     "checkpoint_cost": Smoke(("--rounds", "2", "--configs", "default", "--out", "{tmp}/out.md"),

@@ -219,7 +219,7 @@ def test_min_available_nodes_waits_for_the_nodes(monkeypatch):
         waits.append(len(list(grid.get_node_ids())))
         grid.add_node()
 
-    monkeypatch.setattr("server_app.strategies.base.time.sleep", sleep)
+    monkeypatch.setattr("server_app.strategies.node_table.time.sleep", sleep)
     strategy = strategies.FedAvg(min_available_nodes=3)
     strategy.start(grid, initial(), num_rounds=1, timeout=10)
     assert waits == [1, 2] and strategy.round_log.latest.answered == 3

@@ -173,7 +173,7 @@ def test_its_keys_are_run_config_keys_under_its_name_and_reach_the_strategy(plug
     assert type(strategy) is FedAdam and (strategy.eta, strategy.tau) == (0.03, 0.01)
     assert strategy.m is None and strategy.v is None
     # its node key travels under its whole key; the server's keys do not travel
-    sent = strategy._client_config()
+    sent = strategy.client_config()
     assert sent["fedadam.local-lr-scale"] == 1.0 and not any(k in sent for k in ("fedadam.eta", "eta"))
 
 

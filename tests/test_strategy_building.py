@@ -75,7 +75,7 @@ def test_build_strategy_takes_each_parameter_from_the_key_of_its_name() -> None:
     assert arguments["codec"] == public.QSGD(bits=8) and arguments["bounded_influence"] is None
     strategy = build_strategy(cfg, NODES)
     assert (strategy.server_lr, strategy.sam_rho, strategy.dyn_alpha, strategy.max_record_norm) == (0.5, 0.2, 0.3, 7.0)
-    sent = strategy._client_config()
+    sent = strategy.client_config()
     assert sent["compression"] == "qsgd" and sent["bits"] == 8 and sent["sam-rho"] == 0.2 and sent["dyn-alpha"] == 0.3
 
 
@@ -102,7 +102,7 @@ def test_a_class_built_by_hand_sends_its_nodes_what_the_app_sends(name: str, alg
     by_hand = getattr(public, name)(**values)
     from_config = build_strategy(config_of(algorithm, **keys), NODES)
     assert type(from_config) is type(by_hand)
-    assert by_hand._client_config() == from_config._client_config()
+    assert by_hand.client_config() == from_config.client_config()
 
 
 @pytest.mark.parametrize(("keys", "bounded", "aggregation"), [
@@ -128,5 +128,5 @@ def test_the_app_groups_the_run_configs_keys_into_the_values(keys: dict, bounded
 def test_oledfl_sends_the_relays_nodes_what_the_app_sends(sam: bool, algorithm: str) -> None:
     by_hand = public.OledFL(sam=sam, ole_beta=0.8, sam_rho=0.2)
     from_config = build_strategy(config_of(algorithm, **{"ole-beta": 0.8, "sam-rho": 0.2}), NODES)
-    assert by_hand._client_config() == from_config._client_config() == (
+    assert by_hand.client_config() == from_config.client_config() == (
         {"ole-beta": 0.8, "sam-rho": 0.2} if sam else {"ole-beta": 0.8})

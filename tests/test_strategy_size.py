@@ -184,17 +184,15 @@ def test_the_public_hooks_are_documented_with_what_they_receive_and_return():
         for name in PUBLIC_HOOKS & set(public_methods(cls)):
             owner = next(c for c in reversed(cls.__mro__) if name in vars(c))
             declared[name] = (owner.__name__, inspect.getdoc(vars(owner)[name]) or "")
-    assert {"downlink_records", "check_extra_records", "server_step", "state_arrays", "load_state_arrays",
+    assert {"client_config", "downlink_records", "check_extra_records", "server_step", "state_arrays", "load_state_arrays",
             "state_meta", "load_state_meta", "on_resume", "after_aggregation"} <= set(declared)
     for name, (owner, doc) in declared.items():
         assert len(doc) >= 100 and re.search(r"return", doc, re.IGNORECASE), (name, owner, doc)
 
 
 def test_the_app_and_the_recorder_call_only_public_methods_of_the_strategy():
-    """No `strategy._...` outside server_app/strategies (the recorder, the app, fedsynth's package, benchmarks).
-
-    `_client_config` is the one left: the settings groups of issue 63 derive a public `client_config()` for it."""
-    pattern = re.compile(r"strategy\._(?!client_config\b)[a-z]\w*")
+    """No `strategy._...` outside server_app/strategies (the recorder, the app, fedsynth's package, benchmarks)."""
+    pattern = re.compile(r"strategy\._[a-z]\w*")
     files = [*ROOT.joinpath("server_app").glob("*.py"), *ROOT.joinpath("fedsynth").rglob("*.py"),
              *ROOT.joinpath("benchmarks").glob("*.py")]
     found = [f"{path.relative_to(ROOT)}:{number}: {line.strip()}" for path in files

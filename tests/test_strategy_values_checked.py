@@ -96,7 +96,7 @@ def test_good_values_build_and_are_kept():
     assert strategy.bounded_influence is bounds and strategy.aggregation == "uniform"
     robust = public.FedAvg(aggregation=public.TrimmedMean(0.1))
     assert (robust.aggregation, robust.trim_fraction) == ("trimmed-mean", 0.1)
-    assert public.FedAvg(codec=public.QSGD(bits=8, scope="bucket"))._client_config()["bits"] == 8
+    assert public.FedAvg(codec=public.QSGD(bits=8, scope="bucket")).client_config()["bits"] == 8
     assert public.FedSAM(sam_rho=0.1).sam_rho == 0.1
     assert "sam_rho" in inspect.signature(public.FedSAM).parameters  # the check keeps help()'s signature
 

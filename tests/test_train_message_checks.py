@@ -18,7 +18,7 @@ import pytest
 from common.algorithm_table import ALGORITHMS, COG_BASES
 from common.algorithms.local_training_settings import LocalTrainingSettings
 from common.errors import ConfigError
-from common.keys import NODE, sent_to_nodes
+from common.keys import NODE, node_fields, sent_to_nodes
 from common.run.client_settings import (
     MESSAGE_KEYS, MESSAGE_ONLY_SETTINGS, RECIPE_KEYS, ROUND_KEYS, LocalRecipe, check_train_settings, client_keys,
 )
@@ -168,3 +168,60 @@ def test_the_recipe_round_trips_through_the_message() -> None:
     assert (recipe.local_steps, recipe.batch_size, recipe.momentum, recipe.local_optimizer) == (3, 7, 0.5, "sgd")
     with pytest.raises(ValueError, match="lacks 'momentum'"):
         LocalRecipe.from_config({k: v for k, v in recipe.config().items() if k != "momentum"})
+
+
+# ----- a rule's own settings group, read from the message (common/run/client_settings.py `rule_settings`) -----
+
+def _rule_groups() -> list[type]:
+    """The settings groups whose fields the nodes read: each built-in strategy class's that travel to the node."""
+    from server_app.strategies.catalog import STRATEGY_CLASSES
+    from server_app.strategies.parameters import settings_groups
+
+    groups = {group for cls in STRATEGY_CLASSES.values() for group in settings_groups(cls) if node_fields(group)}
+    return sorted(groups, key=lambda group: group.__name__)
+
+
+_RULE_CASES = [(group, f.name.replace("_", "-")) for group in _rule_groups() for f in node_fields(group)]
+
+
+def _rule_refusal(group: type, config: dict) -> str | None:
+    from common.run.client_settings import rule_settings
+
+    try:
+        rule_settings(config, group)
+    except ValueError as err:  # ConfigError too
+        return str(err)
+    return None
+
+
+def test_every_rule_group_is_read_back_as_the_server_sent_it() -> None:
+    from common.keys import message_config
+    from common.run.client_settings import rule_settings
+
+    assert {group.__name__ for group in _rule_groups()} >= {"SAMSettings", "FedProxSettings", "MOONSettings",
+                                                             "MoFedSAMSettings", "FedDynSAMSettings",
+                                                             "SynSAMRuleSettings", "DFedAvgMSettings"}
+    for group in _rule_groups():
+        sent = group()
+        assert rule_settings({**_GOOD, **message_config(group, sent)}, group) == sent, group
+
+
+@pytest.mark.parametrize("group,key", _RULE_CASES, ids=lambda case: getattr(case, "__name__", case))
+def test_a_rule_refuses_a_missing_mistyped_nan_or_out_of_range_setting_naming_it(group: type, key: str) -> None:
+    good = {**_GOOD}
+    assert _rule_refusal(group, good) is None
+    missing = _rule_refusal(group, {k: v for k, v in good.items() if k != key})
+    assert missing is not None and f"lacks '{key}'" in missing, missing
+    for value in _wrong_types(key):
+        reason = _rule_refusal(group, {**good, key: value})
+        assert reason is not None and f"'{key}'" in reason, (key, value, reason)
+    if _kind(key) in (int, float):
+        for value in (math.nan, math.inf, -math.inf):
+            reason = _rule_refusal(group, {**good, key: value})
+            assert reason is not None and f"'{key}'" in reason, (key, value)
+    refused = 0
+    for value in _CANDIDATES[_kind(key)]:
+        reason = _rule_refusal(group, {**good, key: value})
+        assert (reason is not None) == _refused_by_the_run_config(key, value), (key, value, reason)
+        refused += reason is not None
+    assert refused > 0, key  # each rule setting has a range or a choice

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from common.algorithms.cog_names import COG_ABLATIONS, KD_WEIGHTINGS
-from common.keys import NODE, check_choice, check_text, config_value, key, key_name, require
+from common.keys import NODE, SERVER, check_choice, check_text, config_value, key, key_name, parameter, require, same_key
 
 
 @dataclass(frozen=True)
@@ -121,3 +121,17 @@ class CogSettings:
 COG_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in dataclasses.fields(CogSettings))
 # the key of FedCOG's first round, which FedCOG's own class sends (resolved: `first_cog_round`)
 COG_START_KEY: str = key_name("cog_start_round")
+
+
+@dataclass(frozen=True)
+class FedCOGClassSettings:
+    """FedCOG's strategy class (not a part of the run config): its first FedCOG round and the generation and
+    distillation settings it sends its nodes itself (server_app/strategies/node_rules.py `FedCOG`)."""
+
+    cog_start_round: int = same_key(CogSettings, "cog_start_round", side=SERVER)
+    cog_settings: CogSettings | None = parameter(None, "FedCOG's generation and distillation settings; None: "
+                                                       "their defaults.")
+
+    def check(self) -> None:
+        """The first round is checked as the run config checks its key; `cog_settings` checked itself."""
+        CogSettings(cog_start_round=self.cog_start_round).check()

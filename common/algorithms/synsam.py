@@ -1,11 +1,11 @@
 """FedSynSAM's ascent direction: the local/synthetic gradient mix and how much of it is synthetic (SPEC 4.3).
 
 FedSynSAM perturbs along `g = beta * grad F(w; xi) + (1 - beta) * grad F(w; zeta)`
-(the paper's eq. 14, `synsam-mix = "paper"`), xi a local batch and zeta a
+(the paper's eq. 14, the mix "paper" of `SynSAMRuleSettings`), xi a local batch and zeta a
 synthetic one. When the synthetic gradient is much smaller than the local one,
 its term is a sliver of `g` however well it points: with beta = 0.9 and
 `||grad F(w; zeta)|| = 0.15 ||grad F(w; xi)||` it is about 1.6 % of the mix.
-`synsam-mix = "normalized"` is an ablation, **not the paper's method**: each
+The mix "normalized" is an ablation, **not the paper's method**: each
 gradient is scaled to unit norm before mixing, so the synthetic term weighs
 exactly `1 - beta` whatever the norms; it tells whether the synthetic direction
 helps once it is not drowned.
@@ -23,6 +23,8 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 import torch
+
+from common.keys import key_name
 
 MIXES: tuple[str, ...] = ("paper", "normalized")
 _EPS = 1e-12
@@ -45,7 +47,7 @@ def cosine(a: Tensors, b: Tensors) -> float:
 def ascent_terms(local: Tensors, synthetic: Tensors, beta: float, mix: str) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
     """The local and synthetic terms whose sum is the ascent direction, for the given mix."""
     if mix not in MIXES:
-        raise ValueError(f"synsam-mix: unknown mix {mix!r}, expected one of {MIXES}")
+        raise ValueError(f"{key_name('synsam_mix')}: unknown mix {mix!r}, expected one of {MIXES}")
     a, b = beta, 1.0 - beta
     if mix == "normalized":
         a, b = a / (l2_norm(local) + _EPS), b / (l2_norm(synthetic) + _EPS)

@@ -27,7 +27,7 @@ SYNTHETIC_SOURCES = ("distilled", REAL_ORACLE)
 
 @dataclass(frozen=True)
 class SynSAMSettings:
-    """FedSynSAM and DynaFed: the trajectory, its distillation into a synthetic set, and DynaFed's server epochs."""
+    """FedSynSAM and DynaFed: the trajectory, its distillation into a synthetic set, and the perturbation diagnostic."""
 
     trajectory_rounds: int = key(
         30, "R: fedsynsam/dynafed keep the global models w^0..w^R and distil the synthetic set after round R.",
@@ -58,9 +58,6 @@ class SynSAMSettings:
         "SPEC 4.3's choice, as in trajectory matching) or paper (FedSynSAM eq. 9's unnormalised ||w_hat - w^{r+s}||^2, "
         "faithful to the paper). distill-loss-start/-end are logged in the chosen loss.", "FedSynSAM eq. 9; SPEC 4.3"
     )
-    dynafed_lr: float = key(1e-4, "DynaFed: Adam learning rate of the server's training on the synthetic set.",
-                            "SPEC 4.1")
-    dynafed_epochs: int = key(5, "DynaFed: epochs on the synthetic set after every aggregation.", "SPEC 4.1")
     perturbation_diagnostic: bool = key(
         False, "Simulation only: log each round the cosine of the FedSAM/FedLESAM/FedSynSAM ascent directions "
         "with the true gradient on the sampled clients' data.", "FedSynSAM Fig. 2",
@@ -80,8 +77,6 @@ class SynSAMSettings:
         require(self.distill_alpha_lr >= 0, "distill-alpha-lr", self.distill_alpha_lr, "a number >= 0")
         check_choice("matching-loss", self.matching_loss, MATCHING_LOSSES)
         check_choice("synthetic-source", self.synthetic_source, SYNTHETIC_SOURCES)
-        require(self.dynafed_lr > 0, "dynafed-lr", self.dynafed_lr, "a number > 0")
-        require(self.dynafed_epochs >= 0, "dynafed-epochs", self.dynafed_epochs, "an integer >= 0")
 
     @classmethod
     def of(cls, settings: "SynSAMSettings") -> "SynSAMSettings":
@@ -120,3 +115,17 @@ class SynSAMRuleSettings(SAMSettings):
         """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
         require(0 <= self.synsam_beta <= 1, "synsam-beta", self.synsam_beta, "a number in [0, 1]")
         check_choice("synsam-mix", self.synsam_mix, ("paper", "normalized"))
+
+
+@dataclass(frozen=True)
+class DynaFedSettings:
+    """DynaFed: the server's training on the synthetic set after every aggregation."""
+
+    dynafed_lr: float = key(1e-4, "DynaFed: Adam learning rate of the server's training on the synthetic set.",
+                            "SPEC 4.1")
+    dynafed_epochs: int = key(5, "DynaFed: epochs on the synthetic set after every aggregation.", "SPEC 4.1")
+
+    def check(self) -> None:
+        """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
+        require(self.dynafed_lr > 0, "dynafed-lr", self.dynafed_lr, "a number > 0")
+        require(self.dynafed_epochs >= 0, "dynafed-epochs", self.dynafed_epochs, "an integer >= 0")

@@ -27,6 +27,7 @@ import numpy as np
 from common.data.client_data import ClientData, default_cache_dir, split_local, write_atomic_npz
 from common.errors import ConfigError
 from common.data.datasets import DatasetArrays, dataset_info, load_dataset
+from common.data.read_cache import read_arrays
 
 CACHE_VERSION = 1
 
@@ -238,11 +239,15 @@ def load_client_data(spec: PartitionSpec, partition_id: int, data_dir: str = "",
             write_atomic_npz(folder / f"client-{pid}.npz", **client.__dict__)
         (folder / "spec.json").write_text(json.dumps(spec.__dict__, indent=1))
         return clients[partition_id]
-    try:
-        with np.load(path, allow_pickle=False) as stored:
-            return ClientData(**{key: stored[key] for key in ("x_train", "y_train", "x_test", "y_test")})
+    try:  # this process's copy when it read the same file before (common/data/read_cache.py)
+        return ClientData(**read_arrays(path, _read_client_file))
     except Exception as err:  # noqa: BLE001 - any read failure means the same: a damaged cache file
         raise ValueError(
             f"partition cache file {path} is damaged ({type(err).__name__}: {err}); expected an .npz with "
             f"x_train, y_train, x_test, y_test: delete the folder {folder} (it is rebuilt from the dataset)"
         ) from None
+
+
+def _read_client_file(path: Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as stored:
+        return {key: stored[key] for key in ("x_train", "y_train", "x_test", "y_test")}

@@ -1,4 +1,4 @@
-"""The settings a node's update rule needs, carried in each train message's config as FedProx sends `proximal-mu`.
+"""The settings a node's update rule needs, carried in each train message's config as FedProx sends its weight mu.
 
 A Flower ClientApp knows only its message and its own `Context`. Whatever the
 server's algorithm asks of the node (the round's learning rate, the uplink
@@ -21,7 +21,7 @@ default, meaning and the check of the part that declares it. The node checks
 what it received with that same check before it trains (`check_train_settings`):
 a missing, mistyped, NaN or infinite, or out-of-range value is refused naming
 the key, as the run config refuses it, so a server cannot make a node train
-with `lr = -1` or `sam-rho = -0.5`.
+with `lr = -1` or a negative SAM radius.
 """
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ from common.algorithms.rule_settings import (
 from common.algorithms.plugins import PLUGIN_FORM, algorithm_of, is_plugin, known_algorithm, plugin_algorithm
 from common.algorithm_table import ALGORITHMS, COG_BASES, Algorithm
 from common.algorithms.local_training_settings import LocalTrainingSettings
-from common.algorithms.synsam_settings import REAL_ORACLE, SynSAMRuleSettings, SynSAMSettings
+from common.algorithms.synsam_settings import REAL_ORACLE, DynaFedSettings, SynSAMRuleSettings, SynSAMSettings
 from common.data.datasets import dataset_info
 from common.data.hf_datasets import is_hf
 from common.data.settings import NODE_PARTITION, DataSettings
@@ -55,8 +55,8 @@ from common.run.settings import RunSettings
 PARTS: tuple[type, ...] = (
     RunSettings, DataSettings, ModelSettings, LocalTrainingSettings, FedProxSettings, MOONSettings, SAMSettings,
     MoFedSAMSettings, FedDynSAMSettings, RoundSettings, AggregationSettings, RecordBoundSettings, FedAvgMSettings,
-    CodecSettings, SynSAMSettings, SynSAMRuleSettings, CogSettings, DecentralizedSettings, DFedAvgMSettings,
-    OledFLSettings, DiffusionSettings,
+    CodecSettings, SynSAMSettings, SynSAMRuleSettings, DynaFedSettings, CogSettings, DecentralizedSettings,
+    DFedAvgMSettings, OledFLSettings, DiffusionSettings,
 )
 
 

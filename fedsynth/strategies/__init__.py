@@ -46,8 +46,8 @@ a server that trains a model (FedSynSAM, DynaFed, FedDDPM, FedDDPMPlus) and the 
 DFedAvg, DFedAvgM, DFedSAM, OledFL).
 
 What a node must reply to a train message (content "arrays" = the global model, "config" with "server-round",
-"lr" and every setting the node's rule needs under its run-config name, e.g. "sam-rho", "compression", "bits",
-"ole-beta": read them with `fedsynth.client.config_value` and `fedsynth.client.compression_from_config`):
+"lr" and every setting the node's rule needs under its run-config name, its settings group's and the codec's:
+read them with `fedsynth.client.rule_settings` and `fedsynth.client.compression_from_config`):
 {"arrays": the local model, "metrics": {"num-examples": int > 0, "train-loss" or Flower's "train_loss": float}};
 optionally "partition-id", and "num-test-examples", "local-test-accuracy", "local-test-loss" for the received
 model. An evaluate reply carries "num-examples" and "local-test-accuracy"/"local-test-loss" or Flower's
@@ -69,6 +69,10 @@ from typing import Any
 from common.algorithms.plugins import import_attribute
 from common.algorithm_table import ALGORITHMS
 from common.algorithms.cog_settings import CogSettings
+from common.algorithms.rule_settings import (
+    DFedAvgMSettings, FedDynSAMSettings, FedProxSettings, MOONSettings, MoFedSAMSettings, OledFLSettings, SAMSettings,
+)
+from common.algorithms.synsam_settings import SynSAMRuleSettings
 from common.run.aggregation import BOUNDED_INFLUENCE, BoundedInfluence, Krum, TrimmedMean
 from common.run.client_settings import LocalRecipe
 from common.run.codecs import QSGD, TopK
@@ -100,5 +104,8 @@ def __dir__() -> list[str]:
 __all__ = sorted([
     "BOUNDED_INFLUENCE", "BoundedInfluence", "CogSettings", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
     "ReplyContractError", "ServerTask", "TooManyFailedRounds", "TopK", "TrimmedMean", "WarmupFailed", "WrapperRefused",
+    # the node rules' settings groups (common/algorithms/rule_settings.py): what each class's `settings` declares
+    "DFedAvgMSettings", "FedDynSAMSettings", "FedProxSettings", "MOONSettings", "MoFedSAMSettings", "OledFLSettings",
+    "SAMSettings", "SynSAMRuleSettings",
     *_STRATEGY_PATHS,
 ])

@@ -18,7 +18,9 @@ fedsynth's own (server_app/app.py) run the same code:
   the algorithm stopped itself (FedDDPM+), sends nothing and aggregates nothing,
   so a resumed run calls the same `start()` with the same `num_rounds` and its
   round numbers, seeded sampling and learning-rate schedule stay the same;
-- `round_log` (server_app/strategies/round_log.py) is the bookkeeping of the
+- `round_book` (server_app/strategies/round_book.py) runs a round's bookkeeping from its messages to its
+  metrics (sorting the replies, counting short rounds) into
+  `round_log` (server_app/strategies/round_log.py), the record of the
   rounds (nodes sampled and answered, failures, bytes each way, the aggregated
   metrics, times) and of FedDDPM's warm-up, read by the `evaluate_fn` that
   writes fedsynth's results folder (server_app/recorder.py);

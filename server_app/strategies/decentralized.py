@@ -33,7 +33,7 @@ class DPSGD(DecentralizedRelay):
 @documented
 class DFedAvgM(DecentralizedRelay):
     """DFedAvgM (Sun et al., 2022): DFedAvg's relay; each node trains with heavy-ball momentum after mixing,
-    reading it from the train config's "dfedavgm-momentum".
+    reading it from the train config (`DFedAvgMSettings`).
     """
 
     settings = DFedAvgMSettings
@@ -41,7 +41,7 @@ class DFedAvgM(DecentralizedRelay):
 
 @documented
 class DFedSAM(DecentralizedRelay):
-    """DFedSAM (Shi et al., 2023): DFedAvg's relay; each node trains with SAM, reading "sam-rho".
+    """DFedSAM (Shi et al., 2023): DFedAvg's relay; each node trains with SAM, reading rho (`SAMSettings`).
     """
 
     settings = SAMSettings
@@ -50,15 +50,15 @@ class DFedSAM(DecentralizedRelay):
 @documented
 class OledFL(DecentralizedRelay):
     """OledFL (Li et al., 2024): DFedAvg's relay; each node restarts from an "opposite lookahead" of its model
-    (`fedsynth.client.ole_restart`) with the train config's "ole-beta", then trains with SGD or, with
-    `sam` (OledFL-SAM), with SAM at the config's "sam-rho".
+    (`fedsynth.client.ole_restart`) with the train config's beta (`OledFLSettings`), then trains with SGD or, with
+    `sam` (OledFL-SAM), with SAM at the config's rho (`SAMSettings`).
     """
 
     settings = OledFLClassSettings
 
-    def _client_config(self) -> dict[str, Scalar]:
+    def client_config(self) -> dict[str, Scalar]:
         """The relay's settings, without SAM's radius for OledFL-SGD (`sam` false: its nodes do not perturb)."""
-        config = super()._client_config()
+        config = super().client_config()
         for key in () if self.sam else node_keys(SAMSettings):
             if key not in self.node_settings:
                 del config[key]

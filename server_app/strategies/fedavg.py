@@ -5,11 +5,14 @@ Differences from Flower's own FedAvg, each for a reason in SPEC:
   ids learned in the start-of-run handshake, so sampling is reproducible (Flower
   samples node ids with Python's `random`);
 - each reply is checked against the global model before aggregation (names,
-  shapes, dtypes, finite values); a bad reply is dropped, never averaged in;
-- replies are summed in partition order, so results are bitwise reproducible;
+  shapes, dtypes, finite values; the reply gate, server_app/strategies/reply_gate.py);
+  a bad reply is dropped, never averaged in;
+- replies are summed in partition order, so results are bitwise reproducible
+  (the mean of updates, server_app/strategies/update_mean.py);
 - the server applies `w + server_lr * mean(w_i - w)`, weighted by sample count or
-  uniformly (`aggregation`), and subclasses change only `downlink_records`,
-  `check_extra_records` and `server_step`;
+  uniformly (`aggregation`), and subclasses change only the public hooks
+  `downlink_records`, `check_extra_records`, `server_step` and the server state's
+  (`state_arrays`, `state_meta`, their `load_` pairs, `on_resume`);
 - that step moves the trainable parameters only. A model's buffers (BatchNorm's
   running statistics and batch counter) are not updates to step along: the
   floating ones become the weighted mean of the replies' values, the integer
@@ -179,10 +182,11 @@ class FedAvg(RoundStrategy):
                     "and this strategy sends its own")
         return None
 
-    def _client_config(self) -> dict[str, Any]:
-        """The settings the nodes' rule needs, sent in every train message's config (as FedProx sends its
-        proximal weight): the uplink codec, `node_settings` (common/run/client_settings.py) and the class's
-        settings group's keys that travel to the nodes (`settings_config`)."""
+    def client_config(self) -> dict[str, Any]:
+        """Returns {run-config key: int | float | str | bool}, the settings the nodes' rule reads, sent in every
+        train message's config (as FedProx sends its proximal weight): the uplink codec, `node_settings`
+        (common/run/client_settings.py) and the class's settings group's node-side keys (`settings_config`). A
+        plugin overrides it only for a value worked out at run time; a declared setting travels by itself."""
         return {**codec_settings(self.codec, self.error_feedback), **self.node_settings, **settings_config(self)}
 
     # ----- public hooks: the algorithm's server rule (a plugin overrides them) ------------------------
@@ -257,7 +261,7 @@ class FedAvg(RoundStrategy):
         available = self._refresh_nodes(grid)
         self.current = from_record(arrays)
         extra = self.downlink_records(server_round)
-        round_config = {**self._client_config(), **config, "server-round": server_round}
+        round_config = {**self.client_config(), **config, "server-round": server_round}
         if self.lr_schedule is not None:
             round_config["lr"] = self.lr_schedule(server_round)
         messages = []

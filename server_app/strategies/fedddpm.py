@@ -63,33 +63,53 @@ the constructor first: importing this module (and `fedsynth.strategies`) does no
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
-from flwr.common.typing import Scalar
 from flwr.serverapp import Grid
 
+from common.algorithms.local_training_settings import LocalTrainingSettings
+from common.keys import SERVER, parameter, same_key
+from common.models.diffusion_settings import DiffusionSettings
+from common.run.settings import RunSettings
 from common.models.diffusion_names import UNET_PRESETS
 from common.run.interrupt import raise_if_stopped
 from common.records import Weights, load_weights, model_weights
 from common.run.task import ServerTask, make_model
-from common.run.aggregation import Aggregation, BoundedInfluence
 from common.run.config import paper_mean
-from common.run.codecs import Codec
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.fedavg import FedAvg
 # re-exported: the warm-up's exception and |A_i| are FedDDPM's
 from server_app.strategies.fedddpm_warmup import WarmupFailed, WarmupPhase, auxiliary_count  # noqa: F401
-from server_app.strategies.node_table import NodeInfo
-from server_app.strategies.parameters import DEFAULTS, documented
-from server_app.wire import WEIGHTED_BY_KEY
+from server_app.strategies.parameters import documented
 
 
 _CORRECTION_STREAM = 22  # fourth seed component of the correction's batches (the auxiliary set's: 21)
+
+
+@dataclass(frozen=True)
+class FedDDPMSettings:
+    """FedDDPM's class settings (not a part of the run config): the diffusion task the server builds, the nodes'
+    warm-up, the auxiliary set and the server's correction on it. Each key is declared by its run-config part
+    (common/models/diffusion_settings.py, ...); the server sends the warm-up's itself (`configure_warmup`)."""
+
+    task: ServerTask = parameter(ServerTask(model="unet-paper-mnist"), "The U-Net the server builds and the data.")
+    device: str = same_key(RunSettings, "device")
+    aux_sampler: str = same_key(DiffusionSettings, "aux_sampler", side=SERVER)
+    ddim_steps: int = same_key(DiffusionSettings, "ddim_steps", side=SERVER)
+    batch_size: int = same_key(LocalTrainingSettings, "batch_size", side=SERVER)
+    local_optimizer: str = same_key(LocalTrainingSettings, "local_optimizer", side=SERVER)
+    warmup_epochs: int = same_key(DiffusionSettings, "warmup_epochs", side=SERVER)
+    warmup_steps: int = same_key(DiffusionSettings, "warmup_steps", side=SERVER)
+    warmup_timeout: float = same_key(DiffusionSettings, "warmup_timeout", side=SERVER)
+    aux_fraction: float = same_key(DiffusionSettings, "aux_fraction", side=SERVER)
+    correction_epochs: int = same_key(DiffusionSettings, "correction_epochs", side=SERVER)
+    correction_lr: float = same_key(DiffusionSettings, "correction_lr", side=SERVER)
 
 
 @documented
@@ -99,59 +119,23 @@ class FedDDPM(FedAvg):
     `correction_epochs` epochs on the auxiliary set. The server builds `task`'s model (a U-Net) for both.
     """
 
-    def __init__(self, *, task: ServerTask = ServerTask(model="unet-paper-mnist"),
-                          device: str = DEFAULTS.device,
-                          aux_sampler: str = DEFAULTS.aux_sampler,
-                          ddim_steps: int = DEFAULTS.ddim_steps,
-                          batch_size: int = DEFAULTS.batch_size,
-                          local_optimizer: str = DEFAULTS.local_optimizer,
-                          warmup_epochs: int = DEFAULTS.warmup_epochs,
-                          warmup_steps: int = DEFAULTS.warmup_steps,
-                          warmup_timeout: float = DEFAULTS.warmup_timeout,
-                          aux_fraction: float = DEFAULTS.aux_fraction,
-                          correction_epochs: int = DEFAULTS.correction_epochs,
-                          correction_lr: float = DEFAULTS.correction_lr,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = paper_mean("fedddpm"),
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
-                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
-                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        if task.model not in UNET_PRESETS:
+    settings = FedDDPMSettings
+    parameter_defaults = {"aggregation": paper_mean("fedddpm")}  # its paper's mean (paper_rules.py)
+
+    def __post_init__(self) -> None:
+        if self.task.model not in UNET_PRESETS:
             raise ValueError(f"{type(self).__name__}'s model must be one of the U-Net presets {', '.join(UNET_PRESETS)} "
-                             f"(its server samples and corrects through diffusers' UNet2DModel), not {task.model!r}: "
+                             f"(its server samples and corrects through diffusers' UNet2DModel), not {self.task.model!r}: "
                              "a 'package.module:factory' model is not supported for the diffusion strategies")
         from common.metrics.evaluation import resolve_device
         from common.models.diffusion import SamplerSpec, linear_schedule, num_timesteps
 
-        self.task = task
-        self.device = resolve_device(device)
-        self.aux_sampler = SamplerSpec(aux_sampler, num_timesteps(task), ddim_steps)
-        self.ddim_steps = ddim_steps
-        self.batch_size = batch_size
-        self.optimizer = local_optimizer if local_optimizer != "auto" else "adam"  # `auto`: Adam for a DDPM
-        self.warmup_epochs = warmup_epochs
-        self.warmup_steps = warmup_steps
-        self.warmup_timeout = warmup_timeout
-        self.aux_fraction = aux_fraction
-        self.correction_epochs = correction_epochs
-        self.correction_lr = correction_lr
+        self.device = resolve_device(self.device)
+        self.aux_sampler = SamplerSpec(self.aux_sampler, num_timesteps(self.task), self.ddim_steps)
+        self.optimizer = self.local_optimizer if self.local_optimizer != "auto" else "adam"  # `auto`: Adam for a DDPM
         self.auxiliary: np.ndarray | None = None       # A, float32 (n, C, H, W) in [-1, 1]; server only
         self.aux_counts: dict[int, int] = {}           # partition id -> |A_i|
-        self.schedule = linear_schedule(num_timesteps(task))
+        self.schedule = linear_schedule(num_timesteps(self.task))
         self._round = 0
         self._round_metrics: dict[str, float] = {}
         self.warmed_up = False  # the warm-up ran (a resumed run skips it: completed_rounds > 0)

@@ -17,23 +17,20 @@ from __future__ import annotations
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO
-from typing import Any, Callable
+from dataclasses import dataclass
+from typing import Any
 
 from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.common.logger import log
-from flwr.common.typing import Scalar
 from flwr.serverapp import Grid
 
+from common.data.settings import DataSettings
+from common.keys import SERVER, same_key
+from common.models.diffusion_settings import DiffusionSettings
 from common.records import Weights
-from common.run.task import ServerTask
-from common.run.aggregation import Aggregation, BoundedInfluence
-from common.run.config import paper_mean
-from common.run.codecs import Codec
-from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedddpm import FedDDPM
-from server_app.strategies.parameters import DEFAULTS, documented
+from server_app.strategies.parameters import documented
 from server_app.strategies.quicktest_scorer import QuickTestScorer
-from server_app.wire import WEIGHTED_BY_KEY
 
 
 def quicktest(average: float | None, score: float, gamma: float, threshold: float) -> tuple[bool, float | None]:
@@ -50,6 +47,23 @@ def quicktest_due(server_round: int, every: int) -> bool:
     return every > 0 and (server_round - 1) % every == 0
 
 
+@dataclass(frozen=True)
+class FedDDPMPlusSettings:
+    """FedDDPM+'s class settings beside FedDDPM's (not a part of the run config): QuickTest's stop, the samplers
+    and features of its FID, and the one-shot correction. Each key is declared by its run-config part."""
+
+    quicktest_every: int = same_key(DiffusionSettings, "quicktest_every", side=SERVER)
+    quicktest_size: int = same_key(DiffusionSettings, "quicktest_size", side=SERVER)
+    quicktest_gamma: float = same_key(DiffusionSettings, "quicktest_gamma", side=SERVER)
+    quicktest_threshold: float = same_key(DiffusionSettings, "quicktest_threshold", side=SERVER)
+    quicktest_reference: str = same_key(DiffusionSettings, "quicktest_reference", side=SERVER)
+    sampler: str = same_key(DiffusionSettings, "sampler", side=SERVER)
+    fid_features: str = same_key(DiffusionSettings, "fid_features", side=SERVER, default="classifier")
+    cache_dir: str = same_key(DataSettings, "cache_dir", side=SERVER)
+    oneshot_epochs: int = same_key(DiffusionSettings, "oneshot_epochs", side=SERVER)
+    oneshot_lr: float = same_key(DiffusionSettings, "oneshot_lr", side=SERVER)
+
+
 @documented
 class FedDDPMPlus(FedDDPM):
     """FedDDPM+ (Peng et al.): the warm-up and auxiliary set of FedDDPM, plain FedAvg rounds, QuickTest every
@@ -57,60 +71,13 @@ class FedDDPMPlus(FedDDPM):
     when QuickTest fires (or after `start()`'s last round), after which the run stops.
     """
 
-    def __init__(self, *, task: ServerTask = ServerTask(model="unet-paper-mnist"),
-                          device: str = DEFAULTS.device,
-                          aux_sampler: str = DEFAULTS.aux_sampler,
-                          ddim_steps: int = DEFAULTS.ddim_steps,
-                          batch_size: int = DEFAULTS.batch_size,
-                          local_optimizer: str = DEFAULTS.local_optimizer,
-                          warmup_epochs: int = DEFAULTS.warmup_epochs,
-                          warmup_steps: int = DEFAULTS.warmup_steps,
-                          warmup_timeout: float = DEFAULTS.warmup_timeout,
-                          aux_fraction: float = DEFAULTS.aux_fraction,
-                          quicktest_every: int = DEFAULTS.quicktest_every,
-                          quicktest_size: int = DEFAULTS.quicktest_size,
-                          quicktest_gamma: float = DEFAULTS.quicktest_gamma,
-                          quicktest_threshold: float = DEFAULTS.quicktest_threshold,
-                          quicktest_reference: str = DEFAULTS.quicktest_reference,
-                          sampler: str = DEFAULTS.sampler,
-                          fid_features: str = DEFAULTS.fid_features,
-                          cache_dir: str = DEFAULTS.cache_dir,
-                          oneshot_epochs: int = DEFAULTS.oneshot_epochs,
-                          oneshot_lr: float = DEFAULTS.oneshot_lr,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = paper_mean("fedddpm+"),
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(task=task, device=device, aux_sampler=aux_sampler, ddim_steps=ddim_steps,
-                         batch_size=batch_size, local_optimizer=local_optimizer, warmup_epochs=warmup_epochs,
-                         warmup_steps=warmup_steps, warmup_timeout=warmup_timeout, aux_fraction=aux_fraction,
-                         fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
-                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
-                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.quicktest_every = quicktest_every
-        self.quicktest_size = quicktest_size
-        self.quicktest_gamma = quicktest_gamma
-        self.quicktest_threshold = quicktest_threshold
-        self.quicktest_reference = quicktest_reference
+    settings = FedDDPMPlusSettings
+    fixed_parameters = ("correction_epochs", "correction_lr")  # no correction every round: the one-shot's instead
+
+    def __post_init__(self) -> None:
         from common.models.diffusion import SamplerSpec, num_timesteps
 
-        self.sampler = SamplerSpec(sampler, num_timesteps(task), ddim_steps)
-        self.fid_features = fid_features
-        self.cache_dir = cache_dir
-        self.oneshot_epochs = oneshot_epochs
-        self.oneshot_lr = oneshot_lr
+        self.sampler = SamplerSpec(self.sampler, num_timesteps(self.task), self.ddim_steps)
         self.quicktest_average: float | None = None
         self.stopped_at: int | None = None
         self.stop_reason = ""

@@ -25,29 +25,28 @@ torch and the distillation are imported inside the methods that distil: importin
 
 from __future__ import annotations
 
+import dataclasses
 import time
+from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
 from logging import INFO
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
-from flwr.common.typing import Scalar
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.algorithms.synsam_settings import SynSAMRuleSettings, SynSAMSettings
+from common.keys import parameter, same_key
+from common.run.settings import RunSettings
 from common.run.config import REAL_ORACLE, paper_mean
 from common.data.datasets import load_run_dataset, run_dataset_info
 from common.protocol import SYNTHETIC_DATA
 from common.records import Weights, to_record
 from common.run.task import ServerTask, make_model
-from common.run.aggregation import Aggregation, BoundedInfluence
-from common.run.codecs import Codec
 from server_app.strategies.fedavg import FedAvg, parameter_change
-from server_app.strategies.node_table import NodeInfo
-from server_app.strategies.parameters import DEFAULTS, documented
-from server_app.wire import WEIGHTED_BY_KEY
+from server_app.strategies.parameters import documented
 
 if TYPE_CHECKING:
     from server_app.perturbation import PerturbationDiagnostic
@@ -73,62 +72,44 @@ def real_oracle_images(task: ServerTask, num_classes: int, ipc: int, seed: int) 
     return x.numpy(), y.numpy()
 
 
+@dataclass(frozen=True)
+class TrajectorySettings:
+    """The trajectory strategies' class settings (not a part of the run config): the distillation's keys (their
+    declaration is the run config's FedSynSAM part, `SynSAMSettings`), the server's task and its device."""
+
+    trajectory_rounds: int = same_key(SynSAMSettings, "trajectory_rounds")
+    synthetic_ipc: int = same_key(SynSAMSettings, "synthetic_ipc")
+    distill_iterations: int = same_key(SynSAMSettings, "distill_iterations")
+    distill_optimizer: str = same_key(SynSAMSettings, "distill_optimizer")
+    distill_inner_steps: int = same_key(SynSAMSettings, "distill_inner_steps")
+    distill_lr: float = same_key(SynSAMSettings, "distill_lr")
+    distill_alpha_init: float = same_key(SynSAMSettings, "distill_alpha_init")
+    distill_alpha_lr: float = same_key(SynSAMSettings, "distill_alpha_lr")
+    matching_loss: str = same_key(SynSAMSettings, "matching_loss")
+    synthetic_source: str = same_key(SynSAMSettings, "synthetic_source")
+    task: ServerTask = parameter(ServerTask(), "The model the server builds and the data's shape.")
+    device: str = same_key(RunSettings, "device")
+
+
 @documented
 class TrajectoryStrategy(FedAvg):
     """FedAvg that records the global trajectory and distils a synthetic set after R aggregations."""
 
-    # the app's perturbation diagnostic (simulation only), attached by server_app/registry.py when it is on
-    diagnostic: PerturbationDiagnostic | None = None
+    settings = TrajectorySettings
 
-    def __init__(self, *, trajectory_rounds: int = DEFAULTS.trajectory_rounds,
-                          synthetic_ipc: int = DEFAULTS.synthetic_ipc,
-                          distill_iterations: int = DEFAULTS.distill_iterations,
-                          distill_optimizer: str = DEFAULTS.distill_optimizer,
-                          distill_inner_steps: int = DEFAULTS.distill_inner_steps,
-                          distill_lr: float = DEFAULTS.distill_lr,
-                          distill_alpha_init: float = DEFAULTS.distill_alpha_init,
-                          distill_alpha_lr: float = DEFAULTS.distill_alpha_lr,
-                          matching_loss: str = DEFAULTS.matching_loss,
-                          synthetic_source: str = DEFAULTS.synthetic_source,
-                          task: ServerTask = ServerTask(),
-                          device: str = DEFAULTS.device,
-                          fraction_train: float = DEFAULTS.fraction_train,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          server_lr: float = DEFAULTS.server_lr,
-                          aggregation: Aggregation = DEFAULTS.aggregation,
-                          bounded_influence: BoundedInfluence | None = None,
-                          codec: Codec | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          parameter_names: list[str] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        super().__init__(fraction_train=fraction_train, fraction_evaluate=fraction_evaluate, min_nodes=min_nodes,
-                         max_failed_rounds=max_failed_rounds, seed=seed, server_lr=server_lr, aggregation=aggregation, bounded_influence=bounded_influence, codec=codec,
-                         node_settings=node_settings, parameter_names=parameter_names, lr_schedule=lr_schedule,
-                         nodes=nodes, weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.trajectory_rounds = trajectory_rounds
-        self.synthetic_ipc = synthetic_ipc
+    def __post_init__(self) -> None:
         # the distillation's settings as the run config's FedSynSAM part, the object `distill` takes
-        self.distillation = SynSAMSettings(
-            trajectory_rounds=trajectory_rounds, synthetic_ipc=synthetic_ipc, distill_iterations=distill_iterations,
-            distill_inner_steps=distill_inner_steps, distill_optimizer=distill_optimizer, distill_lr=distill_lr,
-            distill_alpha_init=distill_alpha_init, distill_alpha_lr=distill_alpha_lr, matching_loss=matching_loss,
-            synthetic_source=synthetic_source,
-        )
-        self.synthetic_source = synthetic_source
-        self.task = task
-        self.device = device
+        self.distillation = SynSAMSettings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(TrajectorySettings)
+                                              if f.name in SynSAMSettings.__dataclass_fields__})
         self.trajectory: list[Weights] = []
         self.synthetic: tuple[np.ndarray, np.ndarray] | None = None
         self.previous_update: Weights | None = None
         self.distill_report: dict[str, float] = {}
         self._round_metrics: dict[str, float] = {}
         self.server_round = 0
+
+    # the app's perturbation diagnostic (simulation only), attached by server_app/registry.py when it is on
+    diagnostic: PerturbationDiagnostic | None = None
 
     # ----- public hook: what subclasses change -------------------------------------------
     def after_aggregation(self, new: Weights) -> Weights:
@@ -226,7 +207,7 @@ class FedSynSAM(TrajectoryStrategy):
     """FedSynSAM: FedAvg of (compressed) updates; after `trajectory_rounds` aggregations the server distils a
     synthetic set from the global models' trajectory and sends it once to every node (record "synthetic-data");
     nodes then perturb along a mix of their local and the synthetic gradient (`fedsynth.client.train_fedsynsam`),
-    reading "sam-rho", "synsam-beta" and "synsam-mix". The server builds `task`'s model for the distillation.
+    reading rho, beta and the mix (`SynSAMRuleSettings`). The server builds `task`'s model for the distillation.
     """
 
     settings = SynSAMRuleSettings

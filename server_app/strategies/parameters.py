@@ -2,7 +2,7 @@
 
 Every strategy class (server_app/strategies/, and the public names of `fedsynth.strategies`) is built from
 typed keyword parameters only, as Flower's own strategies are. A parameter has the name of the run-config
-key it mirrors (`sam_rho` <-> `sam-rho`), so fedsynth's app builds a strategy from a run config by reading
+key it mirrors (`server_lr` <-> `server-lr`), so fedsynth's app builds a strategy from a run config by reading
 each of the class's parameters under its own name (server_app/registry.py `build_strategy`), and its default
 is the run config's (`DEFAULTS`): a public class and `fedsynth run` start from the same numbers.
 
@@ -58,7 +58,7 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
     "weighted_by_key": "The reply metric that weighs each reply in the averages, as in Flower's strategies. A\n"
                        "reply that also carries \"num-examples\" must give both the same value, or it is dropped.",
     "node_settings": "Your own settings for the nodes, added to every train message's config (as FedProx sends\n"
-                     "\"proximal-mu\"); fedsynth's app sends FedCOG's settings here on a run with FedCOG\n"
+                     "its weight mu); fedsynth's app sends FedCOG's settings here on a run with FedCOG\n"
                      "(\"gen-budget\", ...).",
     "parameter_names": "The names of the model's trainable arrays (`[n for n, _ in net.named_parameters()]`): what the\n"
                        "server step, the codec and control variates cover. None: judged from the arrays (floating arrays\n"
@@ -80,7 +80,6 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
     "codec": "The uplink codec the nodes compress their update with, sent in every train message's config:\n"
              "None (no compression), `QSGD(bits, levels, scope, bucket, error_feedback)` or\n"
              "`TopK(ratio, error_feedback)` (common/run/codecs.py; run-config keys `compression`, `bits`, ...).",
-    "sam": "False: OledFL-SGD; True: OledFL-SAM (the nodes read \"sam-rho\" from the config).",
     "cog_settings": "FedCOG's generation and distillation settings, sent in every train message's config under\n"
                     "their run-config keys (\"gen-budget\", \"gen-steps\", ...): a `CogSettings` (the run config's\n"
                     "FedCOG part, common/algorithms/cog_settings.py); None: its defaults. Its `cog_start_round` is\n"
@@ -253,7 +252,7 @@ def parameter_meaning(name: str, cls: type | None = None) -> str:
     """What parameter `name` of `cls` means: its settings group's field's meaning (and the name the nodes read it
     under), its run-config key's, or `OWN_PARAMETER_DOCS`'s text."""
     fields = {f.name: f for group in settings_groups(cls) for f in dataclasses.fields(group)} if cls else {}
-    if name in OWN_PARAMETER_DOCS and name not in fields:
+    if name in OWN_PARAMETER_DOCS and (name not in fields or fields[name].metadata.get("parameter_only")):
         return OWN_PARAMETER_DOCS[name]
     field = fields.get(name) or {f.name: f for f in dataclasses.fields(RunConfig)}[name]
     key = key_name(name)
@@ -331,14 +330,13 @@ def settings_config(strategy: Any) -> dict[str, Any]:
 
 
 def checked_settings(owner: str, group: type, given: dict[str, Any]) -> Any:
-    """The value of `group` with the fields `given` (the others at their defaults), each coerced to its default's
-    type as the run config coerces its key and checked by the group's checks (`check_group`); ConfigError names
-    `owner` and the key."""
+    """The value of `group` with the fields `given` (the others at their defaults): each checked as a written
+    constructor checks it (`check_given`), coerced to its default's type as the run config coerces its key, then
+    checked by the group's checks (`check_group`, a plugin's own); ConfigError names `owner` and the key."""
     fields = {f.name: f for f in dataclasses.fields(group)}
-    for name, value in given.items():  # a parameter that is no run-config key (OledFL's `sam`): its own check
-        if name in OWN_PARAMETER_CHECKS and not OWN_PARAMETER_CHECKS[name][1](value):
-            raise ConfigError(f"{owner}: parameter {name} = {value!r} is invalid; "
-                              f"accepted: {OWN_PARAMETER_CHECKS[name][0]}")
+    # a run-config key as the run config checks it, a parameter that is none (OledFL's `sam`, a `ServerTask`) by
+    # its own check, worded as a written constructor's (`check_given`)
+    check_given(owner, dict(given))
     try:
         typed = {name: coerce_value(key_name(name), value, fields[name].default)
                  if type(fields[name].default) in (bool, int, float, str) else value for name, value in given.items()}
@@ -353,17 +351,20 @@ def with_settings(cls: type) -> None:
     """Give `cls`, which declares `settings = Group` (or only `parameter_defaults`) and no constructor of its own,
     its constructor: the group's fields as keyword parameters before the parent's, checked (`checked_settings`)
     and kept as attributes; then the parent's constructor, with the class's `parameter_defaults` (its paper's
-    mean, ...) as the defaults of the parent's parameters they name; then the class's own `__post_init__()` if it
+    mean, ...) as the defaults of the parent's parameters they name, and the parent's `fixed_parameters` left at
+    the parent's defaults (no parameters of the class: FedDDPM+ has no per-round correction); then the class's own `__post_init__()` if it
     has one (its server state's starting values, as a dataclass's `__post_init__`)."""
     group = cls.__dict__.get("settings")
     defaults: dict[str, Any] = dict(cls.__dict__.get("parameter_defaults", {}))
-    if (group is None and not defaults) or "__init__" in cls.__dict__:
+    fixed: tuple[str, ...] = tuple(cls.__dict__.get("fixed_parameters", ()))
+    if (group is None and not defaults and not fixed) or "__init__" in cls.__dict__:
         return
     parent = super(cls, cls).__init__  # type: ignore[misc]
-    inherited = inspect.signature(parent).parameters
-    unknown = sorted(set(defaults) - set(inherited))
+    inherited = {name: p for name, p in inspect.signature(parent).parameters.items() if name not in fixed}
+    unknown = sorted((set(defaults) | set(fixed)) - set(inspect.signature(parent).parameters))
     if unknown:
-        raise TypeError(f"{cls.__name__}.parameter_defaults names no parameter of its parent: {', '.join(unknown)}")
+        raise TypeError(f"{cls.__name__}: parameter_defaults or fixed_parameters name no parameter of its parent: "
+                        f"{', '.join(unknown)}")
     own = [f for f in dataclasses.fields(group) if f.name not in inherited] if group is not None else []
     names = [f.name for f in own]
     valid = names + [name for name in inherited if name != "self"] + list(FLOWER_PARAMETERS)
@@ -410,19 +411,21 @@ def declared_parameters(cls: type) -> list[str]:
     TypeError names a class whose written constructor hides its parameters behind `*args`/`**kwargs` (the app
     could not fill them, and the class would silently keep its parent's defaults)."""
     names: list[str] = []
+    fixed: set[str] = set()  # a class's `fixed_parameters` are none of its own, nor of its subclasses'
     for klass in cls.__mro__:
         init = klass.__dict__.get("__init__")
         if init is None:
             continue
         group = getattr(init, "settings_group", None)
         if group is not None:
+            fixed |= set(klass.__dict__.get("fixed_parameters", ()))
             if dataclasses.is_dataclass(group):
-                names += [f.name for f in dataclasses.fields(group) if f.name not in names]
+                names += [f.name for f in dataclasses.fields(group) if f.name not in names and f.name not in fixed]
             continue
         parameters = list(inspect.signature(init).parameters.values())[1:]
         hidden = [p.name for p in parameters if p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL)]
         if hidden:
             raise TypeError(f"{klass.__name__}'s constructor takes *{hidden[0]}: declare its settings as a settings "
                             f"group (settings = ...) or name every parameter it takes")
-        return names + [p.name for p in parameters if p.name not in names]
+        return names + [p.name for p in parameters if p.name not in names and p.name not in fixed]
     return names

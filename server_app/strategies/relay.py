@@ -315,7 +315,7 @@ class DecentralizedRelay(RoundStrategy):
                 f"Flower's {side} clipping and noise never touch (only the average the relay returns is noised)")
 
     # ----- Strategy API -----------------------------------------------------------------
-    def _client_config(self) -> dict[str, Scalar]:
+    def client_config(self) -> dict[str, Scalar]:
         """The settings the nodes' rule reads, sent in every train message's config: `node_settings` and the
         class's settings group's keys that travel to the nodes (`settings_config`: DFedSAM's SAM radius, ...)."""
         return {**self.node_settings, **settings_config(self)}
@@ -330,7 +330,7 @@ class DecentralizedRelay(RoundStrategy):
             self.models = [from_record(arrays)] * len(self.node_table.nodes)
         base, w = self._round_mixing(server_round)
         self._base = base
-        round_config = {**self._client_config(), **config, "server-round": server_round}
+        round_config = {**self.client_config(), **config, "server-round": server_round}
         if self.lr_schedule is not None:
             round_config["lr"] = self.lr_schedule(server_round)
         sent = self._messages(server_round, w, ConfigRecord(round_config))

@@ -46,7 +46,7 @@ if TYPE_CHECKING:  # the diagnostic needs torch; the registry attaches one only 
 @documented
 class FedLESAM(PreviousUpdateStrategy):
     """FedLESAM (Fan et al., 2024): the server sends the previous global update `w^t - w^{t-1}`; nodes perturb
-    along it (a locally estimated global ascent) with radius "sam-rho". Logs the perturbation diagnostic when on.
+    along it (a locally estimated global ascent) with radius rho (`SAMSettings`). Logs the perturbation diagnostic when on.
     """
 
     settings = SAMSettings
@@ -68,7 +68,7 @@ class FedLESAM(PreviousUpdateStrategy):
 @documented
 class FedLESAMS(Scaffold):
     """FedLESAM-S: SCAFFOLD's server that also sends the previous global update; nodes perturb along it with
-    radius "sam-rho" and reply with SCAFFOLD's "scaffold-delta-c".
+    radius rho (`SAMSettings`) and reply with SCAFFOLD's "scaffold-delta-c".
     """
 
     settings = SAMSettings

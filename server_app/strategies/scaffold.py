@@ -77,7 +77,7 @@ class Scaffold(FedAvg):
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         ordered = sorted(replies, key=self.node_table.partition_of)
         # c_i+ - c_i as if the update were as long as the bounds left it (`update_scales`), so c stays consistent
-        # with the step the server took; then within max-record-norm, so that one node's control variate cannot
+        # with the step the server took; then within the record bound (`RecordBoundSettings`), so that one node's control variate cannot
         # drag c (and every client's correction) away
         control = self._control()
         deltas = [bounded_record(scaffold_clipped_control_delta(
