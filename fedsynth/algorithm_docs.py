@@ -6,8 +6,8 @@ what lies between them from common/algorithm_table.py's `ALGORITHMS` and what ea
 - README.md and docs/algorithms.md: the families table, one row per docs page of the table's `page` field, with
   the rows that page documents (and the derived notes: the `X+cog` rows, the rows that also train a DDPM, the
   topologies of the decentralized rows);
-- docs/algorithms.md: the paper-rule table (common/algorithms/paper_rules.py `rules_table_markdown`) and the
-  table of the rows it documents itself (the centralized baselines: each client rule's docstring, its settings);
+- docs/algorithms.md: the paper-rule table (`paper_rules_table`: each row's `rule`, its hyper-parameters' defaults
+  read from their keys' declarations) and the table of the rows it documents itself (the centralized baselines: each client rule's docstring, its settings);
 - docs/library.md: "What each strategy sends and expects", one row per strategy class `fedsynth.strategies`
   exports: its algorithms, its docstring's summary, the settings its nodes read from the train message (the
   rows' `client_keys`, the uplink codec's `CODEC_KEYS` on a centralized row, `ACCEPTED_SCALE_KEYS` where the
@@ -32,11 +32,12 @@ from typing import Callable
 
 from common.algorithm_table import ALGORITHMS, COG_BASES, Algorithm
 from common.algorithms.accepted_scale import ACCEPTED_SCALE_KEYS
-from common.algorithms.paper_rules import with_rules_table
-from common.algorithms.plugins import import_attribute
+from common.algorithms.plugins import import_attribute, rule_keys
 from common.algorithms.topology import TOPOLOGIES
 from common.protocol import DYNAMIC_CORRECTION, PERTURBATION_DUAL, SCAFFOLD_CONTROL_DELTA
+from common.keys import key_name
 from common.run.client_settings import CODEC_KEYS, client_keys
+from common.run.config import config_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python -m fedsynth.algorithm_docs --write"
@@ -113,7 +114,7 @@ def page_table(page: str) -> str:
     for name, row in ALGORITHMS.items():
         if row.page == page:
             rule = import_attribute(row.client, "a client rule")
-            cells = [f"`{name}`", _summary(rule), _names(list(row.client_keys)) or "-"]
+            cells = [f"`{name}`", _summary(rule), _names(list(rule_keys(row))) or "-"]
             lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
     return "\n".join(lines)
 
@@ -164,6 +165,40 @@ def strategies_table() -> str:
     for cls, names in strategy_classes().items():
         replies = _declared(getattr(cls, "reply_records", {})) + _declared(getattr(cls, "reply_metrics", {}))
         cells = [f"`{cls.__name__}`", _names(names), _summary(cls), _settings(names), "; ".join(replies) or "-"]
+        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def paper_keys(row: Algorithm) -> tuple[str, ...]:
+    """The run-config keys whose defaults `row`'s paper fixes: its rule's shared keys (`PaperRule.keys`), then the
+    settings its client rule reads (`rule_keys`: its settings group's and `client_keys`)."""
+    shared = row.rule.keys if row.rule is not None else ()
+    return tuple(dict.fromkeys(shared + rule_keys(row)))
+
+
+def declared_defaults() -> dict[str, object]:
+    """Every run-config key's default, as its settings group declares it (`common.keys.key`)."""
+    return {key_name(f.name): f.default for f in config_fields()}
+
+
+def _value_text(value: object) -> str:
+    return f'"{value}"' if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def paper_rules_table() -> str:
+    """docs/algorithms.md's paper-rule table: every built-in row's rule (the `X+cog` rows under their base), its
+    mean, and its hyper-parameters (`paper_keys`) with their declared defaults."""
+    defaults = declared_defaults()
+    lines = ["| algorithm | mean | server step | own hyper-parameters (default) | source | the paper's regime |",
+             "| --- | --- | --- | --- | --- | --- |"]
+    for name, row in ALGORITHMS.items():
+        rule = row.rule
+        if rule is None or name.endswith("+cog"):  # an X+cog row runs X's rule
+            continue
+        mean = "-" if row.decentralized else f"{row.mean} ({rule.mean_source})"
+        keys = ", ".join(f"`{key}` = {_value_text(defaults[key])}" for key in paper_keys(row)) or "-"
+        cogged = f"; `{name}+cog` the same with FedCOG's client plug-in" if f"{name}+cog" in ALGORITHMS else ""
+        cells = [f"`{name}`", mean, rule.server_step + cogged, keys, rule.source, rule.regime or "the shared defaults"]
         lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
     return "\n".join(lines)
 
@@ -242,6 +277,7 @@ class Section:
 SECTIONS: tuple[Section, ...] = (
     Section("README.md", "algorithm families", lambda: families_table(_readme_link)),
     Section("docs/algorithms.md", "algorithm families", lambda: families_table(_docs_link)),
+    Section("docs/algorithms.md", "paper rules", paper_rules_table),
     Section("docs/algorithms.md", "centralized baselines", lambda: page_table("algorithms.md")),
     Section("docs/library.md", "strategy table", strategies_table),
     Section("docs/library.md", "reply families", replies_table),
@@ -259,8 +295,6 @@ def with_section(page_text: str, name: str, text: str) -> str:
 
 def generated(page: str, page_text: str) -> str:
     """`page_text` (the page at `page`, relative to the repository) with every generated section rewritten."""
-    if page == "docs/algorithms.md":  # its paper-rule table (common/algorithms/paper_rules.py)
-        page_text = with_rules_table(page_text)
     for section in SECTIONS:
         if section.page == page:
             page_text = with_section(page_text, section.name, section.text())

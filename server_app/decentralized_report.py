@@ -20,7 +20,7 @@ from flwr.common.logger import log
 from common.algorithms.rule_settings import OledFLSettings
 from common.keys import key_name, message_config, node_keys
 from common.algorithms.gossip import parse_targets, rounds_to_targets
-from common.algorithms.plugins import algorithm_of
+from common.algorithms.plugins import algorithm_of, rule_keys
 from common.algorithms.mixing_spectrum import ole_beta_bound, ole_gossip_contraction
 from common.algorithms.topology import RANDOM_TOPOLOGIES, mixing_matrix
 from common.run.config import RunConfig
@@ -29,7 +29,7 @@ from common.run.config import RunConfig
 def _runs_ole(cfg: RunConfig) -> bool:
     """Whether the run's nodes use Ole's restart: its rule reads Ole's settings (`OledFLSettings`: OledFL-SGD and
     OledFL-SAM)."""
-    return set(node_keys(OledFLSettings)) <= set(algorithm_of(cfg.algorithm).client_keys)
+    return set(node_keys(OledFLSettings)) <= set(rule_keys(algorithm_of(cfg.algorithm)))
 
 
 def warn_if_ole_diverges(cfg: RunConfig, num_nodes: int) -> None:

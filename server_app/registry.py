@@ -24,7 +24,7 @@ from typing import Any, Callable
 import torch
 from flwr.app import ConfigRecord, RecordDict
 
-from common.algorithms.plugins import algorithm_of, import_attribute
+from common.algorithms.plugins import algorithm_of, import_attribute, rule_keys
 from common.algorithm_table import ALGORITHMS
 from common.errors import ConfigError
 from common.records import module_parameter_names
@@ -116,7 +116,7 @@ def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) 
         "aggregation": lambda: aggregation_of(cfg),
         "bounded_influence": lambda: bounded_influence_of(cfg),
         "codec": lambda: codec_of(cfg),
-        "sam": lambda: set(node_keys(SAMSettings)) <= set(algorithm_of(cfg.algorithm).client_keys),  # OledFL-SAM
+        "sam": lambda: set(node_keys(SAMSettings)) <= set(rule_keys(algorithm_of(cfg.algorithm))),  # OledFL-SAM
     }
     own = cfg.own_settings  # a plugin's own settings group (common/run/own_settings.py): its fields win
     own_fields = {f.name for f in dataclasses.fields(own)} if own is not None else set()

@@ -17,6 +17,7 @@ import inspect
 from client_app import decentralized as decentralized_rules
 from client_app.registry import CLIENT_UPDATES
 from common.algorithm_table import ALGORITHMS, COG_BASES
+from common.algorithms.plugins import rule_keys
 from common.algorithms.cog_settings import COG_KEYS
 from common.run.client_settings import CODEC_KEYS, client_keys
 from common.run.config import RunConfig, parse_run_config
@@ -48,9 +49,9 @@ def test_the_decentralized_rules_are_the_tables_decentralized_rows() -> None:
 def test_the_client_keys_are_run_config_keys_and_travel_in_the_train_config() -> None:
     fields = set(vars(RunConfig()))
     for name, algorithm in ALGORITHMS.items():
-        assert all(key.replace("-", "_") in fields for key in algorithm.client_keys), name
+        assert all(key.replace("-", "_") in fields for key in rule_keys(algorithm)), name
         cog = algorithm.with_cog  # FedCOG plugged in: its settings travel too
-        expected = (set(algorithm.client_keys) | (set() if algorithm.decentralized else set(CODEC_KEYS))
+        expected = (set(rule_keys(algorithm)) | (set() if algorithm.decentralized else set(CODEC_KEYS))
                     | (set(COG_KEYS) if cog else set()))
         assert set(client_keys(name, algorithm.decentralized, cog)) == expected
         model = "unet-small" if algorithm.ddpm_only else "cnn"
@@ -76,7 +77,7 @@ def test_the_class_the_app_builds_is_the_class_fedsynth_strategies_exports() -> 
         assert SERVER_STRATEGIES[name] is exported, name
         # its parameters include every setting its nodes read (it sends them in the train config)
         parameters = set(inspect.signature(exported).parameters)
-        assert {key.replace("-", "_") for key in algorithm.client_keys} <= parameters, name
+        assert {key.replace("-", "_") for key in rule_keys(algorithm)} <= parameters, name
         if not algorithm.decentralized:  # and the uplink codec, with which it decodes the replies
             assert "codec" in parameters, name
 
@@ -87,7 +88,7 @@ def test_the_cog_rows_are_their_bases_with_fedcog() -> None:
     assert COG_BASES == tuple(bases)
     for base in bases:
         row, cog = ALGORITHMS[base], ALGORITHMS[f"{base}+cog"]
-        assert (cog.server, cog.client_keys, cog.strategy, cog.client) == (row.server, row.client_keys, row.strategy,
+        assert (cog.server, rule_keys(cog), cog.strategy, cog.client) == (row.server, rule_keys(row), row.strategy,
                                                                           row.client)
         assert cog.with_cog and not cog.cog_base and not cog.trains_ddpm
         assert CLIENT_UPDATES[f"{base}+cog"].__name__ == f"{CLIENT_UPDATES[base].__name__}_with_cog"
@@ -109,6 +110,6 @@ def test_the_fields_that_replaced_name_lists_mark_the_same_algorithms() -> None:
     assert not ALGORITHMS["fedcog"].trains_ddpm and not ALGORITHMS["fedavg"].ddpm_only  # and only those
     assert not ALGORITHMS["fedavg"].projection_head and not ALGORITHMS["fedavg+cog"].trains_ddpm
     assert all(a.trains_ddpm for a in ALGORITHMS.values() if a.ddpm_only)
-    assert all("moon-mu" in a.client_keys for a in ALGORITHMS.values() if a.projection_head)
+    assert all("moon-mu" in rule_keys(a) for a in ALGORITHMS.values() if a.projection_head)
     assert parse_run_config({"algorithm": "fedddpm"}, ALGORITHMS).model == "unet-paper-mnist"
     assert parse_run_config({"algorithm": "fedavg"}, ALGORITHMS).model == "cnn"

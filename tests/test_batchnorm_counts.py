@@ -34,6 +34,7 @@ from fedsynth.client import (
 from common.algorithms.synsam_settings import SynSAMSettings
 from server_app.distillation import distill, real_oracle
 from common.algorithm_table import ALGORITHMS
+from common.algorithms.plugins import rule_keys
 from server_app.registry import SERVER_STRATEGIES, train_config_of
 from server_app.strategies.dynafed import DynaFed
 from server_app.strategies.fedsynsam import FedSynSAM
@@ -185,7 +186,7 @@ def test_fedcogs_kd_pass_tracks_the_generated_batch_after_the_real_one() -> None
 
 
 @pytest.mark.parametrize("algorithm", [name for name, row in ALGORITHMS.items()
-                                       if row.decentralized and "sam-rho" in row.client_keys])
+                                       if row.decentralized and "sam-rho" in rule_keys(row)])
 def test_decentralized_sam_rules_update_the_statistics_once_per_step(algorithm: str) -> None:
     cfg = parse_run_config({"algorithm": algorithm, "model": "tests.test_batchnorm_counts:tiny_bn_cnn",
                             "local-steps": STEPS, "batch-size": 8}, SERVER_STRATEGIES)

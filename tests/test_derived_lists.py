@@ -3,7 +3,7 @@
 The README's and docs/algorithms.md's families tables and docs/library.md's "What each strategy sends and
 expects" are written by fedsynth/algorithm_docs.py (tests/test_algorithm_docs.py fails when a page's section is
 not what it writes). Here: those tables name every row of common/algorithm_table.py and only rows, and library.md
-has each strategy class's row naming the settings its nodes read (the rows' `client_keys`) and the records and
+has each strategy class's row naming the settings its nodes read (the rows' `rule_keys`) and the records and
 metrics its reply carries (the class's `reply_records` and `reply_metrics`). The class count is the table's.
 """
 
@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from common.algorithm_table import ALGORITHMS, COG_BASES
+from common.algorithms.plugins import rule_keys
 from common.algorithms.topology import TOPOLOGIES
 from fedsynth import strategies
 
@@ -64,7 +65,7 @@ def test_librarys_table_has_a_row_per_strategy_class_naming_what_it_sends_and_ex
     for name in STRATEGY_NAMES:
         row, cls = by_class[name], getattr(strategies, name)
         keys = {key for algorithm in ALGORITHMS.values() if algorithm.strategy_name == name
-                for key in algorithm.client_keys}
+                for key in rule_keys(algorithm)}
         assert keys <= set(re.findall(r"`([a-z][\w-]*)`", row[3])), (name, keys, row[3])
         replies = set(getattr(cls, "reply_records", {})) | set(getattr(cls, "reply_metrics", {}))
         assert replies <= set(re.findall(r"`([a-z][\w-]*)`", row[4])), (name, replies, row[4])

@@ -32,9 +32,10 @@ SOURCES = ("common", "server_app", "client_app", "fedsynth")
 
 # Files where a group's key may stand although it is no use of the setting (file -> why).
 ALLOWED: dict[str, str] = {
-    # the paper-rule table: each row names the keys its paper sets and their paper values, and its rule's text
-    # names them; docs/algorithms.md and tests/test_paper_rule_defaults.py are generated from / check it
-    "common/algorithms/paper_rules.py": "a paper-rule table row",
+    # the rows' paper rules: each names the shared keys its paper fixes (`PaperRule.keys`; their values are the
+    # keys' declared defaults) and its server step's text names them; docs/algorithms.md's paper-rule table and
+    # tests/test_paper_rule_defaults.py are generated from / check them
+    "common/algorithm_table.py": "a row's paper rule",
 }
 
 # The train message's other keys, not yet a strategy class's settings group: the files that still spell each
@@ -78,18 +79,19 @@ NOT_YET_GROUPED: dict[str, tuple[str, ...]] = {
     "error-feedback": ("common/run/client_settings.py", "common/run/codecs.py", "common/uplink/encoding.py",
                        "client_app/replies.py", "client_app/train_reply.py"),
     "cog": ("common/run/client_settings.py", "common/run/config.py", "client_app/app.py"),
-    "cog-start-round": ("common/algorithms/cog_settings.py",),
-    "gen-budget": ("common/algorithms/cog_settings.py", "common/algorithms/paper_rules.py",
+    # the fedcog row's client_keys (the base table imports no floor of common/, so not COG_START_KEY)
+    "cog-start-round": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),
+    "gen-budget": ("common/algorithms/cog_settings.py", "common/algorithm_table.py",
                    "server_app/strategies/parameters.py"),
-    "gen-steps": ("common/algorithms/cog_settings.py", "common/algorithms/paper_rules.py",
+    "gen-steps": ("common/algorithms/cog_settings.py", "common/algorithm_table.py",
                   "server_app/strategies/parameters.py"),
-    "gen-lr": ("common/algorithms/cog_settings.py", "common/algorithms/paper_rules.py"),
-    "lambda-dis": ("common/algorithms/cog_settings.py", "common/algorithms/paper_rules.py"),
-    "kd-weighting": ("common/algorithms/cog_settings.py", "common/algorithms/paper_rules.py"),
+    "gen-lr": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),
+    "lambda-dis": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),
+    "kd-weighting": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),
     "lambda-kd": ("common/algorithms/cog_settings.py",),
     "cog-ablation": ("common/algorithms/cog_settings.py",),
     "cog-grid-partition": ("common/algorithms/cog_settings.py",),
-    "warmup-epochs": ("common/algorithms/paper_rules.py", "common/models/diffusion_settings.py",
+    "warmup-epochs": ("common/algorithm_table.py", "common/models/diffusion_settings.py",
                       "server_app/strategies/fedddpm.py", "client_app/diffusion.py", "client_app/diffusion_library.py"),
     "warmup-steps": ("common/models/diffusion_settings.py", "server_app/strategies/fedddpm.py",
                      "client_app/diffusion.py", "client_app/diffusion_library.py"),

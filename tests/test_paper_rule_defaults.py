@@ -20,17 +20,19 @@ from flwr.app import ConfigRecord, Message, MetricRecord, RecordDict
 from flwr.supercore.task_identity import TaskIdentity
 
 import fedsynth.strategies as public
-from common.algorithm_table import ALGORITHMS, PAPER_MEANS, Algorithm
+from common.algorithm_table import ALGORITHMS, COG_BASES, PAPER_MEANS, Algorithm
 from common.algorithms.losses import scaffold_clipped_control_delta
-from common.algorithms.paper_rules import RULES, rule_of
+from common.algorithms.plugins import rule_keys
 from common.errors import ConfigError
 from common.protocol import COMPRESSED_UPDATE, SCAFFOLD_CONTROL, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, to_record
 from common.run.aggregation import bounded_influence_of
-from common.run.config import RunConfig, parse_run_config
+from common.keys import key_name
+from common.run.config import RunConfig, config_fields, parse_run_config
 from common.uplink.encoding import encode_delta
 from common.uplink.spec import CompressionSpec, paper_levels
 from common.uplink.wire import decode_reply, measured_update_norm
+from fedsynth.algorithm_docs import declared_defaults, paper_keys
 from fedsynth.strategies import BOUNDED_INFLUENCE, FedAvg, Scaffold
 from server_app.influence import cap_binds
 from server_app.registry import SERVER_STRATEGIES
@@ -119,11 +121,11 @@ def _base_rows() -> list[str]:
     return [name for name in ALGORITHMS if not name.endswith("+cog")]
 
 
-def test_every_built_in_row_has_its_paper_rule_and_the_cog_rows_their_bases() -> None:
-    assert sorted(RULES) == sorted(_base_rows())
-    assert rule_of("scaffold+cog") is RULES["scaffold"]
-    with pytest.raises(KeyError):
-        rule_of("fednova")
+def test_every_built_in_row_declares_its_paper_rule_and_the_cog_rows_run_their_bases() -> None:
+    assert [name for name in _base_rows() if ALGORITHMS[name].rule is None] == []
+    for name in COG_BASES:
+        assert ALGORITHMS[f"{name}+cog"].rule is ALGORITHMS[name].rule, name
+    assert all(ALGORITHMS[name].rule.server_step and ALGORITHMS[name].rule.source for name in _base_rows())
 
 
 def test_the_papers_means_by_hand() -> None:
@@ -133,29 +135,66 @@ def test_the_papers_means_by_hand() -> None:
     assert all(ALGORITHMS[name].mean in PAPER_MEANS for name in ALGORITHMS)
 
 
-@pytest.mark.parametrize("name", sorted(set(ALGORITHMS)))
-def test_the_run_configs_defaults_are_the_tables(name: str) -> None:
-    """`aggregation = "auto"` (the default) runs the row's mean; each own hyper-parameter has the table's value."""
-    cfg = parse_run_config({"algorithm": name}, SERVER_STRATEGIES)
-    assert cfg.aggregation == ALGORITHMS[name].mean
-    for key, value in rule_of(name).hyper_parameters.items():
-        assert getattr(cfg, key.replace("-", "_")) == value, (name, key)
+_FIELDS = {key_name(f.name): f for f in config_fields()}
+
+
+@pytest.mark.parametrize("name", _base_rows())
+def test_each_paper_hyper_parameter_is_a_run_config_key_that_declares_its_source(name: str) -> None:
+    """The table's values are the keys' declared defaults, so each key must say where its default comes from."""
+    keys = paper_keys(ALGORITHMS[name])
+    assert [key for key in keys if key not in _FIELDS] == [], name
+    assert [key for key in keys if not _FIELDS[key].metadata.get("source")] == [], name
+
+
+def _own_keys(group: type | None) -> list[dataclasses.Field]:
+    """The run-config keys a class's settings group declares itself: not a parameter that is no key
+    (`parameter_only`: FedCOG's `cog_settings`), nor another part's key it reuses (`declared_in`: `batch-size`)."""
+    return [f for f in (dataclasses.fields(group) if group is not None else ())
+            if not f.metadata.get("parameter_only") and "declared_in" not in f.metadata]
 
 
 @pytest.mark.parametrize("name", sorted({row.strategy_name for row in ALGORITHMS.values()}))
-def test_each_public_class_built_with_no_arguments_has_the_tables_defaults(name: str) -> None:
+def test_each_key_of_a_classs_settings_group_declares_its_source(name: str) -> None:
+    group = getattr(public, name).settings
+    assert [f.name for f in _own_keys(group) if not f.metadata.get("source")] == [], (name, group)
+
+
+def test_the_table_shows_the_declared_defaults() -> None:
+    assert paper_keys(ALGORITHMS["mofedsam"]) == ("sam-rho", "mofedsam-alpha")
+    assert paper_keys(ALGORITHMS["dfedavgm"]) == ("peers", "dfedavgm-momentum")
+    assert declared_defaults()["sam-rho"] == RunConfig().sam_rho == 0.05
+
+
+@pytest.mark.parametrize("name", sorted(set(ALGORITHMS)))
+def test_the_run_configs_defaults_are_the_declared_ones(name: str) -> None:
+    """`aggregation = "auto"` (the default) runs the row's mean; the run config of the algorithm keeps each of its
+    paper's hyper-parameters at its key's declared default (nothing resolves it by algorithm)."""
+    cfg = parse_run_config({"algorithm": name}, SERVER_STRATEGIES)
+    assert cfg.aggregation == ALGORITHMS[name].mean
+    defaults = declared_defaults()
+    for key in paper_keys(ALGORITHMS[name]):
+        assert getattr(cfg, key.replace("-", "_")) == defaults[key], (name, key)
+
+
+@pytest.mark.parametrize("name", sorted({row.strategy_name for row in ALGORITHMS.values()}))
+def test_each_public_class_built_with_no_arguments_has_the_declared_defaults(name: str) -> None:
+    """A class's defaults are the run config's, and those its settings group declares."""
     cls = getattr(public, name)
     built = cls()
     rows = [algorithm for algorithm, row in ALGORITHMS.items() if row.strategy_name == name]
     parameters = inspect.signature(cls).parameters
+    defaults = declared_defaults()
     for algorithm in rows:
         row = ALGORITHMS[algorithm]
         if not row.decentralized:
             assert built.aggregation == row.mean, (name, algorithm)
-        for key, value in rule_of(algorithm).hyper_parameters.items():
+        for key in paper_keys(row):
             attribute = key.replace("-", "_")
             if attribute in parameters:  # the others are node settings of fedsynth's app (FedCOG's generation)
-                assert _held_value(built, attribute) == value, (name, algorithm, key)
+                assert _held_value(built, attribute) == defaults[key], (name, algorithm, key)
+    for f in _own_keys(cls.settings):
+        assert _held_value(built, f.name) == f.default, (name, f.name)
+        assert defaults.get(key_name(f.name), f.default) == f.default, (name, f.name)
 
 
 def _held_value(strategy: object, attribute: str) -> object:

@@ -87,7 +87,7 @@ class AggregationSettings:
         "metrics give clipped-updates (how many updates the bounds shortened) and weight-cap-bound (1 when the cap "
         "changed a weight). The deployment walk-through (docs/own-data.md) turns it on.", "fedsynth (SPEC 7)"
     )
-    server_lr: float = key(1.0, "Server step eta_g on the mean update.")
+    server_lr: float = key(1.0, "Server step eta_g on the mean update.", "FedAvg (McMahan et al., 2017): 1")
 
     def check(self) -> None:
         """Validate these keys; ConfigError names the key, the bad value and the accepted values."""
@@ -111,7 +111,7 @@ class RecordBoundSettings:
     max_record_norm: float = key(
         0.0, "Bound on the L2 norm of each algorithm-specific array record of a reply (SCAFFOLD's and fedgamma's "
         "control-variate delta, FedLESAM-D's dynamic correction, FedSMOO's perturbation dual); 0: none. Acted on as "
-        "update-norm-action says."
+        "update-norm-action says.", "fedsynth (SPEC 7): off"
     )
 
     def check(self) -> None:

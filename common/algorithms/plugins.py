@@ -35,7 +35,7 @@ import inspect
 from common.algorithm_table import ALGORITHMS, PAPER_MEANS, Algorithm
 from common.errors import ConfigError
 from common.imports import import_attribute  # noqa: F401 - re-exported for the client registry
-from common.keys import check_choice
+from common.keys import check_choice, node_keys
 
 # how the error messages and the docs write a plugin's name
 PLUGIN_FORM = "package.module:Name"
@@ -44,6 +44,13 @@ PLUGIN_FORM = "package.module:Name"
 def is_plugin(name: str) -> bool:
     """Whether an algorithm name is a user's plugin, `package.module:Name` (a built-in name has no colon)."""
     return ":" in name
+
+
+def rule_keys(algorithm: Algorithm) -> tuple[str, ...]:
+    """The run-config keys `algorithm`'s client rule reads from its train message, beside the codec's: the NODE/BOTH
+    fields of its settings group (its `settings`, `"package.module:Group"`, imported here) and its `client_keys`."""
+    group = import_attribute(algorithm.settings, "an algorithm's settings group") if algorithm.settings else None
+    return tuple(dict.fromkeys(node_keys(group) + tuple(algorithm.client_keys)))
 
 
 def plugin_algorithm(path: str) -> Algorithm:
@@ -64,6 +71,9 @@ def plugin_algorithm(path: str) -> Algorithm:
     if algorithm.mean not in PAPER_MEANS:
         raise ConfigError(f"{what}: its mean must be one of {', '.join(PAPER_MEANS)} (the server's mean by "
                           f"default), not {algorithm.mean!r}")
+    if not isinstance(algorithm.settings, str):
+        raise ConfigError(f"{what}: its settings must be a settings group's import path \"package.module:Group\" "
+                          f"or empty, not {algorithm.settings!r}")
     if not all(isinstance(key, str) for key in algorithm.client_keys):
         raise ConfigError(f"{what}: client_keys must be run-config key names, not {algorithm.client_keys!r}")
     check_halves(algorithm, what)

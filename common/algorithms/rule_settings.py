@@ -109,4 +109,4 @@ class OledFLClassSettings(SAMSettings, OledFLSettings):
     Not a part of the run config: `sam` is which row runs (`oledfl-sgd` or `oledfl-sam`), not a key."""
 
     sam: bool = key(False, "False: OledFL-SGD; True: OledFL-SAM (the nodes read SAM's radius from the config).",
-                    side=SERVER)
+                    "the row: oledfl-sgd or oledfl-sam", side=SERVER)

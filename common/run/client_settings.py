@@ -34,6 +34,7 @@ from typing import Any
 from common.algorithm_table import ALGORITHMS
 from common.algorithms.accepted_scale import ACCEPTED_SCALE_KEYS  # noqa: F401 - the optional per-node keys
 from common.algorithms.codec_settings import CodecSettings
+from common.algorithms.plugins import rule_keys
 from common.algorithms.cog_settings import COG_KEYS
 from common.errors import ConfigError
 from common.keys import (  # noqa: F401 - readers
@@ -93,9 +94,10 @@ RECIPE_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in dataclasses.field
 # what every round's train message carries, whatever the algorithm: the round and its local learning rate
 ROUND_KEYS = ("server-round", "lr")
 
-# algorithm -> the run-config keys its client rule reads besides the codec (common/algorithm_table.py's table)
+# algorithm -> the run-config keys its client rule reads besides the codec (common/algorithm_table.py's table: its
+# settings group's and its client_keys, `rule_keys`)
 RULE_KEYS: dict[str, tuple[str, ...]] = {
-    name: algorithm.client_keys for name, algorithm in ALGORITHMS.items() if algorithm.client_keys
+    name: rule_keys(algorithm) for name, algorithm in ALGORITHMS.items() if rule_keys(algorithm)
 }
 
 

@@ -211,7 +211,7 @@ class FedSynSAM(TrajectoryStrategy):
     """
 
     settings = SynSAMRuleSettings
-    parameter_defaults = {"aggregation": paper_mean("fedsynsam")}  # its paper's mean (paper_rules.py)
+    parameter_defaults = {"aggregation": paper_mean("fedsynsam")}  # its paper's mean (its row's rule)
 
     def __post_init__(self) -> None:
         # partitions whose node reported holding D_syn; the others get it with their next message

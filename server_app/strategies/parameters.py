@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from typing import Any, Callable
 
 from common.algorithm_table import ALGORITHMS
+from common.algorithms.plugins import rule_keys
 from common.algorithms.aggregation_settings import AUTO_MEAN
 from common.algorithms.cog_settings import CogSettings
 from common.run.client_settings import CODEC_KEYS
@@ -42,7 +43,7 @@ from common.run.task import ServerTask, task_values
 DEFAULTS = RunConfig()  # the run config's defaults (docs/configuration.md): every strategy parameter's default
 
 # run-config keys the nodes read from the train message's config (common/run/client_settings.py)
-_SENT = set(CODEC_KEYS) | {key for algorithm in ALGORITHMS.values() for key in algorithm.client_keys}
+_SENT = set(CODEC_KEYS) | {key for algorithm in ALGORITHMS.values() for key in rule_keys(algorithm)}
 
 # What each parameter that is not a run-config key means; a run-config key's meaning is its field's in the
 # run config's parts (docs/configuration.md), defined once there.
@@ -70,7 +71,7 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
     "aggregation": "How the server combines the updates: \"weighted\" (by `weighted_by_key`), \"uniform\" (1/S),\n"
                    "\"median\", `TrimmedMean(fraction)` or `Krum(byzantine_nodes)` (run-config keys `aggregation`,\n"
                    "`trim-fraction`, `byzantine-nodes`). The default is the class's paper mean (uniform for FedSynSAM,\n"
-                   "FedDDPM and FedDDPMPlus, weighted for the others; common/algorithms/paper_rules.py).",
+                   "FedDDPM and FedDDPMPlus, weighted for the others; its row's `mean` and `rule`).",
     "bounded_influence": "None: the paper's plain rule. `BoundedInfluence(update_norm_ratio, weight_share, update_norm,\n"
                          "action)` bounds each update's norm and caps each node's weight share; `BOUNDED_INFLUENCE` is\n"
                          "what the run config's `bounded-influence = true` sets (1.5x the lower-median update norm, a\n"
