@@ -29,8 +29,8 @@ class DynaFedClassSettings:
     batch size, which the server reads here)."""
 
     server_training: DynaFedTraining = parameter(
-        DynaFedTraining(), f"The server's epochs on the synthetic set: a `DynaFedTraining({field_list(DynaFedTraining)})`, "
-        "each field the run-config key of the same name.")
+        DynaFedTraining(), "The server's epochs on the synthetic set: a "
+        f"`DynaFedTraining({field_list(DynaFedTraining)})`, each field the run-config key of the same name.")
 
     def check(self) -> None:
         """Refuse a `server_training` that is not a `DynaFedTraining` (which checked its keys when built)."""

@@ -98,8 +98,9 @@ class FedDDPMSettings:
     the warm-up's itself, `configure_warmup`)."""
 
     diffusion: DiffusionTraining = parameter(
-        DiffusionTraining(), f"The diffusion task on the server: a `DiffusionTraining({field_list(DiffusionTraining)})`, "
-        "each field the run-config key of the same name; `task` the U-Net the server builds "
+        DiffusionTraining(), "The diffusion task on the server: a "
+        f"`DiffusionTraining({field_list(DiffusionTraining)})`, each field the run-config key of the same name; "
+        "`task` the U-Net the server builds "
         "(common.run.task.ServerTask), `device` where it samples and trains.")
     correction: CorrectionSettings = parameter(
         CorrectionSettings(), f"The correction after every aggregation: a `CorrectionSettings("

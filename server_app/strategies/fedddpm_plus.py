@@ -53,8 +53,8 @@ class FedDDPMPlusSettings:
     part)."""
 
     quicktest: QuickTestSettings = parameter(
-        QuickTestSettings(), f"QuickTest and the one-shot correction: a `QuickTestSettings({field_list(QuickTestSettings)})`, "
-        "each field the run-config key of the same name.")
+        QuickTestSettings(), "QuickTest and the one-shot correction: a "
+        f"`QuickTestSettings({field_list(QuickTestSettings)})`, each field the run-config key of the same name.")
 
     def check(self) -> None:
         """Refuse a `quicktest` that is not a `QuickTestSettings` (which checked its keys when built)."""
