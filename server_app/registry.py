@@ -44,6 +44,9 @@ from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.node_models import NodeModels, kept_model_keys
 from server_app.strategies.catalog import STRATEGY_CLASSES
 from server_app.strategies.parameters import declared_parameters
+from server_app.strategies.server_training import (
+    CorrectionSettings, DiffusionTraining, DistillationSettings, DynaFedTraining, QuickTestSettings,
+)
 
 # algorithm -> its strategy class (common/algorithm_table.py's `strategy`), in the table's order: the class
 # `fedsynth.strategies` exports under the same name
@@ -113,6 +116,12 @@ def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) 
         "cog_settings": lambda: CogSettings.of(cfg),  # FedCOG's class sends its own
         "parameter_names": lambda: run_parameter_names(cfg),
         "task": lambda: task_of(cfg),
+        # the trainings the server runs itself, one grouped value each (server_app/strategies/server_training.py)
+        "distillation": lambda: DistillationSettings.of(cfg),
+        "server_training": lambda: DynaFedTraining.of(cfg),
+        "diffusion": lambda: DiffusionTraining.of(cfg),
+        "correction": lambda: CorrectionSettings.of(cfg),
+        "quicktest": lambda: QuickTestSettings.of(cfg),
         "aggregation": lambda: aggregation_of(cfg),
         "bounded_influence": lambda: bounded_influence_of(cfg),
         "codec": lambda: codec_of(cfg),

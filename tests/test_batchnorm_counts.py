@@ -38,6 +38,7 @@ from common.algorithms.plugins import rule_keys
 from server_app.registry import SERVER_STRATEGIES, train_config_of
 from server_app.strategies.dynafed import DynaFed
 from server_app.strategies.fedsynsam import FedSynSAM
+from server_app.strategies.server_training import DistillationSettings, DynaFedTraining
 
 STEPS = 3
 CLASSES = 4
@@ -287,8 +288,8 @@ TASK = ServerTask(model="tests.test_batchnorm_counts:tiny_bn_cnn", dataset="mnis
 
 
 def test_fedsynsams_distillation_keeps_its_stored_trajectory_and_initial_model() -> None:
-    strategy = FedSynSAM(task=TASK, trajectory_rounds=2, synthetic_ipc=1, distill_iterations=2,
-                                 distill_inner_steps=1)
+    strategy = FedSynSAM(distillation=DistillationSettings(task=TASK, trajectory_rounds=2, synthetic_ipc=1,
+                                                           distill_iterations=2, distill_inner_steps=1))
     strategy.trajectory = bn_trajectory()
     kept = copy.deepcopy(strategy.trajectory)
     strategy._distil()
@@ -299,7 +300,8 @@ def test_fedsynsams_distillation_keeps_its_stored_trajectory_and_initial_model()
 
 
 def test_dynafeds_server_training_counts_its_own_batches_and_leaves_its_input_alone() -> None:
-    strategy = DynaFed(task=TASK, trajectory_rounds=2, dynafed_epochs=2, dynafed_lr=1e-3, batch_size=3)
+    strategy = DynaFed(distillation=DistillationSettings(task=TASK, trajectory_rounds=2),
+                       server_training=DynaFedTraining(dynafed_epochs=2, dynafed_lr=1e-3, batch_size=3))
     strategy.trajectory = bn_trajectory()
     kept = copy.deepcopy(strategy.trajectory)
     x, y = data(8, seed=3)

@@ -93,6 +93,7 @@ def test_fedddpm_s_failed_warmup_names_warmup_reply():
     def no_model(msg: Message, context: Context) -> Message:
         return Message(RecordDict({"metrics": MetricRecord({"num-examples": 4, "train-loss": 0.1})}), reply_to=msg)
 
-    strategy = strategies.FedDDPM(task=strategies.ServerTask(model="unet-small", image_size=8, diffusion_timesteps=20))
+    strategy = strategies.FedDDPM(diffusion=strategies.DiffusionTraining(
+        task=strategies.ServerTask(model="unet-small", image_size=8, diffusion_timesteps=20)))
     with pytest.raises(WarmupFailed, match=r"fedsynth\.client\.warmup_reply\(msg, model"):
         strategy.warmup(ClientAppGrid(2, no_model), model())

@@ -31,6 +31,7 @@ from server_app.registry import SERVER_STRATEGIES
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedddpm import WarmupFailed, auxiliary_count
 from common.run.task import ServerTask
+from server_app.strategies.server_training import CorrectionSettings, DiffusionTraining
 from tests.diffusion_tiny import TINY_DIFFUSION
 
 torch.set_num_threads(1)
@@ -40,8 +41,10 @@ TINY = {"model": "unet-small", "image_size": 8, "diffusion_timesteps": 20, "aux_
         "aux_fraction": 0.05, "correction_epochs": 1, "batch_size": 16, "warmup_timeout": 77.0}
 # the same as the class's parameters: the model and the data's shape are its task
 TASK_KEYS = ("model", "image_size", "diffusion_timesteps")
-SERVER = {"task": ServerTask(**{key: TINY[key] for key in TASK_KEYS}),
-          **{key: value for key, value in TINY.items() if key not in TASK_KEYS}}
+SERVER = {"diffusion": DiffusionTraining(task=ServerTask(**{key: TINY[key] for key in TASK_KEYS}),
+                                         **{key: TINY[key] for key in ("aux_sampler", "ddim_steps", "aux_fraction",
+                                                                       "batch_size", "warmup_timeout")}),
+          "correction": CorrectionSettings(correction_epochs=TINY["correction_epochs"])}
 
 Answer = Callable[[Message, int], RecordDict]
 
@@ -112,8 +115,8 @@ def test_a_developers_clientapp_answers_the_warmup_under_start() -> None:
     assert all(phase_of(m) is None for messages, _ in grid.sends()[1:] for m in messages)
     for message in warmup_messages:
         assert dict(message.content["config"]) == {"server-round": 0, "phase": "warmup",
-                                                   "warmup-epochs": strategy.warmup_epochs,
-                                                   "warmup-steps": strategy.warmup_steps}
+                                                   "warmup-epochs": strategy.diffusion.warmup_epochs,
+                                                   "warmup-steps": strategy.diffusion.warmup_steps}
         sent = from_record(message.content["arrays"])
         assert all(np.array_equal(sent[name], initial[name]) for name in initial)
 

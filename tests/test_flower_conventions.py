@@ -342,8 +342,11 @@ def test_the_defaults_are_the_run_configs():
     from common.run.config import RunConfig
 
     defaults = RunConfig(algorithm="fedsynsam")
-    for name in ("aggregation", "seed", "min_nodes", "server_lr", "sam_rho", "synsam_beta", "trajectory_rounds"):
+    for name in ("aggregation", "seed", "min_nodes", "server_lr", "sam_rho", "synsam_beta"):
         assert inspect.signature(strategies.FedSynSAM).parameters[name].default == getattr(defaults, name), name
+    distillation = inspect.signature(strategies.FedSynSAM).parameters["distillation"].default
+    assert (distillation.trajectory_rounds, distillation.synthetic_ipc) == (defaults.trajectory_rounds,
+                                                                           defaults.synthetic_ipc)
     # the grouped values' defaults are the run config's too (their fields mirror its keys)
     assert (strategies.QSGD().bits, strategies.QSGD().scope, strategies.TopK().ratio) == (
         defaults.bits, defaults.qsgd_scope, defaults.topk_ratio)

@@ -22,8 +22,10 @@ torch.set_num_threads(1)
 
 SERVER = "server-side"
 CLIENT = "client-side"
-SERVER_MODEL = {"task": strategies.ServerTask(model="tests.bn_models:bn_cnn", dataset="mnist")}
-DIFFUSION = {"task": strategies.ServerTask(model="unet-small", image_size=8, diffusion_timesteps=20)}
+SERVER_MODEL = {"distillation": strategies.DistillationSettings(
+    task=strategies.ServerTask(model="tests.bn_models:bn_cnn", dataset="mnist"))}
+DIFFUSION = {"diffusion": strategies.DiffusionTraining(
+    task=strategies.ServerTask(model="unet-small", image_size=8, diffusion_timesteps=20))}
 
 # public class, its arguments, and which clipping side Flower's wrappers can protect it with
 CASES = [

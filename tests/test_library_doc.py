@@ -93,10 +93,12 @@ def test_fedddpm_plus_walks_through_the_phases_with_the_apps_diffusion_clientapp
     grid = ClientAppGrid(2, app, app, app)
     task = strategies.ServerTask(model="unet-small", partition="node", image_channels=UNET["channels"],
                                  image_size=UNET["image_size"], diffusion_timesteps=UNET["timesteps"])
-    strategy = strategies.FedDDPMPlus(task=task, aux_sampler="ddim", ddim_steps=2,
-                                      sampler="ddim", aux_fraction=0.1, quicktest_size=4, quicktest_every=100,
-                                      quicktest_reference="clients", fid_features="random", oneshot_epochs=1,
-                                      warmup_epochs=1, batch_size=16, fraction_evaluate=0.0)
+    strategy = strategies.FedDDPMPlus(
+        diffusion=strategies.DiffusionTraining(task=task, aux_sampler="ddim", ddim_steps=2, aux_fraction=0.1,
+                                               warmup_epochs=1, batch_size=16),
+        quicktest=strategies.QuickTestSettings(sampler="ddim", quicktest_size=4, quicktest_every=100,
+                                               quicktest_reference="clients", fid_features="random", oneshot_epochs=1),
+        fraction_evaluate=0.0)
     initial = ArrayRecord(client.build_unet("unet-small", seed=0, **UNET).state_dict())
     result = strategy.start(grid, initial, num_rounds=3, timeout=60, train_config=ConfigRecord({"lr": 1e-3}))
     kinds = [m.metadata.message_type for m in grid.sent]
@@ -138,4 +140,4 @@ def test_the_diffusion_strategies_refuse_a_factory_model_in_one_sentence(public)
     with pytest.raises(ValueError, match=r"^Fed\w+'s model must be one of the U-Net presets unet-small, .* not "
                                          r"'library_app.task:make_net': a 'package.module:factory' model is not "
                                          r"supported for the diffusion strategies$"):
-        public(task=strategies.ServerTask(model="library_app.task:make_net"))
+        public(diffusion=strategies.DiffusionTraining(task=strategies.ServerTask(model="library_app.task:make_net")))

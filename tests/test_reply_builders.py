@@ -208,9 +208,9 @@ def test_torchvisions_resnet18_runs_fedsynsam_at_4_bits_through_train_reply():
     (the distillation starts after `trajectory_rounds` = 2: this test is about the nodes' compressed replies)."""
     from tests.bn_models import resnet18
 
-    built = strategies.FedSynSAM(task=strategies.ServerTask(model="tests.bn_models:resnet18", dataset="cifar10"),
-                                 codec=strategies.QSGD(bits=4), trajectory_rounds=2, synthetic_ipc=1,
-                                 distill_iterations=1, distill_inner_steps=1, fraction_evaluate=0.0)
+    built = strategies.FedSynSAM(distillation=strategies.DistillationSettings(
+        task=strategies.ServerTask(model="tests.bn_models:resnet18", dataset="cifar10"), trajectory_rounds=2,
+        synthetic_ipc=1, distill_iterations=1, distill_inner_steps=1), codec=strategies.QSGD(bits=4), fraction_evaluate=0.0)
     grid, result = run(built, resnet18_fedsynsam_train, rounds=1, make=lambda: resnet18(num_classes=10, channels=3,
                                                                                  image_size=32))
     no_reply_dropped(built)

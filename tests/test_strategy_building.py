@@ -23,7 +23,9 @@ from server_app.strategies.node_table import NodeInfo
 NODES = [NodeInfo(node_id=10 + i, partition_id=i, num_train_examples=20, num_test_examples=5) for i in range(4)]
 # keys build_strategy fills from the run rather than from a run-config key of the same name
 FROM_THE_RUN = {"fraction_evaluate", "nodes", "lr_schedule", "node_settings", "parameter_names", "task",
-                "weighted_by_key", "min_available_nodes", "codec", "bounded_influence", "sam", "cog_settings"}
+                "weighted_by_key", "min_available_nodes", "codec", "bounded_influence", "sam", "cog_settings",
+                # the trainings the server runs itself, one grouped value each (server_training.py)
+                "distillation", "server_training", "diffusion", "correction", "quicktest"}
 
 
 def config_of(algorithm: str, **keys) -> RunConfig:

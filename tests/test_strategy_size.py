@@ -12,8 +12,9 @@ so a Flower upgrade that changes them shows here.
 The targets, beside Flower's FedAvg:
 - parameters: FedAvg at most 15 (Flower: 10): the codec, bounded influence and the robust means are one value
   each; a class whose nodes read their own settings adds those (FedSAM's `sam_rho`, ...), at most 18; the
-  classes whose server trains a model itself take that training's settings too (FedSynSAM and DynaFed 30,
-  FedDDPM 27, FedDDPM+ 35: the distillation's and the diffusion task's keys);
+  classes whose server trains a model itself take each training's settings as one grouped value (its keys are
+  the value's fields: `distillation`, DynaFed's `server_training`, `diffusion`, `correction`, `quicktest`), at
+  most FedAvg's + 3 (FedSynSAM, whose nodes also read rho, beta and the mix: the node-rule classes' + 1);
 - public methods: Flower's 6, `state_dict` / `load_state_dict` (a resumable run) and the three documented hooks an
   app around `start()` calls (`run_summary`, `check_restored`, `evaluate_on_every_node`), 11 (FedDDPM's also
   `warmup`, for a developer's own round loop: 12); plus at most the public extension hooks (`PUBLIC_HOOKS`, the
@@ -44,9 +45,12 @@ from flwr.serverapp.strategy import Strategy
 import fedsynth.strategies as public
 
 FLOWER = {"parameters": 10, "public methods": 6, "depth": 1, "help lines": 120}  # Flower 1.42's FedAvg
-SERVER_TRAINS_A_MODEL = {"FedSynSAM": 30, "DynaFed": 30, "FedDDPM": 27, "FedDDPMPlus": 35}
-MAX_PARAMETERS = {"FedAvg": 15, **SERVER_TRAINS_A_MODEL}
+MAX_FEDAVG_PARAMETERS = 15
 MAX_PARAMETERS_OTHERWISE = 18
+# each training the server runs is one grouped value (server_app/strategies/server_training.py)
+SERVER_TRAINS_A_MODEL = {"FedSynSAM": MAX_PARAMETERS_OTHERWISE + 1, "DynaFed": MAX_FEDAVG_PARAMETERS + 3,
+                         "FedDDPM": MAX_FEDAVG_PARAMETERS + 3, "FedDDPMPlus": MAX_FEDAVG_PARAMETERS + 3}
+MAX_PARAMETERS = {"FedAvg": MAX_FEDAVG_PARAMETERS, **SERVER_TRAINS_A_MODEL}
 MAX_PUBLIC_METHODS = {"FedDDPM": 12, "FedDDPMPlus": 12}
 MAX_PUBLIC_METHODS_OTHERWISE = 11
 MAX_DEPTH = 4

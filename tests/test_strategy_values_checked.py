@@ -77,7 +77,7 @@ def test_a_familys_own_parameter_is_checked_too():
         public.FedSAM(sam_rho=-0.1)
     assert str(refused.value) == f"FedSAM: {message}"
     with pytest.raises(ConfigError, match="'synthetic-ipc'"):
-        public.FedSynSAM(synthetic_ipc=0)
+        public.FedSynSAM(distillation=public.DistillationSettings(synthetic_ipc=0))
     with pytest.raises(ConfigError, match="'ole-beta'"):
         public.OledFL(ole_beta=math.nan)
 

@@ -4,9 +4,9 @@ Each class is a Flower `Strategy` built from its own typed keyword parameters (n
 with its default in the class docstring, as Flower's `FedAvg` does (`help(FedSynSAM)` shows them), and run
 with Flower's own `start()`, which returns Flower's `Result`:
 
-    from fedsynth.strategies import QSGD, FedSynSAM, ServerTask
-    strategy = FedSynSAM(fraction_train=1.0, trajectory_rounds=30, synthetic_ipc=20, codec=QSGD(bits=4),
-                         task=ServerTask(model="cnn", dataset="fashion-mnist"))
+    from fedsynth.strategies import QSGD, DistillationSettings, FedSynSAM, ServerTask
+    strategy = FedSynSAM(fraction_train=1.0, codec=QSGD(bits=4), distillation=DistillationSettings(
+        task=ServerTask(model="cnn", dataset="fashion-mnist"), trajectory_rounds=30, synthetic_ipc=20))
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(net.state_dict()), num_rounds=100,
                             train_config=ConfigRecord({"lr": 0.05}), evaluate_fn=central_evaluate)
 
@@ -26,8 +26,11 @@ Options every centralized class shares are one value each, not a key each:
   each round's train metrics then carry "clipped-updates" and "weight-cap-bound";
 - `aggregation`: "weighted" (the papers' sample-weighted mean), "uniform", "median", `TrimmedMean(fraction)`
   or `Krum(byzantine_nodes)`;
-- `task` (the strategies whose server builds the model itself: FedSynSAM's and DynaFed's distillation,
-  FedDDPM's sampling): `ServerTask(model=..., dataset=...)`;
+- the trainings a server runs itself, one value each, whose fields are the run-config keys of the same names:
+  FedSynSAM's and DynaFed's `distillation` (`DistillationSettings(task=ServerTask(model=..., dataset=...),
+  trajectory_rounds=..., ...)`, the `task` being the model the server builds), DynaFed's `server_training`
+  (`DynaFedTraining`), FedDDPM's `diffusion` (`DiffusionTraining`: its task, warm-up and auxiliary set) and
+  `correction` (`CorrectionSettings`), FedDDPMPlus's `diffusion` and `quicktest` (`QuickTestSettings`);
 - `cog_settings` (FedCOG): `CogSettings(gen_budget=..., ...)`, FedCOG's generation and distillation settings.
 `LocalRecipe` is the local training recipe fedsynth's ClientApp reads from each train message (local-steps,
 batch-size, momentum, ...): pass `LocalRecipe(...).config()` in `start()`'s `train_config` beside the "lr".
@@ -82,6 +85,9 @@ from server_app.strategies.base import ReplyContractError, TooManyFailedRounds
 from server_app.strategies.fedddpm import WarmupFailed
 from server_app.strategies.flower_wrappers import WrapperRefused
 from server_app.strategies.node_table import NodeInfo
+from server_app.strategies.server_training import (
+    CorrectionSettings, DiffusionTraining, DistillationSettings, DynaFedTraining, QuickTestSettings,
+)
 
 # every algorithm's strategy class, by class name -> its import path (common/algorithm_table.py's rows): a new
 # built-in class is exported by its row alone, imported on first use
@@ -107,5 +113,8 @@ __all__ = sorted([
     # the node rules' settings groups (common/algorithms/rule_settings.py): what each class's `settings` declares
     "DFedAvgMSettings", "FedDynSAMSettings", "FedProxSettings", "MOONSettings", "MoFedSAMSettings", "OledFLSettings",
     "SAMSettings", "SynSAMRuleSettings",
+    # the settings of the trainings the server runs itself, one grouped parameter each
+    # (server_app/strategies/server_training.py)
+    "CorrectionSettings", "DiffusionTraining", "DistillationSettings", "DynaFedTraining", "QuickTestSettings",
     *_STRATEGY_PATHS,
 ])

@@ -73,20 +73,18 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.algorithms.local_training_settings import LocalTrainingSettings
-from common.keys import SERVER, parameter, same_key
-from common.models.diffusion_settings import DiffusionSettings
-from common.run.settings import RunSettings
+from common.keys import parameter
 from common.models.diffusion_names import UNET_PRESETS
 from common.run.interrupt import raise_if_stopped
 from common.records import Weights, load_weights, model_weights
-from common.run.task import ServerTask, make_model
+from common.run.task import make_model
 from common.run.config import paper_mean
 from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.fedavg import FedAvg
 # re-exported: the warm-up's exception and |A_i| are FedDDPM's
 from server_app.strategies.fedddpm_warmup import WarmupFailed, WarmupPhase, auxiliary_count  # noqa: F401
 from server_app.strategies.parameters import documented
+from server_app.strategies.server_training import CorrectionSettings, DiffusionTraining, field_list, grouped
 
 
 _CORRECTION_STREAM = 22  # fourth seed component of the correction's batches (the auxiliary set's: 21)
@@ -94,35 +92,39 @@ _CORRECTION_STREAM = 22  # fourth seed component of the correction's batches (th
 
 @dataclass(frozen=True)
 class FedDDPMSettings:
-    """FedDDPM's class settings (not a part of the run config): the diffusion task the server builds, the nodes'
-    warm-up, the auxiliary set and the server's correction on it. Each key is declared by its run-config part
-    (common/models/diffusion_settings.py, ...); the server sends the warm-up's itself (`configure_warmup`)."""
+    """FedDDPM's class settings (not a part of the run config): the diffusion task the server runs (the U-Net it
+    builds, the nodes' warm-up, the auxiliary set) and the server's correction on it, one grouped value each
+    (their keys are declared by their run-config parts, common/models/diffusion_settings.py, ...; the server sends
+    the warm-up's itself, `configure_warmup`)."""
 
-    task: ServerTask = parameter(ServerTask(model="unet-paper-mnist"), "The U-Net the server builds and the data.")
-    device: str = same_key(RunSettings, "device")
-    aux_sampler: str = same_key(DiffusionSettings, "aux_sampler", side=SERVER)
-    ddim_steps: int = same_key(DiffusionSettings, "ddim_steps", side=SERVER)
-    batch_size: int = same_key(LocalTrainingSettings, "batch_size", side=SERVER)
-    local_optimizer: str = same_key(LocalTrainingSettings, "local_optimizer", side=SERVER)
-    warmup_epochs: int = same_key(DiffusionSettings, "warmup_epochs", side=SERVER)
-    warmup_steps: int = same_key(DiffusionSettings, "warmup_steps", side=SERVER)
-    warmup_timeout: float = same_key(DiffusionSettings, "warmup_timeout", side=SERVER)
-    aux_fraction: float = same_key(DiffusionSettings, "aux_fraction", side=SERVER)
-    correction_epochs: int = same_key(DiffusionSettings, "correction_epochs", side=SERVER)
-    correction_lr: float = same_key(DiffusionSettings, "correction_lr", side=SERVER)
+    diffusion: DiffusionTraining = parameter(
+        DiffusionTraining(), "The diffusion task on the server: a "
+        f"`DiffusionTraining({field_list(DiffusionTraining)})`, each field the run-config key of the same name; "
+        "`task` the U-Net the server builds "
+        "(common.run.task.ServerTask), `device` where it samples and trains.")
+    correction: CorrectionSettings = parameter(
+        CorrectionSettings(), f"The correction after every aggregation: a `CorrectionSettings("
+        f"{field_list(CorrectionSettings)})`, each field the run-config key of the same name.")
+
+    def check(self) -> None:
+        """Refuse grouped values of another type (each checked its keys when built)."""
+        grouped(DiffusionTraining, "diffusion", self.diffusion)
+        grouped(CorrectionSettings, "correction", self.correction)
 
 
 @documented
 class FedDDPM(FedAvg):
     """FedDDPM (Peng et al.): each node first trains its own DDPM and uploads it once (the warm-up); the server
     samples an auxiliary set from those models, then runs FedAvg rounds and, after each aggregation,
-    `correction_epochs` epochs on the auxiliary set. The server builds `task`'s model (a U-Net) for both.
+    `correction.correction_epochs` epochs on the auxiliary set. The server builds `diffusion.task`'s model (a U-Net)
+    for both.
     """
 
     settings = FedDDPMSettings
     parameter_defaults = {"aggregation": paper_mean("fedddpm")}  # its paper's mean (paper_rules.py)
 
     def __post_init__(self) -> None:
+        self.task = self.diffusion.task  # the U-Net the server builds (read by the warm-up and QuickTest)
         if self.task.model not in UNET_PRESETS:
             raise ValueError(f"{type(self).__name__}'s model must be one of the U-Net presets {', '.join(UNET_PRESETS)} "
                              f"(its server samples and corrects through diffusers' UNet2DModel), not {self.task.model!r}: "
@@ -130,9 +132,11 @@ class FedDDPM(FedAvg):
         from common.metrics.evaluation import resolve_device
         from common.models.diffusion import SamplerSpec, linear_schedule, num_timesteps
 
-        self.device = resolve_device(self.device)
-        self.aux_sampler = SamplerSpec(self.aux_sampler, num_timesteps(self.task), self.ddim_steps)
-        self.optimizer = self.local_optimizer if self.local_optimizer != "auto" else "adam"  # `auto`: Adam for a DDPM
+        diffusion = self.diffusion
+        self.device = resolve_device(diffusion.device)
+        self.aux_sampler = SamplerSpec(diffusion.aux_sampler, num_timesteps(self.task), diffusion.ddim_steps)
+        # `auto`: Adam for a DDPM
+        self.optimizer = diffusion.local_optimizer if diffusion.local_optimizer != "auto" else "adam"
         self.auxiliary: np.ndarray | None = None       # A, float32 (n, C, H, W) in [-1, 1]; server only
         self.aux_counts: dict[int, int] = {}           # partition id -> |A_i|
         self.schedule = linear_schedule(num_timesteps(self.task))
@@ -187,7 +191,7 @@ class FedDDPM(FedAvg):
         """
         raise_if_stopped()
         messages = self.warmup_phase.configure(arrays, grid)
-        replies = grid.send_and_receive(messages, timeout=self.warmup_timeout)
+        replies = grid.send_and_receive(messages, timeout=self.diffusion.warmup_timeout)
         return self.warmup_phase.aggregate(replies)
 
     # ----- the server's correction -------------------------------------------------------------
@@ -205,7 +209,7 @@ class FedDDPM(FedAvg):
         model.to(self.device)
         loss = train_on_images(
             model, torch.from_numpy(self.auxiliary).to(self.device), self.schedule, epochs=epochs,
-            batch_size=self.batch_size, lr=lr, optimizer=self.optimizer,
+            batch_size=self.diffusion.batch_size, lr=lr, optimizer=self.optimizer,
             generator=seeded_generator(self.seed, self._round, 0, _CORRECTION_STREAM),
         )
         self._round_metrics.update({"correction-loss": loss, "correction-epochs": epochs, "correction-lr": lr,
@@ -216,7 +220,7 @@ class FedDDPM(FedAvg):
         """The public hook after each server step: `weights` is the aggregated U-Net ({name: array}, its names,
         shapes and dtypes); returns the model the round ends with, the same names, shapes and dtypes. FedDDPM:
         `correction-epochs` epochs on the auxiliary set at `correction-lr` (eta)."""
-        return self._correct(weights, self.correction_epochs, self.correction_lr)
+        return self._correct(weights, self.correction.correction_epochs, self.correction.correction_lr)
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         return self.after_aggregation(super().server_step(mean_delta, replies))
@@ -232,4 +236,5 @@ class FedDDPM(FedAvg):
     def summary(self) -> None:
         super().summary()
         log(INFO, "%s: warmup %s, aux-fraction %g (%s), correction-epochs %d at %g", type(self).__name__,
-            self.warmup_phase.length(), self.aux_fraction, self.aux_sampler.label, self.correction_epochs, self.correction_lr)
+            self.warmup_phase.length(), self.diffusion.aux_fraction, self.aux_sampler.label,
+            self.correction.correction_epochs, self.correction.correction_lr)

@@ -24,13 +24,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Message
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.data.settings import DataSettings
-from common.keys import SERVER, same_key
-from common.models.diffusion_settings import DiffusionSettings
+from common.keys import parameter
 from common.records import Weights
 from server_app.strategies.fedddpm import FedDDPM
 from server_app.strategies.parameters import documented
 from server_app.strategies.quicktest_scorer import QuickTestScorer
+from server_app.strategies.server_training import QuickTestSettings, field_list, grouped
 
 
 def quicktest(average: float | None, score: float, gamma: float, threshold: float) -> tuple[bool, float | None]:
@@ -49,35 +48,34 @@ def quicktest_due(server_round: int, every: int) -> bool:
 
 @dataclass(frozen=True)
 class FedDDPMPlusSettings:
-    """FedDDPM+'s class settings beside FedDDPM's (not a part of the run config): QuickTest's stop, the samplers
-    and features of its FID, and the one-shot correction. Each key is declared by its run-config part."""
+    """FedDDPM+'s class settings beside FedDDPM's (not a part of the run config): QuickTest's stop, the sampler
+    and features of its FID, and the one-shot correction, one grouped value (each key declared by its run-config
+    part)."""
 
-    quicktest_every: int = same_key(DiffusionSettings, "quicktest_every", side=SERVER)
-    quicktest_size: int = same_key(DiffusionSettings, "quicktest_size", side=SERVER)
-    quicktest_gamma: float = same_key(DiffusionSettings, "quicktest_gamma", side=SERVER)
-    quicktest_threshold: float = same_key(DiffusionSettings, "quicktest_threshold", side=SERVER)
-    quicktest_reference: str = same_key(DiffusionSettings, "quicktest_reference", side=SERVER)
-    sampler: str = same_key(DiffusionSettings, "sampler", side=SERVER)
-    fid_features: str = same_key(DiffusionSettings, "fid_features", side=SERVER, default="classifier")
-    cache_dir: str = same_key(DataSettings, "cache_dir", side=SERVER)
-    oneshot_epochs: int = same_key(DiffusionSettings, "oneshot_epochs", side=SERVER)
-    oneshot_lr: float = same_key(DiffusionSettings, "oneshot_lr", side=SERVER)
+    quicktest: QuickTestSettings = parameter(
+        QuickTestSettings(), "QuickTest and the one-shot correction: a "
+        f"`QuickTestSettings({field_list(QuickTestSettings)})`, each field the run-config key of the same name.")
+
+    def check(self) -> None:
+        """Refuse a `quicktest` that is not a `QuickTestSettings` (which checked its keys when built)."""
+        grouped(QuickTestSettings, "quicktest", self.quicktest)
 
 
 @documented
 class FedDDPMPlus(FedDDPM):
     """FedDDPM+ (Peng et al.): the warm-up and auxiliary set of FedDDPM, plain FedAvg rounds, QuickTest every
-    `quicktest_every` rounds, and one correction of `oneshot_epochs` on the auxiliary set (at the clients' rate)
+    `quicktest.quicktest_every` rounds, and one correction of `quicktest.oneshot_epochs` on the auxiliary set (at the
+    clients' rate)
     when QuickTest fires (or after `start()`'s last round), after which the run stops.
     """
 
     settings = FedDDPMPlusSettings
-    fixed_parameters = ("correction_epochs", "correction_lr")  # no correction every round: the one-shot's instead
+    fixed_parameters = ("correction",)  # no correction every round: the one-shot's instead
 
     def __post_init__(self) -> None:
         from common.models.diffusion import SamplerSpec, num_timesteps
 
-        self.sampler = SamplerSpec(self.sampler, num_timesteps(self.task), self.ddim_steps)
+        self.sampler = SamplerSpec(self.quicktest.sampler, num_timesteps(self.task), self.diffusion.ddim_steps)
         self.quicktest_average: float | None = None
         self.stopped_at: int | None = None
         self.stop_reason = ""
@@ -103,22 +101,22 @@ class FedDDPMPlus(FedDDPM):
 
     def after_aggregation(self, weights: Weights) -> Weights:
         last = self._round == self.num_rounds  # start()'s num_rounds rules (fedsynth's app passes num-server-rounds)
-        if self.auxiliary is not None and quicktest_due(self._round, self.quicktest_every):
+        if self.auxiliary is not None and quicktest_due(self._round, self.quicktest.quicktest_every):
             start = time.monotonic()
             score = self.quicktest_scorer.score(weights)
-            fired, self.quicktest_average = quicktest(self.quicktest_average, score, self.quicktest_gamma,
-                                                      self.quicktest_threshold)
+            fired, self.quicktest_average = quicktest(self.quicktest_average, score, self.quicktest.quicktest_gamma,
+                                                      self.quicktest.quicktest_threshold)
             self._round_metrics.update({"quicktest-fid": score, "quicktest-time": time.monotonic() - start})
             if self.quicktest_average is not None:
                 self._round_metrics["quicktest-average"] = self.quicktest_average
             log(INFO, "[round %d] QuickTest FID %.3f (reference: %s), average %s -> %s", self._round, score,
-                self.quicktest_reference, self.quicktest_average, "stop" if fired else "continue")
+                self.quicktest.quicktest_reference, self.quicktest_average, "stop" if fired else "continue")
             if fired:
                 self.stop_reason = "quicktest"
         if self.stop_reason == "quicktest" or last:
             self.stop_reason = self.stop_reason or "last-round"
             self.stopped_at = self._round
-            return self._correct(weights, self.oneshot_epochs, self.quicktest_scorer.oneshot_rate())
+            return self._correct(weights, self.quicktest.oneshot_epochs, self.quicktest_scorer.oneshot_rate())
         return weights
 
     def run_summary(self, rounds: Sequence[Mapping[str, Any]]) -> dict[str, Any]:

@@ -65,7 +65,8 @@ class WarmupPhase:
     def length(self) -> str:
         """`warmup-steps` steps or `warmup-epochs` epochs, for logs."""
         s = self.strategy
-        return f"{s.warmup_steps} steps" if s.warmup_steps else f"{s.warmup_epochs} epochs"
+        warmup = s.diffusion
+        return f"{warmup.warmup_steps} steps" if warmup.warmup_steps else f"{warmup.warmup_epochs} epochs"
 
     def configure(self, arrays: ArrayRecord, grid: Grid) -> list[Message]:
         """One TRAIN message per node of the node table: the run's initial model and the warm-up's config.
@@ -83,7 +84,7 @@ class WarmupPhase:
         self.initial = from_record(arrays)
         record = to_record(self.initial)
         config = {**s.train_config, "server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE,
-                  "warmup-epochs": s.warmup_epochs, "warmup-steps": s.warmup_steps, **self.lr()}
+                  "warmup-epochs": s.diffusion.warmup_epochs, "warmup-steps": s.diffusion.warmup_steps, **self.lr()}
         messages = [
             Message(RecordDict({MODEL: record, "config": ConfigRecord(config)}), dst_node_id=node.node_id,
                     message_type=MessageType.TRAIN)
@@ -195,7 +196,7 @@ class WarmupPhase:
         # |A_i| scales with the count node i claims: no node's count above max-weight-share of the total,
         # so one node's claim cannot make the server sample without end (server_app/influence.py)
         claims = capped_counts([num_examples for _, num_examples, _ in warm], s.max_weight_share)
-        counts = [auxiliary_count(int(claim), s.aux_fraction) for claim in claims]
+        counts = [auxiliary_count(int(claim), s.diffusion.aux_fraction) for claim in claims]
         progress = Progress("auxiliary set", sum(counts), "images")
         progress.start(f" to sample from {len(warm)} warm models ({spec.label}; per node: {counts})")
         for (partition_id, _, weights), count in zip(warm, counts):

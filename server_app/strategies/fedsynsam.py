@@ -25,7 +25,6 @@ torch and the distillation are imported inside the methods that distil: importin
 
 from __future__ import annotations
 
-import dataclasses
 import time
 from dataclasses import dataclass
 from collections.abc import Iterable, Mapping
@@ -37,9 +36,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MetricRecord
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
-from common.algorithms.synsam_settings import SynSAMRuleSettings, SynSAMSettings
-from common.keys import parameter, same_key
-from common.run.settings import RunSettings
+from common.algorithms.synsam_settings import SynSAMRuleSettings
+from common.keys import parameter
 from common.run.config import REAL_ORACLE, paper_mean
 from common.data.datasets import load_run_dataset, run_dataset_info
 from common.protocol import SYNTHETIC_DATA
@@ -47,6 +45,7 @@ from common.records import Weights, to_record
 from common.run.task import ServerTask, make_model
 from server_app.strategies.fedavg import FedAvg, parameter_change
 from server_app.strategies.parameters import documented
+from server_app.strategies.server_training import DistillationSettings, field_list, grouped
 
 if TYPE_CHECKING:
     from server_app.perturbation import PerturbationDiagnostic
@@ -74,21 +73,17 @@ def real_oracle_images(task: ServerTask, num_classes: int, ipc: int, seed: int) 
 
 @dataclass(frozen=True)
 class TrajectorySettings:
-    """The trajectory strategies' class settings (not a part of the run config): the distillation's keys (their
-    declaration is the run config's FedSynSAM part, `SynSAMSettings`), the server's task and its device."""
+    """The trajectory strategies' class settings (not a part of the run config): the distillation, one grouped
+    value (its keys' declaration is the run config's FedSynSAM part, `SynSAMSettings`)."""
 
-    trajectory_rounds: int = same_key(SynSAMSettings, "trajectory_rounds")
-    synthetic_ipc: int = same_key(SynSAMSettings, "synthetic_ipc")
-    distill_iterations: int = same_key(SynSAMSettings, "distill_iterations")
-    distill_optimizer: str = same_key(SynSAMSettings, "distill_optimizer")
-    distill_inner_steps: int = same_key(SynSAMSettings, "distill_inner_steps")
-    distill_lr: float = same_key(SynSAMSettings, "distill_lr")
-    distill_alpha_init: float = same_key(SynSAMSettings, "distill_alpha_init")
-    distill_alpha_lr: float = same_key(SynSAMSettings, "distill_alpha_lr")
-    matching_loss: str = same_key(SynSAMSettings, "matching_loss")
-    synthetic_source: str = same_key(SynSAMSettings, "synthetic_source")
-    task: ServerTask = parameter(ServerTask(), "The model the server builds and the data's shape.")
-    device: str = same_key(RunSettings, "device")
+    distillation: DistillationSettings = parameter(
+        DistillationSettings(), "The server's distillation of the synthetic set: a `DistillationSettings("
+        f"{field_list(DistillationSettings)})`, each field the run-config key of the same name; `task` the model "
+        "the server builds (common.run.task.ServerTask), `device` where it trains.")
+
+    def check(self) -> None:
+        """Refuse a `distillation` that is not a `DistillationSettings` (which checked its keys when built)."""
+        grouped(DistillationSettings, "distillation", self.distillation)
 
 
 @documented
@@ -98,9 +93,6 @@ class TrajectoryStrategy(FedAvg):
     settings = TrajectorySettings
 
     def __post_init__(self) -> None:
-        # the distillation's settings as the run config's FedSynSAM part, the object `distill` takes
-        self.distillation = SynSAMSettings(**{f.name: getattr(self, f.name) for f in dataclasses.fields(TrajectorySettings)
-                                              if f.name in SynSAMSettings.__dataclass_fields__})
         self.trajectory: list[Weights] = []
         self.synthetic: tuple[np.ndarray, np.ndarray] | None = None
         self.previous_update: Weights | None = None
@@ -125,14 +117,15 @@ class TrajectoryStrategy(FedAvg):
         from server_app.distillation import distill, real_oracle
 
         start = time.monotonic()
-        info = run_dataset_info(self.task)
-        settings = self.distillation
-        device = resolve_device(self.device)
-        if self.synthetic_source == REAL_ORACLE:
-            x, y = real_oracle_images(self.task, info.num_classes, self.synthetic_ipc, self.seed)
-            result = real_oracle(make_model(self.task), self.trajectory, x, y, settings, device)
+        task = self.distillation.task
+        info = run_dataset_info(task)
+        settings = self.distillation.synsam()  # the run config's FedSynSAM part, the object `distill` takes
+        device = resolve_device(self.distillation.device)
+        if self.distillation.synthetic_source == REAL_ORACLE:
+            x, y = real_oracle_images(task, info.num_classes, self.distillation.synthetic_ipc, self.seed)
+            result = real_oracle(make_model(task), self.trajectory, x, y, settings, device)
         else:
-            result = distill(make_model(self.task), self.trajectory, info.num_classes, info.shape, settings, device,
+            result = distill(make_model(task), self.trajectory, info.num_classes, info.shape, settings, device,
                              seed=self.seed)
         self.synthetic = (result.x, result.y)
         self.distill_report = {
@@ -146,9 +139,9 @@ class TrajectoryStrategy(FedAvg):
 
     def server_step(self, mean_delta: Weights, replies: list[Message]) -> Weights:
         new = super().server_step(mean_delta, replies)
-        if self.synthetic is None and len(self.trajectory) <= self.trajectory_rounds:
+        if self.synthetic is None and len(self.trajectory) <= self.distillation.trajectory_rounds:
             self.trajectory.append(new)
-            if len(self.trajectory) == self.trajectory_rounds + 1:
+            if len(self.trajectory) == self.distillation.trajectory_rounds + 1:
                 self._distil()
         new = self.after_aggregation(new)
         self.previous_update = parameter_change(new, self.current, self._parameter_names)
@@ -198,16 +191,16 @@ class TrajectoryStrategy(FedAvg):
     def summary(self) -> None:
         super().summary()
         log(INFO, "%s: trajectory of R=%d rounds, distillation of %d images per class after round R; uplink %s",
-            type(self).__name__, self.trajectory_rounds, self.synthetic_ipc,
+            type(self).__name__, self.distillation.trajectory_rounds, self.distillation.synthetic_ipc,
             self.codec.describe())
 
 
 @documented
 class FedSynSAM(TrajectoryStrategy):
-    """FedSynSAM: FedAvg of (compressed) updates; after `trajectory_rounds` aggregations the server distils a
+    """FedSynSAM: FedAvg of (compressed) updates; after `distillation.trajectory_rounds` aggregations the server distils a
     synthetic set from the global models' trajectory and sends it once to every node (record "synthetic-data");
     nodes then perturb along a mix of their local and the synthetic gradient (`fedsynth.client.train_fedsynsam`),
-    reading rho, beta and the mix (`SynSAMRuleSettings`). The server builds `task`'s model for the distillation.
+    reading rho, beta and the mix (`SynSAMRuleSettings`). The server builds `distillation.task`'s model to distil.
     """
 
     settings = SynSAMRuleSettings

@@ -255,6 +255,8 @@ def parameter_meaning(name: str, cls: type | None = None) -> str:
     if name in OWN_PARAMETER_DOCS and (name not in fields or fields[name].metadata.get("parameter_only")):
         return OWN_PARAMETER_DOCS[name]
     field = fields.get(name) or {f.name: f for f in dataclasses.fields(RunConfig)}[name]
+    if field.metadata.get("parameter_only"):  # a grouped value (a server training's settings), no run-config key
+        return textwrap.fill(str(field.metadata["meaning"]), width=100, break_on_hyphens=False)
     key = key_name(name)
     sent = f' Sent to the nodes as "{key}".' if key in _SENT or sent_to_nodes(field) else ""
     meaning = str(field.metadata["meaning"]).rstrip(".")

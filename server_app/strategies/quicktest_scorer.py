@@ -39,8 +39,8 @@ class QuickTestScorer:
         """The one-shot correction's rate: `oneshot_lr`, else the clients' lr of `start()`'s `train_config`, else
         the config's `lr` (Algorithm 2 trains it at the clients' zeta)."""
         s = self.strategy
-        if s.oneshot_lr:
-            return s.oneshot_lr
+        if s.quicktest.oneshot_lr:
+            return s.quicktest.oneshot_lr
         if "lr" in s.train_config:
             return float(s.train_config["lr"])
         return s.lr_schedule(1) if s.lr_schedule is not None else DEFAULTS.lr  # fedsynth's app: the run's lr
@@ -48,7 +48,7 @@ class QuickTestScorer:
     def reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:
         """QuickTest's reference: A's features, or the nodes' pooled features (`quicktest-reference`), asked once."""
         s = self.strategy
-        if s.quicktest_reference == "clients":
+        if s.quicktest.quicktest_reference == "clients":
             from common.models.diffusion import image_shape
 
             if s.feature_reference is None:  # built without fedsynth's app: its own, with start()'s timeout
@@ -70,8 +70,8 @@ class QuickTestScorer:
         model = make_model(s.task)
         load_weights(model, weights)
         model.to(s.device)
-        images = sample(model, s.sampler, s.quicktest_size, image_shape(s.task),
+        images = sample(model, s.sampler, s.quicktest.quicktest_size, image_shape(s.task),
                         seeded_generator(s.seed, s._round, 0, _QUICKTEST_STREAM), s.device)
-        extractor = make_extractor(s.fid_features, s.task.dataset, image_shape(s.task)[1], s.task.data_dir, s.cache_dir,
-                                   s.device, channels=image_shape(s.task)[0])
+        extractor = make_extractor(s.quicktest.fid_features, s.task.dataset, image_shape(s.task)[1], s.task.data_dir,
+                                   s.quicktest.cache_dir, s.device, channels=image_shape(s.task)[0])
         return extractor.fid(images, self.reference_stats(extractor))

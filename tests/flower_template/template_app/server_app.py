@@ -25,8 +25,9 @@ STRATEGIES: dict[str, Callable[[float], Strategy]] = {
     "fedsam": lambda fraction: strategies.FedSAM(fraction_train=fraction, sam_rho=0.05),
     "scaffold": lambda fraction: strategies.Scaffold(fraction_train=fraction),
     "fedsynsam": lambda fraction: strategies.FedSynSAM(
-        fraction_train=fraction, codec=strategies.QSGD(bits=4), trajectory_rounds=1, synthetic_ipc=1,
-        distill_iterations=2, task=strategies.ServerTask(model="template_app.task:make_net", dataset="fashion-mnist")),
+        fraction_train=fraction, codec=strategies.QSGD(bits=4), distillation=strategies.DistillationSettings(
+            trajectory_rounds=1, synthetic_ipc=1, distill_iterations=2,
+            task=strategies.ServerTask(model="template_app.task:make_net", dataset="fashion-mnist"))),
     "fedcog": lambda fraction: strategies.FedCOG(fraction_train=fraction, cog_start_round=2),
     "dfedavg": lambda fraction: strategies.DFedAvg(topology="ring"),
     "oledfl": lambda fraction: strategies.OledFL(topology="ring", ole_beta=0.5),

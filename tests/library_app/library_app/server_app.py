@@ -9,8 +9,9 @@ from library_app.task import initial_net
 app = ServerApp()
 
 # the server side of FedSynSAM and DynaFed builds the app's model; "mnist" gives its input shape (1x28x28, 10 classes)
-SERVER_MODEL = {"task": strategies.ServerTask(model="library_app.task:make_net", dataset="mnist"),
-                "trajectory_rounds": 1, "synthetic_ipc": 1, "distill_iterations": 2, "distill_inner_steps": 1}
+DISTILLATION = strategies.DistillationSettings(
+    task=strategies.ServerTask(model="library_app.task:make_net", dataset="mnist"),
+    trajectory_rounds=1, synthetic_ipc=1, distill_iterations=2, distill_inner_steps=1)
 STRATEGIES = {
     "fedavg": lambda: strategies.FedAvg(),
     "fedavgm": lambda: strategies.FedAvgM(server_momentum=0.5),
@@ -21,8 +22,9 @@ STRATEGIES = {
     "fedsmoo": lambda: strategies.FedSMOO(sam_rho=0.05),
     "scaffold": lambda: strategies.Scaffold(),
     "fedcog": lambda: strategies.FedCOG(cog_start_round=2),
-    "fedsynsam": lambda: strategies.FedSynSAM(codec=strategies.QSGD(bits=4), **SERVER_MODEL),
-    "dynafed": lambda: strategies.DynaFed(dynafed_epochs=1, **SERVER_MODEL),
+    "fedsynsam": lambda: strategies.FedSynSAM(codec=strategies.QSGD(bits=4), distillation=DISTILLATION),
+    "dynafed": lambda: strategies.DynaFed(server_training=strategies.DynaFedTraining(dynafed_epochs=1),
+                                          distillation=DISTILLATION),
 }
 
 
