@@ -5,6 +5,7 @@ them; an unknown keyword names the class and the nearest parameter; the grouped 
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 import typing
@@ -150,12 +151,34 @@ def _own_types(hint: object) -> set[type]:
     return found.union(*(_own_types(arg) for arg in typing.get_args(hint)))
 
 
+def _constructor_hints(cls: type) -> list[object]:
+    """The annotations of `cls`'s constructor parameters: a written `__init__`'s, and the fields of each settings
+    group a class of its MRO declares (`settings = Group`: the generated constructor's parameters)."""
+    hints: list[object] = []
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is not None and not hasattr(init, "settings_group") and klass.__module__.split(".")[0] in OWN_PACKAGES:
+            hints += [hint for name, hint in typing.get_type_hints(init).items() if name != "return"]
+        group = vars(klass).get("settings")
+        if isinstance(group, type) and dataclasses.is_dataclass(group):
+            hints += list(typing.get_type_hints(group).values())
+    return hints
+
+
 def grouped_types() -> dict[str, type]:
-    """Every class of fedsynth's packages that a public strategy's constructor takes a value of, by name."""
+    """Every class of fedsynth's packages that a public strategy's constructor takes a value of, by name, and
+    the classes of the fields of those values (a `ServerTask` inside `DistillationSettings`)."""
     classes = [getattr(strategies, name) for name in strategies.__all__
                if isinstance(getattr(strategies, name), type) and hasattr(getattr(strategies, name), "start")]
-    hints = [hint for cls in classes for name, hint in typing.get_type_hints(cls.__init__).items() if name != "return"]
-    return {cls.__name__: cls for hint in hints for cls in _own_types(hint)}
+    pending = [own for cls in classes for hint in _constructor_hints(cls) for own in _own_types(hint)]
+    found: dict[str, type] = {}
+    while pending:
+        value = pending.pop()
+        if value.__name__ not in found:
+            found[value.__name__] = value
+            if dataclasses.is_dataclass(value):
+                pending += [own for hint in typing.get_type_hints(value).values() for own in _own_types(hint)]
+    return found
 
 
 def test_every_grouped_value_a_strategy_takes_is_exported_by_fedsynth_strategies() -> None:
