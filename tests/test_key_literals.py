@@ -50,7 +50,7 @@ NOT_YET_GROUPED: dict[str, tuple[str, ...]] = {
                    "client_app/app.py", "client_app/fedcog.py", "client_app/training.py"),
     "lr": ("common/algorithms/local_training_settings.py", "common/run/client_settings.py", "common/run/config.py",
            "server_app/registry.py", "server_app/strategies/fedavg.py", "server_app/strategies/fedddpm.py",
-           "server_app/strategies/fedddpm_plus.py", "server_app/strategies/relay.py", "server_app/strategies/round_log.py",
+           "server_app/strategies/fedddpm_warmup.py", "server_app/strategies/quicktest_scorer.py",  # moved from FedDDPM(+) "server_app/strategies/relay.py", "server_app/strategies/round_log.py",
            "client_app/app.py", "client_app/decentralized.py", "client_app/diffusion.py", "client_app/training.py",
            "fedsynth/client.py", "fedsynth/strategies/__init__.py"),
     "momentum": ("common/algorithms/local_training_settings.py", "common/run/client_settings.py", "client_app/app.py",
@@ -91,9 +91,11 @@ NOT_YET_GROUPED: dict[str, tuple[str, ...]] = {
     "lambda-kd": ("common/algorithms/cog_settings.py",),
     "cog-ablation": ("common/algorithms/cog_settings.py",),
     "cog-grid-partition": ("common/algorithms/cog_settings.py",),
+    # FedDDPM's warm-up message moved to its collaborator (server_app/strategies/fedddpm_warmup.py)
     "warmup-epochs": ("common/algorithm_table.py", "common/models/diffusion_settings.py",
-                      "server_app/strategies/fedddpm.py", "client_app/diffusion.py", "client_app/diffusion_library.py"),
-    "warmup-steps": ("common/models/diffusion_settings.py", "server_app/strategies/fedddpm.py",
+                      "server_app/strategies/fedddpm.py", "server_app/strategies/fedddpm_warmup.py",
+                      "client_app/diffusion.py", "client_app/diffusion_library.py"),
+    "warmup-steps": ("common/models/diffusion_settings.py", "server_app/strategies/fedddpm_warmup.py",
                      "client_app/diffusion.py", "client_app/diffusion_library.py"),
 }
 

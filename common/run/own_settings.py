@@ -15,7 +15,7 @@ strategy class that declares the group, in lower case (FedAdam: "fedadam"):
 or `--run-config "fedadam.eta=0.03"` (Flower's own form of a key of a table; `flwr run` takes an override
 only of a key the app's pyproject declares, so a deployment declares the plugin's keys there). Why the dotted
 form: it is how Flower names a table's keys in the run config, so a plugin's keys group in the pyproject as its
-settings group groups them in the code, and a plugin's key can never shadow one of fedsynth's (`lr`). Why the
+settings group groups them in the code, and a plugin's key can never shadow one of fedsynth's (the learning rate's). Why the
 class's name: the server's strategy, the node's check and the run config all know the class (the node imports
 it when it parses the run config), so each derives the same keys without being told.
 

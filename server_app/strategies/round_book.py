@@ -68,7 +68,7 @@ class RoundBook:
 
     def begin(self, server_round: int, messages: list[Message], **fields: Any) -> list[Message]:
         """Remember what round `server_round` sends (to pair replies and count bytes), open its log entry with
-        `fields` (what it sent: "lr", a relay's traffic, ...); returns `messages`."""
+        `fields` (what it sent: the learning rate, a relay's traffic, ...); returns `messages`."""
         self.sent = messages
         self.strategy.last_round = server_round
         self.evaluation_carried = None
