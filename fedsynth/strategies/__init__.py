@@ -28,7 +28,12 @@ Options every centralized class shares are one value each, not a key each:
   or `Krum(byzantine_nodes)`;
 - `task` (the strategies whose server builds the model itself: FedSynSAM's and DynaFed's distillation,
   FedDDPM's sampling): `ServerTask(model=..., dataset=...)`;
-- `cog_settings` (FedCOG): `CogSettings(gen_budget=..., ...)`, FedCOG's generation and distillation settings.
+- `cog_settings` (FedCOG): `CogSettings(gen_budget=..., ...)`, FedCOG's generation and distillation settings;
+- `gossip` (the decentralized relay): `Gossip(topology="ring", peers=..., mixing=..., relay_mixing=...)`, the graph
+  and mixing of each round;
+- `wiring`: `AppWiring(nodes=..., parameter_names=..., lr_schedule=..., node_settings=...)`, what the app around
+  the strategy wires in (a handshake's node table, the model's trainable names, each round's lr, your own settings
+  for the nodes); fedsynth's app builds it from its run, and a Flower app passes what it has.
 `LocalRecipe` is the local training recipe fedsynth's ClientApp reads from each train message (local-steps,
 batch-size, momentum, ...): pass `LocalRecipe(...).config()` in `start()`'s `train_config` beside the "lr".
 Flower's own FedAvg parameters are taken with Flower's meaning (`arrayrecord_key`, `configrecord_key`,
@@ -40,7 +45,7 @@ A value is checked when it is built, with the run config's message: `QSGD(bits=1
 
 A class takes only what its server uses or sends: the round's sampling and checks, the aggregation, and the
 settings its nodes' rule reads from the train message's config (the codec, FedSAM's `sam_rho`, FedProx's
-`proximal_mu`, ...; `node_settings` adds your own). The classes' families: FedAvg's server (FedAvg, FedProx,
+`proximal_mu`, ...; `wiring`'s `node_settings` adds your own). The classes' families: FedAvg's server (FedAvg, FedProx,
 MOON, FedSAM, FedCOG), server state (FedAvgM, Scaffold, FedGamma, MoFedSAM, the FedLESAM family, FedSMOO),
 a server that trains a model (FedSynSAM, DynaFed, FedDDPM, FedDDPMPlus) and the decentralized relay (DPSGD,
 DFedAvg, DFedAvgM, DFedSAM, OledFL).
@@ -76,12 +81,14 @@ from common.algorithms.synsam_settings import SynSAMRuleSettings
 from common.run.aggregation import BOUNDED_INFLUENCE, BoundedInfluence, Krum, TrimmedMean
 from common.run.client_settings import LocalRecipe
 from common.run.codecs import QSGD, TopK
+from common.run.gossip import Gossip
 from common.run.task import ServerTask
 from server_app.fid_reference import NoFeatureSums
 from server_app.strategies.base import ReplyContractError, TooManyFailedRounds
 from server_app.strategies.fedddpm import WarmupFailed
 from server_app.strategies.flower_wrappers import WrapperRefused
 from server_app.strategies.node_table import NodeInfo
+from server_app.strategies.wiring import AppWiring
 
 # every algorithm's strategy class, by class name -> its import path (common/algorithm_table.py's rows): a new
 # built-in class is exported by its row alone, imported on first use
@@ -102,7 +109,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = sorted([
-    "BOUNDED_INFLUENCE", "BoundedInfluence", "CogSettings", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
+    "AppWiring", "BOUNDED_INFLUENCE", "BoundedInfluence", "CogSettings", "Gossip", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
     "ReplyContractError", "ServerTask", "TooManyFailedRounds", "TopK", "TrimmedMean", "WarmupFailed", "WrapperRefused",
     # the node rules' settings groups (common/algorithms/rule_settings.py): what each class's `settings` declares
     "DFedAvgMSettings", "FedDynSAMSettings", "FedProxSettings", "MOONSettings", "MoFedSAMSettings", "OledFLSettings",
