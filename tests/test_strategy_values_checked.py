@@ -136,3 +136,13 @@ def test_node_settings_cannot_override_a_setting_the_class_sends_from_its_own_pa
         public.FedSAM(sam_rho=0.1, wiring=public.AppWiring(node_settings={"sam-rho": 0.2}))
     # the same value, and your own
     public.FedSAM(sam_rho=0.1, wiring=public.AppWiring(node_settings={"sam-rho": 0.1, "my-setting": [1, 2]}))
+
+
+def test_the_relay_refuses_parameter_names_it_would_not_use():
+    """The relay forwards whole models: the centralized classes' trainable names would silently do nothing."""
+    with pytest.raises(ConfigError, match="^DFedAvg: wiring.parameter_names is the centralized strategies'"):
+        public.DFedAvg(wiring=public.AppWiring(parameter_names=["w"]))
+    relay = public.DFedAvg(gossip=public.Gossip(topology="full", relay_mixing=True),
+                           wiring=public.AppWiring(node_settings={"my-setting": 1}))
+    assert (relay.gossip.topology, relay.gossip.relay_mixing, relay.client_config()) == ("full", True,
+                                                                                       {"my-setting": 1})
