@@ -114,20 +114,20 @@ def constructor_cases() -> list[Case]:
 
 def _other_parameter_runs() -> list[tuple[str, object]]:
     """The parameters without a plain default: node_settings, lr_schedule, nodes, parameter_names."""
-    from fedsynth.strategies import FedAvg
+    from fedsynth.strategies import AppWiring
 
     def build(**kwargs: object):
-        return lambda: refused_naming(lambda: FedAvg(**kwargs), tuple(kwargs))
+        return lambda: refused_naming(lambda: AppWiring(**kwargs), tuple(kwargs))
 
     return [
-        ("FedAvg(node_settings='lr=1')", build(node_settings="lr=1")),
-        ("FedAvg(node_settings={'lr': object()})", build(node_settings={"lr": object()})),
-        ("FedAvg(node_settings={'lr': nan})", build(node_settings={"lr": math.nan})),
-        ("FedAvg(lr_schedule=0.1)", build(lr_schedule=0.1)),
-        ("FedAvg(nodes='all')", build(nodes="all")),
-        ("FedAvg(nodes=[1, 2])", build(nodes=[1, 2])),
-        ("FedAvg(parameter_names='w')", build(parameter_names="w")),
-        ("FedAvg(parameter_names=[1, 2])", build(parameter_names=[1, 2])),
+        ("AppWiring(node_settings='lr=1')", build(node_settings="lr=1")),
+        ("AppWiring(node_settings={'lr': object()})", build(node_settings={"lr": object()})),
+        ("AppWiring(node_settings={'lr': nan})", build(node_settings={"lr": math.nan})),
+        ("AppWiring(lr_schedule=0.1)", build(lr_schedule=0.1)),
+        ("AppWiring(nodes='all')", build(nodes="all")),
+        ("AppWiring(nodes=[1, 2])", build(nodes=[1, 2])),
+        ("AppWiring(parameter_names='w')", build(parameter_names="w")),
+        ("AppWiring(parameter_names=[1, 2])", build(parameter_names=[1, 2])),
     ]
 
 

@@ -10,7 +10,8 @@ A strategy is built from its declared keyword parameters (server_app/strategies/
 `declared_parameters`: its settings groups' fields, then its base's constructor's), each named after the
 run-config key it mirrors, so `build_strategy` reads each from the run config under its own name; the few
 that are not run-config keys (the grouped values: the codec, bounded influence, the aggregation, the
-server's task) say here where they come from. What
+relay's gossip, the server's task, and the app's wiring: its node table, lr schedule, model names) say here
+where they come from. What
 fedsynth's app adds around the algorithm (the nodes' kept models for resume, FID's reference from the nodes'
 feature sums, the perturbation diagnostic) is attached here too, so the strategies never see a run config.
 """
@@ -30,6 +31,7 @@ from common.errors import ConfigError
 from common.records import module_parameter_names
 from common.run.aggregation import aggregation_of, bounded_influence_of
 from common.run.codecs import codec_of
+from common.run.gossip import gossip_of
 from common.algorithms.cog_settings import COG_START_KEY, CogSettings
 from common.algorithms.rule_settings import SAMSettings
 from common.keys import node_keys
@@ -47,6 +49,7 @@ from server_app.strategies.parameters import declared_parameters
 from server_app.strategies.server_training import (
     CorrectionSettings, DiffusionTraining, DistillationSettings, DynaFedTraining, QuickTestSettings,
 )
+from server_app.strategies.wiring import AppWiring
 
 # algorithm -> its strategy class (common/algorithm_table.py's `strategy`), in the table's order: the class
 # `fedsynth.strategies` exports under the same name
@@ -99,10 +102,21 @@ def run_parameter_names(cfg: RunConfig) -> list[str]:
         return module_parameter_names(make_model(cfg))
 
 
+def run_wiring(cfg: RunConfig, nodes: list[NodeInfo] | None) -> AppWiring:
+    """The app's wiring of the run `cfg`'s strategy (`AppWiring`): the handshake's node table, the run's lr schedule
+    (`decayed_lr`), FedCOG's settings on a run with FedCOG plugged in (`cog_node_settings`; each class sends its
+    rule's own settings itself) and, for a centralized algorithm, the trainable arrays of the run's model (the relay
+    forwards whole models)."""
+    decentralized = algorithm_of(cfg.algorithm).decentralized
+    return AppWiring(nodes=nodes, parameter_names=None if decentralized else run_parameter_names(cfg),
+                     lr_schedule=partial(decayed_lr, cfg.lr, cfg.lr_decay), node_settings=cog_node_settings(cfg))
+
+
 def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) -> dict[str, Any]:
     """The keyword arguments of `cls` for the run `cfg`: each parameter that is a run-config key from `cfg` (a
-    field of a plugin's own settings group from its key "<name>.<key>"), and the others from the run (the node
-    table, the lr schedule, FedCOG's settings on a run with FedCOG, the server's model).
+    field of a plugin's own settings group from its key "<name>.<key>"), and the others from the run (`wiring`: the
+    node table, the lr schedule, FedCOG's settings on a run with FedCOG, the model's parameter names; `gossip`, the
+    grouped values, the server's model).
 
     `fraction_evaluate` is 0: fedsynth's clients evaluate the received model inside each train reply, and every
     node evaluates the final model once (server_app/recorder.py). `weighted_by_key` and `min_available_nodes`
@@ -110,11 +124,9 @@ def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) 
     """
     from_run: dict[str, Callable[[], Any]] = {
         "fraction_evaluate": lambda: 0.0,
-        "nodes": lambda: nodes,
-        "lr_schedule": lambda: partial(decayed_lr, cfg.lr, cfg.lr_decay),
-        "node_settings": lambda: cog_node_settings(cfg),  # each class sends its rule's own settings itself
+        "wiring": lambda: run_wiring(cfg, nodes),
+        "gossip": lambda: gossip_of(cfg),
         "cog_settings": lambda: CogSettings.of(cfg),  # FedCOG's class sends its own
-        "parameter_names": lambda: run_parameter_names(cfg),
         "task": lambda: task_of(cfg),
         # the trainings the server runs itself, one grouped value each (server_app/strategies/server_training.py)
         "distillation": lambda: DistillationSettings.of(cfg),

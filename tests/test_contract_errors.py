@@ -84,7 +84,8 @@ def test_the_decentralized_relay_names_the_builder():
         return Message(RecordDict({"metrics": MetricRecord({"num-examples": 4, "train-loss": 0.1})}), reply_to=msg)
 
     with pytest.raises(strategies.ReplyContractError, match="fedsynth.client.train_reply"):
-        strategies.DFedAvg(topology="ring").start(ClientAppGrid(3, broken), model(), num_rounds=2, timeout=10)
+        strategies.DFedAvg(gossip=strategies.Gossip(topology="ring")).start(ClientAppGrid(3, broken), model(),
+                                                                             num_rounds=2, timeout=10)
 
 
 def test_fedddpm_s_failed_warmup_names_warmup_reply():

@@ -128,9 +128,9 @@ def test_a_weight_that_disagrees_with_num_examples_is_a_broken_reply():
     (lambda: strategies.FedSynSAM(codec=strategies.QSGD(bits=4, scope="bucket", bucket=64), synsam_beta=0.8),
      {"compression": "qsgd", "bits": 4, "qsgd-scope": "bucket", "qsgd-bucket": 64, "synsam-beta": 0.8}),
     (lambda: strategies.FedCOG(cog_start_round=2), {"cog-start-round": 2}),
-    (lambda: strategies.OledFL(topology="ring", ole_beta=0.5), {"ole-beta": 0.5}),
-    (lambda: strategies.OledFL(sam=True, topology="ring", ole_beta=0.5, sam_rho=0.02), {"ole-beta": 0.5,
-                                                                                        "sam-rho": 0.02}),
+    (lambda: strategies.OledFL(gossip=strategies.Gossip(topology="ring"), ole_beta=0.5), {"ole-beta": 0.5}),
+    (lambda: strategies.OledFL(sam=True, gossip=strategies.Gossip(topology="ring"), ole_beta=0.5, sam_rho=0.02),
+     {"ole-beta": 0.5, "sam-rho": 0.02}),
 ])
 def test_the_train_message_carries_every_client_setting(strategy, expected):
     grid = FunctionGrid(3)
@@ -236,7 +236,7 @@ def decentralized_train(message: Message, pid: int) -> RecordDict:
 @pytest.mark.parametrize("public", [strategies.DFedAvg, strategies.OledFL])
 def test_the_decentralized_relay_runs_under_start_and_takes_a_joining_node(public):
     grid = FunctionGrid(3, train=decentralized_train)
-    strategy = public(topology="ring", min_nodes=1)
+    strategy = public(gossip=strategies.Gossip(topology="ring"), min_nodes=1)
     evaluate_fn = join_after_round_1(grid)
     result = strategy.start(grid, initial(), num_rounds=3, timeout=10, evaluate_fn=evaluate_fn)
     assert result.arrays is not None

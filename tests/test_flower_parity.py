@@ -9,6 +9,7 @@ import dataclasses
 import subprocess
 import sys
 import typing
+from typing import Any
 
 import numpy as np
 import pytest
@@ -151,39 +152,34 @@ def _own_types(hint: object) -> set[type]:
     return found.union(*(_own_types(arg) for arg in typing.get_args(hint)))
 
 
-def _constructor_hints(cls: type) -> list[object]:
-    """The annotations of `cls`'s constructor parameters: a written `__init__`'s, and the fields of each settings
-    group a class of its MRO declares (`settings = Group`: the generated constructor's parameters)."""
-    hints: list[object] = []
+def constructor_hints(cls: type) -> list[Any]:
+    """The annotations of `cls`'s keyword parameters: its lineage's settings groups' fields (a constructor made
+    from a group, `with_settings`, carries no annotations of its own), then the first written constructor's."""
+    hints: list[Any] = []
     for klass in cls.__mro__:
         init = vars(klass).get("__init__")
-        if init is not None and not hasattr(init, "settings_group") and klass.__module__.split(".")[0] in OWN_PACKAGES:
-            hints += [hint for name, hint in typing.get_type_hints(init).items() if name != "return"]
-        group = vars(klass).get("settings")
-        if isinstance(group, type) and dataclasses.is_dataclass(group):
-            hints += list(typing.get_type_hints(group).values())
+        group = getattr(init, "settings_group", None)
+        if group is not None:
+            hints += list(typing.get_type_hints(group).values()) if dataclasses.is_dataclass(group) else []
+        elif init is not None:
+            return hints + [hint for name, hint in typing.get_type_hints(init).items() if name != "return"]
     return hints
 
 
 def grouped_types() -> dict[str, type]:
-    """Every class of fedsynth's packages that a public strategy's constructor takes a value of, by name, and
-    the classes of the fields of those values (a `ServerTask` inside `DistillationSettings`)."""
+    """Every class of fedsynth's packages that a public strategy's constructor takes a value of, and those the
+    grouped values hold (AppWiring's NodeInfo), by name."""
     classes = [getattr(strategies, name) for name in strategies.__all__
                if isinstance(getattr(strategies, name), type) and hasattr(getattr(strategies, name), "start")]
-    pending = [own for cls in classes for hint in _constructor_hints(cls) for own in _own_types(hint)]
-    found: dict[str, type] = {}
-    while pending:
-        value = pending.pop()
-        if value.__name__ not in found:
-            found[value.__name__] = value
-            if dataclasses.is_dataclass(value):
-                pending += [own for hint in typing.get_type_hints(value).values() for own in _own_types(hint)]
-    return found
+    found = {own for cls in classes for hint in constructor_hints(cls) for own in _own_types(hint)}
+    found |= {own for value in list(found) if dataclasses.is_dataclass(value)
+              for hint in typing.get_type_hints(value).values() for own in _own_types(hint)}
+    return {cls.__name__: cls for cls in found}
 
 
 def test_every_grouped_value_a_strategy_takes_is_exported_by_fedsynth_strategies() -> None:
     grouped = grouped_types()
-    assert {"BoundedInfluence", "CogSettings", "Krum", "NodeInfo", "QSGD", "ServerTask", "TopK",
+    assert {"AppWiring", "BoundedInfluence", "CogSettings", "Gossip", "Krum", "NodeInfo", "QSGD", "ServerTask", "TopK",
             "TrimmedMean"} <= set(grouped)  # the groups of the codec, the aggregation, the bounds, FedCOG, ...
     for name, cls in grouped.items():
         assert getattr(strategies, name, None) is cls, f"fedsynth.strategies does not export {name}"

@@ -101,7 +101,7 @@ def public_arguments(public: type, raw: dict) -> dict:
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     given = strategy_arguments(public, cfg, None)
     return {name: value for name, value in given.items()
-            if name not in ("nodes", "lr_schedule", "fraction_evaluate", "parameter_names", "node_settings")}
+            if name not in ("wiring", "fraction_evaluate")}
 
 
 def tiny_config(tmp_path, data_dir, algorithm: str, **extra) -> dict:
@@ -152,8 +152,8 @@ def test_start_on_the_public_class_equals_fedsynth_run(tmp_path, tiny_data_dir, 
 
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     grid = InProcessGrid(num_nodes, raw)
-    strategy = public(**public_arguments(public, raw), nodes=handshake(grid, cfg),
-                      lr_schedule=partial(decayed_lr, cfg.lr, cfg.lr_decay))
+    strategy = public(**public_arguments(public, raw), wiring=strategies.AppWiring(
+        nodes=handshake(grid, cfg), lr_schedule=partial(decayed_lr, cfg.lr, cfg.lr_decay)))
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))),
                             num_rounds=cfg.num_server_rounds, timeout=60,
                             train_config=ConfigRecord({"lr": cfg.lr, **train_config(cfg)}))  # lr, recipe: start()'s
@@ -169,7 +169,7 @@ def test_fedddpm_runs_its_warmup_and_correction_under_start(tmp_path, tiny_data_
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     grid = InProcessGrid(2, raw)
     strategy = strategies.FedDDPM(**public_arguments(strategies.FedDDPM, raw),
-                                  nodes=handshake(grid, cfg), fraction_evaluate=0.0)
+                                  wiring=strategies.AppWiring(nodes=handshake(grid, cfg)), fraction_evaluate=0.0)
     assert strategy.auxiliary is None
     # fedsynth's ClientApp trains at the lr and by the recipe its messages carry: start()'s train_config here
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=1, timeout=120,
@@ -192,7 +192,7 @@ def test_fedddpm_plus_corrects_at_the_last_round_of_start(tmp_path, tiny_data_di
     assert cfg.num_server_rounds != 3
     grid = InProcessGrid(2, raw)
     strategy = strategies.FedDDPMPlus(**public_arguments(strategies.FedDDPMPlus, raw),
-                                      nodes=handshake(grid, cfg), fraction_evaluate=0.0)
+                                      wiring=strategies.AppWiring(nodes=handshake(grid, cfg)), fraction_evaluate=0.0)
     result = strategy.start(grid, to_record(model_weights(make_model(cfg, seeded=True))), num_rounds=3, timeout=120,
                             train_config=ConfigRecord({"lr": 0.003, **train_config(cfg)}))
     assert (strategy.stopped_at, strategy.stop_reason) == (3, "last-round")
@@ -212,7 +212,8 @@ def test_dp_fixed_clipping_wraps_fedsam(tmp_path, tiny_data_dir) -> None:
     raw = tiny_config(tmp_path, tiny_data_dir, "fedsam")
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
     grid = InProcessGrid(2, raw)
-    inner = strategies.FedSAM(nodes=handshake(grid, cfg), lr_schedule=partial(decayed_lr, cfg.lr, cfg.lr_decay),
+    inner = strategies.FedSAM(wiring=strategies.AppWiring(nodes=handshake(grid, cfg),
+                                                          lr_schedule=partial(decayed_lr, cfg.lr, cfg.lr_decay)),
                               sam_rho=0.05, fraction_evaluate=0.0)
     dp = DifferentialPrivacyServerSideFixedClipping(inner, noise_multiplier=0.1, clipping_norm=1.0, num_sampled_clients=2)
     initial = model_weights(make_model(cfg, seeded=True))

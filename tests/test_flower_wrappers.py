@@ -28,6 +28,7 @@ DIFFUSION = {"diffusion": strategies.DiffusionTraining(
     task=strategies.ServerTask(model="unet-small", image_size=8, diffusion_timesteps=20))}
 
 # public class, its arguments, and which clipping side Flower's wrappers can protect it with
+RING = {"gossip": strategies.Gossip(topology="ring")}  # a graph that fits any node count
 CASES = [
     ("FedAvg", {}, {SERVER, CLIENT}),
     ("FedAvgM", {}, {SERVER, CLIENT}),
@@ -46,11 +47,11 @@ CASES = [
     ("DynaFed", SERVER_MODEL, {SERVER, CLIENT}),
     ("FedDDPM", DIFFUSION, set()),  # the warm models come outside the rounds
     ("FedDDPMPlus", DIFFUSION, set()),
-    ("DFedAvg", {"topology": "ring"}, set()),  # the nodes keep and exchange their own models
-    ("OledFL", {"topology": "ring"}, set()),
-    ("DPSGD", {"topology": "ring"}, set()),
-    ("DFedAvgM", {"topology": "ring"}, set()),
-    ("DFedSAM", {"topology": "ring"}, set()),
+    ("DFedAvg", RING, set()),  # the nodes keep and exchange their own models
+    ("OledFL", RING, set()),
+    ("DPSGD", RING, set()),
+    ("DFedAvgM", RING, set()),
+    ("DFedSAM", RING, set()),
 ]
 
 
@@ -88,7 +89,7 @@ def test_a_compressed_strategy_is_refused_before_any_message_is_sent(wrapper):
 
 def test_scaffold_and_the_relay_and_fedddpm_are_refused_at_start():
     for strategy, says in [(strategies.Scaffold(), "would corrupt 'scaffold-delta-c'"),
-                           (strategies.DFedAvg(topology="ring"), "keep their own models"),
+                           (strategies.DFedAvg(gossip=strategies.Gossip(topology="ring")), "keep their own models"),
                            (strategies.FedDDPM(**DIFFUSION), "warm models in the warm-up")]:
         grid = ClientAppGrid(2, plain_train)
         with pytest.raises(WrapperRefused, match=says):

@@ -33,7 +33,7 @@ from common.uplink.encoding import encode_delta
 from common.uplink.spec import CompressionSpec, paper_levels
 from common.uplink.wire import decode_reply, measured_update_norm
 from fedsynth.algorithm_docs import declared_defaults, paper_keys
-from fedsynth.strategies import BOUNDED_INFLUENCE, FedAvg, Scaffold
+from fedsynth.strategies import BOUNDED_INFLUENCE, AppWiring, FedAvg, Scaffold
 from server_app.influence import cap_binds
 from server_app.registry import SERVER_STRATEGIES
 from server_app.robust import clip_factors, scale_update, update_norm
@@ -104,7 +104,7 @@ def test_every_public_class_defaults_to_no_bounds(name: str) -> None:
 
 
 def test_a_hand_built_fedavg_gives_the_plain_weighted_mean_of_three_replies_exactly() -> None:
-    strategy = FedAvg(nodes=nodes(3))
+    strategy = FedAvg(wiring=AppWiring(nodes=nodes(3)))
     start = {"w": arr(0, 0)}
     # node 2 claims most of the examples and sent a long update: the paper's mean lets it weigh 0.8
     arrays, metrics = one_round(strategy, start, {0: ({"w": arr(1, 0)}, 10), 1: ({"w": arr(0, 2)}, 10),
@@ -231,7 +231,7 @@ BAD_MEAN_ROW = Algorithm(strategy="server_app.strategies.fedavg:FedAvg", client=
 
 def test_a_uniform_fedsynsam_takes_the_plain_mean_of_three_replies() -> None:
     """The same three replies as the weighted test above: FedSynSAM's default mean ignores the claimed counts."""
-    strategy = public.FedSynSAM(nodes=nodes(3))
+    strategy = public.FedSynSAM(wiring=AppWiring(nodes=nodes(3)))
     arrays, _ = one_round(strategy, {"w": arr(0, 0)}, {0: ({"w": arr(1, 0)}, 10), 1: ({"w": arr(0, 2)}, 10),
                                                         2: ({"w": arr(100, 100)}, 80)})
     np.testing.assert_allclose(from_record(arrays)["w"], [101 / 3, 102 / 3], rtol=1e-6)
@@ -267,7 +267,7 @@ def test_the_unset_values_are_the_run_configs_alone() -> None:
 
 
 def test_bounded_influence_clips_and_caps_and_each_round_says_so() -> None:
-    strategy = FedAvg(nodes=nodes(3), bounded_influence=BOUNDED_INFLUENCE)
+    strategy = FedAvg(wiring=AppWiring(nodes=nodes(3)), bounded_influence=BOUNDED_INFLUENCE)
     start = {"w": arr(0, 0)}
     arrays, metrics = one_round(strategy, start, {0: ({"w": arr(1, 0)}, 10), 1: ({"w": arr(0, 2)}, 10),
                                                   2: ({"w": arr(100, 0)}, 80)})
@@ -311,8 +311,8 @@ def test_a_quantised_update_is_bounded_by_the_norm_its_client_measured() -> None
 
 def test_three_honest_quantised_updates_of_equal_length_are_not_clipped() -> None:
     """Under the 1.5 ratio, the decoded norms of equal-length updates spread past 1.5x; the measured ones do not."""
-    strategy = FedAvg(nodes=nodes(3), codec=public.QSGD(bits=4, levels=paper_levels(4), scope="model"),
-                      bounded_influence=BOUNDED_INFLUENCE)
+    strategy = FedAvg(wiring=AppWiring(nodes=nodes(3)), bounded_influence=BOUNDED_INFLUENCE,
+                      codec=public.QSGD(bits=4, levels=paper_levels(4), scope="model"))
     rng = np.random.default_rng(1)
     start = {"w": np.zeros(4096, np.float32)}
     sizes = [1, 1, 4096]  # a one-coordinate update quantises exactly; a dense one of the same norm decodes longer
@@ -344,7 +344,7 @@ def test_scaffold_clipped_control_delta_by_hand() -> None:
 
 
 def test_scaffold_control_variate_is_consistent_with_a_clipped_step() -> None:
-    strategy = Scaffold(nodes=nodes(3), bounded_influence=BOUNDED_INFLUENCE)
+    strategy = Scaffold(wiring=AppWiring(nodes=nodes(3)), bounded_influence=BOUNDED_INFLUENCE)
     start = {"w": arr(0, 0)}
     steps, lr = 4, 0.5
     locals_ = {0: ({"w": arr(1, 0)}, 10), 1: ({"w": arr(0, 2)}, 10), 2: ({"w": arr(100, 0)}, 10)}

@@ -76,7 +76,7 @@ def test_values_are_checked_kept_and_sent() -> None:
     with pytest.raises(TypeError, match=r"Nova: unknown parameter 'nova_rhoo'; did you mean 'nova_rho'"):
         Nova(nova_rhoo=1.0)
     with pytest.raises(ConfigError, match="overrides what the strategy sends"):
-        Nova(nova_rho=0.3, node_settings={"nova-rho": 0.4})
+        Nova(nova_rho=0.3, wiring=public.AppWiring(node_settings={"nova-rho": 0.4}))
 
 
 def test_the_node_reads_the_group_back_and_refuses_a_bad_value_naming_the_key() -> None:

@@ -22,7 +22,7 @@ from server_app.strategies.node_table import NodeInfo
 
 NODES = [NodeInfo(node_id=10 + i, partition_id=i, num_train_examples=20, num_test_examples=5) for i in range(4)]
 # keys build_strategy fills from the run rather than from a run-config key of the same name
-FROM_THE_RUN = {"fraction_evaluate", "nodes", "lr_schedule", "node_settings", "parameter_names", "task",
+FROM_THE_RUN = {"fraction_evaluate", "wiring", "gossip", "task",
                 "weighted_by_key", "min_available_nodes", "codec", "bounded_influence", "sam", "cog_settings",
                 # the trainings the server runs itself, one grouped value each (server_training.py)
                 "distillation", "server_training", "diffusion", "correction", "quicktest"}
@@ -72,8 +72,8 @@ def test_build_strategy_takes_each_parameter_from_the_key_of_its_name() -> None:
                                   "sam-rho": 0.2, "dyn-alpha": 0.3, "max-record-norm": 7.0, "seed": 3})
     arguments = strategy_arguments(public.FedSMOO, cfg, NODES)
     assert arguments["server_lr"] == 0.5 and arguments["fraction_train"] == 0.5 and arguments["seed"] == 3
-    assert arguments["fraction_evaluate"] == 0.0 and arguments["nodes"] is NODES
-    assert arguments["lr_schedule"](3) == cfg.lr * cfg.lr_decay ** 2
+    assert arguments["fraction_evaluate"] == 0.0 and arguments["wiring"].nodes is NODES
+    assert arguments["wiring"].lr_schedule(3) == cfg.lr * cfg.lr_decay ** 2
     assert arguments["codec"] == public.QSGD(bits=8) and arguments["bounded_influence"] is None
     strategy = build_strategy(cfg, NODES)
     assert (strategy.server_lr, strategy.sam_rho, strategy.dyn_alpha, strategy.max_record_norm) == (0.5, 0.2, 0.3, 7.0)

@@ -105,10 +105,19 @@ def test_good_values_build_and_are_kept():
     ("node_settings", "lr=1"), ("node_settings", {"lr": math.nan}), ("node_settings", {"lr": object()}),
     ("lr_schedule", 0.1), ("nodes", "all"), ("nodes", [1, 2]), ("parameter_names", "w"), ("parameter_names", [1, 2]),
 ])
-def test_the_parameters_without_a_plain_default_are_checked_by_name(parameter, value):
+def test_the_wiring_without_a_plain_default_is_checked_by_name(parameter, value):
     """The hostile probe's finds (benchmarks/results/hostile-probe.md): accepted, or an AttributeError from inside."""
-    with pytest.raises(ConfigError, match=f"^FedAvg: parameter {parameter} = .* is invalid; accepted: "):
-        public.FedAvg(**{parameter: value})
+    with pytest.raises(ConfigError, match=f"^AppWiring: parameter {parameter} = .* is invalid; accepted: "):
+        public.AppWiring(**{parameter: value})
+
+
+@pytest.mark.parametrize(("parameter", "value"), [("wiring", {"nodes": None}), ("gossip", "ring")])
+def test_the_grouped_values_are_checked_by_type(parameter, value):
+    cls = public.FedAvg if parameter == "wiring" else public.DFedAvg
+    with pytest.raises(ConfigError, match=f"^{cls.__name__}: parameter {parameter} = .* is invalid; accepted: None or"):
+        cls(**{parameter: value})
+    with pytest.raises(ConfigError, match="^Gossip: run config key 'peers'"):
+        public.Gossip(peers=0)
 
 
 def test_oledfl_s_sam_switch_takes_a_bool_only():
@@ -120,9 +129,20 @@ def test_oledfl_s_sam_switch_takes_a_bool_only():
 def test_node_settings_cannot_override_a_setting_the_class_sends_from_its_own_parameter():
     with pytest.raises(ConfigError, match=r"^FedAvg: node_settings key 'bits' = 8 overrides what the strategy sends its "
                                           r"nodes from its parameter codec = QSGD\(bits=4.*\); set codec instead"):
-        public.FedAvg(codec=public.QSGD(bits=4), node_settings={"bits": 8})
+        public.FedAvg(codec=public.QSGD(bits=4), wiring=public.AppWiring(node_settings={"bits": 8}))
     with pytest.raises(ConfigError, match="node_settings key 'compression' = 'qsgd' overrides .* codec = None"):
-        public.FedAvg(node_settings={"compression": "qsgd"})  # the nodes would compress, the server not decode
+        public.FedAvg(wiring=public.AppWiring(node_settings={"compression": "qsgd"}))  # the nodes would compress, the server not decode
     with pytest.raises(ConfigError, match="node_settings key 'sam-rho' = 0.2 overrides .* sam_rho = 0.1; set sam_rho"):
-        public.FedSAM(sam_rho=0.1, node_settings={"sam-rho": 0.2})
-    public.FedSAM(sam_rho=0.1, node_settings={"sam-rho": 0.1, "my-setting": [1, 2]})  # the same value, and your own
+        public.FedSAM(sam_rho=0.1, wiring=public.AppWiring(node_settings={"sam-rho": 0.2}))
+    # the same value, and your own
+    public.FedSAM(sam_rho=0.1, wiring=public.AppWiring(node_settings={"sam-rho": 0.1, "my-setting": [1, 2]}))
+
+
+def test_the_relay_refuses_parameter_names_it_would_not_use():
+    """The relay forwards whole models: the centralized classes' trainable names would silently do nothing."""
+    with pytest.raises(ConfigError, match="^DFedAvg: wiring.parameter_names is the centralized strategies'"):
+        public.DFedAvg(wiring=public.AppWiring(parameter_names=["w"]))
+    relay = public.DFedAvg(gossip=public.Gossip(topology="full", relay_mixing=True),
+                           wiring=public.AppWiring(node_settings={"my-setting": 1}))
+    assert (relay.gossip.topology, relay.gossip.relay_mixing, relay.client_config()) == ("full", True,
+                                                                                       {"my-setting": 1})

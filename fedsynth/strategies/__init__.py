@@ -31,7 +31,12 @@ Options every centralized class shares are one value each, not a key each:
   trajectory_rounds=..., ...)`, the `task` being the model the server builds), DynaFed's `server_training`
   (`DynaFedTraining`), FedDDPM's `diffusion` (`DiffusionTraining`: its task, warm-up and auxiliary set) and
   `correction` (`CorrectionSettings`), FedDDPMPlus's `diffusion` and `quicktest` (`QuickTestSettings`);
-- `cog_settings` (FedCOG): `CogSettings(gen_budget=..., ...)`, FedCOG's generation and distillation settings.
+- `cog_settings` (FedCOG): `CogSettings(gen_budget=..., ...)`, FedCOG's generation and distillation settings;
+- `gossip` (the decentralized relay): `Gossip(topology="ring", peers=..., mixing=..., relay_mixing=...)`, the graph
+  and mixing of each round;
+- `wiring`: `AppWiring(nodes=..., parameter_names=..., lr_schedule=..., node_settings=...)`, what the app around
+  the strategy wires in (a handshake's node table, the model's trainable names, each round's lr, your own settings
+  for the nodes); fedsynth's app builds it from its run, and a Flower app passes what it has.
 `LocalRecipe` is the local training recipe fedsynth's ClientApp reads from each train message (local-steps,
 batch-size, momentum, ...): pass `LocalRecipe(...).config()` in `start()`'s `train_config` beside the "lr".
 Flower's own FedAvg parameters are taken with Flower's meaning (`arrayrecord_key`, `configrecord_key`,
@@ -43,7 +48,7 @@ A value is checked when it is built, with the run config's message: `QSGD(bits=1
 
 A class takes only what its server uses or sends: the round's sampling and checks, the aggregation, and the
 settings its nodes' rule reads from the train message's config (the codec, FedSAM's `sam_rho`, FedProx's
-`proximal_mu`, ...; `node_settings` adds your own). The classes' families: FedAvg's server (FedAvg, FedProx,
+`proximal_mu`, ...; `wiring`'s `node_settings` adds your own). The classes' families: FedAvg's server (FedAvg, FedProx,
 MOON, FedSAM, FedCOG), server state (FedAvgM, Scaffold, FedGamma, MoFedSAM, the FedLESAM family, FedSMOO),
 a server that trains a model (FedSynSAM, DynaFed, FedDDPM, FedDDPMPlus) and the decentralized relay (DPSGD,
 DFedAvg, DFedAvgM, DFedSAM, OledFL).
@@ -79,6 +84,7 @@ from common.algorithms.synsam_settings import SynSAMRuleSettings
 from common.run.aggregation import BOUNDED_INFLUENCE, BoundedInfluence, Krum, TrimmedMean
 from common.run.client_settings import LocalRecipe
 from common.run.codecs import QSGD, TopK
+from common.run.gossip import Gossip
 from common.run.task import ServerTask
 from server_app.fid_reference import NoFeatureSums
 from server_app.strategies.base import ReplyContractError, TooManyFailedRounds
@@ -88,6 +94,7 @@ from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.server_training import (
     CorrectionSettings, DiffusionTraining, DistillationSettings, DynaFedTraining, QuickTestSettings,
 )
+from server_app.strategies.wiring import AppWiring
 
 # every algorithm's strategy class, by class name -> its import path (common/algorithm_table.py's rows): a new
 # built-in class is exported by its row alone, imported on first use
@@ -108,7 +115,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = sorted([
-    "BOUNDED_INFLUENCE", "BoundedInfluence", "CogSettings", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
+    "AppWiring", "BOUNDED_INFLUENCE", "BoundedInfluence", "CogSettings", "Gossip", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
     "ReplyContractError", "ServerTask", "TooManyFailedRounds", "TopK", "TrimmedMean", "WarmupFailed", "WrapperRefused",
     # the node rules' settings groups (common/algorithms/rule_settings.py): what each class's `settings` declares
     "DFedAvgMSettings", "FedDynSAMSettings", "FedProxSettings", "MOONSettings", "MoFedSAMSettings", "OledFLSettings",

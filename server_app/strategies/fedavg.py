@@ -23,17 +23,16 @@ Differences from Flower's own FedAvg, each for a reason in SPEC:
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import astuple
 from logging import INFO, WARNING
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
-from flwr.common.typing import Scalar
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.algorithms.accepted_scale import ACCEPTED_ROUND_KEY, ACCEPTED_SCALE_KEY
-from common.errors import ConfigError
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
 from common.records import Weights, from_record, parameter_names, to_record
 from common.uplink.wire import float32_equivalent_bytes
@@ -45,6 +44,7 @@ from server_app.strategies.node_table import NodeInfo, sample_nodes
 from server_app.strategies.node_models import NodeModels
 from server_app.strategies.parameters import DEFAULTS, documented, settings_config
 from server_app.strategies.reply_gate import ReplyGate
+from server_app.strategies.wiring import NO_WIRING, AppWiring
 from server_app.strategies.update_mean import UpdateMean, aggregate_buffers, weighted_mean  # noqa: F401 - re-exported
 from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text, with_flower_metric_names
 from common.run.aggregation import Aggregation, BoundedInfluence, aggregation_rule, bounds
@@ -55,16 +55,6 @@ from common.run.codecs import Codec, codec_spec
 def parameter_change(new: Mapping[str, np.ndarray], current: Mapping[str, np.ndarray], names: list[str]) -> Weights:
     """`new - current` over the trainable parameters `names`: the previous global update clients move along."""
     return {name: new[name] - current[name] for name in names}
-
-
-def _refuse_codec_overrides(owner: str, codec: Codec | None, sent: Mapping[str, Any],
-                            node_settings: Mapping[str, Any]) -> None:
-    """Refuse a `node_settings` entry that would send the nodes another codec setting than `codec` gives (they
-    would encode with `node_settings={"bits": 8}` while the server decodes `QSGD(bits=4)`)."""
-    for key, value in node_settings.items():
-        if key in sent and sent[key] != value:
-            raise ConfigError(f"{owner}: node_settings key {key!r} = {value!r} overrides what the strategy sends its "
-                              f"nodes from its parameter codec = {codec!r}; set codec instead")
 
 
 @documented
@@ -94,41 +84,27 @@ class FedAvg(RoundStrategy):
                  aggregation: Aggregation = DEFAULTS.aggregation,
                  bounded_influence: BoundedInfluence | None = None,
                  codec: Codec | None = None,
-                 node_settings: dict[str, Scalar] | None = None,
-                 parameter_names: list[str] | None = None,
-                 lr_schedule: Callable[[int], float] | None = None,
-                 nodes: list[NodeInfo] | None = None,
+                 wiring: AppWiring | None = None,
                  weighted_by_key: str = WEIGHTED_BY_KEY,
                  min_available_nodes: int = 1) -> None:
-        limits = bounds(bounded_influence)
+        wiring, limits = wiring or NO_WIRING, bounds(bounded_influence)
         super().__init__(min_nodes=min_nodes, max_failed_rounds=max_failed_rounds, fraction_evaluate=fraction_evaluate,
-                         max_weight_share=limits.weight_share, seed=seed, nodes=nodes, weighted_by_key=weighted_by_key,
-                         min_available_nodes=min_available_nodes)
-        self.fraction_train = fraction_train
-        self.server_lr = server_lr
-        rule = aggregation_rule(aggregation)
-        self.aggregation, self.trim_fraction, self.byzantine_nodes = rule.name, rule.trim_fraction, rule.byzantine_nodes
-        self.bounded_influence = bounded_influence
-        self.max_update_norm = limits.update_norm
-        self.max_update_norm_ratio = limits.update_norm_ratio
-        self.update_norm_action = limits.action
+                         max_weight_share=limits.weight_share, seed=seed, nodes=wiring.nodes,
+                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.fraction_train, self.server_lr, self.bounded_influence = fraction_train, server_lr, bounded_influence
+        self.aggregation, self.trim_fraction, self.byzantine_nodes = astuple(aggregation_rule(aggregation))
+        self.max_update_norm, self.max_update_norm_ratio, self.update_norm_action = (
+            limits.update_norm, limits.update_norm_ratio, limits.action)
         self.codec = codec_spec(codec)  # what the server decodes with; `codec` is what the nodes are asked for
         self.error_feedback = bool(codec is not None and codec.error_feedback)
-        self.node_settings = dict(node_settings or {})
-        _refuse_codec_overrides(type(self).__name__, codec, codec_settings(self.codec, self.error_feedback),
-                                self.node_settings)
-        self.lr_schedule = lr_schedule
-        self.current: Weights = {}
-        self.restore_pending: set[int] = set()
-        self._declared_parameter_names = list(parameter_names) if parameter_names is not None else None
-        self._trainable_cache: list[str] | None = None  # learnt from the first global model (`parameter_names`)
+        self.node_settings, self.lr_schedule = wiring.sent_settings(), wiring.lr_schedule
+        self._declared_parameter_names, self._trainable_cache = wiring.parameter_names, None  # `_parameter_names`
+        self.current: Weights = {}  # the round's global model
+        self.restore_pending: set[int] = set()  # partitions whose node state is re-sent after a resume
         self.node_models = NodeModels()  # the nodes' kept models: fedsynth's app gives the run's (registry.py)
         self.update_scales: dict[int, float] = {}  # the round's clip factor of each partition's update (1: none)
-        # partition -> (scale, round) of its last clipped update, told to the node until it answers a round that
-        # carried it (`notifies_accepted_scale`; common/algorithms/accepted_scale.py)
-        self.accepted_scales: dict[int, tuple[float, int]] = {}
-        self.reply_gate = ReplyGate(self)    # the reply checks and updates (server_app/strategies/reply_gate.py)
-        self.update_mean = UpdateMean(self)  # the round's mean update and buffers (server_app/strategies/update_mean.py)
+        self.accepted_scales: dict[int, tuple[float, int]] = {}  # partition -> (scale, round) to tell its node
+        self.reply_gate, self.update_mean = ReplyGate(self), UpdateMean(self)  # reply_gate.py, update_mean.py
 
     def _on_nodes_joined(self) -> None:
         if self.feature_reference is not None:

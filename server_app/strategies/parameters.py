@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import functools
+import importlib
 import inspect
 import math
 import textwrap
@@ -32,7 +33,8 @@ from common.algorithm_table import ALGORITHMS
 from common.algorithms.plugins import rule_keys
 from common.algorithms.aggregation_settings import AUTO_MEAN
 from common.algorithms.cog_settings import CogSettings
-from common.run.client_settings import CODEC_KEYS
+from common.run.client_settings import CODEC_KEYS, codec_settings
+from common.run.codecs import codec_spec
 from common.run.aggregation import Krum, TrimmedMean
 from common.errors import ConfigError
 from common.keys import check_group, key_name, message_config, sent_to_nodes
@@ -51,18 +53,18 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
     "fraction_evaluate": "Fraction of the nodes sent an evaluate message after each round. A round whose train replies\n"
                          "all carried `local-test-accuracy` (the received model's evaluation, as fedsynth's clients do)\n"
                          "sends none, and the carried numbers become the round's evaluate metrics.",
-    "lr_schedule": "If given, each round's train config carries \"lr\" = lr_schedule(server_round); else `start()`'s\n"
-                   "`train_config` decides.",
-    "nodes": "A node table (node ids with partition ids and example counts, as fedsynth's handshake learns it);\n"
-             "None numbers the grid's nodes in node-id order, and every round adds the nodes that joined since.",
     "weighted_by_key": "The reply metric that weighs each reply in the averages, as in Flower's strategies. A\n"
                        "reply that also carries \"num-examples\" must give both the same value, or it is dropped.",
-    "node_settings": "Your own settings for the nodes, added to every train message's config (as FedProx sends\n"
-                     "its weight mu); fedsynth's app sends FedCOG's settings here on a run with FedCOG\n"
-                     "(\"gen-budget\", ...).",
-    "parameter_names": "The names of the model's trainable arrays (`[n for n, _ in net.named_parameters()]`): what the\n"
-                       "server step, the codec and control variates cover. None: judged from the arrays (floating arrays\n"
-                       "not named like normalisation statistics).",
+    "wiring": "What the app around the strategy wires in, one `AppWiring(nodes, parameter_names, lr_schedule,\n"
+              "node_settings)` (server_app/strategies/wiring.py; None: none of them): the node table of a handshake\n"
+              "(None: the grid's nodes, numbered in node-id order), the model's trainable parameter names (None:\n"
+              "judged from the arrays), each round's \"lr\" = lr_schedule(server_round) (None: `start()`'s\n"
+              "`train_config` decides) and your own settings added to every train message's config (fedsynth's app\n"
+              "sends FedCOG's there on a run with FedCOG). fedsynth's app builds it from its run.",
+    "gossip": "The graph and mixing of each round, one `Gossip(topology, peers, mixing, relay_mixing)`\n"
+              "(common/run/gossip.py; its fields mean the run-config keys of the same names: the topology, the random\n"
+              "topologies' neighbours k, the mixing weights, and whether the relay sends each node the weighted sum of\n"
+              "its neighbours' models instead of each); None: the run config's defaults.",
     "min_available_nodes": "Each round waits until the grid has at least this many nodes, as Flower's strategies do.",
     "task": "The model the server builds itself and the data's shape: `ServerTask(model=..., dataset=...)`, or for\n"
             "your own data `ServerTask(model=..., partition=\"node\", image_channels=..., image_size=...,\n"
@@ -118,6 +120,12 @@ def _cog_settings(value: Any) -> bool:
     return True
 
 
+def _of_type(module: str, name: str) -> Callable[[Any], bool]:
+    """None or an instance of the value type `name` of `module` (imported when a value is checked: the value
+    modules import this one)."""
+    return lambda value: value is None or isinstance(value, getattr(importlib.import_module(module), name))
+
+
 def _node_table(value: Any) -> bool:
     from server_app.strategies.node_table import NodeInfo
 
@@ -139,6 +147,8 @@ OWN_PARAMETER_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     "nodes": ("None or a list of fedsynth.strategies.NodeInfo", _node_table),
     "parameter_names": ("None or a list of the model's parameter names (text)",
                         lambda v: v is None or (isinstance(v, (list, tuple)) and all(isinstance(n, str) for n in v))),
+    "wiring": ("None or a fedsynth.strategies.AppWiring", _of_type("server_app.strategies.wiring", "AppWiring")),
+    "gossip": ("None or a fedsynth.strategies.Gossip", _of_type("common.run.gossip", "Gossip")),
 }
 
 
@@ -163,14 +173,26 @@ def check_given(owner: str, values: dict[str, Any]) -> None:
 
 
 def check_node_settings_keys(owner: str, arguments: dict[str, Any]) -> None:
-    """Refuse a `node_settings` entry that would override, with another value, a setting the class sends its nodes
-    from one of its own parameters (`FedAvg(bits=4, node_settings={"bits": 8})`: the nodes would encode with 8 bits
-    and the server decode with 4)."""
-    for key, value in (arguments.get("node_settings") or {}).items():
+    """Refuse a `wiring.node_settings` entry that would override, with another value, a setting the class sends its
+    nodes from one of its own parameters (`FedAvg(codec=QSGD(bits=4), wiring=AppWiring(node_settings={"bits": 8}))`:
+    the nodes would encode with 8 bits and the server decode with 4)."""
+    node_settings = wired_settings(arguments.get("wiring"))
+    codec = arguments.get("codec")
+    from_codec = codec_settings(codec_spec(codec), bool(codec is not None and codec.error_feedback)) if (
+        "codec" in arguments) else {}
+    for key, value in node_settings.items():
         name = key.replace("-", "_")
+        if key in from_codec and from_codec[key] != value:
+            raise ConfigError(f"{owner}: node_settings key {key!r} = {value!r} overrides what the strategy sends its "
+                              f"nodes from its parameter codec = {codec!r}; set codec instead")
         if key in _SENT and name in arguments and arguments[name] != value:
             raise ConfigError(f"{owner}: node_settings key {key!r} = {value!r} overrides what the strategy sends "
                               f"its nodes from its parameter {name} = {arguments[name]!r}; set {name} instead")
+
+
+def wired_settings(wiring: Any) -> dict[str, Any]:
+    """The `node_settings` of a strategy's `wiring` (an `AppWiring` or None): {} when there are none."""
+    return dict(getattr(wiring, "node_settings", None) or {})
 
 
 # Flower's FedAvg parameters that every class takes with Flower's meaning, beside its own (`checked_init` keeps
@@ -378,7 +400,7 @@ def with_settings(cls: type) -> None:
             settings = checked_settings(owner, group, {name: kwargs.pop(name) for name in names if name in kwargs})
             for name in names:
                 setattr(self, name, getattr(settings, name))
-            refuse_overridden_settings(owner, settings, group, kwargs.get("node_settings"))
+            refuse_overridden_settings(owner, settings, group, wired_settings(kwargs.get("wiring")))
         super(cls, self).__init__(**{**defaults, **kwargs})
         if "__post_init__" in cls.__dict__:  # the class's own server state, as a dataclass's `__post_init__`
             cls.__dict__["__post_init__"](self)

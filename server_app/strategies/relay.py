@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from logging import INFO, WARNING
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, MetricRecord, RecordDict
@@ -55,6 +55,7 @@ from common.records import Weights, check_weights, from_record, subtract, to_rec
 from common.algorithms.mixing_spectrum import disagreement_factor, spectral_psi
 from common.algorithms.topology import DIRECTED_TOPOLOGIES, RANDOM_TOPOLOGIES, check_topology, mixing_matrix
 from common.run.aggregation import BoundedInfluence, bounds
+from common.run.gossip import Gossip
 from server_app.checkpoint import CheckpointError
 from server_app.reply_checks import check_train_metrics
 from server_app.robust import clip_update, update_norm
@@ -63,6 +64,7 @@ from server_app.strategies.flower_wrappers import refuse_unsupported_wrapper
 from server_app.strategies.node_table import NodeInfo
 from server_app.strategies.fedavg import reply_metric_means
 from server_app.strategies.parameters import DEFAULTS, documented, settings_config
+from server_app.strategies.wiring import NO_WIRING, AppWiring
 from server_app.wire import WEIGHTED_BY_KEY
 
 
@@ -140,33 +142,25 @@ class DecentralizedRelay(RoundStrategy):
     the run.
     """
 
-    def __init__(self, *, topology: str = DEFAULTS.topology,
-                          peers: int = DEFAULTS.peers,
-                          mixing: str = DEFAULTS.mixing,
-                          relay_mixing: bool = DEFAULTS.relay_mixing,
-                          fraction_evaluate: float = 1.0,
-                          min_nodes: int = DEFAULTS.min_nodes,
-                          max_failed_rounds: int = DEFAULTS.max_failed_rounds,
-                          seed: int = DEFAULTS.seed,
-                          bounded_influence: BoundedInfluence | None = None,
-                          node_settings: dict[str, Scalar] | None = None,
-                          lr_schedule: Callable[[int], float] | None = None,
-                          nodes: list[NodeInfo] | None = None,
-                          weighted_by_key: str = WEIGHTED_BY_KEY,
-                          min_available_nodes: int = 1) -> None:
-        limits = bounds(bounded_influence)  # the relay has no round mean: `update_norm_ratio` does not apply
+    def __init__(self, *, gossip: Gossip | None = None,
+                 fraction_evaluate: float = 1.0,
+                 min_nodes: int = DEFAULTS.min_nodes,
+                 max_failed_rounds: int = DEFAULTS.max_failed_rounds,
+                 seed: int = DEFAULTS.seed,
+                 bounded_influence: BoundedInfluence | None = None,
+                 wiring: AppWiring | None = None,
+                 weighted_by_key: str = WEIGHTED_BY_KEY,
+                 min_available_nodes: int = 1) -> None:
+        wiring, limits = wiring or NO_WIRING, bounds(bounded_influence)  # no round mean: no `update_norm_ratio`
+        if wiring.parameter_names is not None:
+            raise ConfigError(f"{type(self).__name__}: wiring.parameter_names is the centralized strategies'; the "
+                              "relay forwards its nodes' whole models (give AppWiring(parameter_names=None))")
         super().__init__(min_nodes=min_nodes, max_failed_rounds=max_failed_rounds, fraction_evaluate=fraction_evaluate,
-                         max_weight_share=limits.weight_share, seed=seed, nodes=nodes, weighted_by_key=weighted_by_key,
-                         min_available_nodes=min_available_nodes)
-        self.bounded_influence = bounded_influence
-        self.topology = topology
-        self.peers = peers
-        self.mixing = mixing
-        self.relay_mixing = relay_mixing
-        self.max_update_norm = limits.update_norm
-        self.update_norm_action = limits.action
-        self.node_settings = dict(node_settings or {})
-        self.lr_schedule = lr_schedule
+                         max_weight_share=limits.weight_share, seed=seed, nodes=wiring.nodes,
+                         weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
+        self.gossip, self.bounded_influence = gossip or Gossip(), bounded_influence
+        self.max_update_norm, self.update_norm_action = limits.update_norm, limits.action
+        self.node_settings, self.lr_schedule = wiring.sent_settings(), wiring.lr_schedule
         self.models: list[Weights] = []              # z_i, the last model node i sent (x^0 before)
         self.present = np.ones(0, dtype=bool)        # who sent a model in the last round
         self.last_answered: list[int] = []           # round of each node's last accepted model
@@ -181,7 +175,7 @@ class DecentralizedRelay(RoundStrategy):
         if not self.node_table.from_handshake:
             return None
         return (f"the decentralized relay keeps the topology of the {len(self.node_table.nodes)} nodes of the "
-                f"start (topology = {self.topology!r}) for the whole run; the site takes part in the next run")
+                f"start (topology = {self.gossip.topology!r}) for the whole run; the site takes part in the next run")
 
     def _on_nodes_joined(self) -> None:
         """Size the per-node state for the grown table; a node that joined starts from the average model x-bar.
@@ -202,12 +196,12 @@ class DecentralizedRelay(RoundStrategy):
 
     def _size_node_state(self) -> None:
         """Check the topology against the node count and size the per-node state."""
-        count = len(self.node_table.nodes)
+        count, gossip = len(self.node_table.nodes), self.gossip
         try:
-            check_topology(self.topology, count, self.peers, self.mixing)
+            check_topology(gossip.topology, count, gossip.peers, gossip.mixing)
         except ValueError as err:
-            raise ConfigError(f"run config keys topology = {self.topology!r}, peers = {self.peers}, mixing = "
-                              f"{self.mixing!r} do not fit this run's {count} nodes: {err}") from None
+            raise ConfigError(f"run config keys topology = {gossip.topology!r}, peers = {gossip.peers}, mixing = "
+                              f"{gossip.mixing!r} do not fit this run's {count} nodes: {err}") from None
         self.present = np.ones(count, dtype=bool)
         self.last_answered = [0] * count
 
@@ -254,8 +248,9 @@ class DecentralizedRelay(RoundStrategy):
     # ----- one round ------------------------------------------------------------------
     def _round_mixing(self, server_round: int) -> tuple[np.ndarray, np.ndarray]:
         """(W_t of the configured topology and weights for all nodes, W_t with last round's missing nodes dropped)."""
-        base = mixing_matrix(self.topology, len(self.node_table.nodes), peers=self.peers, seed=self.seed,
-                             round_num=server_round, mixing=self.mixing)
+        gossip = self.gossip
+        base = mixing_matrix(gossip.topology, len(self.node_table.nodes), peers=gossip.peers, seed=self.seed,
+                             round_num=server_round, mixing=gossip.mixing)
         return base, dropout_mixing(base, self.present)
 
     def _messages(self, server_round: int, w: np.ndarray, config: ConfigRecord) -> list[Message]:
@@ -271,10 +266,10 @@ class DecentralizedRelay(RoundStrategy):
                     "self-weight": float(row[i]),
                     "neighbours": [self.node_table.nodes[j].partition_id for j in neighbours],
                     "weights": [float(row[j]) for j in neighbours],
-                    "relay-mixed": self.relay_mixing,
+                    "relay-mixed": self.gossip.relay_mixing,
                 }),
             })
-            if self.relay_mixing:
+            if self.gossip.relay_mixing:
                 partial = neighbour_sum([self.models[j] for j in neighbours], [row[j] for j in neighbours])
                 if partial is not None:
                     content[GOSSIP_MIXED] = to_record(partial)
@@ -337,7 +332,8 @@ class DecentralizedRelay(RoundStrategy):
         fields: dict[str, Any] = {**traffic(w, to_record(self.models[0]).count_bytes())}
         if "lr" in round_config:
             fields["lr"] = round_config["lr"]
-        fields["psi"] = disagreement_factor(base) if self.topology in DIRECTED_TOPOLOGIES else spectral_psi(base)
+        directed = self.gossip.topology in DIRECTED_TOPOLOGIES
+        fields["psi"] = disagreement_factor(base) if directed else spectral_psi(base)
         return self.round_book.begin(server_round, sent, **fields)
 
     def aggregate_train(self, server_round: int, replies: Iterable[Message]) -> tuple[ArrayRecord | None, MetricRecord | None]:
@@ -383,5 +379,5 @@ class DecentralizedRelay(RoundStrategy):
         """Log what this relay will do."""
         log(INFO, "decentralized relay: %d nodes, topology %s%s, %s weights, relay-mixing %s",
             len(self.node_table.nodes),
-            self.topology, f" (k={self.peers})" if self.topology in RANDOM_TOPOLOGIES else "", self.mixing,
-            self.relay_mixing)
+            self.gossip.topology, f" (k={self.gossip.peers})" if self.gossip.topology in RANDOM_TOPOLOGIES else "",
+            self.gossip.mixing, self.gossip.relay_mixing)

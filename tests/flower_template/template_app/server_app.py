@@ -29,8 +29,8 @@ STRATEGIES: dict[str, Callable[[float], Strategy]] = {
             trajectory_rounds=1, synthetic_ipc=1, distill_iterations=2,
             task=strategies.ServerTask(model="template_app.task:make_net", dataset="fashion-mnist"))),
     "fedcog": lambda fraction: strategies.FedCOG(fraction_train=fraction, cog_start_round=2),
-    "dfedavg": lambda fraction: strategies.DFedAvg(topology="ring"),
-    "oledfl": lambda fraction: strategies.OledFL(topology="ring", ole_beta=0.5),
+    "dfedavg": lambda fraction: strategies.DFedAvg(gossip=strategies.Gossip(topology="ring")),
+    "oledfl": lambda fraction: strategies.OledFL(gossip=strategies.Gossip(topology="ring"), ole_beta=0.5),
 }
 
 
