@@ -50,7 +50,8 @@ NOT_YET_GROUPED: dict[str, tuple[str, ...]] = {
                    "client_app/app.py", "client_app/fedcog.py", "client_app/training.py"),
     "lr": ("common/algorithms/local_training_settings.py", "common/run/client_settings.py", "common/run/config.py",
            "server_app/registry.py", "server_app/strategies/fedavg.py", "server_app/strategies/fedddpm.py",
-           "server_app/strategies/fedddpm_warmup.py", "server_app/strategies/quicktest_scorer.py",  # moved from FedDDPM(+) "server_app/strategies/relay.py", "server_app/strategies/round_log.py",
+           "server_app/strategies/fedddpm_warmup.py", "server_app/strategies/quicktest_scorer.py",  # moved from FedDDPM(+)
+           "server_app/strategies/relay.py", "server_app/strategies/round_log.py",
            "client_app/app.py", "client_app/decentralized.py", "client_app/diffusion.py", "client_app/training.py",
            "fedsynth/client.py", "fedsynth/strategies/__init__.py"),
     "momentum": ("common/algorithms/local_training_settings.py", "common/run/client_settings.py", "client_app/app.py",
@@ -81,8 +82,7 @@ NOT_YET_GROUPED: dict[str, tuple[str, ...]] = {
     "cog": ("common/run/client_settings.py", "common/run/config.py", "client_app/app.py"),
     # the fedcog row's client_keys (the base table imports no floor of common/, so not COG_START_KEY)
     "cog-start-round": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),
-    "gen-budget": ("common/algorithms/cog_settings.py", "common/algorithm_table.py",
-                   "server_app/strategies/parameters.py"),
+    "gen-budget": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),
     "gen-steps": ("common/algorithms/cog_settings.py", "common/algorithm_table.py",
                   "server_app/strategies/parameters.py"),
     "gen-lr": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),

@@ -19,7 +19,7 @@ import math
 import time
 from collections.abc import Iterable
 from logging import INFO, WARNING
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
@@ -36,8 +36,26 @@ from server_app.reply_checks import check_train_metrics
 from server_app.strategies.round_log import Failure, PhaseEntry
 from server_app.wire import with_fedsynth_metric_names
 
-if TYPE_CHECKING:
-    from server_app.strategies.fedddpm import FedDDPM
+class WarmupOwner(Protocol):
+    """What the warm-up reads and writes on FedDDPM (its settings, its node table, the auxiliary set it keeps): a
+    Protocol, so that this module does not import FedDDPM's (which imports it)."""
+
+    aux_counts: Any
+    aux_sampler: str
+    auxiliary: Any
+    device: str
+    diffusion: Any  # server_app.strategies.server_training.DiffusionTraining
+    lr_schedule: Any  # Callable[[int], float] | None
+    max_weight_share: float
+    min_nodes: int
+    node_table: Any  # server_app.strategies.node_table.NodeTable
+    round_log: Any  # server_app.strategies.round_log.RoundLog
+    seed: int
+    task: Any  # common.run.task.ServerTask
+    train_config: dict[str, Any]
+    warmed_up: bool
+
+    def _refresh_nodes(self, grid: Any) -> Any: ...
 
 _AUX_STREAM = 21  # fourth seed component of the auxiliary set's samples (FedDDPM's correction: 22)
 
@@ -56,7 +74,7 @@ def auxiliary_count(num_examples: int, fraction: float) -> int:
 class WarmupPhase:
     """FedDDPM's warm-up exchange for `strategy` (see the module's docstring)."""
 
-    def __init__(self, strategy: FedDDPM) -> None:
+    def __init__(self, strategy: WarmupOwner) -> None:
         self.strategy = strategy
         self.sent: list[Message] = []   # configure's messages, which aggregate's replies answer
         self.initial: Weights = {}      # the model they carried: a warm model must have its names and shapes

@@ -13,7 +13,7 @@ extractors are imported by `score` only.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from common.metrics.fid import GaussianStats
 from common.records import Weights, load_weights
@@ -23,7 +23,26 @@ from server_app.strategies.parameters import DEFAULTS
 
 if TYPE_CHECKING:
     from common.metrics.fid_features import FeatureExtractor
-    from server_app.strategies.fedddpm_plus import FedDDPMPlus
+
+
+class QuickTestOwner(Protocol):
+    """What QuickTest reads on FedDDPM+ (its settings, the auxiliary set, the round's grid): a Protocol, so that this
+    module does not import FedDDPM+'s (which imports it)."""
+
+    _grid: Any
+    _round: int
+    _round_metrics: dict[str, float]
+    auxiliary: Any
+    device: str
+    feature_reference: Any
+    lr_schedule: Any  # Callable[[int], float] | None
+    node_table: Any  # server_app.strategies.node_table.NodeTable
+    quicktest: Any  # server_app.strategies.server_training.QuickTestSettings
+    sampler: str
+    seed: int
+    task: Any  # common.run.task.ServerTask
+    timeout: float | None
+    train_config: dict[str, Any]
 
 _QUICKTEST_STREAM = 23  # fourth seed component of QuickTest's samples (FedDDPM's streams: 21, 22)
 
@@ -31,7 +50,7 @@ _QUICKTEST_STREAM = 23  # fourth seed component of QuickTest's samples (FedDDPM'
 class QuickTestScorer:
     """QuickTest's FID score for `strategy` and the one-shot correction's rate (see the module's docstring)."""
 
-    def __init__(self, strategy: FedDDPMPlus) -> None:
+    def __init__(self, strategy: QuickTestOwner) -> None:
         self.strategy = strategy
         self.aux_stats: GaussianStats | None = None  # A's feature statistics, once computed
 

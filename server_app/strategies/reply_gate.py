@@ -16,7 +16,7 @@ global model (`current`), codec and bounds when it runs.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 from flwr.app import Message
@@ -27,8 +27,21 @@ from server_app.reply_checks import check_train_metrics, check_weight_key, model
 from server_app.robust import update_norm
 from server_app.strategies.node_table import NodeInfo
 
-if TYPE_CHECKING:
-    from server_app.strategies.fedavg import FedAvg
+class ReplyOwner(Protocol):
+    """What the reply checks read on the strategy that holds them (FedAvg's family): a Protocol, so that this module
+    does not import the strategy's (which imports it)."""
+
+    _parameter_names: list[str]
+    codec: Any  # common.run.codecs.Codec | None
+    current: Weights
+    max_update_norm: float
+    node_table: Any  # server_app.strategies.node_table.NodeTable
+    reply_gate: Any  # this module's ReplyGate
+    round_log: Any  # server_app.strategies.round_log.RoundLog
+    update_norm_action: str
+    weighted_by_key: str
+
+    def check_extra_records(self, content: Any) -> str | None: ...
 
 
 def max_reply_bytes(current: Mapping[str, np.ndarray]) -> int:
@@ -39,7 +52,7 @@ def max_reply_bytes(current: Mapping[str, np.ndarray]) -> int:
 class ReplyGate:
     """The checks of one strategy's train replies and the reading of their updates (see the module's docstring)."""
 
-    def __init__(self, strategy: FedAvg) -> None:
+    def __init__(self, strategy: ReplyOwner) -> None:
         self.strategy = strategy
 
     def check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from logging import WARNING
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from flwr.app import Message, MetricRecord
 from flwr.common.logger import log
@@ -37,8 +37,26 @@ from server_app.strategies.reply_collection import RoundOutcome, collect_replies
 from server_app.strategies.round_log import Failure, RoundEntry
 from server_app.wire import contract_violation_error, largest_weight_note
 
-if TYPE_CHECKING:
-    from server_app.strategies.base import RoundStrategy
+class RoundOwner(Protocol):
+    """What the round bookkeeping reads and writes on the strategy that holds it (`RoundStrategy`): a Protocol, so
+    that this module does not import the strategy's (which imports it)."""
+
+    completed_rounds: int
+    failed_in_a_row: int
+    last_round: int
+    max_failed_rounds: int
+    max_weight_share: float
+    min_nodes: int
+    node_table: Any  # server_app.strategies.node_table.NodeTable
+    restored_from: str
+    round_log: Any  # server_app.strategies.round_log.RoundLog
+    rounds_collected: int
+    weighted_by_key: str
+
+    def _check_train_reply(self, reply: Message, node: Any) -> str | None: ...
+    def _reply_contract(self) -> str: ...
+    def _stop_requested(self) -> bool: ...
+
 
 
 class TooManyFailedRounds(RuntimeError):
@@ -52,7 +70,7 @@ class ReplyContractError(TooManyFailedRounds):
 class RoundBook:
     """The bookkeeping of one strategy's rounds (see the module's docstring); `strategy` is the one it serves."""
 
-    def __init__(self, strategy: RoundStrategy) -> None:
+    def __init__(self, strategy: RoundOwner) -> None:
         self.strategy = strategy
         self.sent: list[Message] = []                      # the current round's messages, which its replies answer
         self.evaluation_carried: MetricRecord | None = None  # the round's evaluation, carried in its train replies

@@ -20,7 +20,7 @@ the pure functions below and in server_app/robust.py.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 import numpy as np
 from flwr.app import Message
@@ -30,8 +30,23 @@ from common.uplink.wire import reply_buffers
 from server_app.influence import bounded_weights, cap_binds
 from server_app.robust import ROBUST_AGGREGATIONS, clip_factors, combine_updates, scale_update
 
-if TYPE_CHECKING:
-    from server_app.strategies.fedavg import FedAvg
+class MeanOwner(Protocol):
+    """What the mean of updates reads on the strategy that holds it (FedAvg's family): its rule and bounds, the
+    model and the reply checks; a Protocol, so that this module does not import the strategy's (which imports it)."""
+
+    _parameter_names: list[str]
+    aggregation: str
+    byzantine_nodes: int
+    codec: Any  # common.run.codecs.Codec | None
+    current: Weights
+    max_update_norm: float
+    max_update_norm_ratio: float
+    max_weight_share: float
+    node_table: Any  # server_app.strategies.node_table.NodeTable
+    reply_gate: Any  # server_app.strategies.reply_gate.ReplyGate
+    trim_fraction: float
+    update_mean: Any  # this module's UpdateMean
+    weighted_by_key: str
 
 
 def weighted_mean(values: list[Weights], weights: list[float]) -> Weights:
@@ -70,7 +85,7 @@ def aggregate_buffers(values: list[Weights], weights: list[float]) -> Weights:
 class UpdateMean:
     """The mean update of one strategy's rounds and its buffers (see the module's docstring)."""
 
-    def __init__(self, strategy: FedAvg) -> None:
+    def __init__(self, strategy: MeanOwner) -> None:
         self.strategy = strategy
 
     def bounds_on(self) -> bool:

@@ -28,10 +28,10 @@ class AppWiring:
     parameter_names : the names of the model's trainable arrays (`[n for n, _ in net.named_parameters()]`): what
         the server step, the codec and control variates cover; None: judged from the arrays (floating arrays not
         named like normalisation statistics). The centralized strategies' only: the relay forwards whole models.
-    lr_schedule : each round's train config carries "lr" = lr_schedule(server_round); None: `start()`'s
+    lr_schedule : each round's train config carries the learning rate lr_schedule(server_round); None: `start()`'s
         `train_config` decides.
     node_settings : your own settings for the nodes, added to every train message's config (as FedProx sends its
-        weight mu); fedsynth's app sends FedCOG's settings here on a run with FedCOG ("gen-budget", ...). An entry
+        weight mu); fedsynth's app sends FedCOG's settings here on a run with FedCOG (its generation budget, ...). An entry
         may not override a setting the strategy sends from its own parameters (the codec's, its rule's).
     """
 
