@@ -194,7 +194,7 @@ def report(results: dict[tuple[str, int], dict[str, float]], args: argparse.Name
         "requests the waits change; a message's own requests are the same under both and not counted). "
         f"Idle: {args.idle:g} s, from when every node waits 3 s after an empty pull (the adaptive ramp's end). "
         "At 100 nodes the stand-ins' own process (100 threads beside the SuperLink on this machine) slows every "
-        "request, which lowers both policies' rates and lengthens the pickups. Lockstep: {args.rounds} rounds, each node training "
+        f"request, which lowers both policies' rates and lengthens the pickups. Lockstep: {args.rounds} rounds, each node training "
         f"{args.work:g}-{1.5 * args.work:g} s, {SERVER_STEP:g} s server step.", "",
         "| nodes | waits | idle pulls/s | idle SuperLink CPU s/s | busy pulls/s | busy SuperLink CPU s/s "
         "| pulls per node and round | message pickup latency, median / max (s) | round (s) |",
