@@ -33,6 +33,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from report import write_report
+
 os.environ.setdefault("OMP_NUM_THREADS", "1")  # one thread: the ClientApp's CPU time is this thread's
 os.environ.setdefault("MKL_NUM_THREADS", "1")
 
@@ -199,10 +201,7 @@ def main() -> None:
         f"Target: the app's own work at most 10 ms per message: {totals[new]:.1f} ms CPU "
         f"({'met' if totals[new] <= 10 else 'not met'}).",
     ]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
-    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-    print("\n".join(lines))
+    write_report(args.out, lines, rows)
 
 
 if __name__ == "__main__":

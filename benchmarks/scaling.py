@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 from memory import sample
+from report import write_report
 
 from fedsynth.simulation import find_app_dir, run_simulation
 
@@ -81,10 +82,7 @@ def main() -> None:
               f"{r['actors']} | {r['actors-max-mb']:.0f} | {r['wall-s']:.0f} |" for r in rows]
     lines += ["", f"- memory added per client from {first['clients']} to {last['clients']} clients "
                   f"(server + actors, maxima): {per_client_mb:.2f} MB"]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text("\n".join(lines) + "\n")
-    args.out.with_suffix(".json").write_text(json.dumps(rows, indent=1))
-    print("\n".join(lines))
+    write_report(args.out, lines, rows)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,17 @@ def shown(value: Any, limit: int = 80) -> str:
     return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
+# how many refused keys an error message names before it counts the rest
+LISTED_KEYS = 10
+
+
+def shown_keys(keys: list[str], limit: int = LISTED_KEYS) -> str:
+    """The first `limit` of `keys`, each as `shown` writes it, then how many more: a run config of a million
+    unknown keys (or one key of a million characters) is refused in a message of a few lines."""
+    named = ", ".join(shown(key) for key in keys[:limit])
+    return named if len(keys) <= limit else f"{named} and {len(keys) - limit} more"
+
+
 def require(condition: bool, name: str, value: Any, accepted: str) -> None:
     """Raise ConfigError naming the key `name`, its value and the accepted values unless `condition` holds."""
     if not condition:

@@ -13,7 +13,11 @@ what lies between them from common/algorithm_table.py's `ALGORITHMS` and what ea
   rows' `client_keys`, the uplink codec's `CODEC_KEYS` on a centralized row, `ACCEPTED_SCALE_KEYS` where the
   node's state follows its update) and the records and metrics its reply carries (the class's `reply_records`
   and `reply_metrics`, with their declared meanings), and "Replies per family", each class under the shape
-  of its reply (`REPLY_FAMILIES`, by the records it declares).
+  of its reply (`REPLY_FAMILIES`, by the records it declares), and the client-function table: one row per train
+  function `fedsynth.client` exports (`client_functions`), from its signature, its docstring, the server records
+  its parameters take (`SERVER_INPUTS`) and the records its result makes the reply carry (`result_records`);
+- docs/own-data.md: "What a node sends the server", one row per strategy class (`sends_table`);
+- docs/fedsynsam.md and docs/oledfl.md: the rows each page documents (`rule_page_table`, `page_table`).
 
 A new row (its strategy class, its client rule) therefore appears in every list once this is run:
 `python -m fedsynth.algorithm_docs --write` rewrites the sections, `--check` exits 1 naming each page whose
@@ -34,7 +38,15 @@ from common.algorithm_table import ALGORITHMS, COG_BASES, Algorithm
 from common.algorithms.accepted_scale import ACCEPTED_SCALE_KEYS
 from common.algorithms.plugins import import_attribute, rule_keys
 from common.algorithms.topology import TOPOLOGIES
-from common.protocol import DYNAMIC_CORRECTION, PERTURBATION_DUAL, SCAFFOLD_CONTROL_DELTA
+from common.protocol import (
+    DYNAMIC_CORRECTION,
+    GLOBAL_PERTURBATION,
+    PERTURBATION_DUAL,
+    PREVIOUS_UPDATE,
+    SCAFFOLD_CONTROL,
+    SCAFFOLD_CONTROL_DELTA,
+    SYNTHETIC_DATA,
+)
 from common.keys import key_name
 from common.run.client_settings import CODEC_KEYS, client_keys
 from common.run.config import config_fields
@@ -119,6 +131,20 @@ def page_table(page: str) -> str:
     return "\n".join(lines)
 
 
+def rule_page_table(page: str) -> str:
+    """The rows `page` documents with their paper's rule beside their client rule: each row's client rule (its
+    docstring), the settings its nodes read, its server step and its source (`PaperRule`; docs/fedsynsam.md)."""
+    lines = ["| algorithm | client rule (`client` of its row) | settings its nodes read | server step | source |",
+             "| --- | --- | --- | --- | --- |"]
+    for name, row in ALGORITHMS.items():
+        if row.page == page and row.rule is not None:
+            rule = import_attribute(row.client, "a client rule")
+            cells = [f"`{name}`", _summary(rule), _names(list(rule_keys(row))) or "-", row.rule.server_step,
+                     row.rule.source]
+            lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines)
+
+
 def _summary(declared: object) -> str:
     """The first paragraph of a class's or function's docstring: what it runs, in its own words."""
     return (inspect.getdoc(declared) or "").split("\n\n")[0]
@@ -165,6 +191,26 @@ def strategies_table() -> str:
     for cls, names in strategy_classes().items():
         replies = _declared(getattr(cls, "reply_records", {})) + _declared(getattr(cls, "reply_metrics", {}))
         cells = [f"`{cls.__name__}`", _names(names), _summary(cls), _settings(names), "; ".join(replies) or "-"]
+        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines)
+
+
+def _sent(cls: type, rows: list[Algorithm]) -> str:
+    """What a node of `cls`'s rows sends with every update beyond its model and the reply contract's metrics:
+    the records and metrics the class declares (`reply_records`, `reply_metrics`); a relay's node its model."""
+    if all(row.decentralized for row in rows):
+        return "its model, relayed to its neighbours"
+    declared = _declared(getattr(cls, "reply_records", {})) + _declared(getattr(cls, "reply_metrics", {}))
+    return "; ".join(declared) or "nothing more"
+
+
+def sends_table() -> str:
+    """docs/own-data.md's "What a node sends the server": one row per strategy class of the table, what its
+    nodes' replies carry beyond the model update (`_sent`)."""
+    lines = ["| class | `algorithm` | sent with every update, beyond the model and the metrics above |",
+             "| --- | --- | --- |"]
+    for cls, names in strategy_classes().items():
+        cells = [f"`{cls.__name__}`", _names(names), _sent(cls, [ALGORITHMS[name] for name in names])]
         lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
     return "\n".join(lines)
 
@@ -265,6 +311,71 @@ def replies_table() -> str:
     return "\n".join(lines)
 
 
+# the parameters of a train function that take what the server sent, and the record they take it from
+SERVER_INPUTS: dict[str, str] = {
+    "previous_update": PREVIOUS_UPDATE,
+    "c_global": SCAFFOLD_CONTROL,
+    "global_perturbation": GLOBAL_PERTURBATION,
+    "synthetic_x": SYNTHETIC_DATA,
+    "synthetic_y": SYNTHETIC_DATA,
+}
+# the parameters every train function takes, which the table's header names once
+SHARED_PARAMETERS: tuple[str, ...] = ("model", "batches", "optimizer", "loss_fn")
+
+
+def client_functions() -> dict[str, Callable]:
+    """The train functions `fedsynth.client` exports: `train_*(model, batches, *, ...)` (not `train_steps`,
+    whose rule is positional, nor `train_reply`, which builds a message)."""
+    import fedsynth.client as client  # loads torch: only the client-function table needs it
+
+    functions = {}
+    for name in client.__all__:
+        function = getattr(client, name)
+        parameters = list(inspect.signature(function).parameters.values()) if callable(function) else []
+        if name.startswith("train_") and [p.name for p in parameters[:2]] == ["model", "batches"] and all(
+                p.kind is inspect.Parameter.KEYWORD_ONLY for p in parameters[2:]):
+            functions[name] = function
+    return functions
+
+
+def _parameter_text(parameter: inspect.Parameter) -> str:
+    if parameter.default is inspect.Parameter.empty:
+        return f"`{parameter.name}`"
+    return f"`{parameter.name}` (default `{parameter.default!r}`)"
+
+
+def _result_text(function: Callable) -> str:
+    """What a train function returns (its result class and that class's docstring) and the records that result
+    makes the reply carry (`result_records` of client_app/replies.py)."""
+    from client_app.replies import result_records
+
+    result = inspect.signature(function, eval_str=True).return_annotation
+    records = list(result_records(result(train_loss=0.0, num_steps=0)))
+    text = f"`{result.__name__}`" + ("" if result is _train_result() else f": {_summary(result)}")
+    return text + (f" The reply adds {_names(records)} (`result_records(result)`)." if records else "")
+
+
+def _train_result() -> type:
+    from client_app.training import TrainResult
+
+    return TrainResult
+
+
+def client_functions_table() -> str:
+    """docs/library.md's table of `fedsynth.client`'s train functions: one row per exported function
+    (`client_functions`), with what it runs (its docstring), its own parameters (its signature), the records of
+    the train message they take (`SERVER_INPUTS`) and what it returns."""
+    lines = ["| function | what it runs | parameters besides " + ", ".join(SHARED_PARAMETERS)
+             + " | needs from the server | returns, and what the reply adds |", "| --- | --- | --- | --- | --- |"]
+    for name, function in client_functions().items():
+        parameters = [p for p in inspect.signature(function).parameters.values() if p.name not in SHARED_PARAMETERS]
+        needs = list(dict.fromkeys(SERVER_INPUTS[p.name] for p in parameters if p.name in SERVER_INPUTS))
+        cells = [f"`{name}`", _summary(function), ", ".join(_parameter_text(p) for p in parameters) or "none",
+                 _names(needs) or "-", _result_text(function)]
+        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+    return "\n".join(lines)
+
+
 @dataclass(frozen=True)
 class Section:
     """A generated section: the page it stands in, its name in the marker comments, and what it holds."""
@@ -281,6 +392,10 @@ SECTIONS: tuple[Section, ...] = (
     Section("docs/algorithms.md", "centralized baselines", lambda: page_table("algorithms.md")),
     Section("docs/library.md", "strategy table", strategies_table),
     Section("docs/library.md", "reply families", replies_table),
+    Section("docs/library.md", "client functions", client_functions_table),
+    Section("docs/own-data.md", "what nodes send", sends_table),
+    Section("docs/fedsynsam.md", "SAM family", lambda: rule_page_table("fedsynsam.md")),
+    Section("docs/oledfl.md", "decentralized rules", lambda: page_table("oledfl.md")),
 )
 
 

@@ -1,7 +1,9 @@
 """The docs' generated algorithm lists (fedsynth/algorithm_docs.py) are what the generator writes from the table.
 
-README.md's and docs/algorithms.md's families tables, docs/algorithms.md's paper-rule table and docs/library.md's
-"What each strategy sends and expects" stand between marker comments; a page whose section differs from what
+README.md's and docs/algorithms.md's families tables, docs/algorithms.md's paper-rule table, docs/library.md's
+"What each strategy sends and expects", replies per family and client functions, docs/own-data.md's "What a node
+sends the server" and the rule tables of docs/fedsynsam.md and docs/oledfl.md stand between marker comments (every
+section of `SECTIONS`: a row lost by hand in any of them fails here); a page whose section differs from what
 `python -m fedsynth.algorithm_docs --write` would write fails here, so a new row of common/algorithm_table.py
 cannot leave a list stale (tests/test_derived_lists.py checks what the sections say).
 """
@@ -47,6 +49,18 @@ def test_the_check_names_a_page_whose_section_was_edited_by_hand(tmp_path) -> No
     readme = root / "README.md"
     readme.write_text(readme.read_text().replace("`fedsam`, ", "", 1))  # a name lost by hand
     assert stale_pages(root) == ["README.md", "docs/library.md"]
+
+
+@pytest.mark.parametrize("section", SECTIONS, ids=lambda s: f"{s.page}:{s.name}")
+def test_a_row_lost_by_hand_in_any_section_makes_its_page_stale(tmp_path, section) -> None:
+    root = _copy_pages(tmp_path)
+    page = root / section.page
+    text = page.read_text()
+    body = text[text.index(begin_mark(section.name)):text.index(end_mark(section.name))]
+    last_row = body.rstrip("\n").splitlines()[-1]
+    assert last_row.startswith("| "), last_row
+    page.write_text(text.replace(body, body.replace(last_row + "\n", "", 1)))
+    assert stale_pages(root) == [section.page]
 
 
 def test_a_page_without_its_marks_is_refused() -> None:

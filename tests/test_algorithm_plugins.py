@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,38 +22,23 @@ from common.errors import ConfigError
 from common.imports import ENV_VAR
 from common.run.config import parse_run_config
 from server_app.registry import SERVER_STRATEGIES
+from tests.plugin_packages import forget, installed_package, permitted_imports
 
 PLUGIN_SOURCE = Path(__file__).resolve().parent / "plugin_fednova" / "fednova"
 NOVA = "fednova:FEDNOVA"
-
-
-def _forget(prefix: str) -> None:
-    for name in [name for name in sys.modules if name == prefix or name.startswith(prefix + ".")]:
-        del sys.modules[name]
 
 
 @pytest.fixture(scope="module", autouse=True)
 def permitted_plugins() -> Iterator[None]:
     """This host permits the test's plugin packages (common/imports.py: the documented environment variable; the
     loopback deployment's SuperLink and SuperNodes inherit it)."""
-    before = os.environ.get(ENV_VAR)
-    os.environ[ENV_VAR] = "fednova badplugins nosuchpackage"
-    yield
-    if before is None:
-        del os.environ[ENV_VAR]
-    else:
-        os.environ[ENV_VAR] = before
+    yield from permitted_imports("fednova badplugins nosuchpackage")
 
 
 @pytest.fixture(scope="module")
 def plugin_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A folder outside the tree holding the `fednova` package, on this process's sys.path."""
-    root = tmp_path_factory.mktemp("user-packages")
-    shutil.copytree(PLUGIN_SOURCE, root / "fednova", ignore=shutil.ignore_patterns("__pycache__"))
-    sys.path.insert(0, str(root))
-    yield root
-    sys.path.remove(str(root))
-    _forget("fednova")
+    yield from installed_package(PLUGIN_SOURCE, tmp_path_factory)
 
 
 # ----- FedNova's server math, by hand -------------------------------------------------------------------
@@ -150,7 +134,7 @@ def broken_plugins(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
     sys.path.insert(0, str(root))
     yield
     sys.path.remove(str(root))
-    _forget("badplugins")
+    forget("badplugins")
 
 
 @pytest.mark.parametrize("case", list(BROKEN))

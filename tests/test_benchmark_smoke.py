@@ -140,6 +140,7 @@ CASES: dict[str, Smoke] = {
     "scaffold_momentum": Smoke(("--configs", "scaffold:0.9:0.01", "--rounds", "1", "--local-steps", "1",
                                 "--out", "{tmp}/s.md"), stop=("server_app.app:run_strategy", ROUNDS),
                                stops_at=ROUNDS),
+    "report": Smoke(module=True),
     "scaling": Smoke(("--clients", "2", "--rounds", "1", "--local-steps", "1", "--out", "{tmp}/s.md"),
                      stops_at=SIMULATION),
     "server_work": Smoke(("--devices", "cpu", "--threads", "1", "--out", "{tmp}/w.md"),

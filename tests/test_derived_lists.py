@@ -9,6 +9,7 @@ metrics its reply carries (the class's `reply_records` and `reply_metrics`). The
 
 from __future__ import annotations
 
+import inspect
 import re
 from pathlib import Path
 
@@ -17,7 +18,8 @@ import pytest
 from common.algorithm_table import ALGORITHMS, COG_BASES
 from common.algorithms.plugins import rule_keys
 from common.algorithms.topology import TOPOLOGIES
-from fedsynth import strategies
+from fedsynth import client, strategies
+from fedsynth.algorithm_docs import SERVER_INPUTS, SHARED_PARAMETERS, client_functions, strategy_classes
 
 ROOT = Path(__file__).resolve().parent.parent
 STRATEGY_NAMES = sorted({row.strategy_name for row in ALGORITHMS.values()})
@@ -84,3 +86,34 @@ def test_librarys_replies_per_family_place_every_strategy_class_once() -> None:
     assert len([name for name in named if name in STRATEGY_NAMES]) == len(STRATEGY_NAMES)  # each in one family
     scaffold_row = next(row for row in rows if row[0] == "SCAFFOLD's")
     assert {"Scaffold", "FedGamma", "FedLESAMS"} <= set(re.findall(r"`(\w+)`", scaffold_row[1]))
+
+
+def test_librarys_client_function_table_has_a_row_per_exported_train_function() -> None:
+    exported = {name for name in client.__all__ if name.startswith("train_")} - {"train_steps", "train_reply"}
+    assert set(client_functions()) == exported
+    rows = _table((ROOT / "docs/library.md").read_text(), "| function | what it runs |")
+    by_name = {row[0].strip("`"): row for row in rows}
+    assert list(by_name) == list(client_functions())
+    for name, function in client_functions().items():
+        own = [p for p in inspect.signature(function).parameters if p not in SHARED_PARAMETERS]
+        assert set(own) <= set(re.findall(r"`(\w+)`", by_name[name][2])), (name, own, by_name[name][2])
+        needs = {SERVER_INPUTS[p] for p in own if p in SERVER_INPUTS}
+        assert needs == set(re.findall(r"`([a-z][\w-]*)`", by_name[name][3])), (name, needs, by_name[name][3])
+
+
+def test_own_datas_table_has_a_row_per_strategy_class_naming_what_its_nodes_send() -> None:
+    rows = _table((ROOT / "docs/own-data.md").read_text(), "| class | `algorithm` | sent with every update")
+    assert [row[0].strip("`") for row in rows] == [cls.__name__ for cls in strategy_classes()]
+    assert sorted(name for row in rows for name in re.findall(r"`([a-z][\w+-]*)`", row[1])) == sorted(ALGORITHMS)
+    for row, cls in zip(rows, strategy_classes()):
+        replies = set(getattr(cls, "reply_records", {})) | set(getattr(cls, "reply_metrics", {}))
+        assert replies <= set(re.findall(r"`([a-z][\w-]*)`", row[2])), (cls.__name__, replies, row[2])
+
+
+@pytest.mark.parametrize("page", ["fedsynsam.md", "oledfl.md"])
+def test_a_family_pages_rule_table_names_the_rows_it_documents_and_their_settings(page) -> None:
+    rows = _table((ROOT / "docs" / page).read_text(), "| algorithm | client rule (`client` of its row) |")
+    assert [row[0].strip("`") for row in rows] == [name for name, row in ALGORITHMS.items() if row.page == page]
+    for row in rows:
+        keys = set(rule_keys(ALGORITHMS[row[0].strip("`")]))
+        assert keys == set(re.findall(r"`([a-z][\w-]*)`", row[2])), (row[0], keys, row[2])

@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +32,7 @@ from common.imports import ENV_VAR
 from common.run.config import parse_run_config
 from server_app.checkpoint import CHECKPOINT_FILE
 from server_app.registry import SERVER_STRATEGIES
+from tests.plugin_packages import forget, installed_package, permitted_imports
 
 PLUGIN_SOURCE = Path(__file__).resolve().parent / "plugin_fedadam" / "fedadam"
 ADAM = "fedadam:FEDADAM"
@@ -42,32 +41,16 @@ SCALE_METRIC = "stat-fedadam-local-lr-scale"
 PYPROJECT_TABLE = "\n[tool.flwr.app.config.fedadam]\neta = 0.05\nbeta-1 = 0.8\nlocal-lr-scale = 0.5\n"
 
 
-def _forget(prefix: str) -> None:
-    for name in [name for name in sys.modules if name == prefix or name.startswith(prefix + ".")]:
-        del sys.modules[name]
-
-
 @pytest.fixture(scope="module", autouse=True)
 def permitted_plugins() -> Iterator[None]:
     """This host permits the plugin's package (common/imports.py; the loopback processes inherit it)."""
-    before = os.environ.get(ENV_VAR)
-    os.environ[ENV_VAR] = "fedadam"
-    yield
-    if before is None:
-        del os.environ[ENV_VAR]
-    else:
-        os.environ[ENV_VAR] = before
+    yield from permitted_imports("fedadam")
 
 
 @pytest.fixture(scope="module")
 def plugin_root(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     """A folder outside the tree holding the `fedadam` package, on this process's sys.path."""
-    root = tmp_path_factory.mktemp("user-packages")
-    shutil.copytree(PLUGIN_SOURCE, root / "fedadam", ignore=shutil.ignore_patterns("__pycache__"))
-    sys.path.insert(0, str(root))
-    yield root
-    sys.path.remove(str(root))
-    _forget("fedadam")
+    yield from installed_package(PLUGIN_SOURCE, tmp_path_factory)
 
 
 @pytest.fixture(scope="module")
@@ -224,7 +207,7 @@ def test_a_constructor_that_forwards_kwargs_is_refused_naming_the_class(plugin_r
     monkeypatch.setenv(ENV_VAR, "fedadam forwardingadam")
     with pytest.raises(ConfigError, match=r"ForwardingAdam's constructor takes \*\*kwargs"):
         parse_run_config({"algorithm": "forwardingadam:ROW"}, SERVER_STRATEGIES)
-    _forget("forwardingadam")
+    forget("forwardingadam")
 
 
 def test_a_constructor_that_leaves_out_a_setting_is_refused_naming_it(plugin_root: Path, tmp_path: Path,
@@ -246,7 +229,7 @@ def test_a_constructor_that_leaves_out_a_setting_is_refused_naming_it(plugin_roo
     with pytest.raises(ConfigError, match=r"PartialAdam's constructor does not take beta_1, beta_2, tau, "
                                           r"local_lr_scale of its settings group FedAdamSettings"):
         parse_run_config({"algorithm": "partialadam:ROW", "partialadam.eta": 0.2}, SERVER_STRATEGIES)
-    _forget("partialadam")
+    forget("partialadam")
 
 
 def _node_train(raw: dict, config: dict) -> Message:
@@ -270,6 +253,11 @@ def _node_train(raw: dict, config: dict) -> Message:
     (-1.0, ConfigError, r"train message refused: run config key 'fedadam.local-lr-scale' = -1.0 is invalid"),
     ("abc", ConfigError, r"train message refused: run config key 'fedadam.local-lr-scale': expected a number"),
     (math.inf, ConfigError, r"train message refused: run config key 'fedadam.local-lr-scale': expected a finite"),
+    (math.nan, ConfigError, r"train message refused: run config key 'fedadam.local-lr-scale': expected a finite"),
+    # hostile values (tests/test_hostile_own_settings.py has the run config's): refused naming the key, no crash
+    (10**400, ConfigError, r"run config key 'fedadam.local-lr-scale': expected a finite number, got 1000.*characters"),
+    ([0.5], ConfigError, r"run config key 'fedadam.local-lr-scale': expected a number, got \[0\.5\]"),
+    (b"0.5", ConfigError, r"run config key 'fedadam.local-lr-scale': expected a number, got b'0\.5'"),
     (None, ValueError, r"lacks 'fedadam.local-lr-scale'"),
 ])
 def test_the_node_refuses_a_bad_message_setting_naming_the_key(plugin_root: Path, tmp_path: Path,

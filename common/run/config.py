@@ -40,7 +40,7 @@ from common.data.hf_datasets import is_hf
 from common.data.settings import NODE_PARTITION, DataSettings
 from common.data.site_data import node_shape_info
 from common.errors import ConfigError
-from common.keys import check_choice, key_name, own_fields, require, shown
+from common.keys import LISTED_KEYS, check_choice, key_name, own_fields, require, shown, shown_keys
 from common.models.classifier_names import MODELS, check_model_fits, is_user_model
 from common.models.diffusion_names import UNET_PRESETS
 from common.models.diffusion_settings import DiffusionSettings
@@ -199,6 +199,15 @@ def config_fields() -> list[dataclasses.Field]:
     return [f for part in PARTS for f in own_fields(part)]
 
 
+def finite_number(value: int | float) -> bool:
+    """Whether `value` is a finite float: an integer beyond a float's range is not (`math.isfinite` would raise
+    OverflowError on it, and `float()` too)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def coerce_value(key: str, value: Any, default: Any) -> Any:
     """Coerce a TOML/CLI value to the type of the key's default, or raise ConfigError."""
     expected = type(default)
@@ -217,7 +226,7 @@ def coerce_value(key: str, value: Any, default: Any) -> Any:
     if expected is float:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ConfigError(f"run config key '{key}': expected a number, got {shown(value)}")
-        if not math.isfinite(value):
+        if not finite_number(value):
             raise ConfigError(f"run config key '{key}': expected a finite number, got {shown(value)}")
         return float(value)
     if not isinstance(value, str):
@@ -275,12 +284,13 @@ def parse_run_config(raw: Mapping[str, Any], known_algorithms: Iterable[str]) ->
         import difflib
 
         hints = []
-        for key in unknown:
+        for key in unknown[:LISTED_KEYS]:  # the closest keys of the first few: thousands would take minutes
             close = difflib.get_close_matches(key, list(fields_by_key), n=3, cutoff=0.6)
-            hints.append(f"'{key}' (did you mean {' or '.join(repr(c) for c in close)}?)" if close else f"'{key}'")
+            hints.append(f"{shown(key)} (did you mean {' or '.join(repr(c) for c in close)}?)" if close else shown(key))
+        more = f" and {len(unknown) - LISTED_KEYS} more" if len(unknown) > LISTED_KEYS else ""
         raise ConfigError(
-            f"unknown run config key(s): {', '.join(hints)}; the known keys are listed in the README's run-config "
-            "table (known keys: " + ", ".join(fields_by_key) + ")"
+            f"unknown run config key(s): {', '.join(hints)}{more}; the known keys are listed in the README's "
+            "run-config table (known keys: " + ", ".join(fields_by_key) + ")"
         )
     values = {
         f.name: coerce_value(key, raw[key], f.default)

@@ -37,7 +37,7 @@ from typing import Any
 
 from common.algorithms.plugins import import_attribute, is_plugin, plugin_algorithm
 from common.errors import ConfigError
-from common.keys import check_group, key_name, require_settings, sent_to_nodes
+from common.keys import check_group, key_name, require_settings, sent_to_nodes, shown_keys
 
 SEPARATOR = "."  # Flower's: a TOML table's key `k` of table `t` is the run-config key "t.k"
 # how a refused train-message value is introduced (common/run/client_settings.py's TRAIN_MESSAGE)
@@ -150,7 +150,7 @@ def parse_own_settings(path: str, raw: Mapping[str, Any], coerce: Callable[[str,
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         owner = (f"the settings of algorithm {path!r} are {', '.join(map(repr, keys))}" if keys else
                  f"algorithm {path!r} declares no settings of its own")
-        raise ConfigError(f"unknown run config key(s): {', '.join(map(repr, unknown))}{hint}; a key with a dot is a "
+        raise ConfigError(f"unknown run config key(s): {shown_keys(unknown)}{hint}; a key with a dot is a "
                           f"plugin's own, '<name>.<key>', and {owner}")
     if group is None:
         return None
