@@ -18,7 +18,7 @@ NaN or infinite, or out-of-range value is refused naming the key, never
 completed from the run config, and the error reply is the server's record of
 that node's failure with its reason. What stays the node's: its data, device
 and threads (node config), and from the run config the task (dataset, model,
-seed, partitioning), which client rule runs (`algorithm`, `cog`), and where
+seed, partitioning), which client rule runs (`algorithm`, `cog = true`), and where
 FedCOG's image grid goes (`run-name`, `results-dir`).
 """
 

@@ -11,9 +11,9 @@ The ClientApp's `train` hands diffusion runs (a `unet*` model) to
 - no local classifier evaluation of the received model.
 
 A message whose config has `phase = "warmup"` is FedDDPM's warmup: the node
-trains its own DDPM from the received initial model for `warmup-epochs` over its
-local data (or `warmup-steps` steps) at the message's `lr`, with the message's
-local training recipe otherwise, and uploads it once, uncompressed, with its
+trains its own DDPM from the received initial model for the warm-up's epochs over
+its local data (or its steps: `WarmupSettings`) at the message's `lr`, with the
+message's local training recipe otherwise, and uploads it once, uncompressed, with its
 sample count m_i. They come from the message, as a round's `lr` and codec do
 (client_app/app.py); a warm-up without them is refused.
 
@@ -37,11 +37,12 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 from client_app.training import LocalJob, plain_rule, run_local_steps
 from client_app.registry import client_update
 from client_app.train_reply import uplink_codec_of, uplink_records
-from common.keys import require_settings
-from common.run.client_settings import LocalRecipe
+from common.keys import node_keys, require_settings
+from common.run.client_settings import LocalRecipe, rule_settings
 from common.run.config import RunConfig
 from common.data.datasets import run_dataset_info
 from common.models.diffusion import image_side, loss_for, seeded_generator, to_diffusion_input
+from common.models.diffusion_settings import WarmupSettings
 from common.metrics.fid import feature_sums
 from common.metrics.fid_features import FeatureExtractor, extractor_from_weights, inception_extractor
 from common.data.partition import ClientData
@@ -59,8 +60,9 @@ def diffusion_tensors(cfg: RunConfig, data: ClientData, device: torch.device) ->
     return x, y
 
 
-# what a warm-up message's config carries (server_app/strategies/fedddpm.py sends them)
-WARMUP_KEYS = ("server-round", "lr", "warmup-epochs", "warmup-steps")
+# what a warm-up message's config carries (server_app/strategies/fedddpm_warmup.py sends them): the round, its
+# rate and the warm-up's length
+WARMUP_KEYS = ("server-round", "lr", *node_keys(WarmupSettings))
 
 
 def is_warmup(config: Mapping[str, Any]) -> bool:
@@ -69,11 +71,12 @@ def is_warmup(config: Mapping[str, Any]) -> bool:
 
 
 def warmup_recipe(config: Mapping[str, Any]) -> LocalRecipe:
-    """The local training recipe of the warmup: the message's, for `warmup-steps` steps or `warmup-epochs` passes
-    (its `lr` is the job's: `LocalJob.lr`); ValueError names a key the message lacks."""
+    """The local training recipe of the warmup: the message's, for the warm-up's steps or epochs (`WarmupSettings`;
+    its `lr` is the job's: `LocalJob.lr`); ValueError names a key the message lacks, ConfigError a bad value."""
     require_settings(config, WARMUP_KEYS)
-    return dataclasses.replace(LocalRecipe.from_config(config), local_epochs=int(config["warmup-epochs"]),
-                               local_steps=int(config["warmup-steps"]))
+    warmup = rule_settings(config, WarmupSettings)
+    return dataclasses.replace(LocalRecipe.from_config(config), local_epochs=warmup.warmup_epochs,
+                               local_steps=warmup.warmup_steps)
 
 
 def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id: int, data: ClientData,

@@ -22,8 +22,10 @@ from common.metrics.fid import feature_sums
 from common.metrics.fid_features import TRAVELLING_EXTRACTORS, extractor_from_weights
 from common.models.diffusion import UNET_PRESETS, DDPMLoss, linear_schedule, seeded_generator
 from common.models.diffusion import build_unet as build_preset_unet
+from common.models.diffusion_settings import WarmupSettings
 from common.protocol import DIFFUSION_PHASE, FID_EXTRACTOR, FID_SUMS, MODEL, WARMUP_PHASE
 from common.records import from_record, to_record
+from common.run.client_settings import rule_settings
 
 # Adam at 2e-4, DDPM's own optimizer (fedsynth's `local-optimizer = "auto"` picks Adam for the diffusion task)
 DDPM_OPTIMIZER = LocalOptimizer(lr=2e-4, kind="adam")
@@ -76,9 +78,12 @@ def is_warmup(msg: Message) -> bool:
 
 
 def warmup_length(msg: Message) -> tuple[int, int]:
-    """(epochs, steps) of the warm-up the server asks for: train `steps` steps, or `epochs` epochs when 0."""
-    config = msg.content["config"]
-    return int(config.get("warmup-epochs", 1)), int(config.get("warmup-steps", 0))
+    """(epochs, steps) of the warm-up the server asks for: train `steps` steps, or `epochs` epochs when 0.
+
+    Read as fedsynth's node reads them (`WarmupSettings` by `rule_settings`): a missing key is a ValueError, a
+    mistyped or out-of-range value a ConfigError, each naming the key."""
+    warmup = rule_settings(msg.content["config"], WarmupSettings)
+    return warmup.warmup_epochs, warmup.warmup_steps
 
 
 def warmup_reply(msg: Message, model: nn.Module, *, num_examples: int, train_loss: float) -> Message:

@@ -26,8 +26,9 @@ each round ends with is kept in node state for the next disagreement term.
 round on FedAvg's update) take plain parameters and FedCOG's one settings object,
 the run config's part `CogSettings` (common/algorithms/cog_settings.py), for any
 Flower ClientApp (`fedsynth.client`); `plug_in` feeds the first from the train
-message: the server sends FedCOG's settings in its config (`CogSettings.from_config`),
-with its first round already resolved to the first FedCOG round.
+message: the server sends FedCOG's settings in its config, with its first round already
+resolved to the first FedCOG round, and the node reads them back as the group
+(`LocalJob.rule_settings`: a missing, mistyped or out-of-range value is refused naming its key).
 """
 
 from __future__ import annotations
@@ -298,7 +299,7 @@ def with_cog(base: ClientUpdate) -> ClientUpdate:
     """The base client update with FedCOG plugged in from the first FedCOG round."""
 
     def update(job: LocalJob) -> LocalResult:
-        settings = CogSettings.from_config(job.settings)  # the server's; its start round is the first round
+        settings = job.rule_settings(CogSettings)  # the server's; its start round is the first round
         stats = plug_in(job, settings) if job.server_round >= settings.cog_start_round else {}
         result = base(job)
         # Kept in every round, so that the first FedCOG round already has a

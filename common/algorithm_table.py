@@ -195,10 +195,10 @@ _ROWS: dict[str, Algorithm] = {
                          step="Ole restart, then SAM local steps",
                          source="OledFL paper, Algorithm 1 and Sec. experiments (beta = 0.99 on CIFAR-10, k = 10)"),
     # FedCOG (issue 4) is client-side only: "fedcog" = "fedavg+cog" with its own class (it sends the start round,
-    # CogSettings' cog_start_round); the X+cog rows are generated below from the rows marked cog_base; the server
-    # sends FedCOG's settings beside X's (common/run/client_settings.py `client_keys`)
-    "fedcog": Algorithm("fedavg", ("cog-start-round",), strategy=_S + "node_rules:FedCOG", client=_FEDAVG_CLIENT,
-                        with_cog=True, page="fedcog.md",
+    # its settings group's: CogSettings' cog_start_round); the X+cog rows are generated below from the rows marked
+    # cog_base; the server sends FedCOG's settings beside X's (common/run/client_settings.py `client_keys`)
+    "fedcog": Algorithm("fedavg", settings="common.algorithms.cog_settings:FedCOGRuleSettings",
+                        strategy=_S + "node_rules:FedCOG", client=_FEDAVG_CLIENT, with_cog=True, page="fedcog.md",
                         rule=PaperRule(_FEDAVG_STEP + " (FedCOG is client-side only)",
                                        "FedCOG's reference code (rui-ye/FedCOG fedcog.py: sample-size weights)",
                                        "FedCOG paper, Sec. 4 and A.2.2 (G = 256, lambda_dis = 0.1, the "

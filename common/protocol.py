@@ -31,7 +31,7 @@ STATE_OWN_ROUND = "decentralized-own-round"  # key of the round that produced it
 CLIENT_STAT_PREFIX = "stat-"                 # reply metrics the server averages per round (e.g. generation time)
 # FedDDPM (issue 5); the auxiliary set itself never travels
 DIFFUSION_PHASE = "phase"                    # config key of a train message: "warmup" for FedDDPM's warmup (down)
-WARMUP_PHASE = "warmup"                      # its value: train the node's own DDPM for warmup-epochs, upload once
+WARMUP_PHASE = "warmup"                      # its value: train the node's own DDPM for the warm-up, upload once
 FID_STATS = "fid_stats"                      # query: a node's feature sums of its images (FID without server images)
 FID_EXTRACTOR = "fid-extractor"              # the classifier or random extractor's weights (down, with FID_STATS)
 FID_SUMS = "fid-sums"                        # sum f and sum f f^T of the node's image features (up; n in metrics)

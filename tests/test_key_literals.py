@@ -8,8 +8,12 @@ scanned here) and in tests. The scan reads the library's code (common/, server_a
 the run-config files a user writes (pyproject.toml, studies/, benchmarks' run configs, the hand-written docs)
 name keys by design and are not scanned.
 
+The run-config parts a train message carries beside a strategy class's group (`SHARED_PARTS`: FedCOG's, sent on
+every run with FedCOG plugged in, and the diffusion task's warm-up) are held to the same rule; a key that is also a
+word of the code (`WORD_KEYS`: `cog`) is held to it quoted.
+
 `ALLOWED` lists the only other places, each with why it is no use of the setting. The other keys a train message
-carries (the local training recipe, the codec, FedCOG's, FedDDPM's warm-up) are not yet a strategy class's
+carries (the local training recipe, the codec) are not yet a strategy class's
 settings group: `NOT_YET_GROUPED` lists the files that still spell each (quoted), and may only shrink.
 """
 
@@ -22,7 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from common.algorithms.cog_settings import CogSettings
 from common.keys import key_name, own_fields, sent_to_nodes
+from common.models.diffusion_settings import DiffusionSettings
 from common.run.config import config_fields
 from server_app.strategies.catalog import STRATEGY_CLASSES
 from server_app.strategies.parameters import settings_groups
@@ -79,25 +85,17 @@ NOT_YET_GROUPED: dict[str, tuple[str, ...]] = {
                    "common/uplink/spec.py"),
     "error-feedback": ("common/run/client_settings.py", "common/run/codecs.py", "common/uplink/encoding.py",
                        "client_app/replies.py", "client_app/train_reply.py"),
-    "cog": ("common/run/client_settings.py", "common/run/config.py", "client_app/app.py"),
-    # the fedcog row's client_keys (the base table imports no floor of common/, so not COG_START_KEY)
-    "cog-start-round": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),
-    "gen-budget": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),
-    "gen-steps": ("common/algorithms/cog_settings.py", "common/algorithm_table.py",
-                  "server_app/strategies/parameters.py"),
-    "gen-lr": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),
-    "lambda-dis": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),
-    "kd-weighting": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),
-    "lambda-kd": ("common/algorithms/cog_settings.py",),
-    "cog-ablation": ("common/algorithms/cog_settings.py",),
-    "cog-grid-partition": ("common/algorithms/cog_settings.py",),
-    # FedDDPM's warm-up message moved to its collaborator (server_app/strategies/fedddpm_warmup.py)
-    "warmup-epochs": ("common/algorithm_table.py", "common/models/diffusion_settings.py",
-                      "server_app/strategies/fedddpm.py", "server_app/strategies/fedddpm_warmup.py",
-                      "client_app/diffusion.py", "client_app/diffusion_library.py"),
-    "warmup-steps": ("common/models/diffusion_settings.py", "server_app/strategies/fedddpm_warmup.py",
-                     "client_app/diffusion.py", "client_app/diffusion_library.py"),
 }
+
+# The run-config parts whose train-message keys (side NODE or BOTH) are no strategy class's settings group but are
+# read by the node as a group all the same (common/run/client_settings.py `rule_settings`): FedCOG's part, which
+# fedsynth's app sends on every run with FedCOG plugged in (`X+cog`, `cog = true`), and the diffusion task's, whose
+# node-side keys are FedDDPM's warm-up message (`WarmupSettings`).
+SHARED_PARTS: tuple[type, ...] = (CogSettings, DiffusionSettings)
+
+# Group keys that are also a word of the code, not the setting: spelled only quoted outside their declaration (key ->
+# the word's other meaning).
+WORD_KEYS: dict[str, str] = {"cog": "the suffix of the `X+cog` rows' names, and the run config's attribute"}
 
 
 def source_files() -> dict[str, str]:
@@ -121,6 +119,10 @@ def group_keys() -> dict[str, str]:
                 declaring = next(g for g in group.__mro__ if dataclasses.is_dataclass(g)
                                  and f.name in {own.name for own in own_fields(g)})
                 keys[key_name(f.name)] = str(Path(inspect.getsourcefile(declaring)).relative_to(ROOT))
+    for part in SHARED_PARTS:
+        for f in own_fields(part):
+            if sent_to_nodes(f):
+                keys[key_name(f.name)] = str(Path(inspect.getsourcefile(part)).relative_to(ROOT))
     return keys
 
 
@@ -138,6 +140,9 @@ def test_the_groups_cover_every_algorithm_setting_the_train_message_carries() ->
     keys = group_keys()
     assert {"sam-rho", "proximal-mu", "moon-mu", "moon-tau", "mofedsam-alpha", "dyn-alpha", "synsam-beta",
             "synsam-mix", "dfedavgm-momentum", "ole-beta"} <= set(keys)
+    assert {"cog", "cog-start-round", "gen-budget", "gen-steps", "gen-lr", "lambda-dis", "kd-weighting", "lambda-kd",
+            "cog-ablation", "cog-grid-partition", "warmup-epochs", "warmup-steps"} <= set(keys)
+    assert set(WORD_KEYS) <= set(keys)
     # every key the train message carries is a group's or waits in NOT_YET_GROUPED, and the two do not overlap
     message = {key_name(f.name) for f in config_fields() if sent_to_nodes(f)}
     assert message <= set(keys) | set(NOT_YET_GROUPED), message - set(keys) - set(NOT_YET_GROUPED)
@@ -148,7 +153,8 @@ def test_the_groups_cover_every_algorithm_setting_the_train_message_carries() ->
 def test_a_group_key_is_spelled_only_in_its_declaration(key: str) -> None:
     declaration = group_keys()[key]
     files = source_files()
-    where = {path for path, text in files.items() if spelled(key, text)}
+    found = quoted if key in WORD_KEYS else spelled
+    where = {path for path, text in files.items() if found(key, text)}
     assert declaration in where, (key, declaration)  # the scan sees the declaration: it can find the key
     assert where - {declaration} - set(ALLOWED) == set(), (key, sorted(where - {declaration} - set(ALLOWED)))
 
@@ -164,3 +170,4 @@ def test_the_scan_would_see_a_new_spelling(tmp_path: Path) -> None:
     assert spelled("sam-rho", 'config["sam-rho"]') and spelled("sam-rho", "reads `sam-rho`")
     assert not spelled("sam-rho", "xsam-rho-2") and not quoted("lr", "the lr of the round")
     assert quoted("lr", 'config["lr"]')
+    assert quoted("cog", 'require(..., "cog", ...)') and not quoted("cog", "`fedavg+cog`, `cog = true`")

@@ -173,11 +173,18 @@ def test_the_recipe_round_trips_through_the_message() -> None:
 # ----- a rule's own settings group, read from the message (common/run/client_settings.py `rule_settings`) -----
 
 def _rule_groups() -> list[type]:
-    """The settings groups whose fields the nodes read: each built-in strategy class's that travel to the node."""
+    """The settings groups whose fields the nodes read: each built-in strategy class's that travel to the node, each
+    row's (`settings`), and those a node reads beside them: FedCOG's part on a run with FedCOG plugged in, and
+    FedDDPM's warm-up (`WarmupSettings`)."""
+    from common.algorithms.cog_settings import CogSettings
+    from common.algorithms.plugins import import_attribute
+    from common.models.diffusion_settings import WarmupSettings
     from server_app.strategies.catalog import STRATEGY_CLASSES
     from server_app.strategies.parameters import settings_groups
 
     groups = {group for cls in STRATEGY_CLASSES.values() for group in settings_groups(cls) if node_fields(group)}
+    groups |= {import_attribute(row.settings, "a row's settings group") for row in ALGORITHMS.values() if row.settings}
+    groups |= {CogSettings, WarmupSettings}
     return sorted(groups, key=lambda group: group.__name__)
 
 
@@ -200,7 +207,8 @@ def test_every_rule_group_is_read_back_as_the_server_sent_it() -> None:
 
     assert {group.__name__ for group in _rule_groups()} >= {"SAMSettings", "FedProxSettings", "MOONSettings",
                                                              "MoFedSAMSettings", "FedDynSAMSettings",
-                                                             "SynSAMRuleSettings", "DFedAvgMSettings"}
+                                                             "SynSAMRuleSettings", "DFedAvgMSettings",
+                                                             "CogSettings", "FedCOGRuleSettings", "WarmupSettings"}
     for group in _rule_groups():
         sent = group()
         assert rule_settings({**_GOOD, **message_config(group, sent)}, group) == sent, group
@@ -224,4 +232,47 @@ def test_a_rule_refuses_a_missing_mistyped_nan_or_out_of_range_setting_naming_it
         reason = _rule_refusal(group, {**good, key: value})
         assert (reason is not None) == _refused_by_the_run_config(key, value), (key, value, reason)
         refused += reason is not None
-    assert refused > 0, key  # each rule setting has a range or a choice
+    assert refused > 0 or _kind(key) is bool, key  # each rule setting has a range or a choice, but a switch (`cog`)
+
+
+def test_fedcogs_node_reads_its_settings_as_the_server_sent_them_and_refuses_a_bad_one_naming_it() -> None:
+    """FedCOG's client plug-in (client_app/fedcog.py `with_cog`) reads its part through the job, as every rule's."""
+    from types import SimpleNamespace
+
+    from client_app.training import LocalJob
+    from common.algorithms.cog_settings import CogSettings
+    from common.keys import message_config
+
+    sent = CogSettings(cog=True, cog_start_round=3, gen_budget=7, gen_lr=0.2, kd_weighting="fixed", lambda_kd=0.5)
+    job = SimpleNamespace(settings={**_GOOD, **message_config(CogSettings, sent)})
+    assert LocalJob.rule_settings(job, CogSettings) == sent
+    for key, value in {"gen-budget": 0, "gen-lr": math.nan, "kd-weighting": "soft", "cog": "yes"}.items():
+        with pytest.raises(ConfigError, match=f"'{key}'"):
+            LocalJob.rule_settings(SimpleNamespace(settings={**job.settings, key: value}), CogSettings)
+
+
+def test_the_warm_up_is_read_from_its_message_and_a_bad_length_refused_naming_the_key() -> None:
+    """FedDDPM's warm-up length as fedsynth's node (`warmup_recipe`) and a ClientApp of one's own (`warmup_length`)
+    read it: the server's values, and a missing, mistyped, NaN or out-of-range one refused naming the key."""
+    from types import SimpleNamespace
+
+    from flwr.app import ConfigRecord, RecordDict
+
+    from client_app.diffusion import WARMUP_KEYS, warmup_recipe
+    from client_app.diffusion_library import warmup_length
+
+    def message(config: dict) -> SimpleNamespace:  # what warmup_length reads of a Message: its content
+        return SimpleNamespace(content=RecordDict({"config": ConfigRecord(config)}))
+
+    warmup = {**_GOOD, "server-round": 0, "phase": "warmup", "warmup-epochs": 3, "warmup-steps": 7}
+    assert set(WARMUP_KEYS) == {"server-round", "lr", "warmup-epochs", "warmup-steps"}
+    assert (warmup_recipe(warmup).local_epochs, warmup_recipe(warmup).local_steps) == (3, 7)
+    assert warmup_length(message(warmup)) == (3, 7)
+    for key, out_of_range in {"warmup-epochs": 0, "warmup-steps": -1}.items():
+        for bad in (out_of_range, 1.5, "abc", math.nan):
+            with pytest.raises(ConfigError, match=f"'{key}'"):
+                warmup_recipe({**warmup, key: bad})
+            with pytest.raises(ConfigError, match=f"'{key}'"):
+                warmup_length(message({**warmup, key: bad}))
+        with pytest.raises(ValueError, match=f"lacks '{key}'"):
+            warmup_length(message({k: v for k, v in warmup.items() if k != key}))

@@ -7,8 +7,9 @@ plug into spans parts: `RunConfig` checks it.
 
 FedCOG's settings are the server's (SPEC 3: every setting a client needs travels in the train message's
 config): fedsynth's ServerApp sends them all under their run-config names (`COG_KEYS`, `cog_config`) on a run
-with FedCOG, with `cog-start-round` resolved to the first FedCOG round (`first_cog_round`), and the node reads
-them back with `from_config`.
+with FedCOG, with `cog-start-round` resolved to the first FedCOG round (`first_cog_round`), and fedsynth's node
+reads them back as the group (common/run/client_settings.py `rule_settings`, which refuses a missing, mistyped or
+out-of-range value naming its key; `from_config` reads them for a ClientApp of one's own).
 """
 
 from __future__ import annotations
@@ -121,6 +122,21 @@ class CogSettings:
 COG_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in dataclasses.fields(CogSettings))
 # the key of FedCOG's first round, which FedCOG's own class sends (resolved: `first_cog_round`)
 COG_START_KEY: str = key_name("cog_start_round")
+# the key that turns FedCOG on over a base algorithm (the run config's checks across parts name it)
+COG_KEY: str = key_name("cog")
+
+
+@dataclass(frozen=True)
+class FedCOGRuleSettings:
+    """The settings group of the `fedcog` row (common/algorithm_table.py names it by path): the first FedCOG round,
+    the key of FedCOG's part that FedCOG's own class sends from its own parameter (`FedCOGClassSettings`); the
+    row's client rule reads the rest of the part as every row with FedCOG does (`COG_KEYS`)."""
+
+    cog_start_round: int = same_key(CogSettings, "cog_start_round")
+
+    def check(self) -> None:
+        """The first round is checked as the run config checks its key."""
+        CogSettings(cog_start_round=self.cog_start_round).check()
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from common.keys import NODE, check_choice, check_text, key, require
+from common.keys import NODE, check_choice, check_text, key, require, same_key
 from common.models.diffusion_names import FID_EXTRACTORS, SAMPLERS
 
 
@@ -27,6 +27,13 @@ def final_fid_count(final_fid_samples: int, fid_samples: int, num_server_rounds:
     if final_fid_samples == 0:
         return 0
     return min(final_fid_samples, max(fid_samples, FINAL_FID_SAMPLES_PER_ROUND * num_server_rounds))
+
+
+def _check_warmup(settings: "DiffusionSettings | WarmupSettings") -> None:
+    """The warm-up's length, of the run config's part or of the warm-up message (`WarmupSettings`)."""
+    require(settings.warmup_epochs >= 1, "warmup-epochs", settings.warmup_epochs, "an integer >= 1")
+    require(settings.warmup_steps >= 0, "warmup-steps", settings.warmup_steps,
+            "an integer >= 0 (0: use warmup-epochs)")
 
 
 # A bound on T far above the papers' 500 and 1000: the noise schedule holds T numbers, and a T of 10^12 made
@@ -121,8 +128,7 @@ class DiffusionSettings:
         require(self.final_fid_samples == 0 or self.final_fid_samples >= 2, "final-fid-samples",
                 self.final_fid_samples, "0 (none) or an integer >= 2")
         check_choice("fid-features", self.fid_features, FID_EXTRACTORS)
-        require(self.warmup_epochs >= 1, "warmup-epochs", self.warmup_epochs, "an integer >= 1")
-        require(self.warmup_steps >= 0, "warmup-steps", self.warmup_steps, "an integer >= 0 (0: use warmup-epochs)")
+        _check_warmup(self)
         require(self.warmup_timeout > 0, "warmup-timeout", self.warmup_timeout, "seconds > 0")
         require(0 < self.aux_fraction <= 1, "aux-fraction", self.aux_fraction, "a fraction in (0, 1]")
         require(self.correction_epochs >= 0, "correction-epochs", self.correction_epochs, "an integer >= 0")
@@ -134,3 +140,19 @@ class DiffusionSettings:
         require(0 < self.quicktest_gamma <= 1, "quicktest-gamma", self.quicktest_gamma, "a number in (0, 1]")
         require(self.quicktest_threshold >= 0, "quicktest-threshold", self.quicktest_threshold, "a number >= 0")
         check_choice("quicktest-reference", self.quicktest_reference, ("auxiliary", "clients"))
+
+
+@dataclass(frozen=True)
+class WarmupSettings:
+    """FedDDPM(+)'s warm-up message: how long each node trains its own DDPM before round 1, the part's `NODE` keys.
+
+    The server puts them in the warm-up's train config (server_app/strategies/fedddpm_warmup.py, `message_config`)
+    and the node reads them back (common/run/client_settings.py `rule_settings`), each checked as the run config
+    checks its key."""
+
+    warmup_epochs: int = same_key(DiffusionSettings, "warmup_epochs")
+    warmup_steps: int = same_key(DiffusionSettings, "warmup_steps")
+
+    def check(self) -> None:
+        """The warm-up's length is checked as the run config checks its keys."""
+        _check_warmup(self)

@@ -172,7 +172,7 @@ def client_keys(algorithm: str, decentralized: bool = False, cog: bool = False) 
     """The run-config keys a node running `algorithm` reads from its train message's config, beside `ROUND_KEYS`.
 
     The codec's (centralized algorithms only: the relay refuses compression), the rule's own (the table's
-    `client_keys`) and, on a run with FedCOG plugged in (`cog`), FedCOG's (`COG_KEYS`).
+    `client_keys`) and, on a run with FedCOG plugged in (`cog=True`), FedCOG's (`COG_KEYS`).
     """
     keys = (() if decentralized else CODEC_KEYS) + RULE_KEYS.get(algorithm, ())
     return keys + tuple(key for key in COG_KEYS if cog and key not in keys)

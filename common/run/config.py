@@ -26,7 +26,7 @@ from common.algorithms.aggregation_settings import (
     AUTO_MEAN, AggregationSettings, FedAvgMSettings, RecordBoundSettings, bounded_influence_values,
 )
 from common.algorithms.codec_settings import CodecSettings
-from common.algorithms.cog_settings import CogSettings
+from common.algorithms.cog_settings import COG_KEY, CogSettings
 from common.algorithms.decentralized_settings import DecentralizedSettings
 from common.algorithms.rule_settings import (
     DFedAvgMSettings, FedDynSAMSettings, FedProxSettings, MOONSettings, MoFedSAMSettings, OledFLSettings, SAMSettings,
@@ -128,7 +128,7 @@ class RunConfig(*_bases(PARTS)):  # type: ignore[misc]
         require(self.synthetic_source != REAL_ORACLE or not node, "synthetic-source",
                 self.synthetic_source, "distilled with partition = node (real-oracle reads the training split on the "
                 "server, and the sites' data is not there)")
-        require(not self.cog or algorithm.cog_base or algorithm.with_cog, "cog", self.cog,
+        require(not self.cog or algorithm.cog_base or algorithm.with_cog, COG_KEY, self.cog,
                 f"true only with a base algorithm FedCOG plugs into: {', '.join(COG_BASES)}")
         unknown_keys = [key for key in algorithm.client_keys if not hasattr(self, key.replace("-", "_"))]
         require(not unknown_keys, "algorithm", self.algorithm,
@@ -160,7 +160,7 @@ class RunConfig(*_bases(PARTS)):  # type: ignore[misc]
         require(algorithm.trains_ddpm, "algorithm", self.algorithm,
                 "with a U-Net model (diffusion task) one of "
                 + ", ".join(name for name, row in ALGORITHMS.items() if row.trains_ddpm))
-        require(not self.cog, "cog", self.cog, "false with a U-Net model (FedCOG needs a classifier)")
+        require(not self.cog, COG_KEY, self.cog, "false with a U-Net model (FedCOG needs a classifier)")
         if is_hf(self.dataset) and self.partition != NODE_PARTITION:
             return
         preset = UNET_PRESETS[self.model]

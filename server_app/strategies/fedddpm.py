@@ -2,7 +2,7 @@
 auxiliary set FedDDPM+ shares (FedDDPM+'s QuickTest and one-shot correction: server_app/strategies/fedddpm_plus.py).
 
 Both start with a **warmup**: every node trains its own DDPM on its local data
-for `warmup-epochs` (from the run's initial model) and uploads it once. The
+for the warm-up's epochs (from the run's initial model) and uploads it once. The
 server draws `|A_i| = aux-fraction * m_i` images from node i's warm model
 (m_i: the sample count the node reports, none above `max-weight-share` of
 their total, so a false claim cannot make the server sample without end) and keeps their union, the

@@ -1,8 +1,8 @@
 """FedDDPM's warm-up, the exchange before the first round: `WarmupPhase`.
 
-Every node of the node table trains its own DDPM from the run's initial model for `warmup-epochs` (or
-`warmup-steps`) and uploads it once; the server checks the warm models and samples the auxiliary set A from
-them (|A_i| = aux-fraction * m_i images from node i's model, m_i capped at `max-weight-share` of the total).
+Every node of the node table trains its own DDPM from the run's initial model for the warm-up's epochs (or its
+steps: `WarmupSettings`) and uploads it once; the server checks the warm models and samples the auxiliary set A
+from them (|A_i| = aux-fraction * m_i images from node i's model, m_i capped at `max-weight-share` of the total).
 The exchange has the shape of Flower's `configure_train` / `aggregate_train` around one
 `grid.send_and_receive` (`FedDDPM.warmup` drives it): `configure(arrays, grid)` -> one TRAIN message per node,
 `aggregate(replies)` -> the warm-up's record, with A kept on the strategy (`auxiliary`, `aux_counts`) and the
@@ -26,6 +26,8 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from common.keys import message_config
+from common.models.diffusion_settings import WarmupSettings
 from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, to_record
 from common.run.progress import Progress
@@ -81,7 +83,7 @@ class WarmupPhase:
         self.started = 0.0              # when configure ran (the record's times)
 
     def length(self) -> str:
-        """`warmup-steps` steps or `warmup-epochs` epochs, for logs."""
+        """The warm-up's steps, or its epochs when it counts none, for logs."""
         s = self.strategy
         warmup = s.diffusion
         return f"{warmup.warmup_steps} steps" if warmup.warmup_steps else f"{warmup.warmup_epochs} epochs"
@@ -90,11 +92,12 @@ class WarmupPhase:
         """One TRAIN message per node of the node table: the run's initial model and the warm-up's config.
 
         Content: `RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": 0, "phase": "warmup",
-        "warmup-epochs": ..., "warmup-steps": ..., "lr": ...})})`, beside `start()`'s `train_config` (fedsynth's
-        app puts the local training recipe there: batch-size, the optimizer, ...). A node answers it as a train
-        message, except that it trains its own DDPM from `arrays` for "warmup-steps" steps (0: "warmup-epochs"
-        epochs) at "lr" (round 1's: `lr_schedule(1)`, else `start()`'s `train_config` "lr"; absent when neither is
-        given) and replies with that model (see `aggregate`).
+        <the warm-up's length>, "lr": ...})})`, beside `start()`'s `train_config` (fedsynth's app puts the local
+        training recipe there: batch-size, the optimizer, ...); the length is `WarmupSettings`' fields under their
+        run-config keys (common/models/diffusion_settings.py), its epochs and its steps. A node answers it as a
+        train message, except that it trains its own DDPM from `arrays` for the warm-up's steps (0: its epochs) at
+        "lr" (round 1's: `lr_schedule(1)`, else `start()`'s `train_config` "lr"; absent when neither is given) and
+        replies with that model (see `aggregate`).
         """
         s = self.strategy
         s._refresh_nodes(grid)
@@ -102,7 +105,7 @@ class WarmupPhase:
         self.initial = from_record(arrays)
         record = to_record(self.initial)
         config = {**s.train_config, "server-round": 0, DIFFUSION_PHASE: WARMUP_PHASE,
-                  "warmup-epochs": s.diffusion.warmup_epochs, "warmup-steps": s.diffusion.warmup_steps, **self.lr()}
+                  **message_config(WarmupSettings, s.diffusion), **self.lr()}
         messages = [
             Message(RecordDict({MODEL: record, "config": ConfigRecord(config)}), dst_node_id=node.node_id,
                     message_type=MessageType.TRAIN)

@@ -83,9 +83,8 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
              "None (no compression), `QSGD(bits, levels, scope, bucket, error_feedback)` or\n"
              "`TopK(ratio, error_feedback)` (common/run/codecs.py; run-config keys `compression`, `bits`, ...).",
     "cog_settings": "FedCOG's generation and distillation settings, sent in every train message's config under\n"
-                    "their run-config keys (\"gen-budget\", \"gen-steps\", ...): a `CogSettings` (the run config's\n"
-                    "FedCOG part, common/algorithms/cog_settings.py); None: its defaults. Its `cog_start_round` is\n"
-                    "this class's.",
+                    "their run-config keys: a `CogSettings` (the run config's FedCOG part,\n"
+                    "common/algorithms/cog_settings.py); None: its defaults. Its `cog_start_round` is this class's.",
 }
 
 
