@@ -25,7 +25,7 @@ from common.models.diffusion import build_unet as build_preset_unet
 from common.protocol import DIFFUSION_PHASE, FID_EXTRACTOR, FID_SUMS, MODEL, WARMUP_PHASE
 from common.records import from_record, to_record
 
-# Adam at 2e-4, DDPM's own optimizer (fedsynth's `local-optimizer = "auto"` picks Adam for the diffusion task)
+# Adam at 2e-4, DDPM's own optimizer (fedsynth's local optimizer `auto` picks Adam for the diffusion task)
 DDPM_OPTIMIZER = LocalOptimizer(lr=2e-4, kind="adam")
 
 

@@ -26,6 +26,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from common.algorithms.local_training_settings import ROUND_LR_KEY, round_lr_entry
 from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
 from common.records import Weights, check_weights, from_record, load_weights, message_array_bytes, to_record
 from common.run.progress import Progress
@@ -90,11 +91,11 @@ class WarmupPhase:
         """One TRAIN message per node of the node table: the run's initial model and the warm-up's config.
 
         Content: `RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": 0, "phase": "warmup",
-        "warmup-epochs": ..., "warmup-steps": ..., "lr": ...})})`, beside `start()`'s `train_config` (fedsynth's
-        app puts the local training recipe there: batch-size, the optimizer, ...). A node answers it as a train
-        message, except that it trains its own DDPM from `arrays` for "warmup-steps" steps (0: "warmup-epochs"
-        epochs) at "lr" (round 1's: `lr_schedule(1)`, else `start()`'s `train_config` "lr"; absent when neither is
-        given) and replies with that model (see `aggregate`).
+        "warmup-epochs": ..., "warmup-steps": ..., **round_lr_entry(...)})})`, beside `start()`'s `train_config`
+        (fedsynth's app puts the local training recipe there: the batch size, the optimizer, ...). A node answers
+        it as a train message, except that it trains its own DDPM from `arrays` for "warmup-steps" steps (0:
+        "warmup-epochs" epochs) at the learning rate of `lr()` (round 1's: `lr_schedule(1)`, else `start()`'s
+        `train_config`'s; absent when neither is given) and replies with that model (see `aggregate`).
         """
         s = self.strategy
         s._refresh_nodes(grid)
@@ -113,11 +114,12 @@ class WarmupPhase:
         return messages
 
     def lr(self) -> dict[str, float]:
-        """The warm-up's `lr` entry: round 1's rate of the schedule, else `start()`'s train config's, else none."""
+        """The warm-up's learning-rate entry: round 1's rate of the schedule, else `start()`'s train config's, else
+        none."""
         s = self.strategy
         if s.lr_schedule is not None:
-            return {"lr": s.lr_schedule(1)}
-        return {"lr": float(s.train_config["lr"])} if "lr" in s.train_config else {}
+            return round_lr_entry(s.lr_schedule(1))
+        return round_lr_entry(float(s.train_config[ROUND_LR_KEY])) if ROUND_LR_KEY in s.train_config else {}
 
     def aggregate(self, replies: Iterable[Message]) -> dict[str, Any]:
         """Check the warm models that came back and sample the auxiliary set A from them; returns the record.
