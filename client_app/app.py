@@ -6,9 +6,9 @@ runs in a new process: the node reads only its cached partition, and anything
 that must survive between rounds lives in `Context.state`.
 
 A train message is read as a Flower developer's client reads it
-(docs/library.md, "What each strategy sends and expects"): the round's `lr`,
-the local training recipe (`local-epochs` / `local-steps`, `batch-size`,
-`momentum`, `weight-decay`, `clip-grad-norm`, `local-optimizer`), the uplink
+(docs/library.md, "What each strategy sends and expects"): the round's learning
+rate, the local training recipe (the step count, batch, momentum, weight decay,
+clipping and optimizer: common/algorithms/local_training_settings.py), the uplink
 codec and every setting of the algorithm's rule come from the message's
 config, which the server fills (SPEC 3: "every setting a client needs ... sent
 in the train message's ConfigRecord"). Before it trains, the node checks that
@@ -39,6 +39,7 @@ from client_app.threads import torch_threads, usable_cores
 from client_app.training import LocalJob
 from client_app.registry import CLIENT_UPDATES, client_update
 from client_app.train_reply import uplink_codec_of, uplink_records
+from common.algorithms.local_training_settings import LOCAL_STEPS_METRIC
 from common.algorithms.plugins import algorithm_of
 from common.imports import node_imports, site_imports
 from common.run.client_settings import (
@@ -226,8 +227,8 @@ def fid_stats(msg: Message, context: Context) -> Message:
 
 
 def required_settings(cfg: RunConfig) -> tuple[str, ...]:
-    """The keys a train message of this run must carry in its config: the round, its `lr`, the local training
-    recipe, and what the algorithm's rule reads (the codec, the rule's settings, FedCOG's, a plugin's own:
+    """The keys a train message of this run must carry in its config: the round, its learning rate, the local
+    training recipe, and what the algorithm's rule reads (the codec, the rule's settings, FedCOG's, a plugin's own:
     common/run/client_settings.py)."""
     return ROUND_KEYS + RECIPE_KEYS + client_keys(cfg.algorithm, algorithm_of(cfg.algorithm).decentralized,
                                                   cog_enabled(cfg)) + own_message_keys(cfg)
@@ -265,7 +266,7 @@ def train(msg: Message, context: Context) -> Message:
         "num-examples": int(len(y)),
         "partition-id": node.partition_id,
         "train-loss": result.train_loss,
-        "local-steps": result.num_steps,
+        LOCAL_STEPS_METRIC: result.num_steps,
         f"{CLIENT_STAT_PREFIX}torch-threads": torch.get_num_threads(),  # client_app/threads.py
         **result.metrics,
     }

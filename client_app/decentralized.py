@@ -16,7 +16,7 @@ Round t on node i (SPEC 4.5, OledFL Algorithm 1):
    the round it was made in, and send it to the relay.
 
 The rules' settings (their groups: `SAMSettings`, `OledFLSettings`, `DFedAvgMSettings`) and the round's
-`lr` come from the relay's train message (`LocalJob.rule_settings`), as a centralized
+learning rate come from the relay's train message (`LocalJob.rule_settings`), as a centralized
 rule's do; the relay sends no codec (decentralized nodes exchange full models).
 """
 

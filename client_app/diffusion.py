@@ -12,9 +12,9 @@ The ClientApp's `train` hands diffusion runs (a `unet*` model) to
 
 A message whose config has `phase = "warmup"` is FedDDPM's warmup: the node
 trains its own DDPM from the received initial model for the warm-up's epochs over
-its local data (or its steps: `WarmupSettings`) at the message's `lr`, with the
+its local data (or its steps: `WarmupSettings`) at the message's learning rate, with the
 message's local training recipe otherwise, and uploads it once, uncompressed, with its
-sample count m_i. They come from the message, as a round's `lr` and codec do
+sample count m_i. They come from the message, as a round's rate and codec do
 (client_app/app.py); a warm-up without them is refused.
 
 The `fid_stats` query returns the sums (sum f, sum f f^T, n) of the features
@@ -38,7 +38,8 @@ from client_app.training import LocalJob, plain_rule, run_local_steps
 from client_app.registry import client_update
 from client_app.train_reply import uplink_codec_of, uplink_records
 from common.keys import node_keys, require_settings
-from common.run.client_settings import LocalRecipe, rule_settings
+from common.algorithms.local_training_settings import LOCAL_STEPS_METRIC, ROUND_LR_KEY, LocalTrainingSettings
+from common.run.client_settings import rule_settings
 from common.run.config import RunConfig
 from common.data.datasets import run_dataset_info
 from common.models.diffusion import image_side, loss_for, seeded_generator, to_diffusion_input
@@ -62,7 +63,7 @@ def diffusion_tensors(cfg: RunConfig, data: ClientData, device: torch.device) ->
 
 # what a warm-up message's config carries (server_app/strategies/fedddpm_warmup.py sends them): the round, its
 # rate and the warm-up's length
-WARMUP_KEYS = ("server-round", "lr", *node_keys(WarmupSettings))
+WARMUP_KEYS = ("server-round", ROUND_LR_KEY, *node_keys(WarmupSettings))
 
 
 def is_warmup(config: Mapping[str, Any]) -> bool:
@@ -70,12 +71,13 @@ def is_warmup(config: Mapping[str, Any]) -> bool:
     return str(config.get(DIFFUSION_PHASE, "")) == WARMUP_PHASE
 
 
-def warmup_recipe(config: Mapping[str, Any]) -> LocalRecipe:
-    """The local training recipe of the warmup: the message's, for the warm-up's steps or epochs (`WarmupSettings`;
-    its `lr` is the job's: `LocalJob.lr`); ValueError names a key the message lacks, ConfigError a bad value."""
+def warmup_recipe(config: Mapping[str, Any]) -> LocalTrainingSettings:
+    """The local training recipe of the warmup: the message's, its rate included (the job's: `LocalJob.lr`), for
+    the warm-up's steps or epochs (`WarmupSettings`); ValueError names a key the message lacks, ConfigError a bad
+    value."""
     require_settings(config, WARMUP_KEYS)
     warmup = rule_settings(config, WarmupSettings)
-    return dataclasses.replace(LocalRecipe.from_config(config), local_epochs=warmup.warmup_epochs,
+    return dataclasses.replace(rule_settings(config, LocalTrainingSettings), local_epochs=warmup.warmup_epochs,
                                local_steps=warmup.warmup_steps)
 
 
@@ -97,7 +99,7 @@ def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id
         "num-examples": int(len(y)),
         "partition-id": partition_id,
         "train-loss": result.train_loss,
-        "local-steps": result.num_steps,
+        LOCAL_STEPS_METRIC: result.num_steps,
         **result.metrics,
     }
     content = RecordDict({"metrics": MetricRecord(metrics)})

@@ -27,7 +27,7 @@ from common.protocol import DIFFUSION_PHASE, FID_EXTRACTOR, FID_SUMS, MODEL, WAR
 from common.records import from_record, to_record
 from common.run.client_settings import rule_settings
 
-# Adam at 2e-4, DDPM's own optimizer (fedsynth's `local-optimizer = "auto"` picks Adam for the diffusion task)
+# Adam at 2e-4, DDPM's own optimizer (fedsynth's local optimizer `auto` picks Adam for the diffusion task)
 DDPM_OPTIMIZER = LocalOptimizer(lr=2e-4, kind="adam")
 
 

@@ -238,7 +238,7 @@ def fedcog_distillation(
 def plug_in(job: LocalJob, settings: CogSettings) -> dict[str, float]:
     """Generate this round's complementary set and add FedCOG's KD term to the job's loss.
 
-    `settings` are the ones the server sent; the KD batch is the recipe's `batch-size` (`job.batch_size`). Returns
+    `settings` are the ones the server sent; the KD batch is the recipe's batch size (`job.batch_size`). Returns
     the per-client statistics reported in the reply's metrics.
     """
     cfg = job.cfg

@@ -17,10 +17,10 @@ Where a `LocalJob`'s values come from is the contract a Flower developer's
 client keeps (docs/library.md, "What each strategy sends and expects"):
 - from the train message's config (`LocalJob.setting`, `LocalJob.lr`,
   `LocalJob.recipe`), checked by the ClientApp before the job is built: the
-  round's learning rate `lr` (the server's schedule computes it once), the
-  local training recipe (`local-epochs` / `local-steps`, `batch-size`,
-  `momentum`, `weight-decay`, `clip-grad-norm`, `local-optimizer`:
-  common/run/client_settings.py `LocalRecipe`), the uplink codec and every
+  round's learning rate (the server's schedule computes it once) and the
+  local training recipe (the step count, batch, momentum, weight decay,
+  clipping and optimizer), together the local training group's value
+  (common/algorithms/local_training_settings.py), the uplink codec and every
   setting of the algorithm's rule (its settings group, `LocalJob.rule_settings`:
   SAM's radius, FedProx's weight, FedCOG's, ...: `client_keys`);
 - from the run config (`LocalJob.cfg`): the task (dataset, model, seed);
@@ -40,7 +40,8 @@ from flwr.app import ArrayRecord, RecordDict
 from torch import nn
 
 from common.keys import config_value
-from common.run.client_settings import LocalRecipe, own_message_settings, rule_settings
+from common.algorithms.local_training_settings import LocalTrainingSettings
+from common.run.client_settings import own_message_settings, rule_settings
 from common.run.config import RunConfig
 from common.models.diffusion import optimizer_kind
 from common.algorithms.optimizers import SGD, Adam, make_optimizer
@@ -153,7 +154,8 @@ class LocalJob:
 
     `incoming` is the train message's content: its `"config"` record holds the round's settings (the module
     docstring says which values come from there and which from `cfg`). `recipe` is the round's local training
-    recipe: the message's (`LocalRecipe.from_config`) unless given (FedDDPM's warm-up gives its own length).
+    group, its rate and recipe: the message's (`rule_settings(config, LocalTrainingSettings)`) unless given
+    (FedDDPM's warm-up gives its own length).
     """
 
     cfg: RunConfig
@@ -168,12 +170,12 @@ class LocalJob:
     loss_fn: LossFn = classification_loss
     global_params: list[torch.Tensor] = field(default_factory=list)
     loss_plugins: list[LossPlugin] = field(default_factory=list)
-    recipe: LocalRecipe | None = None
+    recipe: LocalTrainingSettings | None = None
 
     def __post_init__(self) -> None:
         self.global_params = [p.detach().clone() for p in self.model.parameters()]
         if self.recipe is None:
-            self.recipe = LocalRecipe.from_config(self.settings)
+            self.recipe = rule_settings(self.settings, LocalTrainingSettings)
 
     def add_loss_plugin(self, plugin: LossPlugin) -> None:
         """Route the task loss through a plug-in (FedCOG's KD term).
@@ -214,8 +216,8 @@ class LocalJob:
 
     @property
     def lr(self) -> float:
-        """This round's local learning rate, as the server's schedule sent it (`lr`)."""
-        return float(self.setting("lr"))
+        """This round's local learning rate, as the server's schedule sent it (the recipe's rate)."""
+        return self.recipe.lr
 
     @property
     def num_steps(self) -> int:
@@ -224,13 +226,13 @@ class LocalJob:
 
     @property
     def batch_size(self) -> int:
-        """The round's mini-batch size (`batch-size`)."""
+        """The round's mini-batch size, as the recipe says."""
         return self.recipe.batch_size
 
     @property
     def optimizer(self) -> LocalOptimizer:
-        """This round's local optimizer, as the recipe says (`local-optimizer`; `auto`, which fedsynth's server
-        resolves before sending, is Adam for the diffusion task and SGD otherwise)."""
+        """This round's local optimizer, as the recipe says (`auto`, which fedsynth's server resolves before
+        sending, is Adam for the diffusion task and SGD otherwise)."""
         recipe = self.recipe
         return LocalOptimizer(lr=self.lr, momentum=recipe.momentum, weight_decay=recipe.weight_decay,
                               kind=optimizer_kind(self.cfg, recipe.local_optimizer),
@@ -252,9 +254,9 @@ class LocalResult:
     metrics: dict[str, float] = field(default_factory=dict)
 
 
-def local_step_count(num_examples: int, recipe: LocalRecipe | RunConfig) -> int:
-    """K = local-steps if set, else local-epochs full passes of ceil(n / batch) batches (of a recipe, or of a run
-    config's keys of the same names)."""
+def local_step_count(num_examples: int, recipe: LocalTrainingSettings) -> int:
+    """K = the recipe's local steps if set, else its local epochs' full passes of ceil(n / batch) batches (of a
+    message's recipe, or of a run config: each is a value of the local training group)."""
     if recipe.local_steps > 0:
         return recipe.local_steps
     return recipe.local_epochs * max(1, -(-num_examples // recipe.batch_size))

@@ -36,7 +36,7 @@ fedsynth's own algorithm table (common/algorithm_table.py), naming its two halve
   `job.optimizer`, `job.loss_fn`, `job.num_steps`; `job.cfg` is the run config, `job.incoming` the
   message's content, `job.state` the node's `Context.state`) and returns a `LocalResult`; the ClientApp
   builds the reply from it as for fedsynth's own rules: the model (or with an uplink codec its encoded
-  update), `num-examples`, `train-loss`, `local-steps`, `LocalResult.metrics`, and the array records in
+  update), `num-examples`, `train-loss`, the step count, `LocalResult.metrics`, and the array records in
   `LocalResult.outgoing`.
 - its own settings: a frozen dataclass whose fields are `key(default, meaning, source, side)` and whose
   `check()` calls `require(condition, key, value, accepted)`, set as the strategy class's `settings`: its keys

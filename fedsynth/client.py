@@ -10,7 +10,7 @@ these same functions (client_app/updates.py, sam_family.py, decentralized.py,
 fedcog.py and train_reply.py adapt the train message and the node's records to
 them), so a rule here is exactly the rule fedsynth's experiments run.
 
-The settings a rule needs (the round's `lr`, rho, beta, the uplink codec,
+The settings a rule needs (the round's learning rate, rho, beta, the uplink codec,
 FedCOG's settings, Ole's beta) arrive in the train message's config, under
 their run-config names, from every strategy of `fedsynth.strategies`: read them
 a rule's settings group with `rule_settings(msg.content["config"], SAMSettings)`

@@ -33,10 +33,10 @@ from common.run.aggregation import aggregation_of, bounded_influence_of
 from common.run.codecs import codec_of
 from common.run.gossip import gossip_of
 from common.algorithms.cog_settings import COG_START_KEY, CogSettings
+from common.algorithms.local_training_settings import ROUND_LR_KEY
 from common.algorithms.rule_settings import SAMSettings
 from common.keys import node_keys
 from common.models.diffusion import optimizer_kind
-from common.run.client_settings import LocalRecipe
 from common.run.config import RunConfig, cog_enabled
 from common.run.task import make_model, task_of
 from server_app.fid_reference import ClientFeatureReference
@@ -72,8 +72,8 @@ def strategy_class(name: str) -> type[RoundStrategy]:
 
 
 def decayed_lr(lr: float, decay: float, server_round: int) -> float:
-    """A round's learning rate, `lr * lr-decay^(round-1)`: the one lr formula. The strategy sends it as the train
-    config's "lr" (`lr_schedule`), and fedsynth's clients train at the rate they receive."""
+    """A round's learning rate, `lr * lr-decay^(round-1)`: the one lr formula. The strategy sends it as each round's
+    rate (`lr_schedule`, `round_lr_entry`), and fedsynth's clients train at the rate they receive."""
     return lr * decay ** (server_round - 1)
 
 
@@ -88,11 +88,11 @@ def cog_node_settings(cfg: RunConfig) -> dict[str, Any] | None:
 
 
 def train_config(cfg: RunConfig) -> dict[str, Any]:
-    """`start()`'s `train_config` for the run `cfg`: the local training recipe (`LocalRecipe`: local-epochs or
-    local-steps, batch-size, momentum, weight-decay, clip-grad-norm, and local-optimizer with `auto` resolved by
-    the task), which every train message then carries beside the round's lr, so that the nodes train by the
-    server's recipe and never parse their run config for it."""
-    return LocalRecipe.of(cfg, local_optimizer=optimizer_kind(cfg)).config()
+    """`start()`'s `train_config` for the run `cfg`: the local training recipe (`recipe_config`: the step count,
+    batch, momentum, weight decay, clipping, and the optimizer with `auto` resolved by the task), which every
+    train message then carries beside the round's rate, so that the nodes train by the server's recipe and never
+    parse their run config for it."""
+    return cfg.recipe_config(optimizer_kind(cfg))
 
 
 def run_parameter_names(cfg: RunConfig) -> list[str]:
@@ -173,7 +173,7 @@ def train_config_of(cfg: RunConfig, server_round: int) -> dict[str, Any]:
     strategy.num_rounds = cfg.num_server_rounds  # start()'s, as fedsynth's app passes it
     config: dict[str, Any] = {**strategy.client_config(), **train_config(cfg), "server-round": server_round}
     if strategy.lr_schedule is not None:
-        config["lr"] = strategy.lr_schedule(server_round)
+        config[ROUND_LR_KEY] = strategy.lr_schedule(server_round)
     return config
 
 

@@ -24,6 +24,8 @@ from typing import Any
 
 import numpy as np
 
+from common.algorithms.local_training_settings import LOCAL_STEPS_METRIC
+
 # Upper bounds on what a node claims at the handshake, checked before the server sizes anything from them
 # (a claim of num-partitions = 10**9 once made the server build a set of 10**9 ids: 18.7 GB, then the OOM killer).
 MAX_NUM_PARTITIONS = 100_000  # a thousand times the studies' largest federation (100 nodes)
@@ -120,7 +122,7 @@ def check_train_metrics(metrics: Mapping[str, Any] | None, partition_id: int | N
         if max_test_examples is not None and metrics["num-test-examples"] > max_test_examples:
             return (f"reply metric 'num-test-examples' = {metrics['num-test-examples']} exceeds the "
                     f"{max_test_examples} test examples the node reported in the handshake")
-    for key in ("local-steps", "synthetic-examples", "own-model-round"):
+    for key in (LOCAL_STEPS_METRIC, "synthetic-examples", "own-model-round"):
         if key in metrics and (reason := _integer(metrics, key, 0)):
             return reason
     return None

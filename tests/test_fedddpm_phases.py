@@ -260,14 +260,13 @@ def test_fedsynths_client_trains_the_warm_up_the_server_asked_for() -> None:
     """The warm-up's length, lr and the rest of its recipe travel in its message (as every setting a node's rule
     reads); a warm-up message without them is refused naming the key, not completed from the run config."""
     from client_app.diffusion import warmup_recipe
-    from common.run.client_settings import LocalRecipe
     from common.run.config import RunConfig
 
     cfg = RunConfig(algorithm="fedddpm", model="unet-small", warmup_epochs=200, warmup_steps=0, lr_decay=0.9)
-    recipe = LocalRecipe.of(cfg, local_optimizer="adam").config()
+    recipe = cfg.recipe_config("adam")
     asked = warmup_recipe({**recipe, "server-round": 0, "phase": "warmup", "warmup-epochs": 3, "warmup-steps": 7,
                            "lr": 0.001})
-    assert (asked.local_epochs, asked.local_steps, asked.local_optimizer) == (3, 7, "adam")
+    assert (asked.local_epochs, asked.local_steps, asked.local_optimizer, asked.lr) == (3, 7, "adam", 0.001)
     with pytest.raises(ValueError, match="'warmup-epochs', 'warmup-steps'"):
         warmup_recipe({**recipe, "server-round": 0, "phase": "warmup", "lr": 0.001})
     with pytest.raises(ValueError, match="'lr'"):

@@ -8,13 +8,16 @@ scanned here) and in tests. The scan reads the library's code (common/, server_a
 the run-config files a user writes (pyproject.toml, studies/, benchmarks' run configs, the hand-written docs)
 name keys by design and are not scanned.
 
-The run-config parts a train message carries beside a strategy class's group (`SHARED_PARTS`: FedCOG's, sent on
-every run with FedCOG plugged in, and the diffusion task's warm-up) are held to the same rule; a key that is also a
-word of the code (`WORD_KEYS`: `cog`) is held to it quoted.
+The run's shared groups (`SHARED_GROUPS`: the local training group, whose node-side keys every train message of
+fedsynth's app carries, the recipe and the round's rate; FedCOG's part, sent on every run with FedCOG plugged in;
+the diffusion task's, whose node-side keys are FedDDPM's warm-up message) are held to the same rule. A key that is a
+plain word (`lr`, `momentum`, `cog`) counts where it stands quoted, as a string or in backticks: the word itself is
+prose or code (`self.lr`, "the server's momentum", the `X+cog` rows); a compound key (`sam-rho`, `batch-size`) counts
+wherever it stands as a word.
 
 `ALLOWED` lists the only other places, each with why it is no use of the setting. The other keys a train message
-carries (the local training recipe, the codec) are not yet a strategy class's
-settings group: `NOT_YET_GROUPED` lists the files that still spell each (quoted), and may only shrink.
+carries (the codec) are not yet a group the scan holds: `NOT_YET_GROUPED` lists the files that still spell each
+(quoted), and may only shrink.
 """
 
 from __future__ import annotations
@@ -27,7 +30,8 @@ from pathlib import Path
 import pytest
 
 from common.algorithms.cog_settings import CogSettings
-from common.keys import key_name, own_fields, sent_to_nodes
+from common.algorithms.local_training_settings import LocalTrainingSettings
+from common.keys import key_name, node_fields, own_fields, sent_to_nodes
 from common.models.diffusion_settings import DiffusionSettings
 from common.run.config import config_fields
 from server_app.strategies.catalog import STRATEGY_CLASSES
@@ -35,6 +39,12 @@ from server_app.strategies.parameters import settings_groups
 
 ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("common", "server_app", "client_app", "fedsynth")
+
+# The groups a train message of fedsynth's app carries beside a strategy class's `settings`: the local training recipe
+# and the round's rate (every run), FedCOG's part (a run with FedCOG plugged in: `X+cog`, `cog = true`) and the
+# diffusion task's (its node-side keys are FedDDPM's warm-up message, `WarmupSettings`). Their keys that travel
+# (`node_fields`) are scanned as the classes' groups' keys are.
+SHARED_GROUPS: tuple[type, ...] = (LocalTrainingSettings, CogSettings, DiffusionSettings)
 
 # Files where a group's key may stand although it is no use of the setting (file -> why).
 ALLOWED: dict[str, str] = {
@@ -47,28 +57,6 @@ ALLOWED: dict[str, str] = {
 # The train message's other keys, not yet a strategy class's settings group: the files that still spell each
 # (quoted, as a string or in backticks). Moving a key into a group removes its entry; nothing may be added.
 NOT_YET_GROUPED: dict[str, tuple[str, ...]] = {
-    "local-epochs": ("common/algorithms/local_training_settings.py", "common/run/client_settings.py",
-                     "client_app/app.py", "client_app/training.py"),
-    "local-steps": ("common/algorithms/local_training_settings.py", "common/run/client_settings.py",
-                    "server_app/reply_checks.py", "server_app/strategies/metric_means.py", "client_app/app.py",
-                    "client_app/diffusion.py", "client_app/training.py", "fedsynth/algorithm.py"),
-    "batch-size": ("common/algorithms/local_training_settings.py", "common/run/client_settings.py",
-                   "client_app/app.py", "client_app/fedcog.py", "client_app/training.py"),
-    "lr": ("common/algorithms/local_training_settings.py", "common/run/client_settings.py", "common/run/config.py",
-           "server_app/registry.py", "server_app/strategies/fedavg.py", "server_app/strategies/fedddpm.py",
-           "server_app/strategies/fedddpm_warmup.py", "server_app/strategies/quicktest_scorer.py",  # moved from FedDDPM(+)
-           "server_app/strategies/relay.py", "server_app/strategies/round_log.py",
-           "client_app/app.py", "client_app/decentralized.py", "client_app/diffusion.py", "client_app/training.py",
-           "fedsynth/client.py", "fedsynth/strategies/__init__.py"),
-    "momentum": ("common/algorithms/local_training_settings.py", "common/run/client_settings.py", "client_app/app.py",
-                 "client_app/training.py"),
-    "weight-decay": ("common/algorithms/local_training_settings.py", "common/run/client_settings.py",
-                     "client_app/app.py", "client_app/training.py"),
-    "clip-grad-norm": ("common/algorithms/local_training_settings.py", "common/run/client_settings.py",
-                       "client_app/app.py", "client_app/training.py"),
-    "local-optimizer": ("common/algorithms/local_training_settings.py", "common/models/diffusion.py",
-                        "common/run/client_settings.py", "server_app/strategies/fedddpm.py", "client_app/app.py",
-                        "client_app/training.py"),
     "compression": ("common/algorithms/codec_settings.py", "common/metrics/sharpness.py",
                     "common/run/client_settings.py", "common/run/codecs.py", "common/run/config.py",
                     "common/uplink/spec.py", "common/uplink/wire.py", "server_app/strategies/parameters.py",
@@ -87,16 +75,6 @@ NOT_YET_GROUPED: dict[str, tuple[str, ...]] = {
                        "client_app/replies.py", "client_app/train_reply.py"),
 }
 
-# The run-config parts whose train-message keys (side NODE or BOTH) are no strategy class's settings group but are
-# read by the node as a group all the same (common/run/client_settings.py `rule_settings`): FedCOG's part, which
-# fedsynth's app sends on every run with FedCOG plugged in (`X+cog`, `cog = true`), and the diffusion task's, whose
-# node-side keys are FedDDPM's warm-up message (`WarmupSettings`).
-SHARED_PARTS: tuple[type, ...] = (CogSettings, DiffusionSettings)
-
-# Group keys that are also a word of the code, not the setting: spelled only quoted outside their declaration (key ->
-# the word's other meaning).
-WORD_KEYS: dict[str, str] = {"cog": "the suffix of the `X+cog` rows' names, and the run config's attribute"}
-
 
 def source_files() -> dict[str, str]:
     """The library's code, path (relative to the repository) -> text."""
@@ -108,21 +86,26 @@ def run_config_keys() -> set[str]:
     return {key_name(f.name) for f in config_fields()}
 
 
+def declaration(group: type, field: dataclasses.Field) -> str:
+    """The file of the group (`group` or one it extends) that declares `field`."""
+    declaring = next(g for g in group.__mro__ if dataclasses.is_dataclass(g)
+                     and field.name in {own.name for own in own_fields(g)})
+    return str(Path(inspect.getsourcefile(declaring)).relative_to(ROOT))
+
+
 def group_keys() -> dict[str, str]:
-    """Every run-config key of a settings group a built-in strategy class declares -> the file declaring it."""
+    """Every run-config key of a settings group a built-in strategy class declares, and every key of a shared group
+    that travels (`SHARED_GROUPS`) -> the file declaring it."""
     keys: dict[str, str] = {}
     for cls in STRATEGY_CLASSES.values():
         for group in settings_groups(cls):
             for f in dataclasses.fields(group):
                 if key_name(f.name) not in run_config_keys() or "declared_in" in f.metadata:
                     continue  # a parameter that is no key (OledFL's `sam`), or another part's key (FedCOG's start)
-                declaring = next(g for g in group.__mro__ if dataclasses.is_dataclass(g)
-                                 and f.name in {own.name for own in own_fields(g)})
-                keys[key_name(f.name)] = str(Path(inspect.getsourcefile(declaring)).relative_to(ROOT))
-    for part in SHARED_PARTS:
-        for f in own_fields(part):
-            if sent_to_nodes(f):
-                keys[key_name(f.name)] = str(Path(inspect.getsourcefile(part)).relative_to(ROOT))
+                keys[key_name(f.name)] = declaration(group, f)
+    for group in SHARED_GROUPS:
+        for f in node_fields(group):
+            keys[key_name(f.name)] = declaration(group, f)
     return keys
 
 
@@ -136,13 +119,21 @@ def quoted(key: str, text: str) -> bool:
     return re.search(rf"[\"'`]{re.escape(key)}[\"'`]", text) is not None
 
 
+def names(key: str, text: str) -> bool:
+    """Whether `text` names `key`: quoted for a plain word (`lr`, `momentum`: the word is prose), else as a word."""
+    return spelled(key, text) if "-" in key else quoted(key, text)
+
+
 def test_the_groups_cover_every_algorithm_setting_the_train_message_carries() -> None:
     keys = group_keys()
     assert {"sam-rho", "proximal-mu", "moon-mu", "moon-tau", "mofedsam-alpha", "dyn-alpha", "synsam-beta",
             "synsam-mix", "dfedavgm-momentum", "ole-beta"} <= set(keys)
     assert {"cog", "cog-start-round", "gen-budget", "gen-steps", "gen-lr", "lambda-dis", "kd-weighting", "lambda-kd",
             "cog-ablation", "cog-grid-partition", "warmup-epochs", "warmup-steps"} <= set(keys)
-    assert set(WORD_KEYS) <= set(keys)
+    # the local training recipe and the round's rate, every train message's (the shared group's)
+    assert {"local-epochs", "local-steps", "batch-size", "lr", "momentum", "weight-decay", "clip-grad-norm",
+            "local-optimizer"} <= set(keys)
+    assert {keys[key] for key in ("lr", "batch-size")} == {"common/algorithms/local_training_settings.py"}
     # every key the train message carries is a group's or waits in NOT_YET_GROUPED, and the two do not overlap
     message = {key_name(f.name) for f in config_fields() if sent_to_nodes(f)}
     assert message <= set(keys) | set(NOT_YET_GROUPED), message - set(keys) - set(NOT_YET_GROUPED)
@@ -151,12 +142,11 @@ def test_the_groups_cover_every_algorithm_setting_the_train_message_carries() ->
 
 @pytest.mark.parametrize("key", sorted(group_keys()))
 def test_a_group_key_is_spelled_only_in_its_declaration(key: str) -> None:
-    declaration = group_keys()[key]
+    declared_in = group_keys()[key]
     files = source_files()
-    found = quoted if key in WORD_KEYS else spelled
-    where = {path for path, text in files.items() if found(key, text)}
-    assert declaration in where, (key, declaration)  # the scan sees the declaration: it can find the key
-    assert where - {declaration} - set(ALLOWED) == set(), (key, sorted(where - {declaration} - set(ALLOWED)))
+    where = {path for path, text in files.items() if names(key, text)}
+    assert declared_in in where, (key, declared_in)  # the scan sees the declaration: it can find the key
+    assert where - {declared_in} - set(ALLOWED) == set(), (key, sorted(where - {declared_in} - set(ALLOWED)))
 
 
 @pytest.mark.parametrize("key", sorted(NOT_YET_GROUPED))
@@ -171,3 +161,6 @@ def test_the_scan_would_see_a_new_spelling(tmp_path: Path) -> None:
     assert not spelled("sam-rho", "xsam-rho-2") and not quoted("lr", "the lr of the round")
     assert quoted("lr", 'config["lr"]')
     assert quoted("cog", 'require(..., "cog", ...)') and not quoted("cog", "`fedavg+cog`, `cog = true`")
+    # a plain-word key is named where quoted, a compound one wherever it stands as a word
+    assert names("lr", 'round_config["lr"]') and names("lr", "the round's `lr`") and not names("lr", "self.lr")
+    assert names("batch-size", "the recipe's batch-size") and not names("momentum", "SGD's momentum")

@@ -10,17 +10,16 @@ accepts exactly the values the run config accepts.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 
 import pytest
 
 from common.algorithm_table import ALGORITHMS, COG_BASES
-from common.algorithms.local_training_settings import LocalTrainingSettings
+from common.algorithms.local_training_settings import ROUND_LR_KEY, LocalTrainingSettings, recipe_fields
 from common.errors import ConfigError
 from common.keys import NODE, node_fields, sent_to_nodes
 from common.run.client_settings import (
-    MESSAGE_KEYS, MESSAGE_ONLY_SETTINGS, RECIPE_KEYS, ROUND_KEYS, LocalRecipe, check_train_settings, client_keys,
+    MESSAGE_KEYS, MESSAGE_ONLY_SETTINGS, RECIPE_KEYS, ROUND_KEYS, check_train_settings, client_keys, rule_settings,
 )
 from common.run.config import RunConfig, config_fields, parse_run_config
 from server_app.registry import SERVER_STRATEGIES, train_config_of
@@ -74,10 +73,10 @@ def _refusal(config: dict, required=()) -> str | None:
 
 def test_the_message_schema_is_the_run_configs_node_side_keys() -> None:
     """What any strategy of the app sends, every rule's keys and the recipe are declared keys of the schema."""
-    assert set(RECIPE_KEYS) | {"lr"} <= set(MESSAGE_KEYS)
+    assert set(RECIPE_KEYS) | {"lr"} <= set(MESSAGE_KEYS) and ROUND_LR_KEY == "lr" and "lr" not in RECIPE_KEYS
     assert all(_FIELDS[key].metadata["side"] == NODE for key in RECIPE_KEYS)
-    recipe_fields = {f.name for f in dataclasses.fields(LocalRecipe)}
-    assert recipe_fields <= {f.name for f in dataclasses.fields(LocalTrainingSettings)}
+    # the recipe and the round's rate are the local training group's keys that travel, and nothing else
+    assert {f.name for f in recipe_fields()} | {"lr"} == {f.name for f in node_fields(LocalTrainingSettings)}
     for name, row in ALGORITHMS.items():
         assert set(client_keys(name, row.decentralized, row.with_cog)) <= set(MESSAGE_KEYS), name
     runs = [{"algorithm": name, "model": "unet-small" if row.ddpm_only else "cnn"} for name, row in ALGORITHMS.items()]
@@ -161,13 +160,21 @@ def test_keys_outside_the_schema_are_left_to_the_rule_that_reads_them() -> None:
 
 
 def test_the_recipe_round_trips_through_the_message() -> None:
-    cfg = RunConfig(local_steps=3, batch_size=7, momentum=0.5, weight_decay=1e-4, clip_grad_norm=2.0)
-    recipe = LocalRecipe.of(cfg, local_optimizer="sgd")
-    assert set(recipe.config()) == set(RECIPE_KEYS)
-    assert LocalRecipe.from_config(recipe.config()) == recipe
-    assert (recipe.local_steps, recipe.batch_size, recipe.momentum, recipe.local_optimizer) == (3, 7, 0.5, "sgd")
+    cfg = RunConfig(local_steps=3, batch_size=7, lr=0.2, momentum=0.5, weight_decay=1e-4, clip_grad_norm=2.0)
+    sent = cfg.recipe_config("sgd")
+    assert list(sent) == list(RECIPE_KEYS) == ["local-epochs", "local-steps", "batch-size", "momentum",
+                                               "weight-decay", "clip-grad-norm", "local-optimizer"]
+    assert sent["local-optimizer"] == "sgd" and cfg.recipe_config()["local-optimizer"] == "auto"
+    recipe = rule_settings({**sent, ROUND_LR_KEY: 0.1}, LocalTrainingSettings)  # the node's reading of it
+    assert recipe == LocalTrainingSettings(local_steps=3, batch_size=7, lr=0.1, momentum=0.5, weight_decay=1e-4,
+                                           clip_grad_norm=2.0, local_optimizer="sgd")
+    assert recipe.recipe_config() == sent
     with pytest.raises(ValueError, match="lacks 'momentum'"):
-        LocalRecipe.from_config({k: v for k, v in recipe.config().items() if k != "momentum"})
+        rule_settings({k: v for k, v in {**sent, ROUND_LR_KEY: 0.1}.items() if k != "momentum"}, LocalTrainingSettings)
+    with pytest.raises(ValueError, match="lacks 'lr'"):
+        rule_settings(sent, LocalTrainingSettings)
+    with pytest.raises(ConfigError, match="'momentum' = 1.0"):
+        rule_settings({**sent, ROUND_LR_KEY: 0.1, "momentum": 1.0}, LocalTrainingSettings)
 
 
 # ----- a rule's own settings group, read from the message (common/run/client_settings.py `rule_settings`) -----

@@ -5,14 +5,23 @@ client rules (client_app/training.py and this floor's losses, optimizers and SAM
 batch, learning rate and its decay, SGD's momentum and weight decay, gradient clipping, the
 optimizer, and MOON's projection head; the terms each rule adds to the loss are its own settings group
 (common/algorithms/rule_settings.py).
+
+The keys a node reads (side `NODE`) travel in every train message of fedsynth's app, and this module is the
+one place that names them: the server sends the local training recipe (`recipe_config`: every such key but the
+learning rate, the same in every round, as `start()`'s `train_config`) and each round's rate beside it
+(`round_lr_entry`, the rate of the server's schedule); the node reads the whole group back from its message
+(common/run/client_settings.py `rule_settings(config, LocalTrainingSettings)`), checked as the run config checks
+it, and never from its own run config.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from common.keys import NODE, check_choice, check_text, key, require
+from common.keys import NODE, check_choice, check_text, key, key_name, node_fields, require
 
 # The `local-optimizer` key's values (common/algorithms/optimizers.py builds sgd and adam); auto: adam for the
 # diffusion task, sgd otherwise (common/models/diffusion.py `optimizer_kind`). Here, not beside the optimizers:
@@ -55,3 +64,33 @@ class LocalTrainingSettings:
                 "a number >= 0 (0: no clipping)")
         check_choice("local-optimizer", self.local_optimizer, OPTIMIZERS)
         require(self.moon_projection_dim >= 1, "moon-projection-dim", self.moon_projection_dim, "an integer >= 1")
+
+    def recipe_config(self, local_optimizer: str | None = None) -> dict[str, Any]:
+        """The local training recipe as a train message's config entries: each field a node reads but the round's
+        learning rate (`recipe_fields`), under its run-config key, in declaration order; `local_optimizer`, when
+        given, replaces this value's (fedsynth's server resolves `auto` by its task before sending)."""
+        return {key_name(f.name): local_optimizer if f.name == "local_optimizer" and local_optimizer
+                else getattr(self, f.name) for f in recipe_fields()}
+
+
+# The local training recipe a train message carries, by the name `fedsynth.strategies` exports: the value of this
+# group (`LocalRecipe(local_steps=5).recipe_config()` gives its entries; its `lr` travels as the round's rate)
+LocalRecipe = LocalTrainingSettings
+
+# The train message's entry of the round's learning rate: the `lr` key, which the server's schedule (`lr * lr-decay
+# ^ (round - 1)`) sets anew in each round's message, beside the recipe
+ROUND_LR_KEY: str = "lr"
+# The reply metric of the local steps a node ran in a round (K), named as the key that sets them
+LOCAL_STEPS_METRIC: str = "local-steps"
+
+
+def recipe_fields() -> list[dataclasses.Field]:
+    """The local training recipe's fields: those of the group a node reads (`node_fields`) but the round's
+    learning rate (`ROUND_LR_KEY`), which the server sends anew each round; the others stay for the whole run."""
+    return [f for f in node_fields(LocalTrainingSettings) if key_name(f.name) != ROUND_LR_KEY]
+
+
+def round_lr_entry(rate: float) -> dict[str, float]:
+    """A train message's config entry of the round's learning rate `rate` (`ROUND_LR_KEY`): what a strategy adds
+    to each round's config from its schedule, and what a developer's own `train_config` gives beside the recipe."""
+    return {ROUND_LR_KEY: rate}

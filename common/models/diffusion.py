@@ -47,7 +47,7 @@ class DiffusionTask(Protocol):
 
     Every function below that takes a config takes this protocol, duck-typed: each reads keys of two or
     more parts (`model` of common/models/settings.py's ModelSettings, `seed` of RunSettings,
-    `image-size` of DataSettings, `local-optimizer` of LocalTrainingSettings, and the diffusion keys of
+    `image-size` of DataSettings, the local optimizer of LocalTrainingSettings, and the diffusion keys of
     common/models/diffusion_settings.py's DiffusionSettings). A protocol, not the run config itself: the
     run config validates its keys against the presets (common/models/diffusion_names.py) from the floor above
     (common/run), so this module cannot import it.
@@ -82,8 +82,8 @@ def num_timesteps(cfg: DiffusionTask) -> int:
 
 
 def optimizer_kind(cfg: DiffusionTask, kind: str | None = None) -> str:
-    """`local-optimizer` (`kind`, else the run config's), with `auto` meaning Adam for the diffusion task (FedDDPM)
-    and SGD otherwise."""
+    """The local optimizer (`kind`, else the run config's), with `auto` meaning Adam for the diffusion task
+    (FedDDPM) and SGD otherwise."""
     kind = cfg.local_optimizer if kind is None else kind
     if kind == "auto":
         return "adam" if is_diffusion(cfg) else "sgd"

@@ -12,7 +12,8 @@ weights travel in the `gossip` record of each node's own message.)
 `client_keys` names what a node running an algorithm reads from its message;
 the server's strategies send exactly those (server_app/strategies/, and
 server_app/registry.py for FedCOG's settings on an `X+cog` row, and the local
-training recipe, `LocalRecipe`, on every run). No reader here has a fallback
+training recipe, common/algorithms/local_training_settings.py's `recipe_config`,
+on every run). No reader here has a fallback
 value: a message that lacks a key is refused naming it.
 
 The schema of a train message is the run config's own: the keys whose `side`
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from common.algorithm_table import ALGORITHMS
@@ -36,6 +36,7 @@ from common.algorithms.accepted_scale import ACCEPTED_SCALE_KEYS  # noqa: F401 -
 from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.plugins import rule_keys
 from common.algorithms.cog_settings import COG_KEYS
+from common.algorithms.local_training_settings import ROUND_LR_KEY, recipe_fields
 from common.errors import ConfigError
 from common.keys import (  # noqa: F401 - readers
     check_group, config_value, key_name, node_fields, require_settings, sent_to_nodes, shown,
@@ -50,49 +51,12 @@ CODEC_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in dataclasses.fields
 MESSAGE_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in config_fields() if sent_to_nodes(f))
 
 
-@dataclass(frozen=True)
-class LocalRecipe:
-    """How a node trains in a round, beside the round's `lr`: what every train message of fedsynth's app carries.
-
-    Each field is the run-config key of its name (common/algorithms/local_training_settings.py declares its
-    type, default, meaning and check): `local-epochs` / `local-steps` and `batch-size` give the step count K,
-    `momentum`, `weight-decay`, `clip-grad-norm` and `local-optimizer` (sgd or adam; the server resolves
-    `auto` by its task) the optimizer. The node takes it from its message (`from_config`), never from its run
-    config, so a server and its nodes cannot disagree on it.
-    """
-
-    local_epochs: int
-    local_steps: int
-    batch_size: int
-    momentum: float
-    weight_decay: float
-    clip_grad_norm: float
-    local_optimizer: str
-
-    @classmethod
-    def of(cls, settings: Any, local_optimizer: str | None = None) -> "LocalRecipe":
-        """The recipe of a run config (any object with these attributes), `local_optimizer` resolved if given."""
-        values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(cls)}
-        return cls(**{**values, **({"local_optimizer": local_optimizer} if local_optimizer else {})})
-
-    def config(self) -> dict[str, Any]:
-        """This recipe as a train message's config entries, under the run-config keys (`RECIPE_KEYS`)."""
-        return {key_name(f.name): getattr(self, f.name) for f in dataclasses.fields(self)}
-
-    @classmethod
-    def from_config(cls, config: Mapping[str, Any]) -> "LocalRecipe":
-        """The recipe a train message's config carries (checked by `check_train_settings` before); ValueError
-        names every key it lacks."""
-        require_settings(config, RECIPE_KEYS)
-        return cls(**{f.name: _TYPES[str(f.type)](config[key_name(f.name)]) for f in dataclasses.fields(cls)})
-
-
-# a recipe field's type, by its annotation's name (the module's annotations are text)
-_TYPES: dict[str, type] = {"int": int, "float": float, "str": str}
-# the local training recipe's keys: every train message of fedsynth's app carries them
-RECIPE_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in dataclasses.fields(LocalRecipe))
+# the local training recipe's keys (common/algorithms/local_training_settings.py `recipe_fields`): every train
+# message of fedsynth's app carries them, and the node reads them with the round's rate as the group's value
+# (`rule_settings(config, LocalTrainingSettings)`)
+RECIPE_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in recipe_fields())
 # what every round's train message carries, whatever the algorithm: the round and its local learning rate
-ROUND_KEYS = ("server-round", "lr")
+ROUND_KEYS: tuple[str, ...] = ("server-round", ROUND_LR_KEY)
 
 # algorithm -> the run-config keys its client rule reads besides the codec (common/algorithm_table.py's table: its
 # settings group's and its client_keys, `rule_keys`)

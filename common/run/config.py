@@ -99,7 +99,7 @@ class RunConfig(*_bases(PARTS)):  # type: ignore[misc]
                 **as_config(self.algorithm, self.own_settings)}
 
     def oneshot_rate(self) -> float:
-        """FedDDPM+'s one-shot rate: `oneshot-lr`, or the clients' `lr` (Algorithm 2 trains it at zeta)."""
+        """FedDDPM+'s one-shot rate: `oneshot-lr`, or the clients' learning rate (Algorithm 2 trains it at zeta)."""
         return self.oneshot_lr or self.lr
 
     def check(self) -> None:

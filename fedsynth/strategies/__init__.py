@@ -4,11 +4,11 @@ Each class is a Flower `Strategy` built from its own typed keyword parameters (n
 with its default in the class docstring, as Flower's `FedAvg` does (`help(FedSynSAM)` shows them), and run
 with Flower's own `start()`, which returns Flower's `Result`:
 
-    from fedsynth.strategies import QSGD, DistillationSettings, FedSynSAM, ServerTask
+    from fedsynth.strategies import QSGD, DistillationSettings, FedSynSAM, ServerTask, round_lr_entry
     strategy = FedSynSAM(fraction_train=1.0, codec=QSGD(bits=4), distillation=DistillationSettings(
         task=ServerTask(model="cnn", dataset="fashion-mnist"), trajectory_rounds=30, synthetic_ipc=20))
     result = strategy.start(grid=grid, initial_arrays=ArrayRecord(net.state_dict()), num_rounds=100,
-                            train_config=ConfigRecord({"lr": 0.05}), evaluate_fn=central_evaluate)
+                            train_config=ConfigRecord(round_lr_entry(0.05)), evaluate_fn=central_evaluate)
 
 There is one class per algorithm, and it is the class `fedsynth run` builds: fedsynth's app builds the class
 of the run's algorithm (common/algorithm_table.py's `strategy`, the class's import path, from which this module
@@ -37,8 +37,9 @@ Options every centralized class shares are one value each, not a key each:
 - `wiring`: `AppWiring(nodes=..., parameter_names=..., lr_schedule=..., node_settings=...)`, what the app around
   the strategy wires in (a handshake's node table, the model's trainable names, each round's lr, your own settings
   for the nodes); fedsynth's app builds it from its run, and a Flower app passes what it has.
-`LocalRecipe` is the local training recipe fedsynth's ClientApp reads from each train message (local-steps,
-batch-size, momentum, ...): pass `LocalRecipe(...).config()` in `start()`'s `train_config` beside the "lr".
+`LocalRecipe` is the local training recipe fedsynth's ClientApp reads from each train message (the run config's
+local training group: the step count, batch, momentum, ...): pass `LocalRecipe(...).recipe_config()` in
+`start()`'s `train_config` beside the round's learning rate, `round_lr_entry(rate)` (its key is `ROUND_LR_KEY`).
 Flower's own FedAvg parameters are taken with Flower's meaning (`arrayrecord_key`, `configrecord_key`,
 `min_available_nodes`, `weighted_by_key`, `train_metrics_aggr_fn`, `evaluate_metrics_aggr_fn`: its record is added
 to each round's metrics; every numeric reply metric fedsynth does not read itself is averaged into them, as Flower
@@ -54,8 +55,8 @@ a server that trains a model (FedSynSAM, DynaFed, FedDDPM, FedDDPMPlus) and the 
 DFedAvg, DFedAvgM, DFedSAM, OledFL).
 
 What a node must reply to a train message (content "arrays" = the global model, "config" with "server-round",
-"lr" and every setting the node's rule needs under its run-config name, its settings group's and the codec's:
-read them with `fedsynth.client.rule_settings` and `fedsynth.client.compression_from_config`):
+the round's learning rate and every setting the node's rule needs under its run-config name, its settings group's and
+the codec's: read them with `fedsynth.client.rule_settings` and `fedsynth.client.compression_from_config`):
 {"arrays": the local model, "metrics": {"num-examples": int > 0, "train-loss" or Flower's "train_loss": float}};
 optionally "partition-id", and "num-test-examples", "local-test-accuracy", "local-test-loss" for the received
 model. An evaluate reply carries "num-examples" and "local-test-accuracy"/"local-test-loss" or Flower's
@@ -77,12 +78,12 @@ from typing import Any
 from common.algorithms.plugins import import_attribute
 from common.algorithm_table import ALGORITHMS
 from common.algorithms.cog_settings import CogSettings
+from common.algorithms.local_training_settings import ROUND_LR_KEY, LocalRecipe, round_lr_entry
 from common.algorithms.rule_settings import (
     DFedAvgMSettings, FedDynSAMSettings, FedProxSettings, MOONSettings, MoFedSAMSettings, OledFLSettings, SAMSettings,
 )
 from common.algorithms.synsam_settings import SynSAMRuleSettings
 from common.run.aggregation import BOUNDED_INFLUENCE, BoundedInfluence, Krum, TrimmedMean
-from common.run.client_settings import LocalRecipe
 from common.run.codecs import QSGD, TopK
 from common.run.gossip import Gossip
 from common.run.task import ServerTask
@@ -117,6 +118,8 @@ def __dir__() -> list[str]:
 __all__ = sorted([
     "AppWiring", "BOUNDED_INFLUENCE", "BoundedInfluence", "CogSettings", "Gossip", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
     "ReplyContractError", "ServerTask", "TooManyFailedRounds", "TopK", "TrimmedMean", "WarmupFailed", "WrapperRefused",
+    # a train message's entry of the round's learning rate (common/algorithms/local_training_settings.py)
+    "ROUND_LR_KEY", "round_lr_entry",
     # the node rules' settings groups (common/algorithms/rule_settings.py): what each class's `settings` declares
     "DFedAvgMSettings", "FedDynSAMSettings", "FedProxSettings", "MOONSettings", "MoFedSAMSettings", "OledFLSettings",
     "SAMSettings", "SynSAMRuleSettings",

@@ -33,6 +33,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.algorithms.accepted_scale import ACCEPTED_ROUND_KEY, ACCEPTED_SCALE_KEY
+from common.algorithms.local_training_settings import ROUND_LR_KEY, round_lr_entry
 from common.protocol import CLIENT_STAT_PREFIX, MODEL, NODE_STATE_PREFIX
 from common.records import Weights, from_record, parameter_names, to_record
 from common.uplink.wire import float32_equivalent_bytes
@@ -239,7 +240,7 @@ class FedAvg(RoundStrategy):
         extra = self.downlink_records(server_round)
         round_config = {**self.client_config(), **config, "server-round": server_round}
         if self.lr_schedule is not None:
-            round_config["lr"] = self.lr_schedule(server_round)
+            round_config[ROUND_LR_KEY] = self.lr_schedule(server_round)
         messages = []
         for node in sample_nodes(available, self.fraction_train, self.seed, server_round):
             # a node whose last update the bounds scaled is told the scale and its round (`notifies_accepted_scale`),
@@ -256,7 +257,7 @@ class FedAvg(RoundStrategy):
                 for name, record in restored.items():
                     content[f"{NODE_STATE_PREFIX}{name}"] = record
             messages.append(Message(content, dst_node_id=node.node_id, message_type=MessageType.TRAIN))
-        fields = {"lr": round_config["lr"]} if "lr" in round_config else {}
+        fields = round_lr_entry(round_config[ROUND_LR_KEY]) if ROUND_LR_KEY in round_config else {}
         return self.round_book.begin(server_round, messages, **fields)
 
     def _check_train_reply(self, reply: Message, node: NodeInfo) -> str | None:

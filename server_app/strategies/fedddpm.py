@@ -52,7 +52,7 @@ The auxiliary set is drawn with the ancestral sampler, as in the paper
 (`aux-sampler`; DDIM for quick checks), whatever sampler the evaluation uses.
 
 The server's epochs use the optimizer of the clients' local training
-(`local-optimizer`; Adam for the diffusion task by default): the paper's server
+(the local training recipe's optimizer; Adam for the diffusion task by default): the paper's server
 and client rates (5e-5, 2e-4) are Adam-scale rates for DDPMs, where plain SGD
 at 5e-5 would leave the model unchanged.
 
@@ -196,7 +196,7 @@ class FedDDPM(FedAvg):
 
     # ----- the server's correction -------------------------------------------------------------
     def _correct(self, weights: Weights, epochs: int, lr: float) -> Weights:
-        """`epochs` epochs of the DDPM loss on A from `weights` at learning rate `lr`."""
+        """`epochs` epochs of the DDPM loss on A from `weights` at the learning rate lr."""
         if self.auxiliary is None or epochs <= 0:
             return weights
         import torch

@@ -26,6 +26,7 @@ from flwr.app import ArrayRecord, ConfigRecord, Message, MessageType, RecordDict
 from flwr.common.logger import log
 from flwr.serverapp import Grid
 
+from common.algorithms.local_training_settings import ROUND_LR_KEY, round_lr_entry
 from common.keys import message_config
 from common.models.diffusion_settings import WarmupSettings
 from common.protocol import DIFFUSION_PHASE, MODEL, WARMUP_PHASE
@@ -92,12 +93,12 @@ class WarmupPhase:
         """One TRAIN message per node of the node table: the run's initial model and the warm-up's config.
 
         Content: `RecordDict({"arrays": arrays, "config": ConfigRecord({"server-round": 0, "phase": "warmup",
-        <the warm-up's length>, "lr": ...})})`, beside `start()`'s `train_config` (fedsynth's app puts the local
-        training recipe there: batch-size, the optimizer, ...); the length is `WarmupSettings`' fields under their
-        run-config keys (common/models/diffusion_settings.py), its epochs and its steps. A node answers it as a
-        train message, except that it trains its own DDPM from `arrays` for the warm-up's steps (0: its epochs) at
-        "lr" (round 1's: `lr_schedule(1)`, else `start()`'s `train_config` "lr"; absent when neither is given) and
-        replies with that model (see `aggregate`).
+        <the warm-up's length>, **round_lr_entry(...)})})`, beside `start()`'s `train_config` (fedsynth's app puts
+        the local training recipe there: the batch size, the optimizer, ...); the length is `WarmupSettings`' fields
+        under their run-config keys (common/models/diffusion_settings.py), its epochs and its steps. A node answers
+        it as a train message, except that it trains its own DDPM from `arrays` for the warm-up's steps (0: its
+        epochs) at the learning rate of `lr()` (round 1's: `lr_schedule(1)`, else `start()`'s `train_config`'s;
+        absent when neither is given) and replies with that model (see `aggregate`).
         """
         s = self.strategy
         s._refresh_nodes(grid)
@@ -116,11 +117,12 @@ class WarmupPhase:
         return messages
 
     def lr(self) -> dict[str, float]:
-        """The warm-up's `lr` entry: round 1's rate of the schedule, else `start()`'s train config's, else none."""
+        """The warm-up's learning-rate entry: round 1's rate of the schedule, else `start()`'s train config's, else
+        none."""
         s = self.strategy
         if s.lr_schedule is not None:
-            return {"lr": s.lr_schedule(1)}
-        return {"lr": float(s.train_config["lr"])} if "lr" in s.train_config else {}
+            return round_lr_entry(s.lr_schedule(1))
+        return round_lr_entry(float(s.train_config[ROUND_LR_KEY])) if ROUND_LR_KEY in s.train_config else {}
 
     def aggregate(self, replies: Iterable[Message]) -> dict[str, Any]:
         """Check the warm models that came back and sample the auxiliary set A from them; returns the record.

@@ -15,6 +15,7 @@ import numpy as np
 from flwr.app import Message, MetricRecord
 from flwr.common.logger import log
 
+from common.algorithms.local_training_settings import LOCAL_STEPS_METRIC
 from common.protocol import CLIENT_STAT_PREFIX
 from server_app.influence import bounded_weights
 from server_app.reply_checks import check_evaluate_metrics
@@ -35,7 +36,7 @@ def weighted_metric(values: Iterable[float], counts: Iterable[float], max_share:
 # (`other_metric_means`), as Flower's FedAvg averages every metric of its replies.
 OWN_REPLY_METRICS = frozenset({
     "num-examples", "partition-id", "train-loss", "local-test-accuracy", "local-test-loss", "num-test-examples",
-    "local-steps", "own-model-round", "ole-direction-norm", *FLOWER_METRIC_NAMES,
+    LOCAL_STEPS_METRIC, "own-model-round", "ole-direction-norm", *FLOWER_METRIC_NAMES,
 })
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from common.algorithms.local_training_settings import ROUND_LR_KEY
 from common.metrics.fid import GaussianStats
 from common.records import Weights, load_weights
 from common.run.task import make_model
@@ -55,13 +56,13 @@ class QuickTestScorer:
         self.aux_stats: GaussianStats | None = None  # A's feature statistics, once computed
 
     def oneshot_rate(self) -> float:
-        """The one-shot correction's rate: `oneshot_lr`, else the clients' lr of `start()`'s `train_config`, else
-        the config's `lr` (Algorithm 2 trains it at the clients' zeta)."""
+        """The one-shot correction's rate: `oneshot_lr`, else the clients' rate in `start()`'s `train_config`, else
+        round 1's of the schedule, else the run config's default rate (Algorithm 2 trains it at the clients' zeta)."""
         s = self.strategy
         if s.quicktest.oneshot_lr:
             return s.quicktest.oneshot_lr
-        if "lr" in s.train_config:
-            return float(s.train_config["lr"])
+        if ROUND_LR_KEY in s.train_config:
+            return float(s.train_config[ROUND_LR_KEY])
         return s.lr_schedule(1) if s.lr_schedule is not None else DEFAULTS.lr  # fedsynth's app: the run's lr
 
     def reference_stats(self, extractor: FeatureExtractor) -> GaussianStats:

@@ -36,6 +36,7 @@ from flwr.common.logger import log
 from flwr.serverapp import Grid
 
 from common.errors import ConfigError
+from common.algorithms.local_training_settings import ROUND_LR_KEY
 from common.algorithms.gossip import (
     average_model,
     consensus_distance,
@@ -327,11 +328,11 @@ class DecentralizedRelay(RoundStrategy):
         self._base = base
         round_config = {**self.client_config(), **config, "server-round": server_round}
         if self.lr_schedule is not None:
-            round_config["lr"] = self.lr_schedule(server_round)
+            round_config[ROUND_LR_KEY] = self.lr_schedule(server_round)
         sent = self._messages(server_round, w, ConfigRecord(round_config))
         fields: dict[str, Any] = {**traffic(w, to_record(self.models[0]).count_bytes())}
-        if "lr" in round_config:
-            fields["lr"] = round_config["lr"]
+        if ROUND_LR_KEY in round_config:
+            fields[ROUND_LR_KEY] = round_config[ROUND_LR_KEY]
         directed = self.gossip.topology in DIRECTED_TOPOLOGIES
         fields["psi"] = disagreement_factor(base) if directed else spectral_psi(base)
         return self.round_book.begin(server_round, sent, **fields)

@@ -49,7 +49,7 @@ class RoundEntry:
     round: int
     sampled: int                              # nodes sent a train message
     started_at: float                         # when configure_train sent them
-    sent: Mapping[str, Any] = field(default_factory=dict)  # what the strategy noted about them ("lr", "psi", ...)
+    sent: Mapping[str, Any] = field(default_factory=dict)  # what the strategy noted (the round's rate, "psi", ...)
     collected_at: float | None = None         # when the replies were in
     answered_nodes: tuple[str, ...] = ()      # the nodes of the good replies, as results name them
     failures: tuple[Failure, ...] = ()        # every dropped reply and timeout
