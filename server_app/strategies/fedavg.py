@@ -63,8 +63,8 @@ class FedAvg(RoundStrategy):
 
     The server step is the paper's: w + server_lr * the sample-weighted mean of the updates (`aggregation`).
     Bounded influence (a weight cap and an update-norm bound) is an option of that mean:
-    `FedAvg(aggregation=Bounded("weighted"))`. Nodes train with any rule (`fedsynth.client.train_sgd`, or
-    a Flower template's own train function). fedsynth's app builds it from its run config
+    `FedAvg(aggregation=Bounded(mean))`, by default with the bounds of the run config's option (`BOUNDED_INFLUENCE`).
+    Nodes train with any rule (`fedsynth.client.train_sgd`, or a Flower template's own train function). fedsynth's app builds it from its run config
     (server_app/registry.py `build_strategy`) with `fraction_evaluate = 0` (its clients evaluate the received
     model inside each train reply); Flower's default is 1.0.
     """
