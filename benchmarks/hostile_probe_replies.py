@@ -256,7 +256,7 @@ def reply_cases() -> list[Case]:
     from fedsynth import strategies as s
 
     fedavg, qsgd = (lambda: s.FedAvg()), (lambda: s.FedAvg(codec=s.QSGD(bits=4)))
-    bounded = lambda: s.FedAvg(bounded_influence=s.BOUNDED_INFLUENCE)  # noqa: E731
+    bounded = lambda: s.FedAvg(aggregation=s.Bounded("weighted", s.BOUNDED_INFLUENCE))  # noqa: E731
     big = lambda v: v * 1e6  # noqa: E731
     plain = [
         ("arrays NaN", with_arrays(first(lambda v: v * np.nan)), "drop"),
@@ -318,7 +318,7 @@ def reply_cases() -> list[Case]:
         Case("replies", "FedAvg(aggregation='median'): arrays NaN",
              lambda: judge(lambda: s.FedAvg(aggregation="median"), with_arrays(first(lambda v: v * np.nan)))),
         Case("replies", "FedAvg(max_update_norm=1, refuse): arrays x1e6",
-             lambda: judge(lambda: s.FedAvg(bounded_influence=s.BoundedInfluence(update_norm=1.0, update_norm_ratio=0.0, weight_share=1.0, action="refuse")), with_arrays(each(big)))),
+             lambda: judge(lambda: s.FedAvg(aggregation=s.Bounded("weighted", s.BoundedInfluence(update_norm=1.0, update_norm_ratio=0.0, weight_share=1.0, action="refuse"))), with_arrays(each(big)))),
     ]
     compressed = [
         ("payload NaN", record_change("compressed-update", nan_float)),

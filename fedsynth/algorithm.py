@@ -48,6 +48,17 @@ fedsynth's own algorithm table (common/algorithm_table.py), naming its two halve
 - `client_keys`: the run-config keys its client reads from the train message's config (existing keys; the
   strategy sends them), and the table's flags (`decentralized`, `with_cog`, `trains_ddpm`, `ddpm_only`) with
   the meanings common/algorithm_table.py gives them.
+- its paper's rule (optional), as a built-in row declares one: `rule=PaperRule(server_step=..., mean_source=...,
+  source=..., keys=(...), regime=...)`, what the paper does with the mean of the updates, where it fixes the mean
+  (`mean`), where its defaults come from, the shared run-config keys whose default its paper fixes too (its own
+  settings' keys are its hyper-parameters already) and where its training recipe differs from the shared
+  defaults. It is checked with the halves (each key a run-config key, or the run stops naming it), and
+  `python -m common.run.config_docs --algorithm package.module:Name` shows it beside its own keys, as
+  docs/algorithms.md's paper-rule table shows a built-in's:
+
+      FEDADAM = Algorithm(strategy="fedadam.server:FedAdam", client="fedadam.client:fedadam_update",
+                          rule=PaperRule("Adam on the mean update: w + eta m / (sqrt(v) + tau)",
+                                         "FedAvg's sample weights", "Reddi et al., 2021, Algorithm 2"))
 
 The module and both halves are imported when the run config is parsed, on the server and on every node,
 so a missing module, attribute or a value of the wrong type is a ConfigError naming the path before any
@@ -60,9 +71,9 @@ FedNova plugin that tests it).
 from __future__ import annotations
 
 from client_app.training import LocalJob, LocalResult, plain_rule, run_local_steps
-from common.algorithm_table import Algorithm
+from common.algorithm_table import Algorithm, PaperRule
 from common.keys import BOTH, NODE, SERVER, key, require
 from common.run.client_settings import config_value
 
-__all__ = ["BOTH", "NODE", "SERVER", "Algorithm", "LocalJob", "LocalResult", "config_value", "key", "plain_rule",
-           "require", "run_local_steps"]
+__all__ = ["BOTH", "NODE", "SERVER", "Algorithm", "LocalJob", "LocalResult", "PaperRule", "config_value", "key",
+           "plain_rule", "require", "run_local_steps"]

@@ -50,6 +50,7 @@ from common.protocol import (
 from common.keys import key_name
 from common.run.client_settings import CODEC_KEYS, client_keys
 from common.run.config import config_fields
+from common.run.config_docs import PAPER_RULE_HEADER, paper_rule_row
 
 ROOT = Path(__file__).resolve().parents[1]
 COMMAND = "python -m fedsynth.algorithm_docs --write"
@@ -227,25 +228,20 @@ def declared_defaults() -> dict[str, object]:
     return {key_name(f.name): f.default for f in config_fields()}
 
 
-def _value_text(value: object) -> str:
-    return f'"{value}"' if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else str(value)
-
-
 def paper_rules_table() -> str:
     """docs/algorithms.md's paper-rule table: every built-in row's rule (the `X+cog` rows under their base), its
-    mean, and its hyper-parameters (`paper_keys`) with their declared defaults."""
+    mean, and its hyper-parameters (`paper_keys`) with their declared defaults; a plugin's rule is shown in the same
+    layout by `python -m common.run.config_docs --algorithm package.module:Name` (`paper_rule_markdown`)."""
     defaults = declared_defaults()
-    lines = ["| algorithm | mean | server step | own hyper-parameters (default) | source | the paper's regime |",
-             "| --- | --- | --- | --- | --- | --- |"]
+    lines = [PAPER_RULE_HEADER]
     for name, row in ALGORITHMS.items():
         rule = row.rule
         if rule is None or name.endswith("+cog"):  # an X+cog row runs X's rule
             continue
         mean = "-" if row.decentralized else f"{row.mean} ({rule.mean_source})"
-        keys = ", ".join(f"`{key}` = {_value_text(defaults[key])}" for key in paper_keys(row)) or "-"
         cogged = f"; `{name}+cog` the same with FedCOG's client plug-in" if f"{name}+cog" in ALGORITHMS else ""
-        cells = [f"`{name}`", mean, rule.server_step + cogged, keys, rule.source, rule.regime or "the shared defaults"]
-        lines.append("| " + " | ".join(_cell(cell) for cell in cells) + " |")
+        lines.append(paper_rule_row(name, rule, mean, {key: defaults[key] for key in paper_keys(row)},
+                                    rule.server_step + cogged))
     return "\n".join(lines)
 
 

@@ -9,8 +9,8 @@ server's half of it: each row names its class by import path (`strategy`), resol
 A strategy is built from its declared keyword parameters (server_app/strategies/parameters.py
 `declared_parameters`: its settings groups' fields, then its base's constructor's), each named after the
 run-config key it mirrors, so `build_strategy` reads each from the run config under its own name; the few
-that are not run-config keys (the grouped values: the codec, bounded influence, the aggregation, the
-relay's gossip, the server's task, and the app's wiring: its node table, lr schedule, model names) say here
+that are not run-config keys (the grouped values: the codec, the aggregation with its bounds, the relay's
+bounds and gossip, the server's task, and the app's wiring: its node table, lr schedule, model names) say here
 where they come from. What
 fedsynth's app adds around the algorithm (the nodes' kept models for resume, FID's reference from the nodes'
 feature sums, the perturbation diagnostic) is attached here too, so the strategies never see a run config.
@@ -134,8 +134,8 @@ def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) 
         "diffusion": lambda: DiffusionTraining.of(cfg),
         "correction": lambda: CorrectionSettings.of(cfg),
         "quicktest": lambda: QuickTestSettings.of(cfg),
-        "aggregation": lambda: aggregation_of(cfg),
-        "bounded_influence": lambda: bounded_influence_of(cfg),
+        "aggregation": lambda: aggregation_of(cfg),  # the mean, `Bounded` under the run's bounds
+        "bounded_influence": lambda: bounded_influence_of(cfg),  # the relay's bounds (it has no mean)
         "codec": lambda: codec_of(cfg),
         "sam": lambda: set(node_keys(SAMSettings)) <= set(rule_keys(algorithm_of(cfg.algorithm))),  # OledFL-SAM
     }

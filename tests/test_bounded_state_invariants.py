@@ -3,8 +3,8 @@
 Three nodes, each the quadratic f_i(w) = (w - b_i)^2 / 2 with b = (0, 1, 6): the optimum of their mean is 7/3 =
 2.333. Each round runs fedsynth's real strategy (configure_train, aggregate_train) and each node's real client
 rule (client_app's update functions, on a one-parameter torch model) with its own `Context.state`; under
-`bounded_influence=BOUNDED_INFLUENCE` the far node's update is clipped in the first rounds. SCAFFOLD's `c` must
-stay the mean of the nodes' `c_i` (FedGamma, FedLESAM-S: the same server), FedLESAM-D's and FedSMOO's `h` the mean
+`bounded-influence = true` (a class's `aggregation=Bounded("weighted")`) the far node's update is clipped in the
+first rounds. SCAFFOLD's `c` must stay the mean of the nodes' `c_i` (FedGamma, FedLESAM-S: the same server), FedLESAM-D's and FedSMOO's `h` the mean
 of their `g_i`, and the run must reach the optimum the plain rule reaches. Without the server's notice to the
 clipped node (`accepted-update-scale`, stripped from the messages) the states drift apart and the run settles
 elsewhere: the test can fail.

@@ -95,7 +95,8 @@ def test_a_metric_a_node_names_never_overwrites_a_field_of_the_rounds_record() -
                                                          "clipped-updates": 7.0})
         return reply
 
-    strategy = FedAvg(fraction_evaluate=0.0, bounded_influence=strategies.BoundedInfluence(weight_share=0.9))
+    strategy = FedAvg(fraction_evaluate=0.0,
+                      aggregation=strategies.Bounded("weighted", strategies.BoundedInfluence(weight_share=0.9)))
     result = strategy.start(ClientAppGrid(2, forging), to_record(MODEL), num_rounds=1, timeout=10)
     record = strategy.round_log.latest.as_record()
     assert record["answered"] == 2 and record["clipped-updates"] == 0 and "central-accuracy" not in record
@@ -179,7 +180,7 @@ def grouped_types() -> dict[str, type]:
 
 def test_every_grouped_value_a_strategy_takes_is_exported_by_fedsynth_strategies() -> None:
     grouped = grouped_types()
-    assert {"AppWiring", "BoundedInfluence", "CogSettings", "Gossip", "Krum", "NodeInfo", "QSGD", "ServerTask", "TopK",
+    assert {"AppWiring", "Bounded", "BoundedInfluence", "CogSettings", "Gossip", "Krum", "NodeInfo", "QSGD", "ServerTask", "TopK",
             "TrimmedMean"} <= set(grouped)  # the groups of the codec, the aggregation, the bounds, FedCOG, ...
     for name, cls in grouped.items():
         assert getattr(strategies, name, None) is cls, f"fedsynth.strategies does not export {name}"

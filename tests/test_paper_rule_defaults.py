@@ -2,7 +2,8 @@
 
 - With the defaults, the run config and every public class have the bounds off, and three hand-made replies
   are aggregated to the plain sample-weighted mean, exactly.
-- `bounded-influence = true` (the run config) and `bounded_influence=BOUNDED_INFLUENCE` (a class) turn both bounds on; each
+- `bounded-influence = true` (the run config) and `aggregation=Bounded(mean)` (a class; the relay's
+  `bounded_influence=BOUNDED_INFLUENCE`) turn both bounds on; each
   round's metrics then say how many updates were clipped and whether the weight cap bound.
 - A compressed update is bounded by the norm its client measured, not by its quantiser noise.
 - SCAFFOLD's control variate follows the step the server took when a bound clipped an update.
@@ -33,7 +34,7 @@ from common.uplink.encoding import encode_delta
 from common.uplink.spec import CompressionSpec, paper_levels
 from common.uplink.wire import decode_reply, measured_update_norm
 from fedsynth.algorithm_docs import declared_defaults, paper_keys
-from fedsynth.strategies import BOUNDED_INFLUENCE, AppWiring, FedAvg, Scaffold
+from fedsynth.strategies import BOUNDED_INFLUENCE, AppWiring, Bounded, FedAvg, Scaffold
 from server_app.influence import cap_binds
 from server_app.registry import SERVER_STRATEGIES
 from server_app.robust import clip_factors, scale_update, update_norm
@@ -98,7 +99,11 @@ def test_every_public_class_defaults_to_no_bounds(name: str) -> None:
     if not inspect.isclass(cls) or not hasattr(cls, "configure_train"):
         return
     parameters = inspect.signature(cls).parameters
-    assert parameters["bounded_influence"].default is None
+    if "aggregation" in parameters:  # a plain mean: no `Bounded` one
+        assert parameters["aggregation"].default in ("weighted", "uniform")
+        assert cls().bounded_influence is None
+    else:  # the relay, which has no mean, takes its bounds alone
+        assert parameters["bounded_influence"].default is None
     built = cls()
     assert (built.max_weight_share, getattr(built, "max_update_norm_ratio", 0.0), built.max_update_norm) == (1.0, 0.0, 0.0)
 
@@ -267,7 +272,7 @@ def test_the_unset_values_are_the_run_configs_alone() -> None:
 
 
 def test_bounded_influence_clips_and_caps_and_each_round_says_so() -> None:
-    strategy = FedAvg(wiring=AppWiring(nodes=nodes(3)), bounded_influence=BOUNDED_INFLUENCE)
+    strategy = FedAvg(wiring=AppWiring(nodes=nodes(3)), aggregation=Bounded("weighted", BOUNDED_INFLUENCE))
     start = {"w": arr(0, 0)}
     arrays, metrics = one_round(strategy, start, {0: ({"w": arr(1, 0)}, 10), 1: ({"w": arr(0, 2)}, 10),
                                                   2: ({"w": arr(100, 0)}, 80)})
@@ -311,7 +316,7 @@ def test_a_quantised_update_is_bounded_by_the_norm_its_client_measured() -> None
 
 def test_three_honest_quantised_updates_of_equal_length_are_not_clipped() -> None:
     """Under the 1.5 ratio, the decoded norms of equal-length updates spread past 1.5x; the measured ones do not."""
-    strategy = FedAvg(wiring=AppWiring(nodes=nodes(3)), bounded_influence=BOUNDED_INFLUENCE,
+    strategy = FedAvg(wiring=AppWiring(nodes=nodes(3)), aggregation=Bounded("weighted"),
                       codec=public.QSGD(bits=4, levels=paper_levels(4), scope="model"))
     rng = np.random.default_rng(1)
     start = {"w": np.zeros(4096, np.float32)}
@@ -344,7 +349,7 @@ def test_scaffold_clipped_control_delta_by_hand() -> None:
 
 
 def test_scaffold_control_variate_is_consistent_with_a_clipped_step() -> None:
-    strategy = Scaffold(wiring=AppWiring(nodes=nodes(3)), bounded_influence=BOUNDED_INFLUENCE)
+    strategy = Scaffold(wiring=AppWiring(nodes=nodes(3)), aggregation=Bounded("weighted"))
     start = {"w": arr(0, 0)}
     steps, lr = 4, 0.5
     locals_ = {0: ({"w": arr(1, 0)}, 10), 1: ({"w": arr(0, 2)}, 10), 2: ({"w": arr(100, 0)}, 10)}

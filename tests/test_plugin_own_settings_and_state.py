@@ -192,6 +192,73 @@ def test_its_keys_are_documented_by_the_config_docs(plugin_root: Path) -> None:
     assert own_settings_markdown("fedavg") == "fedavg declares no settings of its own\n"
 
 
+def test_its_paper_rule_is_checked_and_shown_as_a_built_ins(plugin_root: Path) -> None:
+    """FedAdam declares its paper's rule with the type the built-in rows use; the config docs show it as
+    docs/algorithms.md's paper-rule table shows a built-in's, its own keys with their declared defaults."""
+    import common.algorithm_table
+    import fedsynth.algorithm
+    from common.run.config_docs import PAPER_RULE_HEADER, paper_rule_markdown
+    from fedsynth.algorithm_docs import paper_rules_table
+
+    assert fedsynth.algorithm.PaperRule is common.algorithm_table.PaperRule
+    assert "PaperRule" in fedsynth.algorithm.__all__
+    parse_run_config({"algorithm": ADAM}, SERVER_STRATEGIES)  # its rule passes the checks
+    shown = paper_rule_markdown(ADAM)
+    assert paper_rules_table().startswith(PAPER_RULE_HEADER + "\n")  # the built-ins' table, the same columns
+    assert shown == (
+        f"## Its paper's rule ({ADAM})\n\n{PAPER_RULE_HEADER}\n"
+        "| `fedadam:FEDADAM` | weighted (FedAvg's sample-weighted mean, the paper's Delta_t) | m <- beta-1 m + "
+        "(1 - beta-1) mean update, v <- beta-2 v + (1 - beta-2) its square; w + eta m / (sqrt(v) + tau) | "
+        "`fedadam.eta` = 0.1, `fedadam.beta-1` = 0.9, `fedadam.beta-2` = 0.99, `fedadam.tau` = 0.001, "
+        "`fedadam.local-lr-scale` = 1 | Reddi et al., 2021, Algorithm 2 (no bias correction) | the shared defaults |\n")
+
+
+BAD_RULES = {
+    "no key": ("PaperRule('step', 'weights', 'paper', ('server_lr',))",
+               r"its rule's key 'server_lr' is no run-config key \(did you mean 'server-lr'\?\)"),
+    "own key": ("PaperRule('step', 'weights', 'paper', ('fedadam.eta',))",
+                r"its rule's key 'fedadam.eta' is a key of its own settings"),
+    "keys as text": ("PaperRule('step', 'weights', 'paper', 'server-lr')", r"its rule's keys must be a tuple"),
+    "no step": ("PaperRule('', 'weights', 'paper')", r"its rule's server_step must be non-empty text"),
+    "not a rule": ("'Adam on the mean'", r"its rule must be a fedsynth.algorithm.PaperRule"),
+}
+
+
+def _rule_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rule: str) -> str:
+    """A module outside the tree whose row is FedAdam's halves with `rule` (Python source)."""
+    (tmp_path / "ruledadam.py").write_text(
+        "from fedsynth.algorithm import Algorithm, PaperRule\n"
+        f"ROW = Algorithm(strategy='fedadam.server:FedAdam', client='fedadam.client:fedadam_update', rule={rule})\n")
+    _forget("ruledadam")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv(ENV_VAR, "fedadam ruledadam")
+    return "ruledadam:ROW"
+
+
+@pytest.mark.parametrize("case", sorted(BAD_RULES))
+def test_a_bad_paper_rule_is_refused_when_the_run_config_is_parsed(plugin_root: Path, tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch, case: str) -> None:
+    rule, message = BAD_RULES[case]
+    path = _rule_plugin(tmp_path, monkeypatch, rule)
+    with pytest.raises(ConfigError, match=r"run config key 'algorithm' = 'ruledadam:ROW': " + message):
+        parse_run_config({"algorithm": path}, SERVER_STRATEGIES)
+    _forget("ruledadam")
+
+
+def test_a_paper_rules_shared_key_is_shown_with_its_declared_default(plugin_root: Path, tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from common.run.config_docs import paper_rule_markdown
+
+    path = _rule_plugin(tmp_path, monkeypatch, "PaperRule('step', 'weights', 'paper', ('server-lr',))")
+    parse_run_config({"algorithm": path}, SERVER_STRATEGIES)
+    assert "| `server-lr` = 1, `fedadam.eta` = 0.1," in paper_rule_markdown(path)
+    _forget("ruledadam")
+    path = _rule_plugin(tmp_path, monkeypatch, "None")  # a rule is optional
+    parse_run_config({"algorithm": path}, SERVER_STRATEGIES)
+    assert paper_rule_markdown(path) == "ruledadam:ROW declares no paper rule\n"
+    _forget("ruledadam")
+
+
 def test_a_constructor_that_forwards_kwargs_is_refused_naming_the_class(plugin_root: Path, tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     """The `**kwargs` trap with a settings group: a hand-written constructor that forwards the rest is refused

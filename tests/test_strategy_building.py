@@ -74,7 +74,7 @@ def test_build_strategy_takes_each_parameter_from_the_key_of_its_name() -> None:
     assert arguments["server_lr"] == 0.5 and arguments["fraction_train"] == 0.5 and arguments["seed"] == 3
     assert arguments["fraction_evaluate"] == 0.0 and arguments["wiring"].nodes is NODES
     assert arguments["wiring"].lr_schedule(3) == cfg.lr * cfg.lr_decay ** 2
-    assert arguments["codec"] == public.QSGD(bits=8) and arguments["bounded_influence"] is None
+    assert arguments["codec"] == public.QSGD(bits=8) and arguments["aggregation"] == "weighted"  # no bounds
     strategy = build_strategy(cfg, NODES)
     assert (strategy.server_lr, strategy.sam_rho, strategy.dyn_alpha, strategy.max_record_norm) == (0.5, 0.2, 0.3, 7.0)
     sent = strategy.client_config()
@@ -107,23 +107,37 @@ def test_a_class_built_by_hand_sends_its_nodes_what_the_app_sends(name: str, alg
     assert by_hand.client_config() == from_config.client_config()
 
 
-@pytest.mark.parametrize(("keys", "bounded", "aggregation"), [
-    ({}, None, "weighted"),
-    ({"bounded-influence": True}, public.BOUNDED_INFLUENCE, "weighted"),
+@pytest.mark.parametrize(("keys", "aggregation", "spelled_out"), [
+    ({}, "weighted", ("weighted", 0.2, 1, 1.0, 0.0, 0.0, "clip")),
+    ({"bounded-influence": True}, public.Bounded("weighted"), ("weighted", 0.2, 1, 0.4, 0.0, 1.5, "clip")),
     ({"max-weight-share": 0.5, "aggregation": "uniform"},
-     public.BoundedInfluence(update_norm_ratio=0.0, weight_share=0.5), "uniform"),
+     public.Bounded("uniform", public.BoundedInfluence(update_norm_ratio=0.0, weight_share=0.5)),
+     ("uniform", 0.2, 1, 0.5, 0.0, 0.0, "clip")),
     ({"max-update-norm": 3.0, "update-norm-action": "refuse", "aggregation": "trimmed-mean", "trim-fraction": 0.1},
-     public.BoundedInfluence(update_norm_ratio=0.0, weight_share=1.0, update_norm=3.0, action="refuse"),
-     public.TrimmedMean(0.1)),
-    ({"aggregation": "krum", "byzantine-nodes": 2}, None, public.Krum(2)),
+     public.Bounded(public.TrimmedMean(0.1), public.BoundedInfluence(update_norm_ratio=0.0, weight_share=1.0,
+                                                                     update_norm=3.0, action="refuse")),
+     ("trimmed-mean", 0.1, 1, 1.0, 3.0, 0.0, "refuse")),
+    ({"aggregation": "krum", "byzantine-nodes": 2}, public.Krum(2), ("krum", 0.2, 2, 1.0, 0.0, 0.0, "clip")),
 ])
-def test_the_app_groups_the_run_configs_keys_into_the_values(keys: dict, bounded, aggregation) -> None:
+def test_the_app_groups_the_run_configs_keys_into_the_values(keys: dict, aggregation, spelled_out) -> None:
+    """The mean and its bounds are one `aggregation` value; the strategy spells them out as the attributes the
+    round machinery reads, the same whether the app or a user built it."""
     arguments = strategy_arguments(public.FedAvg, config_of("fedavg", **keys), NODES)
-    assert arguments["bounded_influence"] == bounded and arguments["aggregation"] == aggregation
-    by_hand, built = public.FedAvg(bounded_influence=bounded, aggregation=aggregation), public.FedAvg(**arguments)
+    assert arguments["aggregation"] == aggregation and "bounded_influence" not in arguments
+    by_hand, built = public.FedAvg(aggregation=aggregation), public.FedAvg(**arguments)
     spelled = ("aggregation", "trim_fraction", "byzantine_nodes", "max_weight_share", "max_update_norm",
                "max_update_norm_ratio", "update_norm_action")
-    assert [getattr(built, a) for a in spelled] == [getattr(by_hand, a) for a in spelled]
+    assert tuple(getattr(built, a) for a in spelled) == tuple(getattr(by_hand, a) for a in spelled) == spelled_out
+
+
+def test_the_relay_takes_the_run_configs_bounds_alone() -> None:
+    """The decentralized relay has no mean: it takes the bounds as `bounded_influence` (its weight share caps
+    the metric means, its update norm each node's model change)."""
+    cfg = config_of("dfedavg", **{"bounded-influence": True})
+    arguments = strategy_arguments(public.DFedAvg, cfg, NODES)
+    assert arguments["bounded_influence"] == public.BOUNDED_INFLUENCE and "aggregation" not in arguments
+    strategy = build_strategy(cfg, NODES)
+    assert (strategy.max_weight_share, strategy.max_update_norm, strategy.update_norm_action) == (0.4, 0.0, "clip")
 
 
 @pytest.mark.parametrize(("sam", "algorithm"), [(False, "oledfl-sgd"), (True, "oledfl-sam")])

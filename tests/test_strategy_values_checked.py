@@ -91,14 +91,35 @@ def test_parameters_that_are_not_run_config_keys_are_checked(parameter, value):
 
 def test_good_values_build_and_are_kept():
     bounds = public.BoundedInfluence(weight_share=0.5, update_norm_ratio=2)
-    strategy = public.FedAvg(bounded_influence=bounds, min_nodes=2, aggregation="uniform")
+    strategy = public.FedAvg(aggregation=public.Bounded("uniform", bounds), min_nodes=2)
     assert (strategy.max_weight_share, strategy.max_update_norm_ratio, strategy.min_nodes) == (0.5, 2, 2)
     assert strategy.bounded_influence is bounds and strategy.aggregation == "uniform"
+    plain = public.FedAvg(aggregation="uniform")
+    assert (plain.aggregation, plain.bounded_influence, plain.max_weight_share, plain.max_update_norm_ratio) == (
+        "uniform", None, 1.0, 0.0)
+    robust = public.FedAvg(aggregation=public.Bounded(public.Krum(2), public.BoundedInfluence(update_norm=3.0)))
+    assert (robust.aggregation, robust.byzantine_nodes, robust.max_update_norm) == ("krum", 2, 3.0)
     robust = public.FedAvg(aggregation=public.TrimmedMean(0.1))
     assert (robust.aggregation, robust.trim_fraction) == ("trimmed-mean", 0.1)
     assert public.FedAvg(codec=public.QSGD(bits=8, scope="bucket")).client_config()["bits"] == 8
     assert public.FedSAM(sam_rho=0.1).sam_rho == 0.1
     assert "sam_rho" in inspect.signature(public.FedSAM).parameters  # the check keeps help()'s signature
+
+
+def test_a_bounded_mean_is_checked_as_a_plain_one_and_bounds_alone_are_refused_naming_bounded():
+    """`Bounded(mean, influence)`: its mean refused as the run config refuses the key, bounds without a mean (the
+    last release's `bounded_influence` value given as `aggregation`) refused naming the form to use."""
+    with pytest.raises(ConfigError) as refused:
+        public.FedAvg(aggregation=public.Bounded("weigthed"))
+    assert str(refused.value) == f"FedAvg: {run_config_message('aggregation', 'weigthed')}"
+    with pytest.raises(ConfigError, match=r"FedAvg: parameter aggregation = BoundedInfluence\(.*\) gives bounds "
+                                          r"without their mean; pass aggregation=Bounded\(mean, influence=...\)"):
+        public.FedAvg(aggregation=public.BOUNDED_INFLUENCE)
+    with pytest.raises(ConfigError, match="Bounded: mean = None is invalid"):
+        public.Bounded(None)
+    with pytest.raises(ConfigError, match="Bounded: influence = 0.4 is invalid; accepted: a BoundedInfluence"):
+        public.Bounded("weighted", 0.4)
+    assert public.Bounded("uniform").influence is public.BOUNDED_INFLUENCE  # `bounded-influence = true`'s bounds
 
 
 @pytest.mark.parametrize(("parameter", "value"), [

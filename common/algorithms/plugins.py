@@ -12,7 +12,9 @@ module-level `fedsynth.algorithm.Algorithm` that names its two halves by import 
 - `client`: a function `update(job: LocalJob) -> LocalResult` that trains `job.model` in place for one
   round; fedsynth's ClientApp builds the reply from it as for its own rules (the model, or with an uplink
   codec the encoded update; `LocalResult.metrics` and `.outgoing` ride along);
-- optionally `client_keys` (existing run-config keys its client reads) and the row's other flags.
+- optionally `client_keys` (existing run-config keys its client reads), its paper's rule (`rule=PaperRule(...)`,
+  as a built-in row declares it: checked by `check_paper_rule`, its `keys` real run-config keys) and the row's
+  other flags.
 
 Why import paths and not the objects: it is how the run config already names a user's model
 (`model = "package.module:factory"`) and how Flower's pyproject names its apps; a row stays plain data that
@@ -30,9 +32,12 @@ forwards `**kwargs` (`refuse_forwarding`: the app could not fill what it forward
 
 from __future__ import annotations
 
+import difflib
 import inspect
 
-from common.algorithm_table import ALGORITHMS, PAPER_MEANS, Algorithm
+from collections.abc import Collection
+
+from common.algorithm_table import ALGORITHMS, PAPER_MEANS, Algorithm, PaperRule
 from common.errors import ConfigError
 from common.imports import import_attribute  # noqa: F401 - re-exported for the client registry
 from common.keys import check_choice, node_keys
@@ -78,6 +83,38 @@ def plugin_algorithm(path: str) -> Algorithm:
         raise ConfigError(f"{what}: client_keys must be run-config key names, not {algorithm.client_keys!r}")
     check_halves(algorithm, what)
     return algorithm
+
+
+def check_paper_rule(algorithm: Algorithm, what: str, run_config_keys: Collection[str]) -> None:
+    """Refuse a plugin's paper rule (`Algorithm.rule`) that a built-in row's could not be: not a `PaperRule`, a
+    server step or source that is no text or empty, or a key of `keys` that is none of `run_config_keys` (the run
+    config's keys, passed in by the run config, which imports this module). The keys are the shared settings whose
+    default its paper fixes too (`server-lr`, ...): its own settings' keys ("<name>.<key>") are its paper's
+    hyper-parameters already, and say so here. None (no rule) is fine."""
+    rule = algorithm.rule
+    if rule is None:
+        return
+    if not isinstance(rule, PaperRule):
+        raise ConfigError(f"{what}: its rule must be a fedsynth.algorithm.PaperRule(server_step=..., mean_source=..., "
+                          f"source=...) or None, not {rule!r}")
+    for field in ("server_step", "mean_source", "source", "regime"):
+        value = getattr(rule, field)
+        if not isinstance(value, str) or (field in ("server_step", "source") and not value.strip()):
+            raise ConfigError(f"{what}: its rule's {field} must be {'non-empty ' if field != 'regime' else ''}text "
+                              f"(what its paper states), not {value!r}")
+    if isinstance(rule.keys, str) or not all(isinstance(key, str) for key in rule.keys):
+        raise ConfigError(f"{what}: its rule's keys must be a tuple of run-config key names, not {rule.keys!r}")
+    for key in rule.keys:
+        if key in run_config_keys:
+            continue
+        if "." in key:
+            raise ConfigError(f"{what}: its rule's key {key!r} is a key of its own settings, which are its paper's "
+                              "hyper-parameters already; the rule's keys are the shared run-config keys whose "
+                              "default its paper fixes too (e.g. 'server-lr')")
+        close = difflib.get_close_matches(key, list(run_config_keys), n=1, cutoff=0.6)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(f"{what}: its rule's key {key!r} is no run-config key{hint}; the rule's keys are the shared "
+                          "run-config keys whose default its paper fixes too (docs/configuration.md)")
 
 
 def check_halves(algorithm: Algorithm, what: str) -> None:

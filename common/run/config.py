@@ -31,7 +31,9 @@ from common.algorithms.decentralized_settings import DecentralizedSettings
 from common.algorithms.rule_settings import (
     DFedAvgMSettings, FedDynSAMSettings, FedProxSettings, MOONSettings, MoFedSAMSettings, OledFLSettings, SAMSettings,
 )
-from common.algorithms.plugins import PLUGIN_FORM, algorithm_of, is_plugin, known_algorithm, plugin_algorithm
+from common.algorithms.plugins import (
+    PLUGIN_FORM, algorithm_of, check_paper_rule, is_plugin, known_algorithm, plugin_algorithm,
+)
 from common.algorithm_table import ALGORITHMS, COG_BASES, Algorithm
 from common.algorithms.local_training_settings import LocalTrainingSettings
 from common.algorithms.synsam_settings import REAL_ORACLE, DynaFedSettings, SynSAMRuleSettings, SynSAMSettings
@@ -299,7 +301,8 @@ def parse_run_config(raw: Mapping[str, Any], known_algorithms: Iterable[str]) ->
     }
     cfg = RunConfig(**values)
     if is_plugin(cfg.algorithm):  # a user's algorithm: both halves imported and checked (common/algorithms/plugins.py)
-        plugin_algorithm(cfg.algorithm)
+        check_paper_rule(plugin_algorithm(cfg.algorithm), f"run config key 'algorithm' = {cfg.algorithm!r}",
+                         fields_by_key)
     else:
         check_choice("algorithm", cfg.algorithm, [*sorted(known_algorithms), PLUGIN_FORM])
     object.__setattr__(cfg, "own_settings", parse_own_settings(cfg.algorithm, own_raw, coerce_value))

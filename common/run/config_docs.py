@@ -11,8 +11,12 @@ from __future__ import annotations
 import dataclasses
 import sys
 
+from collections.abc import Mapping
+
+from common.algorithm_table import PaperRule
+from common.algorithms.plugins import plugin_algorithm, rule_keys
 from common.keys import key_name, own_fields
-from common.run.config import PARTS
+from common.run.config import PARTS, config_fields
 from common.run.own_settings import SEPARATOR, own_keys, settings_group, strategy_of
 
 
@@ -72,10 +76,46 @@ def own_settings_markdown(path: str) -> str:
     return f"## {heading} ({path})\n\n{part_table_markdown(group, prefix, dataclasses.fields(group))}\n"
 
 
+# docs/algorithms.md's paper-rule table (fedsynth/algorithm_docs.py `paper_rules_table`), whose rows a plugin's
+# rule is shown as too (`paper_rule_markdown`)
+PAPER_RULE_HEADER = ("| algorithm | mean | server step | own hyper-parameters (default) | source | the paper's regime |\n"
+                     "| --- | --- | --- | --- | --- | --- |")
+
+
+def _value_text(value: object) -> str:
+    return f'"{value}"' if isinstance(value, str) else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def paper_rule_row(name: str, rule: PaperRule, mean: str, defaults: Mapping[str, object], server_step: str = "") -> str:
+    """One row of the paper-rule table: the algorithm `name`, its `mean` ("-" for none), its rule's server step
+    (`server_step` when given), its hyper-parameters `defaults` ({key: declared default}), source and regime."""
+    keys = ", ".join(f"`{key}` = {_value_text(value)}" for key, value in defaults.items()) or "-"
+    cells = [f"`{name}`", mean, server_step or rule.server_step, keys, rule.source, rule.regime or "the shared defaults"]
+    return "| " + " | ".join(" ".join(cell.split()).replace("|", "\\|") for cell in cells) + " |"
+
+
+def paper_rule_markdown(path: str) -> str:
+    """The paper rule the plugin `path` declares (`Algorithm.rule`, checked when the run config is parsed) as a
+    built-in's row of docs/algorithms.md shows it: its mean, server step, hyper-parameters with their declared
+    defaults (its rule's shared keys, the keys its client reads, its own settings' keys), source and regime; or a
+    line saying it declares none."""
+    algorithm = plugin_algorithm(path)
+    rule = algorithm.rule
+    if rule is None:
+        return f"{path} declares no paper rule\n"
+    declared = {key_name(f.name): f.default for f in config_fields()}
+    defaults: dict[str, object] = {key: declared[key] for key in dict.fromkeys(tuple(rule.keys) + rule_keys(algorithm))
+                                   if key in declared}
+    defaults.update({key: f.default for key, f in own_keys(strategy_of(path)).items()})
+    mean = "-" if algorithm.decentralized else f"{algorithm.mean} ({rule.mean_source})"
+    return f"## Its paper's rule ({path})\n\n{PAPER_RULE_HEADER}\n{paper_rule_row(path, rule, mean, defaults)}\n"
+
+
 if __name__ == "__main__":
     # python -m common.run.config_docs --markdown > docs/configuration.md   (no flag: the tables alone)
-    # python -m common.run.config_docs --algorithm package.module:Name       (a plugin's own keys)
+    # python -m common.run.config_docs --algorithm package.module:Name       (a plugin's own keys and paper rule)
     if "--algorithm" in sys.argv[1:-1]:
-        sys.stdout.write(own_settings_markdown(sys.argv[sys.argv.index("--algorithm") + 1]))
+        path = sys.argv[sys.argv.index("--algorithm") + 1]
+        sys.stdout.write(own_settings_markdown(path) + "\n" + paper_rule_markdown(path))
     else:
         sys.stdout.write(configuration_page() if "--markdown" in sys.argv[1:] else config_table_markdown() + "\n")

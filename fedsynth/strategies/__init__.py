@@ -20,12 +20,13 @@ default), and each default is the run config's, so a class and `fedsynth run` sh
 Options every centralized class shares are one value each, not a key each:
 - `codec`: the uplink codec, None (no compression), `QSGD(bits=4, scope="bucket", bucket=512)` or
   `TopK(ratio=0.1)` (each with `error_feedback`);
-- `bounded_influence`: None runs the paper's plain rule; `BoundedInfluence(update_norm_ratio=1.5,
-  weight_share=0.4, update_norm=0.0, action="clip")` bounds each update's norm and caps any node's weight
-  share, and `BOUNDED_INFLUENCE` is what the run config's `bounded-influence = true` sets (those defaults);
-  each round's train metrics then carry "clipped-updates" and "weight-cap-bound";
-- `aggregation`: "weighted" (the papers' sample-weighted mean), "uniform", "median", `TrimmedMean(fraction)`
-  or `Krum(byzantine_nodes)`;
+- `aggregation`: the mean and its bounds. A plain mean runs the paper's rule: "weighted" (the papers'
+  sample-weighted mean), "uniform", "median", `TrimmedMean(fraction)` or `Krum(byzantine_nodes)`. A mean under
+  bounded influence is `Bounded(mean, influence)`: `BoundedInfluence(update_norm_ratio=1.5, weight_share=0.4,
+  update_norm=0.0, action="clip")` bounds each update's norm and caps any node's weight share, and
+  `Bounded("weighted")` (influence `BOUNDED_INFLUENCE`, those defaults) is what the run config's
+  `bounded-influence = true` sets; each round's train metrics then carry "clipped-updates" and "weight-cap-bound"
+  (the decentralized relay, which has no mean, takes its `bounded_influence` alone);
 - the trainings a server runs itself, one value each, whose fields are the run-config keys of the same names:
   FedSynSAM's and DynaFed's `distillation` (`DistillationSettings(task=ServerTask(model=..., dataset=...),
   trajectory_rounds=..., ...)`, the `task` being the model the server builds), DynaFed's `server_training`
@@ -83,7 +84,7 @@ from common.algorithms.rule_settings import (
     DFedAvgMSettings, FedDynSAMSettings, FedProxSettings, MOONSettings, MoFedSAMSettings, OledFLSettings, SAMSettings,
 )
 from common.algorithms.synsam_settings import SynSAMRuleSettings
-from common.run.aggregation import BOUNDED_INFLUENCE, BoundedInfluence, Krum, TrimmedMean
+from common.run.aggregation import BOUNDED_INFLUENCE, Bounded, BoundedInfluence, Krum, TrimmedMean
 from common.run.codecs import QSGD, TopK
 from common.run.gossip import Gossip
 from common.run.task import ServerTask
@@ -116,7 +117,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = sorted([
-    "AppWiring", "BOUNDED_INFLUENCE", "BoundedInfluence", "CogSettings", "Gossip", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
+    "AppWiring", "BOUNDED_INFLUENCE", "Bounded", "BoundedInfluence", "CogSettings", "Gossip", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
     "ReplyContractError", "ServerTask", "TooManyFailedRounds", "TopK", "TrimmedMean", "WarmupFailed", "WrapperRefused",
     # a train message's entry of the round's learning rate (common/algorithms/local_training_settings.py)
     "ROUND_LR_KEY", "round_lr_entry",

@@ -48,7 +48,7 @@ from server_app.strategies.reply_gate import ReplyGate
 from server_app.strategies.wiring import NO_WIRING, AppWiring
 from server_app.strategies.update_mean import UpdateMean, aggregate_buffers, weighted_mean  # noqa: F401 - re-exported
 from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text, with_flower_metric_names
-from common.run.aggregation import Aggregation, BoundedInfluence, aggregation_rule, bounds
+from common.run.aggregation import Aggregation, Bounded, aggregation_rule, bounds
 from common.run.client_settings import codec_settings
 from common.run.codecs import Codec, codec_spec
 
@@ -63,9 +63,9 @@ class FedAvg(RoundStrategy):
     """FedAvg (McMahan et al., 2017) with fedsynth's reply checks and seeded sampling.
 
     The server step is the paper's: w + server_lr * the sample-weighted mean of the updates (`aggregation`).
-    Bounded influence (a weight cap and an update-norm bound) is an option:
-    `FedAvg(bounded_influence=BOUNDED_INFLUENCE)`. Nodes train with any rule (`fedsynth.client.train_sgd`, or
-    a Flower template's own train function). fedsynth's app builds it from its run config
+    Bounded influence (a weight cap and an update-norm bound) is an option of that mean:
+    `FedAvg(aggregation=Bounded(mean))`, by default with the bounds of the run config's option (`BOUNDED_INFLUENCE`).
+    Nodes train with any rule (`fedsynth.client.train_sgd`, or a Flower template's own train function). fedsynth's app builds it from its run config
     (server_app/registry.py `build_strategy`) with `fraction_evaluate = 0` (its clients evaluate the received
     model inside each train reply); Flower's default is 1.0.
     """
@@ -83,16 +83,16 @@ class FedAvg(RoundStrategy):
                  seed: int = DEFAULTS.seed,
                  server_lr: float = DEFAULTS.server_lr,
                  aggregation: Aggregation = DEFAULTS.aggregation,
-                 bounded_influence: BoundedInfluence | None = None,
                  codec: Codec | None = None,
                  wiring: AppWiring | None = None,
                  weighted_by_key: str = WEIGHTED_BY_KEY,
                  min_available_nodes: int = 1) -> None:
-        wiring, limits = wiring or NO_WIRING, bounds(bounded_influence)
+        wiring, limits = wiring or NO_WIRING, bounds(aggregation)
         super().__init__(min_nodes=min_nodes, max_failed_rounds=max_failed_rounds, fraction_evaluate=fraction_evaluate,
                          max_weight_share=limits.weight_share, seed=seed, nodes=wiring.nodes,
                          weighted_by_key=weighted_by_key, min_available_nodes=min_available_nodes)
-        self.fraction_train, self.server_lr, self.bounded_influence = fraction_train, server_lr, bounded_influence
+        self.fraction_train, self.server_lr = fraction_train, server_lr
+        self.bounded_influence = aggregation.influence if isinstance(aggregation, Bounded) else None  # the bounds given
         self.aggregation, self.trim_fraction, self.byzantine_nodes = astuple(aggregation_rule(aggregation))
         self.max_update_norm, self.max_update_norm_ratio, self.update_norm_action = (
             limits.update_norm, limits.update_norm_ratio, limits.action)

@@ -26,6 +26,7 @@ import importlib
 import inspect
 import math
 import textwrap
+import typing
 from collections.abc import Iterable
 from typing import Any, Callable
 
@@ -35,7 +36,7 @@ from common.algorithms.aggregation_settings import AUTO_MEAN
 from common.algorithms.cog_settings import CogSettings
 from common.run.client_settings import CODEC_KEYS, codec_settings
 from common.run.codecs import codec_spec
-from common.run.aggregation import Krum, TrimmedMean
+from common.run.aggregation import BoundedInfluence, Krum, TrimmedMean, mean_of
 from common.errors import ConfigError
 from common.keys import check_group, key_name, message_config, sent_to_nodes
 from common.run.config import RunConfig, check_parameters, coerce_value
@@ -70,15 +71,20 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
             "your own data `ServerTask(model=..., partition=\"node\", image_channels=..., image_size=...,\n"
             "num_classes=...)` (common.run.task.ServerTask; its fields mean what the run-config keys of the same\n"
             "names mean).",
-    "aggregation": "How the server combines the updates: \"weighted\" (by `weighted_by_key`), \"uniform\" (1/S),\n"
-                   "\"median\", `TrimmedMean(fraction)` or `Krum(byzantine_nodes)` (run-config keys `aggregation`,\n"
-                   "`trim-fraction`, `byzantine-nodes`). The default is the class's paper mean (uniform for FedSynSAM,\n"
-                   "FedDDPM and FedDDPMPlus, weighted for the others; its row's `mean` and `rule`).",
-    "bounded_influence": "None: the paper's plain rule. `BoundedInfluence(update_norm_ratio, weight_share, update_norm,\n"
-                         "action)` bounds each update's norm and caps each node's weight share; `BOUNDED_INFLUENCE` is\n"
-                         "what the run config's `bounded-influence = true` sets (1.5x the lower-median update norm, a\n"
-                         "share of at most 0.4). Each round's train metrics then carry \"clipped-updates\" and\n"
-                         "\"weight-cap-bound\".",
+    "aggregation": "How the server combines the updates, and the bounds of that mean. A plain mean (the papers'):\n"
+                   "\"weighted\" (by `weighted_by_key`), \"uniform\" (1/S), \"median\", `TrimmedMean(fraction)` or\n"
+                   "`Krum(byzantine_nodes)` (run-config keys `aggregation`, `trim-fraction`, `byzantine-nodes`). A\n"
+                   "bounded one: `Bounded(mean, influence)`, its `influence` a `BoundedInfluence(update_norm_ratio,\n"
+                   "weight_share, update_norm, action)` that bounds each update's norm and caps each node's weight\n"
+                   "share; `Bounded(\"weighted\")` (influence `BOUNDED_INFLUENCE`: 1.5x the lower-median update norm, a\n"
+                   "share of at most 0.4) is what the run config's `bounded-influence = true` sets, and each round's\n"
+                   "train metrics then carry \"clipped-updates\" and \"weight-cap-bound\". The default is the class's\n"
+                   "paper mean, unbounded (uniform for FedSynSAM, FedDDPM and FedDDPMPlus, weighted for the others;\n"
+                   "its row's `mean` and `rule`).",
+    "bounded_influence": "The relay's bounds (it has no round mean to bound): None, none. `BoundedInfluence(weight_share,\n"
+                         "update_norm, action)` caps each node's share of the metric means and bounds each node's model\n"
+                         "change (clip or refuse); its `update_norm_ratio` is unused. `BOUNDED_INFLUENCE` is what the run\n"
+                         "config's `bounded-influence = true` sets.",
     "codec": "The uplink codec the nodes compress their update with, sent in every train message's config:\n"
              "None (no compression), `QSGD(bits, levels, scope, bucket, error_feedback)` or\n"
              "`TopK(ratio, error_feedback)` (common/run/codecs.py; run-config keys `compression`, `bits`, ...).",
@@ -155,9 +161,17 @@ def check_given(owner: str, values: dict[str, Any]) -> None:
     """Raise ConfigError for a parameter value the run config (or `OWN_PARAMETER_CHECKS`) refuses.
 
     A value object (a codec, `BoundedInfluence`, `TrimmedMean`, `ServerTask`) checked itself when it was built;
-    any other `aggregation` (a name, or a value of the wrong type) is checked as the run-config key."""
-    values = {name: value for name, value in values.items()
-              if not (name == "aggregation" and isinstance(value, (TrimmedMean, Krum))) and name != "bounded_influence"}
+    any other `aggregation` (a name, a `Bounded` one's mean, or a value of the wrong type) is checked as the
+    run-config key."""
+    values = {name: value for name, value in values.items() if name != "bounded_influence"}  # the relay's: a value
+    if isinstance(values.get("aggregation"), BoundedInfluence):
+        raise ConfigError(f"{owner}: parameter aggregation = {values['aggregation']!r} gives bounds without their "
+                          "mean; pass aggregation=Bounded(mean, influence=...), e.g. Bounded(\"weighted\", "
+                          "BOUNDED_INFLUENCE)")
+    if "aggregation" in values:
+        values["aggregation"] = mean_of(values["aggregation"])  # a `Bounded` one's bounds checked themselves
+        if isinstance(values["aggregation"], (TrimmedMean, Krum)):
+            del values["aggregation"]
     if values.get("aggregation") == AUTO_MEAN:  # the run config resolves "auto" by its algorithm; a class has its own
         raise ConfigError(f"{owner}: parameter aggregation = {AUTO_MEAN!r} is the run config's; a class takes "
                           "\"weighted\", \"uniform\" or a robust mean (its default is its paper's mean)")
@@ -220,9 +234,12 @@ FLOWER_ONLY: dict[str, tuple[str, str]] = {
 }
 
 
-def refuse_unknown_parameters(owner: str, given: Iterable[str], valid: Iterable[str]) -> None:
-    """TypeError naming `owner` and the nearest valid parameter for a keyword that is none of `valid`, or the
-    fedsynth parameters to use for a Flower parameter fedsynth's classes do not have (`FLOWER_ONLY`)."""
+def refuse_unknown_parameters(owner: str, given: Iterable[str], valid: Iterable[str],
+                              cls: type | None = None) -> None:
+    """TypeError naming `owner` and the nearest valid parameter for a keyword that is none of `valid`, the
+    fedsynth parameters to use for a Flower parameter fedsynth's classes do not have (`FLOWER_ONLY`), or, for a
+    former flat parameter of `cls` that is now part of a grouped one (`node_settings` in `wiring`), that grouped
+    parameter and how to pass it (`moved_parameter`)."""
     valid = list(valid)
     for name in given:
         if name in valid:
@@ -231,9 +248,69 @@ def refuse_unknown_parameters(owner: str, given: Iterable[str], valid: Iterable[
             meaning, instead = FLOWER_ONLY[name]
             raise TypeError(f"{owner}: parameter {name!r} is Flower's ({meaning}), which {owner} does not take; "
                             f"{instead}")
+        moved = moved_parameter(name, parameter_types(cls)) if cls is not None else None
+        if moved is not None:
+            raise TypeError(f"{owner}: parameter {name!r} is {moved[0]}, not a parameter of {owner}: pass {moved[1]}")
         close = difflib.get_close_matches(name, valid, n=1, cutoff=0.5)
         hint = f"did you mean {close[0]!r}? " if close else ""
         raise TypeError(f"{owner}: unknown parameter {name!r}; {hint}{owner}'s parameters: {', '.join(valid)}")
+
+
+def parameter_types(cls: type) -> dict[str, Any]:
+    """{parameter: its type} of `cls`'s constructor: its settings groups' fields (`settings`) and the first
+    constructor written out in its lineage (FedAvg's, the relay's), as `declared_parameters` reads them; a type that
+    does not resolve is left out (it only serves a refusal's wording)."""
+    types: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None:
+            continue
+        group = getattr(init, "settings_group", None)
+        try:
+            if group is None:
+                return {**typing.get_type_hints(init), **types}
+            if dataclasses.is_dataclass(group):
+                types = {**typing.get_type_hints(group), **types}
+        except (NameError, TypeError):
+            continue
+    return types
+
+
+def _value_types(hint: Any) -> list[type]:
+    """The grouped value types (dataclasses) a parameter's type names, through `X | None` and unions."""
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+        return [hint]
+    return [value for arg in typing.get_args(hint) for value in _value_types(arg)]
+
+
+def _snake_case(name: str) -> str:
+    return "".join(f"_{c.lower()}" if c.isupper() else c for c in name).lstrip("_")
+
+
+def moved_parameter(name: str, types: dict[str, Any]) -> tuple[str, str] | None:
+    """Where a flat parameter `name` (one of the last release's) went, as (where, how to pass it), or None: a field
+    of the grouped value a parameter takes (`nodes`: "a field of `wiring`", "wiring=AppWiring(nodes=...)"), or
+    the field whose type it was named after (`bounded_influence`, a `BoundedInfluence`: "the field `influence`
+    of `aggregation`", "aggregation=Bounded(mean=..., influence=...)"). Read from `types` (`parameter_types`)
+    alone, so a new grouped value is found without a list to keep."""
+    for parameter, hint in types.items():
+        for value in _value_types(hint):
+            fields = dataclasses.fields(value)
+            required = [f.name for f in fields if f.default is dataclasses.MISSING
+                        and f.default_factory is dataclasses.MISSING]
+            named = {f.name: f.name for f in fields}
+            try:
+                field_types = typing.get_type_hints(value)
+            except (NameError, TypeError):
+                field_types = {}
+            named |= {_snake_case(t.__name__): field for field, field_hint in field_types.items()
+                      for t in _value_types(field_hint) if field in named and _snake_case(t.__name__) not in named}
+            if name in named:
+                field = named[name]
+                shown = ", ".join(f"{f}=..." for f in [*[r for r in required if r != field], field])
+                where = f"a field of `{parameter}`" if field == name else f"the field `{field}` of `{parameter}`"
+                return where, f"{parameter}={value.__name__}({shown})"
+    return None
 
 
 def checked_init(init: Callable[..., None]) -> Callable[..., None]:
@@ -250,7 +327,7 @@ def checked_init(init: Callable[..., None]) -> Callable[..., None]:
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
         owner = type(self).__name__
-        refuse_unknown_parameters(owner, kwargs, own + list(FLOWER_PARAMETERS))
+        refuse_unknown_parameters(owner, kwargs, own + list(FLOWER_PARAMETERS), type(self))
         flower = {name: kwargs.pop(name) for name in list(kwargs) if name in FLOWER_PARAMETERS and name not in own}
         for name, value in flower.items():
             accepted, ok = FLOWER_PARAMETERS[name]
@@ -394,7 +471,7 @@ def with_settings(cls: type) -> None:
 
     def __init__(self: Any, **kwargs: Any) -> None:
         owner = type(self).__name__
-        refuse_unknown_parameters(owner, kwargs, valid)
+        refuse_unknown_parameters(owner, kwargs, valid, type(self))
         if group is not None:
             settings = checked_settings(owner, group, {name: kwargs.pop(name) for name in names if name in kwargs})
             for name in names:

@@ -55,7 +55,7 @@ from common.protocol import (
 from common.records import Weights, check_weights, from_record, subtract, to_record
 from common.algorithms.mixing_spectrum import disagreement_factor, spectral_psi
 from common.algorithms.topology import DIRECTED_TOPOLOGIES, RANDOM_TOPOLOGIES, check_topology, mixing_matrix
-from common.run.aggregation import BoundedInfluence, bounds
+from common.run.aggregation import NO_BOUNDS, BoundedInfluence
 from common.run.gossip import Gossip
 from server_app.checkpoint import CheckpointError
 from server_app.reply_checks import check_train_metrics
@@ -152,7 +152,8 @@ class DecentralizedRelay(RoundStrategy):
                  wiring: AppWiring | None = None,
                  weighted_by_key: str = WEIGHTED_BY_KEY,
                  min_available_nodes: int = 1) -> None:
-        wiring, limits = wiring or NO_WIRING, bounds(bounded_influence)  # no round mean: no `update_norm_ratio`
+        wiring = wiring or NO_WIRING
+        limits = NO_BOUNDS if bounded_influence is None else bounded_influence  # no round mean: no `update_norm_ratio`
         if wiring.parameter_names is not None:
             raise ConfigError(f"{type(self).__name__}: wiring.parameter_names is the centralized strategies'; the "
                               "relay forwards its nodes' whole models (give AppWiring(parameter_names=None))")
