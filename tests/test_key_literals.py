@@ -8,9 +8,11 @@ scanned here) and in tests. The scan reads the library's code (common/, server_a
 the run-config files a user writes (pyproject.toml, studies/, benchmarks' run configs, the hand-written docs)
 name keys by design and are not scanned.
 
-`ALLOWED` lists the only other places, each with why it is no use of the setting. The other keys a train message
-carries (the local training recipe, the codec, FedCOG's, FedDDPM's warm-up) are not yet a strategy class's
-settings group: `NOT_YET_GROUPED` lists the files that still spell each (quoted), and may only shrink.
+`ALLOWED` lists the only other places, each with why it is no use of the setting. The run's shared groups
+(`SHARED_GROUPS`: the uplink codec, one value from the run config to the wire) are held to the same rule, their keys
+looked for quoted (they are common words: "bits", "levels"). The other keys a train message carries (the local
+training recipe, FedCOG's, FedDDPM's warm-up) are not yet a settings group: `NOT_YET_GROUPED` lists the files that
+still spell each (quoted), and may only shrink.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+from common.algorithms.codec_settings import CodecSettings
 from common.keys import key_name, own_fields, sent_to_nodes
 from common.run.config import config_fields
 from server_app.strategies.catalog import STRATEGY_CLASSES
@@ -36,6 +39,14 @@ ALLOWED: dict[str, str] = {
     # keys' declared defaults) and its server step's text names them; docs/algorithms.md's paper-rule table and
     # tests/test_paper_rule_defaults.py are generated from / check them
     "common/algorithm_table.py": "a row's paper rule",
+}
+
+# The run's shared settings groups, each one value from the run config to the wire: the strategy holds it, the train
+# message carries its fields, the node reads it back (common/run/client_settings.py `message_codec`).
+SHARED_GROUPS: tuple[type, ...] = (CodecSettings,)
+# (key, file) -> why a shared group's key stands quoted in that file although it is no use of the setting
+HOMONYMS: dict[tuple[str, str], str] = {
+    ("levels", "common/uplink/payloads.py"): "a qsgd payload's array of packed levels, named so on the wire",
 }
 
 # The train message's other keys, not yet a strategy class's settings group: the files that still spell each
@@ -63,22 +74,6 @@ NOT_YET_GROUPED: dict[str, tuple[str, ...]] = {
     "local-optimizer": ("common/algorithms/local_training_settings.py", "common/models/diffusion.py",
                         "common/run/client_settings.py", "server_app/strategies/fedddpm.py", "client_app/app.py",
                         "client_app/training.py"),
-    "compression": ("common/algorithms/codec_settings.py", "common/metrics/sharpness.py",
-                    "common/run/client_settings.py", "common/run/codecs.py", "common/run/config.py",
-                    "common/uplink/spec.py", "common/uplink/wire.py", "server_app/strategies/parameters.py",
-                    "server_app/wire.py"),
-    "bits": ("common/algorithms/codec_settings.py", "common/run/client_settings.py", "common/run/codecs.py",
-             "common/uplink/spec.py", "server_app/strategies/fedavg.py", "server_app/strategies/parameters.py"),
-    "levels": ("common/algorithms/codec_settings.py", "common/run/client_settings.py", "common/run/codecs.py",
-               "common/uplink/payloads.py", "common/uplink/quantizers.py", "common/uplink/spec.py"),
-    "qsgd-scope": ("common/algorithms/codec_settings.py", "common/run/client_settings.py", "common/run/codecs.py",
-                   "common/uplink/spec.py"),
-    "qsgd-bucket": ("common/algorithms/codec_settings.py", "common/run/client_settings.py", "common/run/codecs.py",
-                    "common/uplink/spec.py"),
-    "topk-ratio": ("common/algorithms/codec_settings.py", "common/run/client_settings.py", "common/run/codecs.py",
-                   "common/uplink/spec.py"),
-    "error-feedback": ("common/run/client_settings.py", "common/run/codecs.py", "common/uplink/encoding.py",
-                       "client_app/replies.py", "client_app/train_reply.py"),
     "cog": ("common/run/client_settings.py", "common/run/config.py", "client_app/app.py"),
     # the fedcog row's client_keys (the base table imports no floor of common/, so not COG_START_KEY)
     "cog-start-round": ("common/algorithms/cog_settings.py", "common/algorithm_table.py"),
@@ -124,6 +119,12 @@ def group_keys() -> dict[str, str]:
     return keys
 
 
+def shared_keys() -> dict[str, str]:
+    """Every run-config key of the run's shared groups (`SHARED_GROUPS`) -> the file declaring it."""
+    return {key_name(f.name): str(Path(inspect.getsourcefile(group)).relative_to(ROOT))
+            for group in SHARED_GROUPS for f in own_fields(group)}
+
+
 def spelled(key: str, text: str) -> bool:
     """Whether `text` spells `key` as a word (not inside a longer key: `sam-rho` is not in `xsam-rho-2`)."""
     return re.search(rf"(?<![\w-]){re.escape(key)}(?![\w-])", text) is not None
@@ -138,10 +139,14 @@ def test_the_groups_cover_every_algorithm_setting_the_train_message_carries() ->
     keys = group_keys()
     assert {"sam-rho", "proximal-mu", "moon-mu", "moon-tau", "mofedsam-alpha", "dyn-alpha", "synsam-beta",
             "synsam-mix", "dfedavgm-momentum", "ole-beta"} <= set(keys)
-    # every key the train message carries is a group's or waits in NOT_YET_GROUPED, and the two do not overlap
+    shared = shared_keys()
+    assert set(shared) == {"compression", "bits", "levels", "qsgd-scope", "qsgd-bucket", "topk-ratio",
+                           "error-feedback"}
+    # every key the train message carries is a group's or waits in NOT_YET_GROUPED, and none is in two of them
     message = {key_name(f.name) for f in config_fields() if sent_to_nodes(f)}
-    assert message <= set(keys) | set(NOT_YET_GROUPED), message - set(keys) - set(NOT_YET_GROUPED)
-    assert not set(keys) & set(NOT_YET_GROUPED)
+    grouped = set(keys) | set(shared)
+    assert message <= grouped | set(NOT_YET_GROUPED), message - grouped - set(NOT_YET_GROUPED)
+    assert not set(keys) & set(shared) and not grouped & set(NOT_YET_GROUPED)
 
 
 @pytest.mark.parametrize("key", sorted(group_keys()))
@@ -151,6 +156,16 @@ def test_a_group_key_is_spelled_only_in_its_declaration(key: str) -> None:
     where = {path for path, text in files.items() if spelled(key, text)}
     assert declaration in where, (key, declaration)  # the scan sees the declaration: it can find the key
     assert where - {declaration} - set(ALLOWED) == set(), (key, sorted(where - {declaration} - set(ALLOWED)))
+
+
+@pytest.mark.parametrize("key", sorted(shared_keys()))
+def test_a_shared_group_key_is_quoted_only_in_its_declaration(key: str) -> None:
+    declaration = shared_keys()[key]
+    where = {path for path, text in source_files().items() if quoted(key, text)}
+    assert declaration in where, (key, declaration)  # the scan sees the declaration: it can find the key
+    homonyms = {path for (homonym, path) in HOMONYMS if homonym == key}
+    assert homonyms <= where, (key, sorted(homonyms - where))  # an exception that no longer holds is removed
+    assert where - {declaration} - homonyms == set(), (key, sorted(where - {declaration} - homonyms))
 
 
 @pytest.mark.parametrize("key", sorted(NOT_YET_GROUPED))

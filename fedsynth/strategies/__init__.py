@@ -18,8 +18,9 @@ A parameter's meaning is its run-config key's (docs/configuration.md; `help()` s
 default), and each default is the run config's, so a class and `fedsynth run` share one set of defaults.
 
 Options every centralized class shares are one value each, not a key each:
-- `codec`: the uplink codec, None (no compression), `QSGD(bits=4, scope="bucket", bucket=512)` or
-  `TopK(ratio=0.1)` (each with `error_feedback`);
+- `codec`: the uplink codec, None (no compression), `QSGD(bits=4, qsgd_scope="bucket", qsgd_bucket=512)` or
+  `TopK(topk_ratio=0.1)` (each with `error_feedback`), a `CodecSettings` whose fields are the run-config keys of
+  the same names, which the nodes read back;
 - `bounded_influence`: None runs the paper's plain rule; `BoundedInfluence(update_norm_ratio=1.5,
   weight_share=0.4, update_norm=0.0, action="clip")` bounds each update's norm and caps any node's weight
   share, and `BOUNDED_INFLUENCE` is what the run config's `bounded-influence = true` sets (those defaults);
@@ -55,7 +56,7 @@ DFedAvg, DFedAvgM, DFedSAM, OledFL).
 
 What a node must reply to a train message (content "arrays" = the global model, "config" with "server-round",
 "lr" and every setting the node's rule needs under its run-config name, its settings group's and the codec's:
-read them with `fedsynth.client.rule_settings` and `fedsynth.client.compression_from_config`):
+read them with `fedsynth.client.rule_settings` and `fedsynth.client.message_codec`):
 {"arrays": the local model, "metrics": {"num-examples": int > 0, "train-loss" or Flower's "train_loss": float}};
 optionally "partition-id", and "num-test-examples", "local-test-accuracy", "local-test-loss" for the received
 model. An evaluate reply carries "num-examples" and "local-test-accuracy"/"local-test-loss" or Flower's
@@ -76,6 +77,7 @@ from typing import Any
 
 from common.algorithms.plugins import import_attribute
 from common.algorithm_table import ALGORITHMS
+from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.cog_settings import CogSettings
 from common.algorithms.rule_settings import (
     DFedAvgMSettings, FedDynSAMSettings, FedProxSettings, MOONSettings, MoFedSAMSettings, OledFLSettings, SAMSettings,
@@ -115,7 +117,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = sorted([
-    "AppWiring", "BOUNDED_INFLUENCE", "BoundedInfluence", "CogSettings", "Gossip", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
+    "AppWiring", "BOUNDED_INFLUENCE", "BoundedInfluence", "CodecSettings", "CogSettings", "Gossip", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
     "ReplyContractError", "ServerTask", "TooManyFailedRounds", "TopK", "TrimmedMean", "WarmupFailed", "WrapperRefused",
     # the node rules' settings groups (common/algorithms/rule_settings.py): what each class's `settings` declares
     "DFedAvgMSettings", "FedDynSAMSettings", "FedProxSettings", "MOONSettings", "MoFedSAMSettings", "OledFLSettings",
