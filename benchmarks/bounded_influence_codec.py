@@ -35,7 +35,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from common.records import from_record  # noqa: E402
-from common.run.codecs import codec_of, codec_spec  # noqa: E402
+from common.algorithms.codec_settings import CodecSettings  # noqa: E402
 from common.run.config import parse_run_config  # noqa: E402
 from common.uplink.wire import decode_reply, measured_update_norm  # noqa: E402
 from fedsynth.inprocess import InProcessGrid, run_federation  # noqa: E402
@@ -57,7 +57,7 @@ def run(uplink: dict, rounds: int, seed: int, work: Path) -> list[list[tuple[flo
            "lr": 0.05, "seed": seed, "checkpoint-every": 0, "eval-every": 0, "central-eval": False,
            "save-model": False, "bounded-influence": True, **uplink}
     cfg = parse_run_config(raw, SERVER_STRATEGIES)
-    spec = codec_spec(codec_of(cfg))
+    spec = CodecSettings.of(cfg)
     grid = InProcessGrid(10, raw, keep_sent=True)
     norms: dict[int, list[tuple[float, float]]] = {}
 

@@ -39,29 +39,29 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO_ROOT))
 
 from common.uplink.payloads import decode_update, encode_update, float32_nbytes, payload_nbytes  # noqa: E402
-from common.uplink.spec import CompressionSpec, paper_levels  # noqa: E402
+from common.algorithms.codec_settings import CodecSettings, paper_levels  # noqa: E402
 
-CODECS: dict[str, CompressionSpec] = {
-    "none": CompressionSpec("none"),
-    "qsgd 7 levels (4 bits/coord)": CompressionSpec("qsgd", bits=4),
-    "qsgd 127 levels (8 bits/coord)": CompressionSpec("qsgd", bits=8),
-    "qsgd model, 17 levels (6 bits/coord; paper's 4-bit)": CompressionSpec("qsgd", levels=paper_levels(4), scope="model"),
-    "qsgd model, 257 levels (10 bits/coord; paper's 8-bit)": CompressionSpec("qsgd", levels=paper_levels(8), scope="model"),
-    "qsgd bucket 512, 17 levels (6 bits/coord)": CompressionSpec("qsgd", levels=17, scope="bucket", bucket_size=512),
-    "topk 0.1": CompressionSpec("topk", topk_ratio=0.1),
-    "topk 0.25": CompressionSpec("topk", topk_ratio=0.25),
+CODECS: dict[str, CodecSettings] = {
+    "none": CodecSettings("none"),
+    "qsgd 7 levels (4 bits/coord)": CodecSettings("qsgd", bits=4),
+    "qsgd 127 levels (8 bits/coord)": CodecSettings("qsgd", bits=8),
+    "qsgd model, 17 levels (6 bits/coord; paper's 4-bit)": CodecSettings("qsgd", levels=paper_levels(4), qsgd_scope="model"),
+    "qsgd model, 257 levels (10 bits/coord; paper's 8-bit)": CodecSettings("qsgd", levels=paper_levels(8), qsgd_scope="model"),
+    "qsgd bucket 512, 17 levels (6 bits/coord)": CodecSettings("qsgd", levels=17, qsgd_scope="bucket", qsgd_bucket=512),
+    "topk 0.1": CodecSettings("topk", topk_ratio=0.1),
+    "topk 0.25": CodecSettings("topk", topk_ratio=0.25),
 }
 
 # The default CNN's update under each qsgd scope and level count (wire sizes, metadata included).
-CNN_CODECS: dict[str, CompressionSpec] = {
-    "tensor, 7 levels (4 bits/coord)": CompressionSpec("qsgd", bits=4),
-    "model, 7 levels (4 bits/coord)": CompressionSpec("qsgd", bits=4, scope="model"),
-    "tensor, 17 levels (6 bits/coord)": CompressionSpec("qsgd", levels=17),
-    "model, 17 levels (6 bits/coord; paper's 4-bit)": CompressionSpec("qsgd", levels=17, scope="model"),
-    "bucket 512, 17 levels (6 bits/coord)": CompressionSpec("qsgd", levels=17, scope="bucket", bucket_size=512),
-    "model, 257 levels (10 bits/coord; paper's 8-bit)": CompressionSpec("qsgd", levels=257, scope="model"),
-    "tensor, 127 levels (8 bits/coord)": CompressionSpec("qsgd", bits=8),
-    "topk 0.1 (per tensor)": CompressionSpec("topk", topk_ratio=0.1),
+CNN_CODECS: dict[str, CodecSettings] = {
+    "tensor, 7 levels (4 bits/coord)": CodecSettings("qsgd", bits=4),
+    "model, 7 levels (4 bits/coord)": CodecSettings("qsgd", bits=4, qsgd_scope="model"),
+    "tensor, 17 levels (6 bits/coord)": CodecSettings("qsgd", levels=17),
+    "model, 17 levels (6 bits/coord; paper's 4-bit)": CodecSettings("qsgd", levels=17, qsgd_scope="model"),
+    "bucket 512, 17 levels (6 bits/coord)": CodecSettings("qsgd", levels=17, qsgd_scope="bucket", qsgd_bucket=512),
+    "model, 257 levels (10 bits/coord; paper's 8-bit)": CodecSettings("qsgd", levels=257, qsgd_scope="model"),
+    "tensor, 127 levels (8 bits/coord)": CodecSettings("qsgd", bits=8),
+    "topk 0.1 (per tensor)": CodecSettings("topk", topk_ratio=0.1),
 }
 
 
@@ -127,7 +127,7 @@ class CodecResult:
     ratio: float
 
 
-def measure(spec: CompressionSpec, tensor: np.ndarray, repeats: int, name: str) -> CodecResult:
+def measure(spec: CodecSettings, tensor: np.ndarray, repeats: int, name: str) -> CodecResult:
     """Time encode and decode of ``tensor`` separately, keeping the best of ``repeats``.
 
     The minimum is the least noisy estimate of what the code itself costs; the

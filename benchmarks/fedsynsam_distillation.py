@@ -131,7 +131,7 @@ def cmd_floor(work: Path, codec: str) -> None:
     from client_app.training import LocalJob
     from client_app.updates import fedsam_update
     from common.uplink.payloads import decode_update, encode_update
-    from common.uplink.spec import CompressionSpec
+    from common.algorithms.codec_settings import CodecSettings
     from common.metrics.evaluation import as_tensors
     from common.data.partition import PartitionSpec, load_client_data
     from common.records import load_weights, model_weights
@@ -142,8 +142,8 @@ def cmd_floor(work: Path, codec: str) -> None:
     spec = PartitionSpec(dataset=cfg.dataset, partition=cfg.partition, num_partitions=10, seed=0, alpha=cfg.alpha,
                          classes_per_client=1, local_test_fraction=cfg.local_test_fraction)
     data = [load_client_data(spec, p, "", str(work / "cache")) for p in range(10)]
-    codec_spec = CompressionSpec(method="qsgd", bits=4) if codec == "qsgd4" else (
-        CompressionSpec(method="topk", topk_ratio=0.1) if codec == "topk0.1" else CompressionSpec(method="none"))
+    uplink = CodecSettings(compression="qsgd", bits=4) if codec == "qsgd4" else (
+        CodecSettings(compression="topk", topk_ratio=0.1) if codec == "topk0.1" else CodecSettings(compression="none"))
     rng = np.random.default_rng(0)
 
     def flat(w):
@@ -162,7 +162,7 @@ def cmd_floor(work: Path, codec: str) -> None:
             deltas.append({k: (w[k] - trajectory[r][k]).astype(np.float32) for k in w})
         clean = np.mean([flat(d) for d in deltas], axis=0)
         shapes = {k: v.shape for k, v in deltas[0].items()}
-        sent = np.mean([flat(decode_update(encode_update(d, codec_spec, rng), shapes, codec_spec)) for d in deltas],
+        sent = np.mean([flat(decode_update(encode_update(d, uplink, rng), shapes, uplink)) for d in deltas],
                        axis=0)
         error = sent - clean
         print(f"{codec} r={r}: |clean mean update|^2 {clean @ clean:.4f}, |compression error|^2 {error @ error:.4f}, "

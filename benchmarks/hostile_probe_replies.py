@@ -330,7 +330,7 @@ def reply_cases() -> list[Case]:
     cases.append(Case("replies", "FedAvg(qsgd 4 bits): a payload of norm 2e38 (the model's squares overflow)",
                       lambda: judge(qsgd, pushed(1e38))))
     cases.append(Case("replies", "FedAvg(topk 0.25): top-k values 1e30 (the model's squares overflow)",
-                      lambda: judge(lambda: s.FedAvg(codec=s.TopK(ratio=0.25)), pushed(1e30))))
+                      lambda: judge(lambda: s.FedAvg(codec=s.TopK(topk_ratio=0.25)), pushed(1e30))))
     cases.append(Case("replies", "FedAvg(median): arrays 3e38",
                       lambda: judge(lambda: s.FedAvg(aggregation="median"), pushed(3e38))))
     cases.append(Case("replies", "FedAvg(qsgd 4 bits): arrays + 100 beside the payload (the payload counts)",

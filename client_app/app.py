@@ -38,12 +38,13 @@ from client_app.diffusion import WARMUP_KEYS, diffusion_train, feature_sums_repl
 from client_app.threads import torch_threads, usable_cores
 from client_app.training import LocalJob
 from client_app.registry import CLIENT_UPDATES, client_update
-from client_app.train_reply import uplink_codec_of, uplink_records
+from client_app.train_reply import uplink_records
 from common.algorithms.local_training_settings import LOCAL_STEPS_METRIC
 from common.algorithms.plugins import algorithm_of
 from common.imports import node_imports, site_imports
 from common.run.client_settings import (
-    RECIPE_KEYS, ROUND_KEYS, check_train_settings, client_keys, own_message_keys, own_message_settings, require_settings,
+    RECIPE_KEYS, ROUND_KEYS, check_train_settings, client_keys, message_codec, own_message_keys, own_message_settings,
+    require_settings,
 )
 from common.data.settings import NODE_PARTITION
 from common.run.config import ConfigError, RunConfig, cog_enabled, parse_run_config
@@ -278,8 +279,7 @@ def train(msg: Message, context: Context) -> Message:
     # (a decentralized round carries no global model; its config refuses compression)
     if received is None:
         received = from_record(msg.content.array_records["arrays"]) if "arrays" in msg.content.array_records else {}
-    codec, error_feedback = uplink_codec_of(config)
-    for name, record in uplink_records(codec, error_feedback, cfg.seed, context.state, received, model_weights(model),
+    for name, record in uplink_records(message_codec(config), cfg.seed, context.state, received, model_weights(model),
                                        result.outgoing, server_round, node.partition_id,
                                        module_parameter_names(model)).items():
         content[name] = record

@@ -36,10 +36,10 @@ from flwr.app import Context, Message, MetricRecord, RecordDict
 
 from client_app.training import LocalJob, plain_rule, run_local_steps
 from client_app.registry import client_update
-from client_app.train_reply import uplink_codec_of, uplink_records
+from client_app.train_reply import uplink_records
 from common.keys import node_keys, require_settings
 from common.algorithms.local_training_settings import LOCAL_STEPS_METRIC, ROUND_LR_KEY, LocalTrainingSettings
-from common.run.client_settings import rule_settings
+from common.run.client_settings import message_codec, rule_settings
 from common.run.config import RunConfig
 from common.data.datasets import run_dataset_info
 from common.models.diffusion import image_side, loss_for, seeded_generator, to_diffusion_input
@@ -107,8 +107,7 @@ def diffusion_train(msg: Message, context: Context, cfg: RunConfig, partition_id
         content[MODEL] = to_record(model_weights(model))
         return Message(content, reply_to=msg)
     received = from_record(msg.content.array_records[MODEL])
-    codec, error_feedback = uplink_codec_of(config)
-    for name, record in uplink_records(codec, error_feedback, cfg.seed, context.state, received, model_weights(model),
+    for name, record in uplink_records(message_codec(config), cfg.seed, context.state, received, model_weights(model),
                                        result.outgoing, server_round, partition_id,
                                        module_parameter_names(model)).items():
         content[name] = record

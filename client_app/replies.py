@@ -15,7 +15,7 @@ wrong:
     return train_reply(msg, net, result, num_examples=len(trainloader.dataset), state=context.state)
 
 The codec is the one the strategy sent in the message's config
-(`compression_from_config`), so the node never repeats the server's settings.
+(`message_codec`), so the node never repeats the server's settings.
 Only the trainable parameters (`named_parameters`) go through the codec:
 BatchNorm's running statistics are not an update, and its integer
 `num_batches_tracked` cannot be quantised (common/uplink/wire.py says why).
@@ -40,12 +40,12 @@ from common.protocol import (
     SCAFFOLD_CONTROL_DELTA,
 )
 from common.records import Weights, from_record, model_weights, module_parameter_names, to_record
-from common.run.client_settings import compression_from_config, config_value
+from common.algorithms.codec_settings import CodecSettings
+from common.run.client_settings import message_codec
 from common.uplink.encoding import encode_delta
-from common.uplink.spec import CompressionSpec
 from common.uplink.wire import MODEL_BUFFERS
 
-# Key of the error-feedback residual in the node's Context.state (kept between rounds by `train_reply`).
+# Key of the error feedback residual in the node's Context.state (kept between rounds by `train_reply`).
 RESIDUAL_STATE_KEY = "fedsynth-uplink-residual"
 
 Arrays = ArrayRecord | Mapping[str, np.ndarray]
@@ -53,23 +53,24 @@ Arrays = ArrayRecord | Mapping[str, np.ndarray]
 
 @dataclass
 class CompressedUpdate:
-    """The records of a compressed train reply and the error-feedback residual to keep (None without it)."""
+    """The records of a compressed train reply and the error feedback residual to keep (None without it)."""
 
     records: dict[str, ArrayRecord] = field(default_factory=dict)
     residual: Weights | None = None
 
 
-def compressed_update_records(model: nn.Module, received: Arrays, codec: CompressionSpec,
-                              rng: np.random.Generator, residual: Mapping[str, np.ndarray] | None = None,
-                              error_feedback: bool = False) -> CompressedUpdate:
+def compressed_update_records(model: nn.Module, received: Arrays, codec: CodecSettings,
+                              rng: np.random.Generator,
+                              residual: Mapping[str, np.ndarray] | None = None) -> CompressedUpdate:
     """`compressed-update` (the codec's payload of `w_i - w` over `model`'s trainable parameters) and
     `model-buffers` (its buffers, BatchNorm's statistics, as they are; absent for a model without buffers).
 
     `received` is the global model of the train message (`msg.content["arrays"]`); `codec` the strategy's
-    (`compression_from_config(msg.content["config"])`). A strategy decodes the payload with the same codec
-    (`decode_update(payload, shapes, spec)`).
+    (`message_codec(msg.content["config"])`); with its error feedback, `residual` is the one kept last time (None on
+    the first round). A strategy decodes the payload with the same codec (`decode_update(payload, shapes,
+    codec)`).
     """
-    if codec.method == "none":
+    if codec.compression == "none":
         raise ValueError("the codec is 'none': send the model as 'arrays' (train_reply does so)")
     global_weights = from_record(received) if isinstance(received, ArrayRecord) else dict(received)
     local = model_weights(model)
@@ -78,7 +79,7 @@ def compressed_update_records(model: nn.Module, received: Arrays, codec: Compres
     if missing:
         raise ValueError(f"the received model lacks the parameters {missing[:3]} of the trained one")
     delta = {name: (local[name] - global_weights[name]).astype(np.float32) for name in local if name in trainable}
-    encoded = encode_delta(delta, codec, rng, residual, error_feedback)
+    encoded = encode_delta(delta, codec, rng, residual)
     records = {COMPRESSED_UPDATE: to_record(encoded.payload)}
     buffers = {name: value for name, value in local.items() if name not in trainable}
     if buffers:
@@ -115,7 +116,7 @@ def train_reply(msg: Message, model: nn.Module, result: TrainResult | None = Non
 
     - `arrays`: `model`'s state dict when the message's codec is `none`; else `compressed-update` and
       `model-buffers` (`compressed_update_records`), the stochastic rounding seeded by `(seed, round,
-      node id)`, and with `error-feedback` on the residual kept in `state` (the node's `Context.state`).
+      node id)`, and with the codec's error feedback on the residual kept in `state` (the node's `Context.state`).
     - `metrics`: `num-examples` (int > 0, the reply's weight), `train-loss` (`train_loss`, else
       `result.train_loss`), `result.metrics` and your own `metrics` (finite numbers).
     - the extra record `result` carries (`result_records`), and your own `records` (ArrayRecords or dicts of
@@ -127,18 +128,17 @@ def train_reply(msg: Message, model: nn.Module, result: TrainResult | None = Non
     if loss is None:
         raise ValueError("give train_loss, or the rule's result whose train_loss the reply reports")
     config = msg.content["config"] if "config" in msg.content.config_records else None
-    codec = compression_from_config(config) if config is not None else CompressionSpec("none")
+    codec = message_codec(config) if config is not None else CodecSettings()
     content = RecordDict()
-    if codec.method == "none":
+    if codec.compression == "none":
         content[MODEL] = ArrayRecord(model.state_dict())
     else:
-        error_feedback = bool(config_value(config, "error-feedback")) if "error-feedback" in config else False
-        if error_feedback and state is None:
+        if codec.error_feedback and state is None:
             raise ValueError("the strategy's codec uses error feedback: pass the node's Context.state as `state`, "
                              "where the residual is kept between rounds")
-        kept = state.array_records.get(RESIDUAL_STATE_KEY) if error_feedback else None
+        kept = state.array_records.get(RESIDUAL_STATE_KEY) if codec.error_feedback else None
         compressed = compressed_update_records(model, msg.content[MODEL], codec, _encoding_rng(msg, seed),
-                                               from_record(kept) if kept is not None else None, error_feedback)
+                                               from_record(kept) if kept is not None else None)
         for name, record in compressed.records.items():
             content[name] = record
         if compressed.residual is not None:

@@ -7,13 +7,13 @@ extra record shaped like model tensors (control-variate deltas, dynamic
 corrections) goes through the same codec (see common/uplink/wire.py); under
 whole-update qsgd an extra record also names its tensors in a bit mask.
 
-With `error-feedback`, what the codec dropped is kept in the node's
+With the codec's error feedback, what the codec dropped is kept in the node's
 `Context.state` (common/uplink/encoding.py). Stochastic rounding is seeded by
 (seed, round, partition, record), so replies are reproducible.
 
-The codec and `error-feedback` are the server's: the ClientApp reads them from
-the train message's config (`uplink_codec_of`), never from its run config, so
-the node encodes with the codec the server decodes with.
+The codec is the server's: the ClientApp reads it from the train message's
+config (common/run/client_settings.py `message_codec`), never from its run
+config, so the node encodes with the codec the server decodes with.
 """
 
 from __future__ import annotations
@@ -25,24 +25,13 @@ from flwr.app import ArrayRecord, RecordDict
 
 from common.protocol import COMPRESSED_UPDATE, MODEL
 from common.records import from_record, to_record
-from common.run.client_settings import compression_from_config, config_value
-from common.uplink.spec import CompressionSpec
+from common.algorithms.codec_settings import CodecSettings
 from common.uplink.encoding import encode_with_state
 from common.uplink.wire import MODEL_BUFFERS, TENSOR_MASK, compressed_name, encoding_rng, is_compressible, tensor_mask
 
 
-def uplink_codec_of(config: Mapping[str, object]) -> tuple[CompressionSpec, bool]:
-    """(codec, error feedback) a train message's config asks for; a message without a codec (the decentralized
-    relay's) asks for none. A codec's missing key is refused by name (`compression_from_config`)."""
-    codec = compression_from_config(config)
-    if codec.method == "none":
-        return codec, False
-    return codec, bool(config_value(config, "error-feedback"))
-
-
 def uplink_records(
-    codec: CompressionSpec,
-    error_feedback: bool,
+    codec: CodecSettings,
     seed: int,
     state: RecordDict,
     global_weights: Mapping[str, np.ndarray],
@@ -54,12 +43,12 @@ def uplink_records(
 ) -> dict[str, ArrayRecord]:
     """The array records of a train reply: the model (or its compressed update) and the extra records.
 
-    `codec` and `error_feedback` are the server's (`uplink_codec_of`); `seed` is the run's, which with the
+    `codec` is the server's (`message_codec` of the train message); `seed` is the run's, which with the
     round, the partition and the record seeds the codec's stochastic rounding. `parameters` names the model's
     trainable arrays (`module_parameter_names`; None: every array). Compressed, only they form the update
     `Q(w_i - w)`; the other arrays, the buffers, travel uncompressed in MODEL_BUFFERS.
     """
-    if codec.method == "none":
+    if codec.compression == "none":
         return {MODEL: to_record(local_weights), **outgoing}
     trainable = set(global_weights) if parameters is None else set(parameters)
     delta = {name: (local_weights[name] - global_weights[name]).astype(np.float32)
@@ -67,7 +56,7 @@ def uplink_records(
     buffers = {name: local_weights[name] for name in global_weights if name not in trainable}
     records = {
         COMPRESSED_UPDATE: to_record(encode_with_state(
-            delta, codec, encoding_rng(seed, server_round, partition_id, 0), state, MODEL, error_feedback,
+            delta, codec, encoding_rng(seed, server_round, partition_id, 0), state, MODEL,
         )),
     }
     if buffers:
@@ -78,7 +67,7 @@ def uplink_records(
             records[name] = record
             continue
         rng = encoding_rng(seed, server_round, partition_id, stream)
-        payload = encode_with_state(values, codec, rng, state, name, error_feedback)
+        payload = encode_with_state(values, codec, rng, state, name)
         if codec.whole_vector:  # the keys of a whole-update payload do not name its tensors
             payload[TENSOR_MASK] = tensor_mask(values, global_weights)
         records[compressed_name(name)] = to_record(payload)

@@ -267,7 +267,7 @@ REPLY_FAMILIES: tuple[ReplyFamily, ...] = (
     ReplyFamily("compressed", None, "`compressed-update` (the codec's payload of the trainable parameters' update "
                 "w_i - w), `model-buffers` (the buffers as they are), `metrics`; no `arrays`",
                 "the same `train_reply`: it reads the codec from the message (`state=context.state` keeps the "
-                "error-feedback residual); `compressed_update_records(model, received, codec, rng)` gives the two "
+                "error feedback residual); `compressed_update_records(model, received, codec, rng)` gives the two "
                 "records alone",
                 "any centralized strategy built with a `codec` (FedSynSAM's paper setting: `QSGD(bits=4)`)"),
     ReplyFamily("SCAFFOLD's", lambda cls, rows: SCAFFOLD_CONTROL_DELTA in _records(cls),

@@ -14,8 +14,8 @@ The settings a rule needs (the round's learning rate, rho, beta, the uplink code
 FedCOG's settings, Ole's beta) arrive in the train message's config, under
 their run-config names, from every strategy of `fedsynth.strategies`: read them
 a rule's settings group with `rule_settings(msg.content["config"], SAMSettings)`
-(checked as the run config checks its keys; `.sam_rho` is SAM's radius), the codec with
-`compression_from_config(msg.content["config"])`, as fedsynth's own ClientApp
+(checked as the run config checks its keys; `.sam_rho` is SAM's radius), the codec (a `CodecSettings`) with
+`message_codec(msg.content["config"])`, as fedsynth's own ClientApp
 does; FedCOG's `CogSettings` is the run config's FedCOG part
 (`CogSettings.from_config(msg.content["config"])` reads what fedsynth's app sends).
 
@@ -94,13 +94,13 @@ from client_app.training import (
 )
 from common.uplink.encoding import EncodedUpdate
 from common.uplink.encoding import encode_delta as encode_update
-from common.run.client_settings import compression_from_config, config_value, rule_settings
+from common.run.client_settings import config_value, message_codec, rule_settings
 from common.algorithms.rule_settings import (
     DFedAvgMSettings, FedDynSAMSettings, FedProxSettings, MOONSettings, MoFedSAMSettings, OledFLSettings, SAMSettings,
 )
 from common.algorithms.synsam_settings import SynSAMRuleSettings
 from common.uplink.payloads import decode_update
-from common.uplink.spec import CompressionSpec
+from common.algorithms.codec_settings import CodecSettings
 from common.metrics.evaluation import evaluate_model
 from common.algorithms.cog_settings import CogSettings
 from common.algorithms.fedcog import complementary_labels, kd_coefficients
@@ -151,7 +151,7 @@ __all__ = [
     "ole_restart",
     # the settings the server's strategy sends in the train message's config
     "config_value",
-    "compression_from_config",
+    "message_codec",
     "rule_settings",
     # the node rules' settings groups (common/algorithms/rule_settings.py), read with `rule_settings`
     "DFedAvgMSettings",
@@ -166,7 +166,7 @@ __all__ = [
     "encode_update",
     "EncodedUpdate",
     "decode_update",
-    "CompressionSpec",
+    "CodecSettings",
     "COMPRESSED_UPDATE",
     "MODEL_BUFFERS",
     # the train replies, per strategy family (plain, compressed, SCAFFOLD's and the dynamic rules')

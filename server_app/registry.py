@@ -30,7 +30,7 @@ from common.algorithm_table import ALGORITHMS
 from common.errors import ConfigError
 from common.records import module_parameter_names
 from common.run.aggregation import aggregation_of, bounded_influence_of
-from common.run.codecs import codec_of
+from common.algorithms.codec_settings import CodecSettings
 from common.run.gossip import gossip_of
 from common.algorithms.cog_settings import COG_START_KEY, CogSettings
 from common.algorithms.local_training_settings import ROUND_LR_KEY
@@ -136,7 +136,7 @@ def strategy_arguments(cls: type, cfg: RunConfig, nodes: list[NodeInfo] | None) 
         "quicktest": lambda: QuickTestSettings.of(cfg),
         "aggregation": lambda: aggregation_of(cfg),  # the mean, `Bounded` under the run's bounds
         "bounded_influence": lambda: bounded_influence_of(cfg),  # the relay's bounds (it has no mean)
-        "codec": lambda: codec_of(cfg),
+        "codec": lambda: CodecSettings.of(cfg),
         "sam": lambda: set(node_keys(SAMSettings)) <= set(rule_keys(algorithm_of(cfg.algorithm))),  # OledFL-SAM
     }
     own = cfg.own_settings  # a plugin's own settings group (common/run/own_settings.py): its fields win

@@ -65,18 +65,18 @@ def is_transient(reason: str) -> bool:
 BUILDER = "fedsynth.client.train_reply(msg, model, result, num_examples=n)"
 
 
-def reply_contract_text(compression: str, records: Mapping[str, str] | None = None,
+def reply_contract_text(method: str, records: Mapping[str, str] | None = None,
                         metrics: Mapping[str, str] | None = None) -> str:
     """What a good train reply of a centralized strategy carries, and the `fedsynth.client` call that builds it.
 
-    `compression` is the strategy's codec method; `records` the algorithm's extra reply records (name ->
+    `method` is the strategy's codec method (none, qsgd, topk); `records` the algorithm's extra reply records (name ->
     what it holds and which call adds it); `metrics` its extra reply metrics (name -> meaning).
     """
     loss = '"train-loss" (or Flower\'s "train_loss"): float'
-    if compression == "none":
+    if method == "none":
         model = ('"arrays": ArrayRecord(the local model, the same names, shapes and dtypes as the global one)')
     else:
-        model = (f'"compressed-update": the {compression} codec\'s payload of the trainable parameters\' update '
+        model = (f'"compressed-update": the {method} codec\'s payload of the trainable parameters\' update '
                  'w_i - w (the codec the strategy sent in the config), "model-buffers": the model\'s buffers '
                  '(BatchNorm\'s running statistics and num_batches_tracked) as they are, and no "arrays"')
     text = f'reply RecordDict({{{model}, "metrics": MetricRecord({{"num-examples": int > 0, {loss}'

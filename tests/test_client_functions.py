@@ -317,14 +317,14 @@ def test_encode_update_round_trips_through_the_servers_decoder():
     rng = np.random.default_rng(0)
     delta = {"b": rng.standard_normal(7).astype(np.float32), "a": rng.standard_normal((3, 4)).astype(np.float32)}
     shapes = {k: v.shape for k, v in delta.items()}
-    plain = fc.encode_update(delta, fc.CompressionSpec(), np.random.default_rng(1))
-    _close(fc.decode_update(plain.payload, shapes, fc.CompressionSpec()), delta, rtol=0, atol=0)
-    codec = fc.CompressionSpec("topk", topk_ratio=0.25)
-    encoded = fc.encode_update(delta, codec, np.random.default_rng(1), error_feedback=True)
+    plain = fc.encode_update(delta, fc.CodecSettings(), np.random.default_rng(1))
+    _close(fc.decode_update(plain.payload, shapes, fc.CodecSettings()), delta, rtol=0, atol=0)
+    codec = fc.CodecSettings("topk", topk_ratio=0.25, error_feedback=True)
+    encoded = fc.encode_update(delta, codec, np.random.default_rng(1))
     decoded = fc.decode_update(encoded.payload, shapes, codec)
     _close({k: decoded[k] + encoded.residual[k] for k in delta}, delta, rtol=0, atol=1e-7)
     assert sum(int(np.count_nonzero(v)) for v in decoded.values()) < 19
-    qsgd = fc.CompressionSpec("qsgd", levels=17, scope="model")
+    qsgd = fc.CodecSettings("qsgd", levels=17, qsgd_scope="model")
     payload = fc.encode_update(delta, qsgd, np.random.default_rng(1)).payload
     assert set(fc.decode_update(payload, shapes, qsgd)) == set(delta)
 

@@ -22,7 +22,8 @@ from common.algorithm_table import ALGORITHMS
 from common.algorithms.cog_settings import COG_KEYS, CogSettings
 from common.algorithm_table import COG_BASES
 from common.records import from_record, model_weights, to_record
-from common.run.client_settings import compression_from_config
+from common.algorithms.codec_settings import CodecSettings
+from common.run.client_settings import message_codec
 from common.run.config import parse_run_config
 from common.run.task import make_model
 from server_app.registry import SERVER_STRATEGIES, build_strategy, train_config, train_config_of
@@ -105,14 +106,22 @@ def test_fedcogs_settings_travel_as_one_object_with_the_first_round_resolved() -
 
 
 def test_the_codec_is_read_from_the_message_without_fallback_values() -> None:
-    assert compression_from_config({}).method == "none"  # Flower's strategies and the relay send no codec
-    spec = compression_from_config({"compression": "qsgd", "bits": 3, "levels": 0, "qsgd-scope": "bucket",
-                                    "qsgd-bucket": 64})
-    assert (spec.method, spec.bits, spec.scope, spec.bucket_size) == ("qsgd", 3, "bucket", 64)
-    with pytest.raises(KeyError, match="'bits'"):
-        compression_from_config({"compression": "qsgd", "levels": 0, "qsgd-scope": "tensor", "qsgd-bucket": 512})
-    with pytest.raises(KeyError, match="'topk-ratio'"):
-        compression_from_config({"compression": "topk"})
+    assert message_codec({}) == CodecSettings()  # Flower's strategies and the relay send no codec
+    sent = {"compression": "qsgd", "bits": 3, "levels": 0, "qsgd-scope": "bucket", "qsgd-bucket": 64,
+            "topk-ratio": 0.1, "error-feedback": True}
+    assert message_codec(sent) == CodecSettings("qsgd", bits=3, qsgd_scope="bucket", qsgd_bucket=64,
+                                                error_feedback=True)
+    with pytest.raises(ValueError, match="lacks 'bits'"):
+        message_codec({key: value for key, value in sent.items() if key != "bits"})
+    with pytest.raises(ValueError, match="'topk-ratio', 'error-feedback'"):
+        message_codec({"compression": "topk", "bits": 3, "levels": 0, "qsgd-scope": "bucket", "qsgd-bucket": 64})
+    # a mistyped or out-of-range value is refused naming the key, as the run config refuses it
+    with pytest.raises(ConfigError, match="^train message refused: run config key 'bits': expected an integer"):
+        message_codec({**sent, "bits": "3"})
+    with pytest.raises(ConfigError, match="^train message refused: run config key 'qsgd-bucket' = 0 is invalid"):
+        message_codec({**sent, "qsgd-bucket": 0})
+    with pytest.raises(ConfigError, match="'topk-ratio': expected a finite number"):
+        message_codec({**sent, "topk-ratio": float("nan")})
 
 
 def test_the_clientapp_trains_by_the_recipe_of_its_message_not_its_run_configs(tmp_path, tiny_data_dir) -> None:

@@ -1,4 +1,4 @@
-"""Tests for the uplink codec (common/uplink: spec, quantizers, payloads, encoding): unbiasedness, hand examples, wire size and validation."""
+"""Tests for the uplink codec (common/algorithms/codec_settings.py; common/uplink: quantizers, payloads, encoding): unbiasedness, hand examples, wire size and validation."""
 
 from __future__ import annotations
 
@@ -10,12 +10,13 @@ import pytest
 from common.uplink.encoding import apply_error_feedback
 from common.uplink.payloads import decode_update, encode_update, float32_nbytes, payload_nbytes
 from common.uplink.quantizers import index_bits, pack_bits, packed_length, topk_count, unpack_bits
-from common.uplink.spec import CompressionSpec
+from common.algorithms.codec_settings import CodecSettings
+from common.errors import ConfigError
 
-QSGD4 = CompressionSpec("qsgd", bits=4)
-QSGD8 = CompressionSpec("qsgd", bits=8)
-TOPK10 = CompressionSpec("topk", topk_ratio=0.1)
-ALL_SPECS = [CompressionSpec(), QSGD4, QSGD8, CompressionSpec("qsgd", levels=5), TOPK10]
+QSGD4 = CodecSettings("qsgd", bits=4)
+QSGD8 = CodecSettings("qsgd", bits=8)
+TOPK10 = CodecSettings("topk", topk_ratio=0.1)
+ALL_SPECS = [CodecSettings(), QSGD4, QSGD8, CodecSettings("qsgd", levels=5), TOPK10]
 
 # Dtypes a Flower ArrayRecord round-trips (no uint16/32/64).
 ARRAYRECORD_DTYPES = {
@@ -42,7 +43,7 @@ def _random_update(shapes: dict[str, tuple[int, ...]], seed: int = 0) -> dict[st
 
 
 def _round_trip(
-    delta: dict[str, np.ndarray], spec: CompressionSpec, seed: int = 0
+    delta: dict[str, np.ndarray], spec: CodecSettings, seed: int = 0
 ) -> dict[str, np.ndarray]:
     payload = encode_update(delta, spec, np.random.default_rng(seed))
     return decode_update(payload, {k: v.shape for k, v in delta.items()}, spec)
@@ -54,31 +55,32 @@ def _round_trip(
 @pytest.mark.parametrize(
     ("kwargs", "key"),
     [
-        ({"method": "zip"}, "compression"),
+        ({"compression": "zip"}, "compression"),
         ({"bits": 1}, "bits"),
         ({"bits": 10}, "bits"),
         ({"bits": 4.0}, "bits"),
         ({"bits": True}, "bits"),
-        ({"levels": 0}, "levels"),
+        ({"levels": -1}, "levels"),
+        ({"levels": 5.0}, "levels"),
         ({"levels": 65536}, "levels"),
-        ({"scope": "layer"}, "qsgd-scope"),
-        ({"bucket_size": 0}, "qsgd-bucket"),
+        ({"qsgd_scope": "layer"}, "qsgd-scope"),
+        ({"qsgd_bucket": 0}, "qsgd-bucket"),
         ({"topk_ratio": 0.0}, "topk-ratio"),
         ({"topk_ratio": 1.5}, "topk-ratio"),
         ({"topk_ratio": float("nan")}, "topk-ratio"),
     ],
 )
-def test_spec_rejects_bad_values_naming_the_key(kwargs: dict, key: str) -> None:
-    with pytest.raises(ValueError, match=f"^{key}:"):
-        CompressionSpec(**kwargs)
+def test_the_codec_refuses_bad_values_naming_the_key(kwargs: dict, key: str) -> None:
+    with pytest.raises(ConfigError, match=f"^run config key '{key}' = "):
+        CodecSettings(**kwargs).check()
 
 
 @pytest.mark.parametrize(
     ("bits", "levels", "s", "width"),
-    [(2, None, 1, 1), (4, None, 7, 3), (8, None, 127, 7), (9, None, 255, 8), (4, 5, 5, 3), (8, 1, 1, 1)],
+    [(2, 0, 1, 1), (4, 0, 7, 3), (8, 0, 127, 7), (9, 0, 255, 8), (4, 5, 5, 3), (8, 1, 1, 1)],
 )
-def test_spec_levels_and_level_bits(bits: int, levels: int | None, s: int, width: int) -> None:
-    spec = CompressionSpec("qsgd", bits=bits, levels=levels)
+def test_the_codecs_levels_and_level_bits(bits: int, levels: int, s: int, width: int) -> None:
+    spec = CodecSettings("qsgd", bits=bits, levels=levels)
     assert (spec.qsgd_levels, spec.level_bits) == (s, width)
 
 
@@ -118,7 +120,7 @@ def test_pack_bits_rejects_values_that_do_not_fit() -> None:
 
 @pytest.mark.parametrize("bits", [2, 4, 8])
 def test_qsgd_is_unbiased(bits: int) -> None:
-    spec = CompressionSpec("qsgd", bits=bits)
+    spec = CodecSettings("qsgd", bits=bits)
     s = spec.qsgd_levels
     v = np.array([0.9, -0.35, 0.0, 0.02, -1.2, 0.6, 0.0005, -0.07], dtype=np.float32)
     draws = 4000
@@ -140,7 +142,7 @@ def test_qsgd_is_unbiased(bits: int) -> None:
 def test_qsgd_hand_example() -> None:
     # v = [3, -4, 0, 0]: ‖v‖ = 5. At 3 bits s = 3, so r = [1.8, 2.4, 0, 0]:
     # coordinate 0 decodes to 5·1/3 or 5·2/3, coordinate 1 to −5·2/3 or −5·3/3.
-    spec = CompressionSpec("qsgd", bits=3)
+    spec = CodecSettings("qsgd", bits=3)
     assert spec.qsgd_levels == 3
     v = np.array([3.0, -4.0, 0.0, 0.0], dtype=np.float32)
     rng = np.random.default_rng(7)
@@ -159,7 +161,7 @@ def test_qsgd_hand_example() -> None:
 
 def test_qsgd_levels_override_hits_exact_levels() -> None:
     # With s = 5, r = 5·|v|/‖v‖ = [3, 4, 0, 0] is integral, so nothing is random.
-    spec = CompressionSpec("qsgd", bits=8, levels=5)
+    spec = CodecSettings("qsgd", bits=8, levels=5)
     v = np.array([3.0, -4.0, 0.0, 0.0], dtype=np.float32)
     payload = encode_update({"v": v}, spec, np.random.default_rng(0))
     np.testing.assert_array_equal(unpack_bits(payload["v::levels"], 3, 4), [3, 4, 0, 0])
@@ -195,7 +197,7 @@ def test_topk_count_is_exact_ceiling(n: int, ratio: float, k: int) -> None:
 
 
 def test_topk_hand_example() -> None:
-    spec = CompressionSpec("topk", topk_ratio=0.5)
+    spec = CodecSettings("topk", topk_ratio=0.5)
     v = np.array([0.1, -5.0, 3.0, 0.2, -3.5, 1.0], dtype=np.float32)
     payload = encode_update({"v": v}, spec, np.random.default_rng(0))
     np.testing.assert_array_equal(payload["v::values"], [-5.0, 3.0, -3.5])
@@ -205,7 +207,7 @@ def test_topk_hand_example() -> None:
 
 
 def test_topk_ties_break_towards_low_indices() -> None:
-    spec = CompressionSpec("topk", topk_ratio=0.5)
+    spec = CodecSettings("topk", topk_ratio=0.5)
     v = np.array([1.0, -2.0, 1.0, 1.0, -1.0, 0.0], dtype=np.float32)
     payload = encode_update({"v": v}, spec, np.random.default_rng(0))
     np.testing.assert_array_equal(unpack_bits(payload["v::indices"], index_bits(6), 3), [0, 1, 2])
@@ -213,7 +215,7 @@ def test_topk_ties_break_towards_low_indices() -> None:
 
 @pytest.mark.parametrize("ratio", [0.01, 0.1, 0.25, 1.0])
 def test_topk_keeps_largest_and_round_trips_bit_exactly(ratio: float) -> None:
-    spec = CompressionSpec("topk", topk_ratio=ratio)
+    spec = CodecSettings("topk", topk_ratio=ratio)
     v = np.random.default_rng(3).standard_normal((37, 29)).astype(np.float32)
     decoded = _round_trip({"v": v}, spec)["v"]
     kept = decoded != 0
@@ -227,8 +229,8 @@ def test_topk_keeps_largest_and_round_trips_bit_exactly(ratio: float) -> None:
 # -------------------------------------------------------------- shapes and plumbing
 
 
-@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: f"{s.method}-{s.bits}-{s.levels}")
-def test_round_trip_keeps_names_shapes_and_dtype(spec: CompressionSpec) -> None:
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: f"{s.compression}-{s.bits}-{s.levels}")
+def test_round_trip_keeps_names_shapes_and_dtype(spec: CodecSettings) -> None:
     delta = {
         "matrix": np.random.default_rng(0).standard_normal((4, 9)).astype(np.float32),
         "scalar": np.array(0.5, dtype=np.float32),
@@ -242,9 +244,9 @@ def test_round_trip_keeps_names_shapes_and_dtype(spec: CompressionSpec) -> None:
 
 def test_none_is_lossless_and_does_not_alias_the_input() -> None:
     delta = _random_update({"w": (5, 4)})
-    payload = encode_update(delta, CompressionSpec(), np.random.default_rng(0))
+    payload = encode_update(delta, CodecSettings(), np.random.default_rng(0))
     assert list(payload) == ["w"] and payload["w"] is not delta["w"]
-    np.testing.assert_array_equal(decode_update(payload, {"w": (5, 4)}, CompressionSpec())["w"], delta["w"])
+    np.testing.assert_array_equal(decode_update(payload, {"w": (5, 4)}, CodecSettings())["w"], delta["w"])
 
 
 def test_same_seed_gives_same_payload() -> None:
@@ -259,7 +261,7 @@ def test_same_seed_gives_same_payload() -> None:
 @pytest.mark.parametrize(
     ("spec", "max_fraction"), [(QSGD4, 1 / 7.5), (QSGD8, 1 / 3.9), (TOPK10, 1 / 6)]
 )
-def test_payload_bytes_on_a_1m_parameter_model(spec: CompressionSpec, max_fraction: float) -> None:
+def test_payload_bytes_on_a_1m_parameter_model(spec: CodecSettings, max_fraction: float) -> None:
     delta = _random_update(MODEL_SHAPES)
     assert 1_000_000 <= sum(v.size for v in delta.values()) <= 1_100_000
     payload = encode_update(delta, spec, np.random.default_rng(0))
@@ -271,8 +273,8 @@ def test_byte_counters() -> None:
     assert payload_nbytes({"x": np.zeros(3, np.uint8), "y": np.zeros(2, np.float32)}) == 11
 
 
-@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: f"{s.method}-{s.bits}-{s.levels}")
-def test_payload_survives_flower_arrayrecord(spec: CompressionSpec) -> None:
+@pytest.mark.parametrize("spec", ALL_SPECS, ids=lambda s: f"{s.compression}-{s.bits}-{s.levels}")
+def test_payload_survives_flower_arrayrecord(spec: CodecSettings) -> None:
     from flwr.app import Array, ArrayRecord
 
     delta = _random_update({"conv.weight": (8, 3, 3, 3), "fc.bias": (300,), "big": (70_000,)})
@@ -324,7 +326,7 @@ def _topk_payload() -> dict[str, np.ndarray]:
     ],
 )
 def test_decode_rejects_corrupt_payload_naming_the_tensor(
-    make_payload, spec: CompressionSpec, key: str, value: np.ndarray | None, message: str
+    make_payload, spec: CodecSettings, key: str, value: np.ndarray | None, message: str
 ) -> None:
     payload = _corrupt(make_payload(), key, value)
     with pytest.raises(ValueError, match=f"tensor 'layer.w': .*{message}"):
@@ -332,7 +334,7 @@ def test_decode_rejects_corrupt_payload_naming_the_tensor(
 
 
 def test_decode_rejects_level_above_s() -> None:
-    spec = CompressionSpec("qsgd", levels=5)  # 3 level bits can encode 6 and 7
+    spec = CodecSettings("qsgd", levels=5)  # 3 level bits can encode 6 and 7
     payload = encode_update({"t": np.ones(4, np.float32)}, spec, np.random.default_rng(0))
     payload["t::levels"] = pack_bits([7, 0, 0, 0], 3)
     with pytest.raises(ValueError, match="tensor 't': level 7 exceeds the 5 qsgd levels"):
@@ -340,7 +342,7 @@ def test_decode_rejects_level_above_s() -> None:
 
 
 def test_decode_rejects_bad_plain_tensor() -> None:
-    spec = CompressionSpec()
+    spec = CodecSettings()
     with pytest.raises(ValueError, match="tensor 'b': values has 5 elements, expected 6"):
         decode_update({"b": np.zeros(5, np.float32)}, {"b": (2, 3)}, spec)
     with pytest.raises(ValueError, match="tensor 'b': non-finite values"):
@@ -354,8 +356,8 @@ def test_decode_rejects_unexpected_keys() -> None:
         decode_update(payload, {"layer.w": (20,)}, QSGD4)
 
 
-@pytest.mark.parametrize("spec", [CompressionSpec(), QSGD4, TOPK10], ids=lambda s: s.method)
-def test_encode_rejects_non_finite_update(spec: CompressionSpec) -> None:
+@pytest.mark.parametrize("spec", [CodecSettings(), QSGD4, TOPK10], ids=lambda s: s.compression)
+def test_encode_rejects_non_finite_update(spec: CodecSettings) -> None:
     v = np.array([1.0, np.nan, 2.0], dtype=np.float32)
     with pytest.raises(ValueError, match="tensor 'bad': non-finite values"):
         encode_update({"ok": np.ones(2, np.float32), "bad": v}, spec, np.random.default_rng(0))
@@ -364,8 +366,8 @@ def test_encode_rejects_non_finite_update(spec: CompressionSpec) -> None:
 # ------------------------------------------------------------------ error feedback
 
 
-@pytest.mark.parametrize("spec", [QSGD4, TOPK10, CompressionSpec()], ids=lambda s: s.method)
-def test_error_feedback_residual_accounts_for_everything(spec: CompressionSpec) -> None:
+@pytest.mark.parametrize("spec", [QSGD4, TOPK10, CodecSettings()], ids=lambda s: s.compression)
+def test_error_feedback_residual_accounts_for_everything(spec: CodecSettings) -> None:
     shapes = {"w": (30, 10), "b": (10,)}
     rng = np.random.default_rng(9)
     residual = None

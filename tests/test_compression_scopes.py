@@ -13,7 +13,7 @@ from flwr.app import ArrayRecord, RecordDict
 
 from common.uplink.payloads import decode_update, encode_update, expected_payload_nbytes, payload_nbytes
 from common.uplink.quantizers import qsgd_quantize_buckets, qsgd_variance_bound
-from common.uplink.spec import CompressionSpec, paper_levels
+from common.algorithms.codec_settings import CodecSettings, paper_levels
 from common.run.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, to_record
@@ -21,10 +21,10 @@ from common.uplink.wire import TENSOR_MASK, compressed_name, decode_reply
 from tests.run_codec import run_codec, run_uplink_records
 
 SHAPES = {"b": (5,), "a": (3, 4)}  # 17 coordinates, listed out of sorted order on purpose
-PAPER4 = CompressionSpec("qsgd", levels=paper_levels(4), scope="model")   # 17 levels
-PAPER8 = CompressionSpec("qsgd", levels=paper_levels(8), scope="model")   # 257 levels
-BUCKET8 = CompressionSpec("qsgd", levels=17, scope="bucket", bucket_size=8)
-TENSOR17 = CompressionSpec("qsgd", levels=17, scope="tensor")
+PAPER4 = CodecSettings("qsgd", levels=paper_levels(4), qsgd_scope="model")   # 17 levels
+PAPER8 = CodecSettings("qsgd", levels=paper_levels(8), qsgd_scope="model")   # 257 levels
+BUCKET8 = CodecSettings("qsgd", levels=17, qsgd_scope="bucket", qsgd_bucket=8)
+TENSOR17 = CodecSettings("qsgd", levels=17, qsgd_scope="tensor")
 
 
 def _update(shapes=SHAPES, seed: int = 0) -> dict[str, np.ndarray]:
@@ -71,7 +71,7 @@ def test_one_norm_per_bucket():
 
 
 def test_more_than_255_levels_round_trip():
-    spec = CompressionSpec("qsgd", levels=1000, scope="model")
+    spec = CodecSettings("qsgd", levels=1000, qsgd_scope="model")
     delta = _update()
     decoded = decode_update(encode_update(delta, spec, np.random.default_rng(1)), {k: v.shape for k, v in delta.items()}, spec)
     norm = np.sqrt(sum(float(np.sum(t.astype(np.float64) ** 2)) for t in delta.values()))
@@ -86,14 +86,14 @@ HAND_BYTES = [
     (PAPER4, 4 + 3 + 5 * 3),                                          # one vector of 17: 22
     (PAPER8, 4 + 3 + 9 * 3),                                          # 257 levels, 9 level bits: 34
     (BUCKET8, 3 * 4 + 3 + 5 * 3),                                     # 3 buckets of <= 8: 30
-    (CompressionSpec("qsgd", bits=4, scope="model"), 4 + 3 + 3 * 3),  # 7 levels, 3 level bits: 16
-    (CompressionSpec("none"), 4 * 17),
-    (CompressionSpec("topk", topk_ratio=0.25), (4 * 3 + 1 * 4) + (4 * 2 + 1 * 3)),  # k=3 of 12 (4-bit idx), 2 of 5
+    (CodecSettings("qsgd", bits=4, qsgd_scope="model"), 4 + 3 + 3 * 3),  # 7 levels, 3 level bits: 16
+    (CodecSettings("none"), 4 * 17),
+    (CodecSettings("topk", topk_ratio=0.25), (4 * 3 + 1 * 4) + (4 * 2 + 1 * 3)),  # k=3 of 12 (4-bit idx), 2 of 5
 ]
 
 
-@pytest.mark.parametrize(("spec", "nbytes"), HAND_BYTES, ids=lambda x: x.describe() if isinstance(x, CompressionSpec) else str(x))
-def test_payload_bytes_equal_the_hand_computed_bits(spec: CompressionSpec, nbytes: int):
+@pytest.mark.parametrize(("spec", "nbytes"), HAND_BYTES, ids=lambda x: x.describe() if isinstance(x, CodecSettings) else str(x))
+def test_payload_bytes_equal_the_hand_computed_bits(spec: CodecSettings, nbytes: int):
     payload = encode_update(_update(), spec, np.random.default_rng(0))
     assert payload_nbytes(payload) == nbytes
     assert expected_payload_nbytes({k: int(np.prod(s)) for k, s in SHAPES.items()}, spec) == nbytes
@@ -118,7 +118,7 @@ def test_model_scope_on_the_default_cnn_comes_close_to_32_over_the_coordinate_bi
 
     shapes = {name: tuple(p.shape) for name, p in make_model(RunConfig(model="cnn")).state_dict().items()}
     n = sum(int(np.prod(s)) for s in shapes.values())
-    for spec, bits, ratio in ((PAPER4, 6, 5.25), (CompressionSpec("qsgd", bits=4, scope="model"), 4, 7.8)):
+    for spec, bits, ratio in ((PAPER4, 6, 5.25), (CodecSettings("qsgd", bits=4, qsgd_scope="model"), 4, 7.8)):
         payload = encode_update(_update(shapes), spec, np.random.default_rng(0))
         wire = to_record(payload).count_bytes()
         assert payload_nbytes(payload) == 4 + bits * -(-n // 8)
@@ -127,9 +127,9 @@ def test_model_scope_on_the_default_cnn_comes_close_to_32_over_the_coordinate_bi
 
 @pytest.mark.parametrize(("sent", "configured"), [
     (PAPER4, TENSOR17), (TENSOR17, PAPER4), (PAPER4, BUCKET8), (BUCKET8, PAPER4),
-    (BUCKET8, CompressionSpec("qsgd", levels=17, scope="bucket", bucket_size=4)),
+    (BUCKET8, CodecSettings("qsgd", levels=17, qsgd_scope="bucket", qsgd_bucket=4)),
 ])
-def test_a_payload_of_one_scope_is_refused_under_another(sent: CompressionSpec, configured: CompressionSpec):
+def test_a_payload_of_one_scope_is_refused_under_another(sent: CodecSettings, configured: CodecSettings):
     delta = _update()
     payload = encode_update(delta, sent, np.random.default_rng(0))
     with pytest.raises(ValueError, match="payload keys"):
@@ -149,9 +149,9 @@ def test_the_server_refuses_a_reply_of_another_scope():
     server = RunConfig(compression="qsgd", levels=17, qsgd_scope="tensor")
     content = _reply_content(run_uplink_records(client, RecordDict(), global_w, local_w, {}, 1, 0))
     with pytest.raises(ValueError, match=COMPRESSED_UPDATE):
-        decode_reply(content, global_w, run_codec(server)[0])
+        decode_reply(content, global_w, run_codec(server))
     content = _reply_content(run_uplink_records(client, RecordDict(), global_w, local_w, {}, 1, 0))
-    update = decode_reply(content, global_w, run_codec(client)[0])
+    update = decode_reply(content, global_w, run_codec(client))
     assert set(update) == set(global_w)
 
 
@@ -165,7 +165,7 @@ def test_whole_update_extras_carry_their_tensor_mask():
                                  1, 0)
     assert TENSOR_MASK in records[compressed_name(SCAFFOLD_CONTROL_DELTA)]
     content = _reply_content(records)
-    decode_reply(content, global_w, run_codec(cfg)[0])
+    decode_reply(content, global_w, run_codec(cfg))
     decoded = from_record(content.array_records[SCAFFOLD_CONTROL_DELTA])
     assert set(decoded) == {"w", "b"}
     norm = np.sqrt(sum(float(np.sum(t.astype(np.float64) ** 2)) for t in control.values()))
@@ -177,7 +177,7 @@ def test_bucket_scope_is_unbiased_with_a_bucket_length_that_does_not_divide_the_
     """Buckets of 3 over 8 coordinates (3, 3, 2): mean over draws -> v; the error is stochastic rounding's,
     summed per bucket with each bucket's own norm, and within QSGD's bound per bucket."""
     v = np.array([3.0, -1.0, 0.5, 0.0, -2.25, 1.5, 0.125, -0.75], dtype=np.float32)
-    spec = CompressionSpec("qsgd", levels=17, scope="bucket", bucket_size=3)
+    spec = CodecSettings("qsgd", levels=17, qsgd_scope="bucket", qsgd_bucket=3)
     s, draws = 17, 8_000
     rng = np.random.default_rng(1)
     total = np.zeros(v.size)
@@ -203,7 +203,7 @@ def test_bucket_scope_is_unbiased_with_a_bucket_length_that_does_not_divide_the_
 def test_bucket_512_wire_size_at_the_mlps_size():
     """159,010 coordinates (the 784-200-10 MLP) in buckets of 512: 311 norms (the last bucket 290 long),
     1 sign bit and 5 level bits per coordinate (17 levels), by hand: 311 * 4 + 6 * 19,877 = 120,506 bytes."""
-    spec = CompressionSpec("qsgd", levels=17, scope="bucket", bucket_size=512)
+    spec = CodecSettings("qsgd", levels=17, qsgd_scope="bucket", qsgd_bucket=512)
     shapes = {"w": (159_010,)}
     payload = encode_update(_update(shapes), spec, np.random.default_rng(0))
     assert payload_nbytes(payload) == 311 * 4 + 6 * 19_877

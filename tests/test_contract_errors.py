@@ -52,11 +52,11 @@ def test_compressed_a_model_sent_as_arrays_is_told_to_send_the_compressed_update
 
 def test_compressed_buffers_inside_the_payload_are_told_where_buffers_go():
     """Issue 53's first failure: the whole state dict through the codec (buffers included)."""
-    from fedsynth.client import compression_from_config, encode_update
+    from fedsynth.client import encode_update, message_codec
 
     def whole_state_compressed(msg: Message, context: Context) -> Message:
         delta = {name: np.zeros(array.numpy().shape, np.float32) for name, array in msg.content["arrays"].items()}
-        payload = encode_update(delta, compression_from_config(msg.content["config"]), np.random.default_rng(0)).payload
+        payload = encode_update(delta, message_codec(msg.content["config"]), np.random.default_rng(0)).payload
         return Message(RecordDict({"compressed-update": ArrayRecord({k: Array(v) for k, v in payload.items()}),
                                    "metrics": MetricRecord({"num-examples": 4, "train-loss": 0.5})}), reply_to=msg)
 

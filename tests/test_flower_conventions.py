@@ -21,7 +21,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Message, MessageType, Met
 
 from common.algorithm_table import ALGORITHMS
 from fedsynth import strategies
-from fedsynth.client import compression_from_config, config_value
+from fedsynth.client import config_value, message_codec
 
 Reply = Callable[[Message, int], RecordDict]
 
@@ -125,7 +125,7 @@ def test_a_weight_that_disagrees_with_num_examples_is_a_broken_reply():
 
 @pytest.mark.parametrize(("strategy", "expected"), [
     (lambda: strategies.FedSAM(sam_rho=0.07), {"sam-rho": 0.07, "compression": "none"}),
-    (lambda: strategies.FedSynSAM(codec=strategies.QSGD(bits=4, scope="bucket", bucket=64), synsam_beta=0.8),
+    (lambda: strategies.FedSynSAM(codec=strategies.QSGD(bits=4, qsgd_scope="bucket", qsgd_bucket=64), synsam_beta=0.8),
      {"compression": "qsgd", "bits": 4, "qsgd-scope": "bucket", "qsgd-bucket": 64, "synsam-beta": 0.8}),
     (lambda: strategies.FedCOG(cog_start_round=2), {"cog-start-round": 2}),
     (lambda: strategies.OledFL(gossip=strategies.Gossip(topology="ring"), ole_beta=0.5), {"ole-beta": 0.5}),
@@ -143,11 +143,11 @@ def test_the_train_message_carries_every_client_setting(strategy, expected):
 
 
 def test_the_client_reads_the_codec_from_the_train_config():
-    strategy = strategies.FedSynSAM(codec=strategies.QSGD(bits=4, levels=7, scope="bucket", bucket=64))
+    strategy = strategies.FedSynSAM(codec=strategies.QSGD(bits=4, levels=7, qsgd_scope="bucket", qsgd_bucket=64))
     message = list(strategy.configure_train(1, initial(), ConfigRecord({}), FunctionGrid(2)))[0]
-    spec = compression_from_config(message.content["config"])
-    assert (spec.method, spec.bits, spec.levels, spec.scope, spec.bucket_size) == ("qsgd", 4, 7, "bucket", 64)
-    assert compression_from_config(ConfigRecord({"lr": 0.1})).method == "none"
+    spec = message_codec(message.content["config"])
+    assert (spec.compression, spec.bits, spec.levels, spec.qsgd_scope, spec.qsgd_bucket) == ("qsgd", 4, 7, "bucket", 64)
+    assert message_codec(ConfigRecord({"lr": 0.1})).compression == "none"
     with pytest.raises(KeyError, match="sam-rho"):
         config_value(ConfigRecord({}), "sam-rho")
 
@@ -348,7 +348,7 @@ def test_the_defaults_are_the_run_configs():
     assert (distillation.trajectory_rounds, distillation.synthetic_ipc) == (defaults.trajectory_rounds,
                                                                            defaults.synthetic_ipc)
     # the grouped values' defaults are the run config's too (their fields mirror its keys)
-    assert (strategies.QSGD().bits, strategies.QSGD().scope, strategies.TopK().ratio) == (
+    assert (strategies.QSGD().bits, strategies.QSGD().qsgd_scope, strategies.TopK().topk_ratio) == (
         defaults.bits, defaults.qsgd_scope, defaults.topk_ratio)
     assert (strategies.TrimmedMean().fraction, strategies.Krum().byzantine_nodes) == (
         defaults.trim_fraction, defaults.byzantine_nodes)

@@ -9,15 +9,15 @@ the run-config files a user writes (pyproject.toml, studies/, benchmarks' run co
 name keys by design and are not scanned.
 
 The run's shared groups (`SHARED_GROUPS`: the local training group, whose node-side keys every train message of
-fedsynth's app carries, the recipe and the round's rate; FedCOG's part, sent on every run with FedCOG plugged in;
-the diffusion task's, whose node-side keys are FedDDPM's warm-up message) are held to the same rule. A key that is a
-plain word (`lr`, `momentum`, `cog`) counts where it stands quoted, as a string or in backticks: the word itself is
-prose or code (`self.lr`, "the server's momentum", the `X+cog` rows); a compound key (`sam-rho`, `batch-size`) counts
-wherever it stands as a word.
+fedsynth's app carries, the recipe and the round's rate; the uplink codec, one value from the run config to the
+wire; FedCOG's part, sent on every run with FedCOG plugged in; the diffusion task's, whose node-side keys are
+FedDDPM's warm-up message) are held to the same rule, so every key a train message carries is. A key that is a
+plain word (`lr`, `momentum`, `bits`, `cog`) counts where it stands quoted, as a string or in backticks: the word
+itself is prose or code (`self.lr`, "the server's momentum", the `X+cog` rows); a compound key (`sam-rho`,
+`batch-size`) counts wherever it stands as a word.
 
-`ALLOWED` lists the only other places, each with why it is no use of the setting. The other keys a train message
-carries (the codec) are not yet a group the scan holds: `NOT_YET_GROUPED` lists the files that still spell each
-(quoted), and may only shrink.
+`ALLOWED` lists the only other files where a key may stand, and `HOMONYMS` the only other (key, file) pairs, each
+with why it is no use of the setting.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.cog_settings import CogSettings
 from common.algorithms.local_training_settings import LocalTrainingSettings
 from common.keys import key_name, node_fields, own_fields, sent_to_nodes
@@ -41,10 +42,14 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = ("common", "server_app", "client_app", "fedsynth")
 
 # The groups a train message of fedsynth's app carries beside a strategy class's `settings`: the local training recipe
-# and the round's rate (every run), FedCOG's part (a run with FedCOG plugged in: `X+cog`, `cog = true`) and the
-# diffusion task's (its node-side keys are FedDDPM's warm-up message, `WarmupSettings`). Their keys that travel
-# (`node_fields`) are scanned as the classes' groups' keys are.
-SHARED_GROUPS: tuple[type, ...] = (LocalTrainingSettings, CogSettings, DiffusionSettings)
+# and the round's rate (every run), the uplink codec (every centralized run), FedCOG's part (a run with FedCOG
+# plugged in: `X+cog`, `cog = true`) and the diffusion task's (its node-side keys are FedDDPM's warm-up message,
+# `WarmupSettings`). Their keys that travel (`node_fields`) are scanned as the classes' groups' keys are.
+SHARED_GROUPS: tuple[type, ...] = (LocalTrainingSettings, CodecSettings, CogSettings, DiffusionSettings)
+# (key, file) -> why a group's key stands in that file although it is no use of the setting
+HOMONYMS: dict[tuple[str, str], str] = {
+    ("levels", "common/uplink/payloads.py"): "a qsgd payload's array of packed levels, named so on the wire",
+}
 
 # Files where a group's key may stand although it is no use of the setting (file -> why).
 ALLOWED: dict[str, str] = {
@@ -52,27 +57,6 @@ ALLOWED: dict[str, str] = {
     # keys' declared defaults) and its server step's text names them; docs/algorithms.md's paper-rule table and
     # tests/test_paper_rule_defaults.py are generated from / check them
     "common/algorithm_table.py": "a row's paper rule",
-}
-
-# The train message's other keys, not yet a strategy class's settings group: the files that still spell each
-# (quoted, as a string or in backticks). Moving a key into a group removes its entry; nothing may be added.
-NOT_YET_GROUPED: dict[str, tuple[str, ...]] = {
-    "compression": ("common/algorithms/codec_settings.py", "common/metrics/sharpness.py",
-                    "common/run/client_settings.py", "common/run/codecs.py", "common/run/config.py",
-                    "common/uplink/spec.py", "common/uplink/wire.py", "server_app/strategies/parameters.py",
-                    "server_app/wire.py"),
-    "bits": ("common/algorithms/codec_settings.py", "common/run/client_settings.py", "common/run/codecs.py",
-             "common/uplink/spec.py", "server_app/strategies/fedavg.py", "server_app/strategies/parameters.py"),
-    "levels": ("common/algorithms/codec_settings.py", "common/run/client_settings.py", "common/run/codecs.py",
-               "common/uplink/payloads.py", "common/uplink/quantizers.py", "common/uplink/spec.py"),
-    "qsgd-scope": ("common/algorithms/codec_settings.py", "common/run/client_settings.py", "common/run/codecs.py",
-                   "common/uplink/spec.py"),
-    "qsgd-bucket": ("common/algorithms/codec_settings.py", "common/run/client_settings.py", "common/run/codecs.py",
-                    "common/uplink/spec.py"),
-    "topk-ratio": ("common/algorithms/codec_settings.py", "common/run/client_settings.py", "common/run/codecs.py",
-                   "common/uplink/spec.py"),
-    "error-feedback": ("common/run/client_settings.py", "common/run/codecs.py", "common/uplink/encoding.py",
-                       "client_app/replies.py", "client_app/train_reply.py"),
 }
 
 
@@ -134,25 +118,21 @@ def test_the_groups_cover_every_algorithm_setting_the_train_message_carries() ->
     assert {"local-epochs", "local-steps", "batch-size", "lr", "momentum", "weight-decay", "clip-grad-norm",
             "local-optimizer"} <= set(keys)
     assert {keys[key] for key in ("lr", "batch-size")} == {"common/algorithms/local_training_settings.py"}
-    # every key the train message carries is a group's or waits in NOT_YET_GROUPED, and the two do not overlap
+    assert {"compression", "bits", "levels", "qsgd-scope", "qsgd-bucket", "topk-ratio", "error-feedback"} <= set(keys)
+    # every key the train message carries is one of these groups' (none is left spelled by hand)
     message = {key_name(f.name) for f in config_fields() if sent_to_nodes(f)}
-    assert message <= set(keys) | set(NOT_YET_GROUPED), message - set(keys) - set(NOT_YET_GROUPED)
-    assert not set(keys) & set(NOT_YET_GROUPED)
+    assert message <= set(keys), message - set(keys)
 
 
 @pytest.mark.parametrize("key", sorted(group_keys()))
 def test_a_group_key_is_spelled_only_in_its_declaration(key: str) -> None:
     declared_in = group_keys()[key]
-    files = source_files()
-    where = {path for path, text in files.items() if names(key, text)}
+    where = {path for path, text in source_files().items() if names(key, text)}
     assert declared_in in where, (key, declared_in)  # the scan sees the declaration: it can find the key
-    assert where - {declared_in} - set(ALLOWED) == set(), (key, sorted(where - {declared_in} - set(ALLOWED)))
-
-
-@pytest.mark.parametrize("key", sorted(NOT_YET_GROUPED))
-def test_a_key_not_yet_grouped_is_spelled_in_no_new_place(key: str) -> None:
-    where = {path for path, text in source_files().items() if quoted(key, text)}
-    assert where <= set(NOT_YET_GROUPED[key]), (key, sorted(where - set(NOT_YET_GROUPED[key])))
+    homonyms = {path for (homonym, path) in HOMONYMS if homonym == key}
+    assert homonyms <= where, (key, sorted(homonyms - where))  # an exception that no longer holds is removed
+    unexplained = where - {declared_in} - set(ALLOWED) - homonyms
+    assert unexplained == set(), (key, sorted(unexplained))
 
 
 def test_the_scan_would_see_a_new_spelling(tmp_path: Path) -> None:

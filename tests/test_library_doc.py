@@ -122,7 +122,7 @@ def inline_calls() -> list[tuple[str, str]]:
 
 def test_every_call_the_page_writes_names_real_parameters():
     calls = inline_calls()
-    assert ("epochs", "loader, count") in calls and ("decode_update", "payload, shapes, spec") in calls
+    assert ("epochs", "loader, count") in calls and ("decode_update", "payload, shapes, codec") in calls
     problems = []
     for name, args in calls:
         target = getattr(client, name, None) or getattr(strategies, name)

@@ -167,7 +167,7 @@ def test_qsgd_compresses_the_parameters_only_and_the_buffers_arrive_exactly(scop
         assert value.dtype == local[name].dtype and value.shape == local[name].shape
         np.testing.assert_array_equal(value, local[name])
     content = RecordDict(dict(records))
-    spec = run_codec(cfg)[0]
+    spec = run_codec(cfg)
     update = decode_reply(content, BN, spec, ["bn.weight", "bn.bias"])
     assert set(update) == set(BN)
     assert not update["bn.running_var"].any() and not update["bn.num_batches_tracked"].any()  # not an update
@@ -181,7 +181,7 @@ def test_a_compressed_reply_without_its_buffers_is_refused_naming_the_record() -
                                  parameters=["bn.weight", "bn.bias"])
     del records[MODEL_BUFFERS]
     with pytest.raises(ValueError, match=MODEL_BUFFERS):
-        decode_reply(RecordDict(dict(records)), BN, run_codec(cfg)[0], ["bn.weight", "bn.bias"])
+        decode_reply(RecordDict(dict(records)), BN, run_codec(cfg), ["bn.weight", "bn.bias"])
 
 
 def test_a_model_without_buffers_sends_the_same_records_as_before() -> None:

@@ -31,7 +31,7 @@ from common.run.aggregation import bounded_influence_of
 from common.keys import key_name
 from common.run.config import RunConfig, config_fields, parse_run_config
 from common.uplink.encoding import encode_delta
-from common.uplink.spec import CompressionSpec, paper_levels
+from common.algorithms.codec_settings import CodecSettings, paper_levels
 from common.uplink.wire import decode_reply, measured_update_norm
 from fedsynth.algorithm_docs import declared_defaults, paper_keys
 from fedsynth.strategies import BOUNDED_INFLUENCE, AppWiring, Bounded, FedAvg, Scaffold
@@ -302,7 +302,7 @@ def test_cap_binds_by_hand() -> None:
 
 
 def test_a_quantised_update_is_bounded_by_the_norm_its_client_measured() -> None:
-    spec = CompressionSpec("qsgd", levels=paper_levels(4), scope="model")  # the paper's single-norm 4-bit form
+    spec = CodecSettings("qsgd", levels=paper_levels(4), qsgd_scope="model")  # the paper's single-norm 4-bit form
     rng = np.random.default_rng(0)
     current = {"w": np.zeros(100_000, np.float32)}
     delta = {"w": (rng.normal(size=100_000) / 316).astype(np.float32)}  # norm about 1
@@ -311,13 +311,13 @@ def test_a_quantised_update_is_bounded_by_the_norm_its_client_measured() -> None
     measured = measured_update_norm(content, spec)
     assert measured == pytest.approx(update_norm(delta), rel=1e-6)
     assert update_norm(decoded) > 3 * measured  # the quantised vector's length is mostly quantiser noise
-    assert measured_update_norm(content, CompressionSpec("topk", topk_ratio=0.5)) is None
+    assert measured_update_norm(content, CodecSettings("topk", topk_ratio=0.5)) is None
 
 
 def test_three_honest_quantised_updates_of_equal_length_are_not_clipped() -> None:
     """Under the 1.5 ratio, the decoded norms of equal-length updates spread past 1.5x; the measured ones do not."""
     strategy = FedAvg(wiring=AppWiring(nodes=nodes(3)), aggregation=Bounded("weighted"),
-                      codec=public.QSGD(bits=4, levels=paper_levels(4), scope="model"))
+                      codec=public.QSGD(bits=4, levels=paper_levels(4), qsgd_scope="model"))
     rng = np.random.default_rng(1)
     start = {"w": np.zeros(4096, np.float32)}
     sizes = [1, 1, 4096]  # a one-coordinate update quantises exactly; a dense one of the same norm decodes longer

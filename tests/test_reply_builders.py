@@ -18,8 +18,8 @@ from fedsynth.client import (
     COMPRESSED_UPDATE,
     MODEL_BUFFERS,
     LocalOptimizer,
-    compression_from_config,
     config_value,
+    message_codec,
     scaffold_reply,
     tensor_batches,
     train_fedlesam_d,
@@ -199,7 +199,7 @@ def resnet18_fedsynsam_train(msg: Message, context: Context) -> Message:
                                  synthetic_y=torch.from_numpy(data["y"]), rho=rho,
                                  beta=float(config_value(config, "synsam-beta")), optimizer=optimizer)
     held = 0 if synthetic is None else len(synthetic["y"].numpy())
-    assert compression_from_config(config).method == "qsgd"
+    assert message_codec(config).compression == "qsgd"
     return train_reply(msg, net, result, num_examples=len(y), metrics={"synthetic-examples": held})
 
 

@@ -52,7 +52,7 @@ def start(strategy, push: float | None):
     (lambda: s.FedAvg(aggregation="uniform"), 1e30),
     (lambda: s.FedAvg(aggregation="median"), 3e38),                    # a robust mean
     (lambda: s.FedAvg(codec=s.QSGD(bits=4)), 1e38),                    # a qsgd payload of norm 2e38
-    (lambda: s.FedAvg(codec=s.TopK(ratio=0.25)), 1e30),                # top-k values of 1e30
+    (lambda: s.FedAvg(codec=s.TopK(topk_ratio=0.25)), 1e30),                # top-k values of 1e30
     (lambda: s.FedSynSAM(codec=s.QSGD(bits=4), distillation=s.DistillationSettings(trajectory_rounds=5)), 1e30),
 ])
 def test_the_node_whose_update_would_overflow_the_model_is_named_and_refused(make, push: float) -> None:

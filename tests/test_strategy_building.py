@@ -83,7 +83,7 @@ def test_build_strategy_takes_each_parameter_from_the_key_of_its_name() -> None:
 
 @pytest.mark.parametrize(("name", "algorithm", "values", "keys"), [
     ("FedAvg", "fedavg", {}, {}),
-    ("FedSAM", "fedsam", {"sam_rho": 0.2, "codec": public.TopK(ratio=0.25)},
+    ("FedSAM", "fedsam", {"sam_rho": 0.2, "codec": public.TopK(topk_ratio=0.25)},
      {"sam-rho": 0.2, "compression": "topk", "topk-ratio": 0.25}),
     ("FedProx", "fedprox", {"proximal_mu": 0.3}, {"proximal-mu": 0.3}),
     ("MOON", "moon", {"moon_mu": 2.0, "moon_tau": 0.7}, {"moon-mu": 2.0, "moon-tau": 0.7}),
@@ -94,7 +94,7 @@ def test_build_strategy_takes_each_parameter_from_the_key_of_its_name() -> None:
     ("FedSMOO", "fedsmoo", {"sam_rho": 0.2, "dyn_alpha": 0.3}, {"sam-rho": 0.2, "dyn-alpha": 0.3}),
     ("FedSynSAM", "fedsynsam", {"sam_rho": 0.2, "synsam_beta": 0.5, "codec": public.QSGD(bits=4)},
      {"sam-rho": 0.2, "synsam-beta": 0.5, "compression": "qsgd", "bits": 4}),
-    ("Scaffold", "scaffold", {"codec": public.QSGD(error_feedback=True, scope="bucket", bucket=64)},
+    ("Scaffold", "scaffold", {"codec": public.QSGD(error_feedback=True, qsgd_scope="bucket", qsgd_bucket=64)},
      {"error-feedback": True, "compression": "qsgd", "qsgd-scope": "bucket", "qsgd-bucket": 64}),
     ("DFedSAM", "dfedsam", {"sam_rho": 0.2}, {"sam-rho": 0.2}),
 ])

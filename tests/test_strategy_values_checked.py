@@ -27,8 +27,8 @@ BAD_VALUES = [
     (public.BoundedInfluence, "update_norm", "max_update_norm", -1.0),
     (public.BoundedInfluence, "action", "update_norm_action", "drop"),
     (public.QSGD, "bits", "bits", 2.5), (public.QSGD, "bits", "bits", 1), (public.QSGD, "error_feedback", "error_feedback", 1),
-    (public.QSGD, "scope", "qsgd_scope", "layer"), (public.QSGD, "bucket", "qsgd_bucket", 0),
-    (public.QSGD, "levels", "levels", -1), (public.TopK, "ratio", "topk_ratio", 0),
+    (public.QSGD, "qsgd_scope", "qsgd_scope", "layer"), (public.QSGD, "qsgd_bucket", "qsgd_bucket", 0),
+    (public.QSGD, "levels", "levels", -1), (public.TopK, "topk_ratio", "topk_ratio", 0),
     (public.TopK, "error_feedback", "error_feedback", "yes"),
     (public.TrimmedMean, "fraction", "trim_fraction", 0.5), (public.Krum, "byzantine_nodes", "byzantine_nodes", -1),
 ]
@@ -101,7 +101,7 @@ def test_good_values_build_and_are_kept():
     assert (robust.aggregation, robust.byzantine_nodes, robust.max_update_norm) == ("krum", 2, 3.0)
     robust = public.FedAvg(aggregation=public.TrimmedMean(0.1))
     assert (robust.aggregation, robust.trim_fraction) == ("trimmed-mean", 0.1)
-    assert public.FedAvg(codec=public.QSGD(bits=8, scope="bucket")).client_config()["bits"] == 8
+    assert public.FedAvg(codec=public.QSGD(bits=8, qsgd_scope="bucket")).client_config()["bits"] == 8
     assert public.FedSAM(sam_rho=0.1).sam_rho == 0.1
     assert "sam_rho" in inspect.signature(public.FedSAM).parameters  # the check keeps help()'s signature
 
@@ -147,9 +147,26 @@ def test_oledfl_s_sam_switch_takes_a_bool_only():
     public.OledFL(sam=True)
 
 
+def test_the_codec_is_one_value_from_the_parameter_to_the_train_message():
+    """The codec entries a strategy sends are its codec's fields under their keys, in the group's order; a codec
+    that is no checked CodecSettings is refused naming the parameter or the key."""
+    sent = public.FedAvg(codec=public.QSGD(bits=8, qsgd_scope="bucket", error_feedback=True)).client_config()
+    assert list(sent.items())[:7] == [("compression", "qsgd"), ("bits", 8), ("levels", 0), ("qsgd-scope", "bucket"),
+                                      ("qsgd-bucket", 512), ("topk-ratio", 0.1), ("error-feedback", True)]
+    # a field the method does not read is sent at its default, as from a run config
+    assert public.FedAvg(codec=public.CodecSettings("topk", bits=8)).codec == public.TopK()
+    with pytest.raises(ConfigError, match="^FedAvg: parameter codec = 'qsgd' is invalid; accepted: None or an uplink"):
+        public.FedAvg(codec="qsgd")
+    with pytest.raises(ConfigError, match="^run config key 'bits' = 1 is invalid"):
+        public.FedAvg(codec=public.CodecSettings("qsgd", bits=1))
+    with pytest.raises(ConfigError, match="^QSGD: run config key 'bits' = 4.0 is invalid"):
+        public.QSGD(bits=4.0)
+
+
 def test_node_settings_cannot_override_a_setting_the_class_sends_from_its_own_parameter():
     with pytest.raises(ConfigError, match=r"^FedAvg: node_settings key 'bits' = 8 overrides what the strategy sends its "
-                                          r"nodes from its parameter codec = QSGD\(bits=4.*\); set codec instead"):
+                                          r"nodes from its parameter codec = CodecSettings\(compression='qsgd', "
+                                          r"bits=4.*\); set codec instead"):
         public.FedAvg(codec=public.QSGD(bits=4), wiring=public.AppWiring(node_settings={"bits": 8}))
     with pytest.raises(ConfigError, match="node_settings key 'compression' = 'qsgd' overrides .* codec = None"):
         public.FedAvg(wiring=public.AppWiring(node_settings={"compression": "qsgd"}))  # the nodes would compress, the server not decode

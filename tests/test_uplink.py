@@ -9,7 +9,7 @@ import pytest
 from flwr.app import Array, ArrayRecord, Message, MetricRecord, RecordDict
 
 from common.uplink.encoding import STATE_RESIDUAL_PREFIX
-from common.uplink.spec import CompressionSpec
+from common.algorithms.codec_settings import CodecSettings
 from common.run.config import RunConfig
 from common.protocol import COMPRESSED_UPDATE, MODEL, SCAFFOLD_CONTROL_DELTA
 from common.records import from_record, message_array_bytes, to_record
@@ -43,11 +43,13 @@ def _reply(records: dict[str, ArrayRecord]) -> Message:
 
 
 def test_the_codec_of_a_run_config_reaches_the_node_through_the_train_message():
-    assert run_codec(RunConfig()) == (CompressionSpec("none"), False)
-    assert run_codec(RunConfig(compression="topk", topk_ratio=0.25, error_feedback=True)) == (
-        CompressionSpec("topk", topk_ratio=0.25), True)
-    spec = run_codec(RunConfig(compression="qsgd", bits=8, levels=5))[0]
-    assert spec.qsgd_levels == 5 and spec.method == "qsgd"
+    assert run_codec(RunConfig()) == CodecSettings()
+    # error feedback only with a codec, a field only with the method that reads it
+    assert run_codec(RunConfig(error_feedback=True, bits=8)) == CodecSettings()
+    assert run_codec(RunConfig(compression="topk", topk_ratio=0.25, error_feedback=True, bits=8)) == (
+        CodecSettings("topk", topk_ratio=0.25, error_feedback=True))
+    spec = run_codec(RunConfig(compression="qsgd", bits=8, levels=5, topk_ratio=0.5))
+    assert spec == CodecSettings("qsgd", bits=8, levels=5) and spec.qsgd_levels == 5
 
 
 @pytest.mark.parametrize(("overrides", "max_fraction"), [
@@ -77,7 +79,7 @@ def test_server_decodes_what_the_client_encoded_and_topk_is_bit_exact():
     shapes = {"w": (40, 30), "b": (30,)}
     global_w, local_w = _weights(shapes, 2), _weights(shapes, 3)
     delta = {k: local_w[k] - global_w[k] for k in shapes}
-    spec = CompressionSpec("topk", topk_ratio=0.1)
+    spec = CodecSettings("topk", topk_ratio=0.1)
     cfg = RunConfig(compression="topk", topk_ratio=0.1)
     reply = _reply(run_uplink_records(cfg, RecordDict(), global_w, local_w, {}, 3, 1))
     decoded = decode_reply(reply.content, global_w, spec)
@@ -92,7 +94,7 @@ def test_qsgd_through_client_and_server_is_unbiased():
     shapes = {"w": (50,), "b": (7,)}
     global_w, local_w = _weights(shapes, 4), _weights(shapes, 5)
     cfg = RunConfig(compression="qsgd", bits=3)
-    spec = run_codec(cfg)[0]
+    spec = run_codec(cfg)
     draws = [decode_reply(_reply(run_uplink_records(cfg, RecordDict(), global_w, local_w, {}, r, 0)).content,
                           global_w, spec)
              for r in range(1000)]
@@ -108,7 +110,7 @@ def test_error_feedback_keeps_the_residual_in_node_state():
     """Sum over rounds of what the server decodes + the residual left in state = sum of the true updates."""
     shapes = {"w": (200,)}
     cfg = RunConfig(compression="topk", topk_ratio=0.05, error_feedback=True)
-    spec = run_codec(cfg)[0]
+    spec = run_codec(cfg)
     state, sent, true = RecordDict(), np.zeros(200), np.zeros(200)
     for r in range(1, 6):
         global_w, local_w = _weights(shapes, 10 + r), _weights(shapes, 20 + r)
@@ -129,7 +131,7 @@ def test_model_shaped_extra_records_are_compressed_and_decoded_back():
                              {SCAFFOLD_CONTROL_DELTA: to_record(control), "other": other}, 1, 0)
     assert set(records) == {COMPRESSED_UPDATE, compressed_name(SCAFFOLD_CONTROL_DELTA), "other"}
     reply = _reply(records)
-    decode_reply(reply.content, global_w, run_codec(cfg)[0])
+    decode_reply(reply.content, global_w, run_codec(cfg))
     decoded = from_record(reply.content.array_records[SCAFFOLD_CONTROL_DELTA])
     for name in shapes:  # 8-bit qsgd: within one level of ||v|| / 127
         assert np.abs(decoded[name] - control[name]).max() <= np.linalg.norm(control[name]) / 127 + 1e-6

@@ -89,6 +89,7 @@ def results_folder_sharpness(folder: Path, max_examples: int = 10000, iterations
     """Top Hessian eigenvalue of a run's final model on its dataset's training split."""
     from safetensors.numpy import load_file
 
+    from common.algorithms.codec_settings import METHOD_KEY
     from common.run.config import parse_run_config
     from common.data.datasets import load_run_dataset
     from common.metrics.evaluation import as_tensors, resolve_device
@@ -111,7 +112,7 @@ def results_folder_sharpness(folder: Path, max_examples: int = 10000, iterations
     params = [p for p in model.parameters() if p.requires_grad]
     eigenvalue, used = top_eigenvalue(dataset_hvp(model, x, y), params, iterations, tol, cfg.seed)
     result = {"top-hessian-eigenvalue": eigenvalue, "power-iterations": used, "examples": count,
-              "algorithm": cfg.algorithm, "compression": cfg.compression}
+              "algorithm": cfg.algorithm, METHOD_KEY: cfg.compression}
     (folder / "sharpness.json").write_text(json.dumps(result, indent=2) + "\n")
     return result
 

@@ -5,7 +5,7 @@ server's algorithm asks of the node (the round's learning rate, the uplink
 codec, SAM's radius rho, FedSynSAM's mix beta, FedCOG's settings, OledFL's
 beta, ...) therefore travels in the train message's `"config"` record under the
 run-config key's name, and a node reads it from there (`config_value`,
-`compression_from_config`, `require_settings`), so a node never repeats the
+`message_codec`, `require_settings`), so a node never repeats the
 server's settings by hand and the two cannot disagree. (The decentralized mixing
 weights travel in the `gossip` record of each node's own message.)
 
@@ -33,7 +33,7 @@ from typing import Any
 
 from common.algorithm_table import ALGORITHMS
 from common.algorithms.accepted_scale import ACCEPTED_SCALE_KEYS  # noqa: F401 - the optional per-node keys
-from common.algorithms.codec_settings import CodecSettings
+from common.algorithms.codec_settings import CodecSettings, names_a_codec
 from common.algorithms.plugins import rule_keys
 from common.algorithms.cog_settings import COG_KEYS
 from common.algorithms.local_training_settings import ROUND_LR_KEY, recipe_fields
@@ -43,7 +43,6 @@ from common.keys import (  # noqa: F401 - readers
 )
 from common.run.config import RunConfig, check_parameters, coerce_value, config_fields
 from common.run.own_settings import check_message, message_keys
-from common.uplink.spec import CompressionSpec
 
 # run-config keys of the uplink codec (its part's keys): every centralized rule may compress its update
 CODEC_KEYS: tuple[str, ...] = tuple(key_name(f.name) for f in dataclasses.fields(CodecSettings))
@@ -142,38 +141,11 @@ def client_keys(algorithm: str, decentralized: bool = False, cog: bool = False) 
     return keys + tuple(key for key in COG_KEYS if cog and key not in keys)
 
 
-def uplink_codec(compression: str = "none", bits: int = 4, levels: int = 0, qsgd_scope: str = "tensor",
-                 qsgd_bucket: int = 512, topk_ratio: float = 0.1) -> CompressionSpec:
-    """The codec of the run-config keys `compression`, `bits`, `levels` (0: from `bits`), `qsgd-scope`,
-    `qsgd-bucket` and `topk-ratio`; ValueError names the bad key."""
-    return CompressionSpec(compression, bits=bits, levels=levels or None, topk_ratio=topk_ratio, scope=qsgd_scope,
-                           bucket_size=qsgd_bucket)
-
-
-def codec_settings(codec: CompressionSpec, error_feedback: bool) -> dict[str, Any]:
-    """The uplink codec's entries of a train message's config, under the run-config keys (`CODEC_KEYS`)."""
-    return {"compression": codec.method, "bits": codec.bits, "levels": codec.levels or 0,
-            "qsgd-scope": codec.scope, "qsgd-bucket": codec.bucket_size, "topk-ratio": codec.topk_ratio,
-            "error-feedback": error_feedback}
-
-
-def compression_from_config(config: Mapping[str, Any]) -> CompressionSpec:
-    """The uplink codec the server asked for in a train message's config ("none" when it names none).
-
-    A message without `compression` asks for none (Flower's own strategies and the decentralized relay send no
-    codec); one that names a codec must carry that codec's keys (qsgd: `bits`, `levels`, `qsgd-scope`,
-    `qsgd-bucket`; topk: `topk-ratio`): KeyError names a missing one.
-    """
-    if "compression" not in config:
-        return CompressionSpec("none")
-    method = str(config["compression"])
-    if method == "qsgd":
-        return uplink_codec(method, bits=int(config_value(config, "bits")), levels=int(config_value(config, "levels")),
-                            qsgd_scope=str(config_value(config, "qsgd-scope")),
-                            qsgd_bucket=int(config_value(config, "qsgd-bucket")))
-    if method == "topk":
-        return uplink_codec(method, topk_ratio=float(config_value(config, "topk-ratio")))
-    return uplink_codec(method)
+def message_codec(config: Mapping[str, Any]) -> CodecSettings:
+    """The uplink codec a train message's config asks for, read back as every settings group is (`rule_settings`):
+    each key checked and refused by name when missing, mistyped or out of range. A message that names no codec
+    (Flower's own strategies and the decentralized relay send none) asks for none."""
+    return rule_settings(config, CodecSettings) if names_a_codec(config) else CodecSettings()
 
 
 def own_message_keys(cfg: RunConfig) -> tuple[str, ...]:

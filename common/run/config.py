@@ -125,8 +125,8 @@ class RunConfig(*_bases(PARTS)):  # type: ignore[misc]
                 f"{', '.join(MODELS)})")
         require(self.aggregation in ("weighted", "uniform") or not decentralized,
                 "aggregation", self.aggregation, "weighted or uniform with a decentralized algorithm (no server mean)")
-        require(not decentralized or self.compression == "none", "compression",
-                self.compression, "none with a decentralized algorithm (nodes exchange full models)")
+        if decentralized:
+            CodecSettings.check_uncompressed(self, "with a decentralized algorithm (nodes exchange full models)")
         require(self.synthetic_source != REAL_ORACLE or not node, "synthetic-source",
                 self.synthetic_source, "distilled with partition = node (real-oracle reads the training split on the "
                 "server, and the sites' data is not there)")

@@ -1,6 +1,6 @@
 """The client's side of the uplink codec with error feedback (SPEC 3.5): encode an update, keep what was dropped.
 
-With `error-feedback`, what the codec dropped is kept in the node's
+With error feedback (the codec's `error_feedback`), what the codec dropped is kept in the node's
 `Context.state` (one residual per record) and added to the next update this
 node sends (Seide et al., 2014; Karimireddy et al., 2019). A node that misses
 rounds keeps its residual until it takes part again.
@@ -16,16 +16,16 @@ from flwr.app import RecordDict
 
 from common.records import Weights, from_record, to_record
 from common.uplink.payloads import decode_update, encode_update
-from common.uplink.spec import CompressionSpec
+from common.algorithms.codec_settings import CodecSettings
 
-# Context.state key prefix of the error-feedback residual of one uplink record.
+# Context.state key prefix of the error feedback residual of one uplink record.
 STATE_RESIDUAL_PREFIX = "uplink-residual:"
 
 
 def apply_error_feedback(
     delta: Mapping[str, np.ndarray],
     residual: Mapping[str, np.ndarray] | None,
-    spec: CompressionSpec,
+    codec: CodecSettings,
     rng: np.random.Generator,
 ) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Compress ``delta + residual`` and return ``(payload, new_residual)``.
@@ -50,8 +50,8 @@ def apply_error_feedback(
                 )
             value = value + carried
         corrected[name] = value
-    payload = encode_update(corrected, spec, rng)
-    decoded = decode_update(payload, {k: v.shape for k, v in corrected.items()}, spec)
+    payload = encode_update(corrected, codec, rng)
+    decoded = decode_update(payload, {k: v.shape for k, v in corrected.items()}, codec)
     new_residual = {name: corrected[name] - decoded[name] for name in corrected}
     return payload, new_residual
 
@@ -65,8 +65,8 @@ class EncodedUpdate:
 
 
 def encode_delta(
-    delta: Mapping[str, np.ndarray], codec: CompressionSpec, rng: np.random.Generator,
-    residual: Mapping[str, np.ndarray] | None = None, error_feedback: bool = False,
+    delta: Mapping[str, np.ndarray], codec: CodecSettings, rng: np.random.Generator,
+    residual: Mapping[str, np.ndarray] | None = None,
 ) -> EncodedUpdate:
     """The codec payload of `delta` (`w_i - w` by name); with error feedback, of `delta + residual`.
 
@@ -74,24 +74,24 @@ def encode_delta(
     (fedsynth's strategies do so for the COMPRESSED_UPDATE record). Tensors are
     encoded in sorted name order: the codec draws its random numbers tensor by
     tensor, and a model restored from a checkpoint may list its tensors in
-    another order than a freshly built one. With `error_feedback`, keep the
-    returned residual (in `Context.state`) and pass it in next time.
+    another order than a freshly built one. With the codec's `error_feedback`,
+    keep the returned residual (in `Context.state`) and pass it in next time.
     """
     values = dict(sorted(delta.items()))
-    if not error_feedback:
+    if not codec.error_feedback:
         return EncodedUpdate(encode_update(values, codec, rng))
     payload, new_residual = apply_error_feedback(values, residual, codec, rng)
     return EncodedUpdate(payload, new_residual)
 
 
 def encode_with_state(
-    values: Mapping[str, np.ndarray], spec: CompressionSpec, rng: np.random.Generator,
-    state: RecordDict, record_name: str, error_feedback: bool,
+    values: Mapping[str, np.ndarray], codec: CodecSettings, rng: np.random.Generator,
+    state: RecordDict, record_name: str,
 ) -> Weights:
-    """`encode_delta` with the error-feedback residual of record `record_name` kept in node state."""
+    """`encode_delta` with the error feedback residual of record `record_name` kept in node state."""
     key = STATE_RESIDUAL_PREFIX + record_name
-    stored = state.array_records.get(key) if error_feedback else None
-    encoded = encode_delta(values, spec, rng, from_record(stored) if stored is not None else None, error_feedback)
+    stored = state.array_records.get(key) if codec.error_feedback else None
+    encoded = encode_delta(values, codec, rng, from_record(stored) if stored is not None else None)
     if encoded.residual is not None:
         state[key] = to_record(encoded.residual)
     return encoded.payload

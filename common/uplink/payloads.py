@@ -1,7 +1,7 @@
 """The uplink codec's payloads (SPEC §3.5): an update's named tensors <-> the named arrays a client sends.
 
-``encode_update`` turns an update into a payload under a ``CompressionSpec``
-(``common.uplink.spec``) with the quantisers of ``common.uplink.quantizers``;
+``encode_update`` turns an update into a payload under a codec (a ``CodecSettings``,
+``common.algorithms.codec_settings``) with the quantisers of ``common.uplink.quantizers``;
 ``decode_update`` checks an untrusted payload and rebuilds the update; the
 size functions give a payload's bytes on the wire.
 
@@ -10,7 +10,7 @@ Payload keys per tensor ``name``:
 * ``none``: ``name`` (float32, original shape)
 * ``qsgd``, scope ``tensor``: ``name::norm`` (float32, shape (1,)),
   ``name::signs`` (uint8, 1 bit per coordinate, 1 = negative),
-  ``name::levels`` (uint8, ``spec.level_bits`` bits per coordinate)
+  ``name::levels`` (uint8, ``codec.level_bits`` bits per coordinate)
 * ``qsgd``, scope ``model``: one payload for the whole update,
   ``::model::norm`` (float32, shape (1,)), ``::model::signs``,
   ``::model::levels`` over the concatenation of the tensors in sorted name
@@ -45,7 +45,7 @@ from common.uplink.quantizers import (
     topk_tensor,
     unpack_bits,
 )
-from common.uplink.spec import CompressionSpec
+from common.algorithms.codec_settings import CodecSettings
 
 __all__ = [
     "KEY_SEPARATOR",
@@ -59,51 +59,53 @@ __all__ = [
 ]
 
 KEY_SEPARATOR = "::"
+# a qsgd payload's three arrays, by their names on the wire: the norms, the packed signs and the packed levels
+QSGD_PARTS: tuple[str, str, str] = ("norm", "signs", "levels")
 
 
 # ---------------------------------------------------------------- payload structure
 
 
-def payload_keys(name: str, spec: CompressionSpec) -> tuple[str, ...]:
-    """Payload keys that carry tensor ``name`` under ``spec`` (per-tensor payloads only)."""
-    if spec.method == "none":
+def payload_keys(name: str, codec: CodecSettings) -> tuple[str, ...]:
+    """Payload keys that carry tensor ``name`` under ``codec`` (per-tensor payloads only)."""
+    if codec.compression == "none":
         return (name,)
     if not name or KEY_SEPARATOR in name:
         # Otherwise keys of different tensors could collide or be misattributed.
         raise ValueError(f"tensor {name!r}: name must be non-empty and not contain {KEY_SEPARATOR!r}")
-    parts = ("norm", "signs", "levels") if spec.method == "qsgd" else ("values", "indices")
+    parts = QSGD_PARTS if codec.compression == "qsgd" else ("values", "indices")
     return tuple(f"{name}{KEY_SEPARATOR}{part}" for part in parts)
 
 
-def vector_keys(spec: CompressionSpec) -> tuple[str, str, str]:
+def vector_keys(codec: CodecSettings) -> tuple[str, str, str]:
     """The three keys of a whole-update qsgd payload (``model`` or ``bucket`` scope).
 
     They start with the separator, so no per-tensor key (whose tensor name is
     non-empty) can equal one, and the bucket length is part of them.
     """
-    tag = "model" if spec.scope == "model" else f"bucket-{spec.bucket_size}"
-    return tuple(f"{KEY_SEPARATOR}{tag}{KEY_SEPARATOR}{part}" for part in ("norm", "signs", "levels"))  # type: ignore[return-value]
+    tag = "model" if codec.qsgd_scope == "model" else f"bucket-{codec.qsgd_bucket}"
+    return tuple(f"{KEY_SEPARATOR}{tag}{KEY_SEPARATOR}{part}" for part in QSGD_PARTS)  # type: ignore[return-value]
 
 
-def expected_payload_nbytes(sizes: Mapping[str, int], spec: CompressionSpec) -> int:
+def expected_payload_nbytes(sizes: Mapping[str, int], codec: CodecSettings) -> int:
     """Bytes of array data ``encode_update`` produces for tensors of these element counts.
 
     The hand-computable wire size of each codec: per-tensor qsgd pays a
     float32 norm and two bit-packed streams per tensor, whole-update qsgd one
     set for the concatenation (one norm per bucket in ``bucket`` scope).
     """
-    if spec.method == "none":
+    if codec.compression == "none":
         return 4 * sum(sizes.values())
-    if spec.method == "topk":
+    if codec.compression == "topk":
         return sum(
-            4 * (k := topk_count(n, spec.topk_ratio)) + packed_length(k, index_bits(n)) for n in sizes.values()
+            4 * (k := topk_count(n, codec.topk_ratio)) + packed_length(k, index_bits(n)) for n in sizes.values()
         )
     def qsgd_bytes(n: int, norms: int) -> int:
-        return 4 * norms + packed_length(n, 1) + packed_length(n, spec.level_bits)
-    if spec.scope == "tensor":
+        return 4 * norms + packed_length(n, 1) + packed_length(n, codec.level_bits)
+    if codec.qsgd_scope == "tensor":
         return sum(qsgd_bytes(n, 1) for n in sizes.values())
     total = sum(sizes.values())
-    norms = 1 if spec.scope == "model" else -(-total // spec.bucket_size)
+    norms = 1 if codec.qsgd_scope == "model" else -(-total // codec.qsgd_bucket)
     return qsgd_bytes(total, norms)
 
 
@@ -121,9 +123,9 @@ def float32_nbytes(shapes: Mapping[str, tuple[int, ...]]) -> int:
 
 
 def encode_update(
-    delta: Mapping[str, np.ndarray], spec: CompressionSpec, rng: np.random.Generator
+    delta: Mapping[str, np.ndarray], codec: CodecSettings, rng: np.random.Generator
 ) -> dict[str, np.ndarray]:
-    """Compress ``delta`` under ``spec``: tensor by tensor, or as one vector for whole-update qsgd.
+    """Compress ``delta`` under ``codec``: tensor by tensor, or as one vector for whole-update qsgd.
 
     Per-tensor codecs visit the tensors in ``delta``'s order, which fixes how
     ``rng`` is consumed; whole-update qsgd concatenates them in sorted name
@@ -131,54 +133,54 @@ def encode_update(
     modified. Non-finite values raise ValueError naming the tensor: they would
     poison the server's aggregate.
     """
-    if spec.whole_vector:
-        return _encode_vector(delta, spec, rng)
+    if codec.whole_vector:
+        return _encode_vector(delta, codec, rng)
     payload: dict[str, np.ndarray] = {}
     for name, tensor in delta.items():
-        keys = payload_keys(name, spec)
+        keys = payload_keys(name, codec)
         flat = np.asarray(tensor, dtype=np.float32).ravel()
         try:
-            arrays = _encode_flat(flat, spec, rng)
+            arrays = _encode_flat(flat, codec, rng)
         except ValueError as err:
             raise ValueError(f"tensor {name!r}: {err}") from None
-        if spec.method == "none":
+        if codec.compression == "none":
             arrays = (arrays[0].reshape(np.shape(tensor)),)
         payload.update(zip(keys, arrays))
     return payload
 
 
 def _encode_vector(
-    delta: Mapping[str, np.ndarray], spec: CompressionSpec, rng: np.random.Generator
+    delta: Mapping[str, np.ndarray], codec: CodecSettings, rng: np.random.Generator
 ) -> dict[str, np.ndarray]:
     """Whole-update qsgd: the tensors in sorted name order as one vector, one payload."""
     names = sorted(delta)
     for name in names:
-        payload_keys(name, CompressionSpec("qsgd"))  # the same name rules as per-tensor payloads
+        payload_keys(name, CodecSettings("qsgd"))  # the same name rules as per-tensor payloads
         if not np.isfinite(np.asarray(delta[name], dtype=np.float32)).all():
             raise ValueError(f"tensor {name!r}: non-finite values")
     parts = [np.asarray(delta[name], dtype=np.float32).ravel() for name in names]
     flat = np.concatenate(parts) if parts else np.zeros(0, dtype=np.float32)
-    bucket = max(flat.size, 1) if spec.scope == "model" else spec.bucket_size
-    norms, negative, level = qsgd_quantize_buckets(flat, spec.qsgd_levels, bucket, rng)
-    arrays = (norms, pack_bits(negative, 1), pack_bits(level, spec.level_bits))
-    return dict(zip(vector_keys(spec), arrays))
+    bucket = max(flat.size, 1) if codec.qsgd_scope == "model" else codec.qsgd_bucket
+    norms, negative, level = qsgd_quantize_buckets(flat, codec.qsgd_levels, bucket, rng)
+    arrays = (norms, pack_bits(negative, 1), pack_bits(level, codec.level_bits))
+    return dict(zip(vector_keys(codec), arrays))
 
 
 def _encode_flat(
-    flat: FloatArray, spec: CompressionSpec, rng: np.random.Generator
+    flat: FloatArray, codec: CodecSettings, rng: np.random.Generator
 ) -> tuple[np.ndarray, ...]:
     """Encode one flattened tensor into its payload arrays, in payload_keys order."""
-    if spec.method == "qsgd":
-        norm, negative, level = qsgd_quantize_tensor(flat, spec.qsgd_levels, rng)
+    if codec.compression == "qsgd":
+        norm, negative, level = qsgd_quantize_tensor(flat, codec.qsgd_levels, rng)
         return (
             np.array([norm], dtype=np.float32),
             pack_bits(negative, 1),
-            pack_bits(level, spec.level_bits),
+            pack_bits(level, codec.level_bits),
         )
     if not np.isfinite(flat).all():
         raise ValueError("non-finite values")
-    if spec.method == "topk":
-        indices, values = topk_tensor(flat, topk_count(flat.size, spec.topk_ratio))
+    if codec.compression == "topk":
+        indices, values = topk_tensor(flat, topk_count(flat.size, codec.topk_ratio))
         return values, pack_bits(indices, index_bits(flat.size))
     return (flat.copy(),)
 
@@ -189,7 +191,7 @@ def _encode_flat(
 def decode_update(
     payload: Mapping[str, np.ndarray],
     shapes: Mapping[str, tuple[int, ...]],
-    spec: CompressionSpec,
+    codec: CodecSettings,
 ) -> dict[str, np.ndarray]:
     """Rebuild float32 tensors of the given ``shapes`` from an untrusted payload.
 
@@ -198,13 +200,13 @@ def decode_update(
     out-of-range levels and out-of-range or unsorted indices. A payload of
     another qsgd scope (or bucket length) has other keys and is refused.
     """
-    if spec.whole_vector:
-        return _decode_vector(payload, shapes, spec)
-    expected = {name: payload_keys(name, spec) for name in shapes}
+    if codec.whole_vector:
+        return _decode_vector(payload, shapes, codec)
+    expected = {name: payload_keys(name, codec) for name in shapes}
     known = {key for keys in expected.values() for key in keys}
     unexpected = sorted(set(payload) - known)
     if unexpected:
-        raise ValueError(f"unexpected payload keys {unexpected} for {spec.describe()}")
+        raise ValueError(f"unexpected payload keys {unexpected} for {codec.describe()}")
     result: dict[str, np.ndarray] = {}
     for name, shape in shapes.items():
         missing = [key for key in expected[name] if key not in payload]
@@ -212,7 +214,7 @@ def decode_update(
             raise ValueError(f"tensor {name!r}: missing payload keys {missing}")
         arrays = [payload[key] for key in expected[name]]
         try:
-            flat = _decode_flat(arrays, math.prod(shape), spec)
+            flat = _decode_flat(arrays, math.prod(shape), codec)
         except ValueError as err:
             raise ValueError(f"tensor {name!r}: {err}") from None
         result[name] = flat.reshape(shape)
@@ -220,26 +222,24 @@ def decode_update(
 
 
 def _decode_vector(
-    payload: Mapping[str, np.ndarray], shapes: Mapping[str, tuple[int, ...]], spec: CompressionSpec
+    payload: Mapping[str, np.ndarray], shapes: Mapping[str, tuple[int, ...]], codec: CodecSettings
 ) -> dict[str, np.ndarray]:
     """Validate and decode a whole-update qsgd payload into the tensors of ``shapes``."""
-    keys = vector_keys(spec)
+    keys = vector_keys(codec)
     unexpected = sorted(set(payload) - set(keys))
     if unexpected:
-        raise ValueError(f"unexpected payload keys {unexpected[:5]} for {spec.describe()}")
+        raise ValueError(f"unexpected payload keys {unexpected[:5]} for {codec.describe()}")
     missing = [key for key in keys if key not in payload]
     if missing:
-        raise ValueError(f"missing payload keys {missing} for {spec.describe()}")
+        raise ValueError(f"missing payload keys {missing} for {codec.describe()}")
     names = sorted(shapes)
     sizes = [math.prod(shapes[name]) for name in names]
     n = sum(sizes)
-    bucket = max(n, 1) if spec.scope == "model" else spec.bucket_size
+    bucket = max(n, 1) if codec.qsgd_scope == "model" else codec.qsgd_bucket
     count = -(-n // bucket) if n else 0
     norm, signs, levels = (payload[key] for key in keys)
-    s, width = spec.qsgd_levels, spec.level_bits
-    _check_array(norm, "norm", np.dtype(np.float32), count)
-    _check_array(signs, "signs", np.dtype(np.uint8), packed_length(n, 1))
-    _check_array(levels, "levels", np.dtype(np.uint8), packed_length(n, width))
+    s, width = codec.qsgd_levels, codec.level_bits
+    _check_qsgd_arrays((norm, signs, levels), count, n, width)
     norms = norm.ravel()
     if not np.isfinite(norms).all() or (norms < 0).any():
         raise ValueError("norms must be finite and >= 0")
@@ -256,12 +256,12 @@ def _decode_vector(
     return {name: result[name] for name in shapes}
 
 
-def _decode_flat(arrays: list[np.ndarray], n: int, spec: CompressionSpec) -> FloatArray:
+def _decode_flat(arrays: list[np.ndarray], n: int, codec: CodecSettings) -> FloatArray:
     """Validate and decode one tensor's payload arrays into a 1-D float32 vector."""
-    if spec.method == "qsgd":
-        return _decode_qsgd(*arrays, n=n, spec=spec)
-    if spec.method == "topk":
-        return _decode_topk(*arrays, n=n, spec=spec)
+    if codec.compression == "qsgd":
+        return _decode_qsgd(*arrays, n=n, codec=codec)
+    if codec.compression == "topk":
+        return _decode_topk(*arrays, n=n, codec=codec)
     (values,) = arrays
     _check_array(values, "values", np.dtype(np.float32), n)
     if not np.isfinite(values).all():
@@ -270,13 +270,11 @@ def _decode_flat(arrays: list[np.ndarray], n: int, spec: CompressionSpec) -> Flo
 
 
 def _decode_qsgd(
-    norm: np.ndarray, signs: np.ndarray, levels: np.ndarray, *, n: int, spec: CompressionSpec
+    norm: np.ndarray, signs: np.ndarray, levels: np.ndarray, *, n: int, codec: CodecSettings
 ) -> FloatArray:
     """Validate and dequantise one qsgd-encoded tensor."""
-    s, width = spec.qsgd_levels, spec.level_bits
-    _check_array(norm, "norm", np.dtype(np.float32), 1)
-    _check_array(signs, "signs", np.dtype(np.uint8), packed_length(n, 1))
-    _check_array(levels, "levels", np.dtype(np.uint8), packed_length(n, width))
+    s, width = codec.qsgd_levels, codec.level_bits
+    _check_qsgd_arrays((norm, signs, levels), 1, n, width)
     norm_value = norm.reshape(())[()]
     if not np.isfinite(norm_value) or norm_value < 0:
         raise ValueError(f"norm must be finite and >= 0, got {norm_value}")
@@ -288,10 +286,10 @@ def _decode_qsgd(
 
 
 def _decode_topk(
-    values: np.ndarray, indices: np.ndarray, *, n: int, spec: CompressionSpec
+    values: np.ndarray, indices: np.ndarray, *, n: int, codec: CodecSettings
 ) -> FloatArray:
     """Validate and scatter one top-k-encoded tensor."""
-    k = topk_count(n, spec.topk_ratio)
+    k = topk_count(n, codec.topk_ratio)
     _check_array(values, "values", np.dtype(np.float32), k)
     _check_array(indices, "indices", np.dtype(np.uint8), packed_length(k, index_bits(n)))
     if not np.isfinite(values).all():
@@ -305,6 +303,14 @@ def _decode_topk(
     out = np.zeros(n, dtype=np.float32)
     out[positions] = values.ravel()
     return out
+
+
+def _check_qsgd_arrays(arrays: tuple[np.ndarray, ...], norms: int, n: int, width: int) -> None:
+    """Reject qsgd payload arrays (`QSGD_PARTS`) of another dtype or length: `norms` float32 norms, then the
+    packed signs of `n` coordinates and their packed levels of `width` bits."""
+    for array, part, dtype, size in zip(arrays, QSGD_PARTS, (np.float32, np.uint8, np.uint8),
+                                        (norms, packed_length(n, 1), packed_length(n, width))):
+        _check_array(array, part, np.dtype(dtype), size)
 
 
 def _check_array(array: np.ndarray, part: str, dtype: np.dtype, size: int) -> None:

@@ -2,7 +2,7 @@
 
 A client sends ``Q(Δ_i)`` with ``Δ_i = w_local − w_global`` instead of the raw
 float32 update, to cut uplink bytes. This module holds the arithmetic of ``Q``
-on one flat vector; which codec a run uses is ``common.uplink.spec``, and how
+on one flat vector; which codec a run uses is ``common.algorithms.codec_settings``, and how
 a whole update becomes a payload of named arrays is ``common.uplink.payloads``.
 
 Methods
@@ -15,7 +15,7 @@ Methods
     ``l = floor(s·|v_j|/‖v‖)``, rounding up with probability ``s·|v_j|/‖v‖ − l``
     so that ``E[Q(v)] = v``. ``bits = b`` means b bits per coordinate on the
     wire: 1 sign bit plus ``b − 1`` level bits, hence ``s = 2^(b−1) − 1``.
-    ``levels`` overrides ``s`` directly (any count up to 65 535; level width
+    A level count given directly overrides ``s`` (any count up to 65 535; level width
     ``ceil(log2(s + 1))``). The variance is bounded by
     ``E‖Q(v) − v‖² ≤ min(n/s², √n/s) ‖v‖²`` for a vector of n coordinates
     (Alistarh et al., Lemma 3.1), which is why one norm over a large vector

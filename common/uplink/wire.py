@@ -1,6 +1,6 @@
 """The compressed uplink on the wire, as both apps see it (SPEC 3.5): record names, encoding streams, checked decoding.
 
-With `compression` other than `none`, a client replies with the packed payload
+With a codec other than none, a client replies with the packed payload
 of `Q(w_i - w)` in the COMPRESSED_UPDATE record instead of its full model in
 MODEL, and the server aggregates `w + server_lr * mean_i Q(Delta_i)`. An
 algorithm's extra uplink records that have the model's parameter shapes
@@ -10,7 +10,7 @@ baselines: each becomes a record named `compressed-update:<name>`, and the
 server decodes it back into `<name>` before the strategy looks at it, so the
 strategies never see the codec.
 
-Under whole-update qsgd (`qsgd-scope = "model"` or `"bucket"`) a payload's
+Under whole-update qsgd (the model or bucket scope) a payload's
 keys no longer name its tensors, so a compressed extra record also carries
 TENSOR_MASK: one bit per model tensor (sorted names), set for the tensors it
 holds (a control variate may cover the parameters but not the buffers).
@@ -23,7 +23,7 @@ values as they are, in their own dtypes, in the MODEL_BUFFERS record (absent
 for a model without buffers, so such models' replies are unchanged), and the
 server averages them apart from the update (server_app/strategies/fedavg.py).
 
-Everything here is pure. The client keeps its error-feedback residual in its
+Everything here is pure. The client keeps its error feedback residual in its
 `Context.state` (common/uplink/encoding.py); the server keeps nothing. Payloads are
 untrusted: every decoding problem is a ValueError naming the record and the
 fault, which the server turns into a dropped, logged reply.
@@ -38,7 +38,7 @@ from flwr.app import ArrayRecord, Message, RecordDict
 
 from common.uplink.payloads import KEY_SEPARATOR, decode_update
 from common.uplink.quantizers import pack_bits, packed_length, unpack_bits
-from common.uplink.spec import CompressionSpec
+from common.algorithms.codec_settings import CodecSettings
 from common.protocol import COMPRESSED_UPDATE, MODEL
 from common.records import Weights, check_weights, from_record, to_record
 
@@ -88,10 +88,10 @@ def is_compressible(values: Mapping[str, np.ndarray], model: Mapping[str, np.nda
     )
 
 
-def decode_record(record: ArrayRecord, shapes: Mapping[str, tuple[int, ...]], spec: CompressionSpec, what: str) -> Weights:
+def decode_record(record: ArrayRecord, shapes: Mapping[str, tuple[int, ...]], codec: CodecSettings, what: str) -> Weights:
     """Decode one compressed record against the expected tensor shapes; ValueError names `what`."""
     try:
-        return decode_update(from_record(record), shapes, spec)
+        return decode_update(from_record(record), shapes, codec)
     except ValueError as err:
         raise ValueError(f"{what}: {err}") from None
 
@@ -100,7 +100,7 @@ def _payload_tensor_names(record: ArrayRecord) -> set[str]:
     return {key.split(KEY_SEPARATOR, 1)[0] for key in record.keys()}
 
 
-def decode_compressed_extras(content: RecordDict, model: Mapping[str, np.ndarray], spec: CompressionSpec) -> None:
+def decode_compressed_extras(content: RecordDict, model: Mapping[str, np.ndarray], codec: CodecSettings) -> None:
     """Replace every `compressed-update:<name>` record of a reply by the decoded `<name>` record, in place.
 
     The tensors a payload carries are read from its keys and must all be model
@@ -111,13 +111,13 @@ def decode_compressed_extras(content: RecordDict, model: Mapping[str, np.ndarray
     for name in [n for n in content.array_records if n.startswith(prefix)]:
         original = name[len(prefix):]
         record = content.array_records[name]
-        if spec.whole_vector:
+        if codec.whole_vector:
             payload = from_record(record)
             if TENSOR_MASK not in payload:
-                raise ValueError(f"{name}: lacks '{TENSOR_MASK}' ({spec.describe()})")
+                raise ValueError(f"{name}: lacks '{TENSOR_MASK}' ({codec.describe()})")
             try:
                 tensors = masked_tensors(payload.pop(TENSOR_MASK), model)
-                decoded = decode_update(payload, {t: model[t].shape for t in model if t in tensors}, spec)
+                decoded = decode_update(payload, {t: model[t].shape for t in model if t in tensors}, codec)
             except ValueError as err:
                 raise ValueError(f"{name}: {err}") from None
             del content[name]
@@ -127,12 +127,12 @@ def decode_compressed_extras(content: RecordDict, model: Mapping[str, np.ndarray
         unknown = sorted(tensors - set(model))
         if unknown:
             raise ValueError(f"{name}: payload for unknown tensors {unknown[:3]}")
-        decoded = decode_record(record, {t: model[t].shape for t in model if t in tensors}, spec, name)
+        decoded = decode_record(record, {t: model[t].shape for t in model if t in tensors}, codec, name)
         del content[name]
         content[original] = to_record(decoded)
 
 
-def decode_reply(content: RecordDict, current: Mapping[str, np.ndarray], spec: CompressionSpec,
+def decode_reply(content: RecordDict, current: Mapping[str, np.ndarray], codec: CodecSettings,
                  parameters: Collection[str] | None = None) -> Weights:
     """A train reply's update `w_i - w` of the trainable `parameters`, checked; buffers' entries are zeros.
 
@@ -147,10 +147,10 @@ def decode_reply(content: RecordDict, current: Mapping[str, np.ndarray], spec: C
     change, and the server takes their new values from `reply_buffers`. Any
     fault raises ValueError naming it.
     """
-    decode_compressed_extras(content, current, spec)
+    decode_compressed_extras(content, current, codec)
     buffers = buffer_names(current, parameters)
     zeros = {name: np.zeros(current[name].shape, dtype=np.float32) for name in buffers}
-    if spec.method == "none":
+    if codec.compression == "none":
         record = content.array_records.get(MODEL)
         if record is None:
             raise ValueError(f"reply lacks the '{MODEL}' record (the model)")
@@ -161,14 +161,14 @@ def decode_reply(content: RecordDict, current: Mapping[str, np.ndarray], spec: C
         return {name: zeros[name] if name in zeros else received[name] - current[name] for name in current}
     record = content.array_records.get(COMPRESSED_UPDATE)
     if record is None:
-        raise ValueError(f"reply lacks the '{COMPRESSED_UPDATE}' record ({spec.method} compression is on)")
+        raise ValueError(f"reply lacks the '{COMPRESSED_UPDATE}' record ({codec.compression} compression is on)")
     shapes = {name: arr.shape for name, arr in current.items() if name not in zeros}
-    update = decode_record(record, shapes, spec, COMPRESSED_UPDATE)
-    reply_buffers(content, current, spec, parameters)  # checked here, so that a bad reply is dropped before averaging
+    update = decode_record(record, shapes, codec, COMPRESSED_UPDATE)
+    reply_buffers(content, current, codec, parameters)  # checked here, so that a bad reply is dropped before averaging
     return {name: zeros[name] if name in zeros else update[name] for name in current}
 
 
-def measured_update_norm(content: RecordDict, spec: CompressionSpec) -> float | None:
+def measured_update_norm(content: RecordDict, codec: CodecSettings) -> float | None:
     """The L2 norm of a qsgd-compressed reply's update as its client measured it before quantising, or None.
 
     A qsgd payload carries the norm of every vector it quantised (one per tensor, per bucket or for the whole
@@ -180,7 +180,7 @@ def measured_update_norm(content: RecordDict, spec: CompressionSpec) -> float | 
     checked the payload.
     """
     record = content.array_records.get(COMPRESSED_UPDATE)
-    if spec.method != "qsgd" or record is None:
+    if codec.compression != "qsgd" or record is None:
         return None
     norms = [np.asarray(array.numpy(), dtype=np.float64).ravel() for key, array in record.items()
              if key.endswith(f"{KEY_SEPARATOR}norm")]
@@ -192,7 +192,7 @@ def buffer_names(current: Mapping[str, np.ndarray], parameters: Collection[str] 
     return [] if parameters is None else [name for name in current if name not in set(parameters)]
 
 
-def reply_buffers(content: RecordDict, current: Mapping[str, np.ndarray], spec: CompressionSpec,
+def reply_buffers(content: RecordDict, current: Mapping[str, np.ndarray], codec: CodecSettings,
                   parameters: Collection[str] | None = None) -> Weights:
     """The node's buffers of a train reply, checked against the global model's (names, shapes, dtypes, finite).
 
@@ -204,7 +204,7 @@ def reply_buffers(content: RecordDict, current: Mapping[str, np.ndarray], spec: 
     if not names:
         return {}
     expected = {name: current[name] for name in names}
-    if spec.method == "none":
+    if codec.compression == "none":
         received = from_record(content.array_records[MODEL])
         return {name: received[name] for name in names}
     record = content.array_records.get(MODEL_BUFFERS)

@@ -18,8 +18,9 @@ A parameter's meaning is its run-config key's (docs/configuration.md; `help()` s
 default), and each default is the run config's, so a class and `fedsynth run` share one set of defaults.
 
 Options every centralized class shares are one value each, not a key each:
-- `codec`: the uplink codec, None (no compression), `QSGD(bits=4, scope="bucket", bucket=512)` or
-  `TopK(ratio=0.1)` (each with `error_feedback`);
+- `codec`: the uplink codec, None (no compression), `QSGD(bits=4, qsgd_scope="bucket", qsgd_bucket=512)` or
+  `TopK(topk_ratio=0.1)` (each with `error_feedback`), a `CodecSettings` whose fields are the run-config keys of
+  the same names, which the nodes read back;
 - `aggregation`: the mean and its bounds. A plain mean runs the paper's rule: "weighted" (the papers'
   sample-weighted mean), "uniform", "median", `TrimmedMean(fraction)` or `Krum(byzantine_nodes)`. A mean under
   bounded influence is `Bounded(mean, influence)`: `BoundedInfluence(update_norm_ratio=1.5, weight_share=0.4,
@@ -57,7 +58,7 @@ DFedAvg, DFedAvgM, DFedSAM, OledFL).
 
 What a node must reply to a train message (content "arrays" = the global model, "config" with "server-round",
 the round's learning rate and every setting the node's rule needs under its run-config name, its settings group's and
-the codec's: read them with `fedsynth.client.rule_settings` and `fedsynth.client.compression_from_config`):
+the codec's: read them with `fedsynth.client.rule_settings` and `fedsynth.client.message_codec`):
 {"arrays": the local model, "metrics": {"num-examples": int > 0, "train-loss" or Flower's "train_loss": float}};
 optionally "partition-id", and "num-test-examples", "local-test-accuracy", "local-test-loss" for the received
 model. An evaluate reply carries "num-examples" and "local-test-accuracy"/"local-test-loss" or Flower's
@@ -78,6 +79,7 @@ from typing import Any
 
 from common.algorithms.plugins import import_attribute
 from common.algorithm_table import ALGORITHMS
+from common.algorithms.codec_settings import CodecSettings
 from common.algorithms.cog_settings import CogSettings
 from common.algorithms.local_training_settings import ROUND_LR_KEY, LocalRecipe, round_lr_entry
 from common.algorithms.rule_settings import (
@@ -117,7 +119,7 @@ def __dir__() -> list[str]:
 
 
 __all__ = sorted([
-    "AppWiring", "BOUNDED_INFLUENCE", "Bounded", "BoundedInfluence", "CogSettings", "Gossip", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
+    "AppWiring", "BOUNDED_INFLUENCE", "Bounded", "BoundedInfluence", "CodecSettings", "CogSettings", "Gossip", "Krum", "LocalRecipe", "NodeInfo", "NoFeatureSums", "QSGD",
     "ReplyContractError", "ServerTask", "TooManyFailedRounds", "TopK", "TrimmedMean", "WarmupFailed", "WrapperRefused",
     # a train message's entry of the round's learning rate (common/algorithms/local_training_settings.py)
     "ROUND_LR_KEY", "round_lr_entry",

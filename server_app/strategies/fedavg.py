@@ -49,8 +49,8 @@ from server_app.strategies.wiring import NO_WIRING, AppWiring
 from server_app.strategies.update_mean import UpdateMean, aggregate_buffers, weighted_mean  # noqa: F401 - re-exported
 from server_app.wire import WEIGHTED_BY_KEY, reply_contract_text, with_flower_metric_names
 from common.run.aggregation import Aggregation, Bounded, aggregation_rule, bounds
-from common.run.client_settings import codec_settings
-from common.run.codecs import Codec, codec_spec
+from common.algorithms.codec_settings import CodecSettings
+from common.keys import message_config
 
 
 def parameter_change(new: Mapping[str, np.ndarray], current: Mapping[str, np.ndarray], names: list[str]) -> Weights:
@@ -83,7 +83,7 @@ class FedAvg(RoundStrategy):
                  seed: int = DEFAULTS.seed,
                  server_lr: float = DEFAULTS.server_lr,
                  aggregation: Aggregation = DEFAULTS.aggregation,
-                 codec: Codec | None = None,
+                 codec: CodecSettings | None = None,
                  wiring: AppWiring | None = None,
                  weighted_by_key: str = WEIGHTED_BY_KEY,
                  min_available_nodes: int = 1) -> None:
@@ -96,8 +96,8 @@ class FedAvg(RoundStrategy):
         self.aggregation, self.trim_fraction, self.byzantine_nodes = astuple(aggregation_rule(aggregation))
         self.max_update_norm, self.max_update_norm_ratio, self.update_norm_action = (
             limits.update_norm, limits.update_norm_ratio, limits.action)
-        self.codec = codec_spec(codec)  # what the server decodes with; `codec` is what the nodes are asked for
-        self.error_feedback = bool(codec is not None and codec.error_feedback)
+        # what the nodes are asked for and the server decodes with (None: no compression)
+        self.codec = CodecSettings.of(codec if codec is not None else CodecSettings())
         self.node_settings, self.lr_schedule = wiring.sent_settings(), wiring.lr_schedule
         self._declared_parameter_names, self._trainable_cache = wiring.parameter_names, None  # `_parameter_names`
         self.current: Weights = {}  # the round's global model
@@ -139,13 +139,13 @@ class FedAvg(RoundStrategy):
 
     def _reply_contract(self) -> str:
         """What a good train reply carries with this strategy's codec and records, and the call that builds it."""
-        return reply_contract_text(self.codec.method, self.reply_records, self.reply_metrics)
+        return reply_contract_text(self.codec.compression, self.reply_records, self.reply_metrics)
 
     def _dp_obstacle(self, side: str) -> str | None:
         """Flower's DP clipping works on a reply that is the uncompressed model and nothing else (client-side:
         also on a train message that is the model and the config)."""
-        if self.codec.method != "none":
-            return (f"its nodes reply with the {self.codec.method} codec's payload ('compressed-update'), not the "
+        if self.codec.compression != "none":
+            return (f"its nodes reply with the {self.codec.compression} codec's payload ('compressed-update'), not the "
                     f"model, which Flower's {side} clipping cannot clip; build it with codec=None")
         if self.reply_records:
             names = ", ".join(f"'{name}'" for name in self.reply_records)
@@ -164,7 +164,7 @@ class FedAvg(RoundStrategy):
         train message's config (as FedProx sends its proximal weight): the uplink codec, `node_settings`
         (common/run/client_settings.py) and the class's settings group's node-side keys (`settings_config`). A
         plugin overrides it only for a value worked out at run time; a declared setting travels by itself."""
-        return {**codec_settings(self.codec, self.error_feedback), **self.node_settings, **settings_config(self)}
+        return {**message_config(CodecSettings, self.codec), **self.node_settings, **settings_config(self)}
 
     # ----- public hooks: the algorithm's server rule (a plugin overrides them) ------------------------
     def downlink_records(self, server_round: int) -> dict[str, ArrayRecord]:

@@ -215,7 +215,7 @@ class FedSynSAM(TrajectoryStrategy):
 
     def _dp_obstacle(self, side: str) -> str | None:
         """Client-side clipping's mod also refuses the train message that carries 'synthetic-data'."""
-        if side == "client-side" and self.codec.method == "none":
+        if side == "client-side" and self.codec.compression == "none":
             return ("Flower's client-side clipping mod refuses a train message with more array records than the model, "
                     "and this strategy sends 'synthetic-data' with it")
         return super()._dp_obstacle(side)

@@ -34,8 +34,8 @@ from common.algorithm_table import ALGORITHMS
 from common.algorithms.plugins import rule_keys
 from common.algorithms.aggregation_settings import AUTO_MEAN
 from common.algorithms.cog_settings import CogSettings
-from common.run.client_settings import CODEC_KEYS, codec_settings
-from common.run.codecs import codec_spec
+from common.algorithms.codec_settings import CodecSettings
+from common.run.client_settings import CODEC_KEYS
 from common.run.aggregation import BoundedInfluence, Krum, TrimmedMean, mean_of
 from common.errors import ConfigError
 from common.keys import check_group, key_name, message_config, sent_to_nodes
@@ -86,8 +86,9 @@ OWN_PARAMETER_DOCS: dict[str, str] = {
                          "change (clip or refuse); its `update_norm_ratio` is unused. `BOUNDED_INFLUENCE` is what the run\n"
                          "config's `bounded-influence = true` sets.",
     "codec": "The uplink codec the nodes compress their update with, sent in every train message's config:\n"
-             "None (no compression), `QSGD(bits, levels, scope, bucket, error_feedback)` or\n"
-             "`TopK(ratio, error_feedback)` (common/run/codecs.py; run-config keys `compression`, `bits`, ...).",
+             "None (no compression), `QSGD(bits, levels, qsgd_scope, qsgd_bucket, error_feedback)` or\n"
+             "`TopK(topk_ratio, error_feedback)` (common/run/codecs.py), each a `CodecSettings`, the run config's\n"
+             "codec part (common/algorithms/codec_settings.py; its fields mean the run-config keys of their names).",
     "cog_settings": "FedCOG's generation and distillation settings, sent in every train message's config under\n"
                     "their run-config keys: a `CogSettings` (the run config's FedCOG part,\n"
                     "common/algorithms/cog_settings.py); None: its defaults. Its `cog_start_round` is this class's.",
@@ -114,6 +115,15 @@ def _config_value(value: Any) -> bool:
 def _node_settings(value: Any) -> bool:
     return value is None or (isinstance(value, dict) and all(isinstance(k, str) and k != "" and _config_value(v)
                                                              for k, v in value.items()))
+
+
+def _codec(value: Any) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, CodecSettings):
+        return False
+    value.check()  # a bad field is refused as the run config refuses its key
+    return True
 
 
 def _cog_settings(value: Any) -> bool:
@@ -144,6 +154,7 @@ OWN_PARAMETER_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
                             lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
     "weighted_by_key": ("a metric name (non-empty text)", lambda v: isinstance(v, str) and v != ""),
     "sam": ("true or false", lambda v: isinstance(v, bool)),
+    "codec": ("None or an uplink codec, fedsynth.strategies.QSGD(...) or TopK(...)", _codec),
     "cog_settings": ("None or a valid fedsynth.client.CogSettings", _cog_settings),
     "node_settings": ("None or a dict of setting names (text) to values a Flower ConfigRecord carries (text, bytes, "
                       "a bool, an int, a finite float, or a list of one of these)", _node_settings),
@@ -187,11 +198,11 @@ def check_given(owner: str, values: dict[str, Any]) -> None:
 
 def check_node_settings_keys(owner: str, arguments: dict[str, Any]) -> None:
     """Refuse a `wiring.node_settings` entry that would override, with another value, a setting the class sends its
-    nodes from one of its own parameters (`FedAvg(codec=QSGD(bits=4), wiring=AppWiring(node_settings={"bits": 8}))`:
-    the nodes would encode with 8 bits and the server decode with 4)."""
+    nodes from one of its own parameters (`FedAvg(codec=QSGD(bits=4))` with a `node_settings` entry of the codec's
+    bit width 8: the nodes would encode with 8 bits and the server decode with 4)."""
     node_settings = wired_settings(arguments.get("wiring"))
     codec = arguments.get("codec")
-    from_codec = codec_settings(codec_spec(codec), bool(codec is not None and codec.error_feedback)) if (
+    from_codec = message_config(CodecSettings, CodecSettings.of(codec or CodecSettings())) if (
         "codec" in arguments) else {}
     for key, value in node_settings.items():
         name = key.replace("-", "_")

@@ -3,7 +3,7 @@
 
 For a method with a client rule, the only change is the train function (`TRAIN_FUNCTIONS`, picked by the
 run config's `strategy`): it calls the rule from `fedsynth.client` with the settings the server's strategy
-sent in the message's config (`config_value`, `compression_from_config`), and adds the rule's extra record.
+sent in the message's config (`config_value`, `message_codec`), and adds the rule's extra record.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from fedsynth.client import (
     COMPRESSED_UPDATE,
     CogSettings,
     LocalOptimizer,
-    compression_from_config,
     config_value,
     encode_update,
     gossip_mix,
+    message_codec,
     ole_restart,
     train_fedcog,
     train_fedsam,
@@ -125,7 +125,7 @@ def fedsynsam_train(msg: Message, context: Context) -> Message:
     # the trainable parameters' update is compressed; buffers (BatchNorm's statistics) travel as they are
     delta = {k: (local[k] - global_weights[k]).astype(np.float32) for k in local if k in trainable}
     rng = np.random.default_rng([int(config["server-round"]), int(context.node_config["partition-id"])])
-    payload = encode_update(delta, compression_from_config(config), rng).payload
+    payload = encode_update(delta, message_codec(config), rng).payload
     content = RecordDict({COMPRESSED_UPDATE: _record(payload), "metrics": MetricRecord({
         "train_loss": result.train_loss, "num-examples": len(trainloader.dataset),
         "synthetic-examples": 0 if synthetic is None else len(_numpy(synthetic)["y"])})})
