@@ -229,7 +229,7 @@ def _rule_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, rule: str) -> 
     (tmp_path / "ruledadam.py").write_text(
         "from fedsynth.algorithm import Algorithm, PaperRule\n"
         f"ROW = Algorithm(strategy='fedadam.server:FedAdam', client='fedadam.client:fedadam_update', rule={rule})\n")
-    _forget("ruledadam")
+    forget("ruledadam")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.setenv(ENV_VAR, "fedadam ruledadam")
     return "ruledadam:ROW"
@@ -242,7 +242,7 @@ def test_a_bad_paper_rule_is_refused_when_the_run_config_is_parsed(plugin_root: 
     path = _rule_plugin(tmp_path, monkeypatch, rule)
     with pytest.raises(ConfigError, match=r"run config key 'algorithm' = 'ruledadam:ROW': " + message):
         parse_run_config({"algorithm": path}, SERVER_STRATEGIES)
-    _forget("ruledadam")
+    forget("ruledadam")
 
 
 def test_a_paper_rules_shared_key_is_shown_with_its_declared_default(plugin_root: Path, tmp_path: Path,
@@ -252,11 +252,11 @@ def test_a_paper_rules_shared_key_is_shown_with_its_declared_default(plugin_root
     path = _rule_plugin(tmp_path, monkeypatch, "PaperRule('step', 'weights', 'paper', ('server-lr',))")
     parse_run_config({"algorithm": path}, SERVER_STRATEGIES)
     assert "| `server-lr` = 1, `fedadam.eta` = 0.1," in paper_rule_markdown(path)
-    _forget("ruledadam")
+    forget("ruledadam")
     path = _rule_plugin(tmp_path, monkeypatch, "None")  # a rule is optional
     parse_run_config({"algorithm": path}, SERVER_STRATEGIES)
     assert paper_rule_markdown(path) == "ruledadam:ROW declares no paper rule\n"
-    _forget("ruledadam")
+    forget("ruledadam")
 
 
 def test_a_constructor_that_forwards_kwargs_is_refused_naming_the_class(plugin_root: Path, tmp_path: Path,
