@@ -105,6 +105,18 @@ def test_fedcogs_settings_travel_as_one_object_with_the_first_round_resolved() -
         CogSettings.from_config({key: value for key, value in sent.items() if key != "gen-lr"})
 
 
+@pytest.mark.parametrize(("key", "value"), [("cog", "false"), ("gen-budget", True), ("gen-budget", 2.5),
+                                            ("gen-lr", float("nan")), ("gen-lr", "abc"), ("gen-budget", -1),
+                                            ("kd-weighting", "nope"), ("lambda-kd", float("inf"))])
+def test_fedcogs_public_reader_refuses_a_bad_value_naming_its_key(key: str, value: object) -> None:
+    """`CogSettings.from_config` (a ClientApp of one's own) checks what it reads: the text "false" is no switch
+    (bool("false") is True), a NaN rate no rate."""
+    sent = CogSettings(gen_budget=8).cog_config()
+    assert CogSettings.from_config(sent) == CogSettings(gen_budget=8)
+    with pytest.raises(ConfigError, match=f"'{key}'"):
+        CogSettings.from_config({**sent, key: value})
+
+
 def test_the_codec_is_read_from_the_message_without_fallback_values() -> None:
     assert message_codec({}) == CodecSettings()  # Flower's strategies and the relay send no codec
     sent = {"compression": "qsgd", "bits": 3, "levels": 0, "qsgd-scope": "bucket", "qsgd-bucket": 64,

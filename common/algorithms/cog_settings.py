@@ -15,6 +15,8 @@ out-of-range value naming its key; `from_config` reads them for a ClientApp of o
 from __future__ import annotations
 
 import dataclasses
+import math
+import numbers
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -23,6 +25,22 @@ import numpy as np
 
 from common.algorithms.cog_names import COG_ABLATIONS, KD_WEIGHTINGS
 from common.keys import NODE, SERVER, check_choice, check_text, config_value, key, key_name, parameter, require, same_key
+
+
+def sent_value(key: str, value: Any, default: Any) -> Any:
+    """`value` of the key `key` as a message carries it, of `default`'s type: a switch a bool (not the text
+    "false"), a count an integer (not a bool), a number finite; ConfigError names the key otherwise."""
+    kind = type(default)
+    if kind is bool:
+        ok = isinstance(value, bool)
+    elif kind is int:
+        ok = isinstance(value, numbers.Integral) and not isinstance(value, bool)
+    elif kind is float:
+        ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and math.isfinite(value)
+    else:
+        ok = isinstance(value, kind)
+    require(ok, key, value, f"a {'finite number' if kind is float else kind.__name__}")
+    return kind(value)
 
 
 @dataclass(frozen=True)
@@ -110,12 +128,13 @@ class CogSettings:
 
     @classmethod
     def from_config(cls, config: Mapping[str, Any]) -> "CogSettings":
-        """The settings a train message's config carries (`cog_config`); KeyError names a missing key."""
-        values = {}
-        for f in dataclasses.fields(CogSettings):
-            value = config_value(config, key_name(f.name))
-            values[f.name] = type(f.default)(value)
-        return cls(**values)
+        """The settings a train message's config carries (`cog_config`), checked as the run config checks its keys:
+        KeyError names a missing key, ConfigError a mistyped (a switch given as text), NaN or out-of-range one."""
+        values = {f.name: sent_value(key_name(f.name), config_value(config, key_name(f.name)), f.default)
+                  for f in dataclasses.fields(CogSettings)}
+        settings = cls(**values)
+        settings.check()
+        return settings
 
 
 # FedCOG's run-config keys: what a train message of a run with FedCOG carries for it
