@@ -117,22 +117,16 @@ def _node_settings(value: Any) -> bool:
                                                              for k, v in value.items()))
 
 
-def _codec(value: Any) -> bool:
-    if value is None:
+def _checked(kind: type) -> Callable[[Any], bool]:
+    """None, or a `kind` whose own `check()` passes: a bad field is refused as the run config refuses its key."""
+    def ok(value: Any) -> bool:
+        if value is None:
+            return True
+        if not isinstance(value, kind):
+            return False
+        value.check()
         return True
-    if not isinstance(value, CodecSettings):
-        return False
-    value.check()  # a bad field is refused as the run config refuses its key
-    return True
-
-
-def _cog_settings(value: Any) -> bool:
-    if value is None:
-        return True
-    if not isinstance(value, CogSettings):
-        return False
-    value.check()  # a bad field is refused as the run config refuses its key
-    return True
+    return ok
 
 
 def _of_type(module: str, name: str) -> Callable[[Any], bool]:
@@ -154,8 +148,8 @@ OWN_PARAMETER_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
                             lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0),
     "weighted_by_key": ("a metric name (non-empty text)", lambda v: isinstance(v, str) and v != ""),
     "sam": ("true or false", lambda v: isinstance(v, bool)),
-    "codec": ("None or an uplink codec, fedsynth.strategies.QSGD(...) or TopK(...)", _codec),
-    "cog_settings": ("None or a valid fedsynth.client.CogSettings", _cog_settings),
+    "codec": ("None or an uplink codec, fedsynth.strategies.QSGD(...) or TopK(...)", _checked(CodecSettings)),
+    "cog_settings": ("None or a valid fedsynth.client.CogSettings", _checked(CogSettings)),
     "node_settings": ("None or a dict of setting names (text) to values a Flower ConfigRecord carries (text, bytes, "
                       "a bool, an int, a finite float, or a list of one of these)", _node_settings),
     "lr_schedule": ("None or a function of the server round returning the round's lr",
